@@ -1,0 +1,198 @@
+// Package node holds a sidecar's identity and the xDS node metadata that carries it.
+// It is the shared leaf between pilot and sidecar: both import it, it imports
+// neither. A proxy without Weft metadata (proxyless gRPC, a debugging tool) decodes
+// to a Node with only ID set and Registers()==false.
+package node
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Metadata keys under Node.metadata. Prefixed so they never collide with keys other
+// xDS clients set.
+const (
+	keyNamespace      = "weft.namespace"
+	keyServiceAccount = "weft.serviceAccount"
+	keyLabels         = "weft.labels"
+	keyAddress        = "weft.address"
+	keyInboundPort    = "weft.inboundPort"
+	keyVersion        = "weft.version"
+)
+
+// Node is one proxy's identity as it presents it to pilot.
+type Node struct {
+	ID             string
+	Namespace      string
+	ServiceAccount string
+	Labels         map[string]string
+	Address        string // workload IP the proxy registers as an endpoint
+	InboundPort    uint32 // the sidecar's inbound listener port peers send to (15006)
+	Locality       Locality
+	Version        string // sidecar build version, informational
+}
+
+// Locality is region/zone/subzone.
+type Locality struct{ Region, Zone, SubZone string }
+
+// ParseLocality parses "region/zone/subzone" (any suffix may be missing).
+func ParseLocality(s string) (Locality, error) {
+	if s == "" {
+		return Locality{}, nil
+	}
+	parts := strings.Split(s, "/")
+	if len(parts) > 3 {
+		return Locality{}, fmt.Errorf("locality %q: want region/zone/subzone", s)
+	}
+	var l Locality
+	for i, p := range parts {
+		if p == "" {
+			return Locality{}, fmt.Errorf("locality %q: empty segment %d", s, i)
+		}
+	}
+	l.Region = parts[0]
+	if len(parts) > 1 {
+		l.Zone = parts[1]
+	}
+	if len(parts) > 2 {
+		l.SubZone = parts[2]
+	}
+	return l, nil
+}
+
+func (l Locality) String() string {
+	switch {
+	case l.SubZone != "":
+		return l.Region + "/" + l.Zone + "/" + l.SubZone
+	case l.Zone != "":
+		return l.Region + "/" + l.Zone
+	}
+	return l.Region
+}
+
+// Registers reports whether the node carries a workload registration (a Weft
+// sidecar) rather than being a plain xDS client.
+func (n *Node) Registers() bool { return n.Namespace != "" && n.Address != "" }
+
+// Validate checks what a registering sidecar presents.
+func (n *Node) Validate() error {
+	if n.ID == "" {
+		return fmt.Errorf("node: id: required")
+	}
+	if !n.Registers() {
+		return nil
+	}
+	if _, err := netip.ParseAddr(n.Address); err != nil {
+		return fmt.Errorf("node %s: address: %q is not an IP literal", n.ID, n.Address)
+	}
+	if n.InboundPort > 65535 {
+		return fmt.Errorf("node %s: inboundPort: %d out of range", n.ID, n.InboundPort)
+	}
+	return nil
+}
+
+// ToProto renders the node as an Envoy core.Node.
+func (n *Node) ToProto() *corev3.Node {
+	fields := map[string]*structpb.Value{}
+	if n.Namespace != "" {
+		fields[keyNamespace] = structpb.NewStringValue(n.Namespace)
+	}
+	if n.ServiceAccount != "" {
+		fields[keyServiceAccount] = structpb.NewStringValue(n.ServiceAccount)
+	}
+	if n.Address != "" {
+		fields[keyAddress] = structpb.NewStringValue(n.Address)
+	}
+	if n.InboundPort != 0 {
+		fields[keyInboundPort] = structpb.NewNumberValue(float64(n.InboundPort))
+	}
+	if n.Version != "" {
+		fields[keyVersion] = structpb.NewStringValue(n.Version)
+	}
+	if len(n.Labels) > 0 {
+		lf := map[string]*structpb.Value{}
+		for k, v := range n.Labels {
+			lf[k] = structpb.NewStringValue(v)
+		}
+		fields[keyLabels] = structpb.NewStructValue(&structpb.Struct{Fields: lf})
+	}
+	p := &corev3.Node{Id: n.ID, Cluster: n.Namespace, UserAgentName: "weft-sidecar", Metadata: &structpb.Struct{Fields: fields}}
+	if n.Locality != (Locality{}) {
+		p.Locality = &corev3.Locality{Region: n.Locality.Region, Zone: n.Locality.Zone, SubZone: n.Locality.SubZone}
+	}
+	return p
+}
+
+// FromProto reads a Node from an Envoy core.Node; missing Weft metadata is not an
+// error (the result simply does not register). Wrong types are.
+func FromProto(p *corev3.Node) (*Node, error) {
+	if p == nil {
+		return nil, fmt.Errorf("node: missing")
+	}
+	n := &Node{ID: p.GetId()}
+	if l := p.GetLocality(); l != nil {
+		n.Locality = Locality{Region: l.GetRegion(), Zone: l.GetZone(), SubZone: l.GetSubZone()}
+	}
+	f := p.GetMetadata().GetFields()
+	str := func(key string, dst *string) error {
+		v, ok := f[key]
+		if !ok {
+			return nil
+		}
+		s, ok := v.GetKind().(*structpb.Value_StringValue)
+		if !ok {
+			return fmt.Errorf("node %s: metadata.%s: want string", n.ID, key)
+		}
+		*dst = s.StringValue
+		return nil
+	}
+	for key, dst := range map[string]*string{keyNamespace: &n.Namespace, keyServiceAccount: &n.ServiceAccount, keyAddress: &n.Address, keyVersion: &n.Version} {
+		if err := str(key, dst); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f[keyInboundPort]; ok {
+		num, ok := v.GetKind().(*structpb.Value_NumberValue)
+		if !ok || num.NumberValue < 0 || num.NumberValue > 65535 || num.NumberValue != float64(uint32(num.NumberValue)) {
+			return nil, fmt.Errorf("node %s: metadata.%s: want a port number", n.ID, keyInboundPort)
+		}
+		n.InboundPort = uint32(num.NumberValue)
+	}
+	if v, ok := f[keyLabels]; ok {
+		st, ok := v.GetKind().(*structpb.Value_StructValue)
+		if !ok {
+			return nil, fmt.Errorf("node %s: metadata.%s: want a map of strings", n.ID, keyLabels)
+		}
+		n.Labels = map[string]string{}
+		for k, lv := range st.StructValue.GetFields() {
+			s, ok := lv.GetKind().(*structpb.Value_StringValue)
+			if !ok {
+				return nil, fmt.Errorf("node %s: metadata.%s.%s: want string", n.ID, keyLabels, k)
+			}
+			n.Labels[k] = s.StringValue
+		}
+	}
+	if err := n.Validate(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// LabelString renders labels as sorted k=v,k=v.
+func LabelString(l map[string]string) string {
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + l[k]
+	}
+	return strings.Join(parts, ",")
+}

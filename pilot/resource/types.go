@@ -1,0 +1,319 @@
+// Package resource holds Weft's user-facing resource API (mesh.weft.dev/v1alpha1):
+// the kinds, their strict decoding, defaults and validation. Field names are the
+// contract documented in shared/API.md; do not rename them.
+package resource
+
+import (
+	"fmt"
+	"strings"
+)
+
+// APIVersion is the only apiVersion this package accepts.
+const APIVersion = "mesh.weft.dev/v1alpha1"
+
+// DefaultNamespace is used when metadata.namespace is empty on a namespaced kind.
+const DefaultNamespace = "default"
+
+// Kind names, as written in YAML.
+const (
+	KindService             = "Service"
+	KindWorkload            = "Workload"
+	KindRoute               = "Route"
+	KindDestinationPolicy   = "DestinationPolicy"
+	KindPeerAuthentication  = "PeerAuthentication"
+	KindAuthorizationPolicy = "AuthorizationPolicy"
+	KindStalenessPolicy     = "StalenessPolicy"
+	KindOverride            = "Override"
+	KindMeshConfig          = "MeshConfig"
+)
+
+// Key identifies one object in the store. Namespace is empty for cluster-wide kinds.
+type Key struct {
+	Kind      string
+	Namespace string
+	Name      string
+}
+
+// String renders Kind/namespace/name (Kind/name for cluster-wide kinds); it is the
+// prefix of every validation error.
+func (k Key) String() string {
+	if k.Namespace == "" {
+		return k.Kind + "/" + k.Name
+	}
+	return k.Kind + "/" + k.Namespace + "/" + k.Name
+}
+
+// Metadata is the Kubernetes-style object metadata. Generation and Revision are set
+// by the store, never by users: Generation counts changes to this object (1 on
+// create), Revision is the store revision of its last change.
+type Metadata struct {
+	Name        string            `json:"name"`
+	Namespace   string            `json:"namespace,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Generation  int64             `json:"generation,omitempty"`
+	Revision    int64             `json:"revision,omitempty"`
+}
+
+// Object is one decoded, validated resource. Spec holds a pointer to the kind's
+// spec struct (*ServiceSpec, *RouteSpec, ...). Objects handed out by the store are
+// shared and must be treated as immutable.
+type Object struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Metadata   Metadata `json:"metadata"`
+	Spec       any      `json:"spec"`
+}
+
+// Key returns the object's store key.
+func (o *Object) Key() Key {
+	return Key{Kind: o.Kind, Namespace: o.Metadata.Namespace, Name: o.Metadata.Name}
+}
+
+func (o *Object) String() string { return o.Key().String() }
+
+// Duration is a Go duration string in YAML ("250ms", "5m"); kept as text on the
+// wire so objects round-trip exactly, parsed by validation.
+type Duration string
+
+// ---- Service ----
+
+type ServiceSpec struct {
+	Selector map[string]string `json:"selector,omitempty"`
+	Ports    []ServicePort     `json:"ports"`
+}
+
+type ServicePort struct {
+	Name       string `json:"name"`
+	Port       int32  `json:"port"`
+	TargetPort int32  `json:"targetPort,omitempty"` // defaults to Port
+	Protocol   string `json:"protocol,omitempty"`   // HTTP | HTTP2 | GRPC | TCP; default HTTP
+}
+
+// ---- Workload ----
+
+type WorkloadSpec struct {
+	Address        string           `json:"address"`
+	ServiceAccount string           `json:"serviceAccount,omitempty"` // default "default"
+	Locality       string           `json:"locality,omitempty"`
+	Weight         int32            `json:"weight,omitempty"` // 1..128, default 1
+	Ports          map[string]int32 `json:"ports,omitempty"`
+}
+
+// ---- Route ----
+
+type RouteSpec struct {
+	Hosts []string    `json:"hosts"`
+	HTTP  []HTTPRoute `json:"http"`
+}
+
+type HTTPRoute struct {
+	Name     string                `json:"name,omitempty"`
+	Match    []HTTPMatch           `json:"match,omitempty"` // empty = match everything
+	Route    []RouteDestination    `json:"route"`
+	Timeout  Duration              `json:"timeout,omitempty"`
+	Retries  *RetryPolicy          `json:"retries,omitempty"`
+	Fallback []FallbackDestination `json:"fallback,omitempty"`
+}
+
+type HTTPMatch struct {
+	Path    *StringMatch           `json:"path,omitempty"`
+	Headers map[string]StringMatch `json:"headers,omitempty"`
+	Method  string                 `json:"method,omitempty"`
+}
+
+// StringMatch: exactly one of Exact, Prefix, Regex, Present (Present only for headers).
+type StringMatch struct {
+	Exact   *string `json:"exact,omitempty"`
+	Prefix  *string `json:"prefix,omitempty"`
+	Regex   *string `json:"regex,omitempty"`
+	Present *bool   `json:"present,omitempty"`
+}
+
+type Destination struct {
+	Service string `json:"service"`
+	Subset  string `json:"subset,omitempty"`
+	Port    int32  `json:"port,omitempty"` // may be omitted when the Service has one port
+}
+
+type RouteDestination struct {
+	Destination Destination `json:"destination"`
+	Weight      int32       `json:"weight,omitempty"` // weights sum to 100; a single destination defaults to 100
+}
+
+type FallbackDestination struct {
+	Destination Destination `json:"destination"`
+}
+
+type RetryPolicy struct {
+	Attempts      int32    `json:"attempts"`
+	PerTryTimeout Duration `json:"perTryTimeout,omitempty"`
+	RetryOn       []string `json:"retryOn,omitempty"` // 5xx | gateway-error | reset | connect-failure | retriable-4xx | refused-stream
+}
+
+// ---- DestinationPolicy ----
+
+type DestinationPolicySpec struct {
+	Service          string            `json:"service"`
+	Subsets          []Subset          `json:"subsets,omitempty"`
+	LoadBalancer     string            `json:"loadBalancer,omitempty"` // default ROUND_ROBIN
+	ConnectionPool   *ConnectionPool   `json:"connectionPool,omitempty"`
+	OutlierDetection *OutlierDetection `json:"outlierDetection,omitempty"`
+	LocalRateLimit   *LocalRateLimit   `json:"localRateLimit,omitempty"`
+}
+
+type Subset struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels"`
+}
+
+type ConnectionPool struct {
+	MaxConnections     int32        `json:"maxConnections,omitempty"`
+	MaxPendingRequests int32        `json:"maxPendingRequests,omitempty"`
+	MaxRequests        int32        `json:"maxRequests,omitempty"`
+	MaxRetries         int32        `json:"maxRetries,omitempty"`
+	RetryBudget        *RetryBudget `json:"retryBudget,omitempty"`
+	ConnectTimeout     Duration     `json:"connectTimeout,omitempty"`
+}
+
+type RetryBudget struct {
+	Percent        float64 `json:"percent"`
+	MinConcurrency int32   `json:"minConcurrency,omitempty"`
+}
+
+type OutlierDetection struct {
+	Consecutive5xx                 int32              `json:"consecutive5xx,omitempty"`
+	ConsecutiveGatewayErrors       int32              `json:"consecutiveGatewayErrors,omitempty"`
+	ConsecutiveLocalOriginFailures int32              `json:"consecutiveLocalOriginFailures,omitempty"`
+	SuccessRate                    *SuccessRate       `json:"successRate,omitempty"`
+	FailurePercentage              *FailurePercentage `json:"failurePercentage,omitempty"`
+	Interval                       Duration           `json:"interval,omitempty"`
+	BaseEjectionTime               Duration           `json:"baseEjectionTime,omitempty"`
+	MaxEjectionTime                Duration           `json:"maxEjectionTime,omitempty"`
+	MaxEjectionPercent             float64            `json:"maxEjectionPercent,omitempty"`
+	MinHealthPercent               float64            `json:"minHealthPercent,omitempty"`
+}
+
+type SuccessRate struct {
+	MinHosts      int32   `json:"minHosts,omitempty"`
+	RequestVolume int32   `json:"requestVolume,omitempty"`
+	StdevFactor   float64 `json:"stdevFactor,omitempty"`
+}
+
+type FailurePercentage struct {
+	Threshold     float64 `json:"threshold"`
+	MinHosts      int32   `json:"minHosts,omitempty"`
+	RequestVolume int32   `json:"requestVolume,omitempty"`
+}
+
+type LocalRateLimit struct {
+	RequestsPerSecond float64 `json:"requestsPerSecond"`
+	Burst             int32   `json:"burst,omitempty"`
+}
+
+// ---- PeerAuthentication ----
+
+type PeerAuthenticationSpec struct {
+	Selector map[string]string `json:"selector,omitempty"`
+	MTLS     string            `json:"mtls"` // STRICT | PERMISSIVE | DISABLE
+}
+
+// ---- AuthorizationPolicy ----
+
+type AuthorizationPolicySpec struct {
+	Selector map[string]string `json:"selector,omitempty"`
+	Action   string            `json:"action,omitempty"` // ALLOW | DENY | AUDIT; default ALLOW
+	DryRun   bool              `json:"dryRun,omitempty"`
+	Rules    []AuthzRule       `json:"rules,omitempty"`
+}
+
+type AuthzRule struct {
+	From []AuthzSource    `json:"from,omitempty"`
+	To   []AuthzOperation `json:"to,omitempty"`
+}
+
+type AuthzSource struct {
+	Principals []string `json:"principals,omitempty"`
+	Namespaces []string `json:"namespaces,omitempty"`
+}
+
+type AuthzOperation struct {
+	Methods []string `json:"methods,omitempty"`
+	Paths   []string `json:"paths,omitempty"`
+	Ports   []int32  `json:"ports,omitempty"`
+}
+
+// ---- StalenessPolicy ----
+
+type StalenessPolicySpec struct {
+	Selector map[string]string `json:"selector,omitempty"`
+	Rules    []StalenessRule   `json:"rules"`
+}
+
+type StalenessRule struct {
+	Resource      string   `json:"resource"` // listeners | routes | clusters | endpoints | secrets | revocation | authorization
+	WarnAfter     Duration `json:"warnAfter,omitempty"`
+	RestrictAfter Duration `json:"restrictAfter,omitempty"`
+	ExpireAfter   Duration `json:"expireAfter,omitempty"`
+	OnExpire      string   `json:"onExpire,omitempty"` // serveStale | failClosed | drop
+	Jitter        float64  `json:"jitter,omitempty"`   // percent 0..100
+}
+
+// ---- Override ----
+
+type OverrideSpec struct {
+	TTL    Duration      `json:"ttl"`
+	Reason string        `json:"reason,omitempty"`
+	Action string        `json:"action"` // DENY | ALLOW
+	Match  OverrideMatch `json:"match"`
+}
+
+type OverrideMatch struct {
+	Principals []string `json:"principals,omitempty"`
+	Paths      []string `json:"paths,omitempty"`
+	Methods    []string `json:"methods,omitempty"`
+}
+
+// ---- MeshConfig ----
+
+type MeshConfigSpec struct {
+	TrustDomain    string   `json:"trustDomain,omitempty"` // default cluster.local
+	DefaultMTLS    string   `json:"defaultMtls,omitempty"` // default STRICT
+	CertificateTTL Duration `json:"certificateTTL,omitempty"`
+}
+
+// KindInfo describes one registered kind.
+type KindInfo struct {
+	Kind       string
+	Plural     string // lower-case plural for REST paths, e.g. "destinationpolicies"
+	Namespaced bool
+	NewSpec    func() any // returns a pointer to a zero spec struct
+}
+
+// kinds is the registry of every kind, in the order they are applied and listed
+// (Services before the things that reference them).
+var kinds = []KindInfo{
+	{Kind: KindMeshConfig, Plural: "meshconfigs", Namespaced: false, NewSpec: func() any { return new(MeshConfigSpec) }},
+	{Kind: KindService, Plural: "services", Namespaced: true, NewSpec: func() any { return new(ServiceSpec) }},
+	{Kind: KindWorkload, Plural: "workloads", Namespaced: true, NewSpec: func() any { return new(WorkloadSpec) }},
+	{Kind: KindDestinationPolicy, Plural: "destinationpolicies", Namespaced: true, NewSpec: func() any { return new(DestinationPolicySpec) }},
+	{Kind: KindRoute, Plural: "routes", Namespaced: true, NewSpec: func() any { return new(RouteSpec) }},
+	{Kind: KindPeerAuthentication, Plural: "peerauthentications", Namespaced: true, NewSpec: func() any { return new(PeerAuthenticationSpec) }},
+	{Kind: KindAuthorizationPolicy, Plural: "authorizationpolicies", Namespaced: true, NewSpec: func() any { return new(AuthorizationPolicySpec) }},
+	{Kind: KindStalenessPolicy, Plural: "stalenesspolicies", Namespaced: true, NewSpec: func() any { return new(StalenessPolicySpec) }},
+	{Kind: KindOverride, Plural: "overrides", Namespaced: true, NewSpec: func() any { return new(OverrideSpec) }},
+}
+
+// Kinds returns every registered kind in apply order.
+func Kinds() []KindInfo { return append([]KindInfo(nil), kinds...) }
+
+// LookupKind finds a kind by its Kind name, its plural, or its lower-case name
+// (so meshctl accepts "Route", "route" and "routes").
+func LookupKind(s string) (KindInfo, error) {
+	for _, k := range kinds {
+		if s == k.Kind || s == k.Plural || strings.EqualFold(s, k.Kind) {
+			return k, nil
+		}
+	}
+	return KindInfo{}, fmt.Errorf("unknown kind %q", s)
+}
