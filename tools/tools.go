@@ -1,4 +1,6 @@
-package main
+//go:build tools
+
+package tools
 import (
  _ "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
  _ "github.com/envoyproxy/go-control-plane/pkg/server/v3"
@@ -11,4 +13,3 @@ import (
  _ "github.com/google/go-cmp/cmp"
  _ "golang.org/x/net/http2"
 )
-func main(){}
