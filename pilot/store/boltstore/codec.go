@@ -1,0 +1,160 @@
+package boltstore
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/weft-mesh/weft/pilot/resource"
+	"github.com/weft-mesh/weft/pilot/store"
+)
+
+// Bucket and meta key names. The keyindex bucket maps object key + revision to the
+// history entry so History of one object does not scan the whole history.
+var (
+	bucketObjects  = []byte("objects")
+	bucketHistory  = []byte("history")
+	bucketKeyIndex = []byte("keyindex")
+	bucketMeta     = []byte("meta")
+
+	metaRevision  = []byte("revision")
+	metaCompacted = []byte("compacted-before")
+)
+
+// objectKey is kind NUL namespace NUL name: its byte order is the (Kind, Namespace,
+// Name) order List promises, since NUL sorts first and no part contains it.
+func objectKey(k resource.Key) string {
+	return k.Kind + "\x00" + k.Namespace + "\x00" + k.Name
+}
+
+// histKey is the big-endian revision then the event's index inside the revision, so
+// a cursor walks history in commit order.
+func histKey(rev store.Revision, idx int) []byte {
+	b := make([]byte, 12)
+	binary.BigEndian.PutUint64(b, uint64(rev))
+	binary.BigEndian.PutUint32(b[8:], uint32(idx))
+	return b
+}
+
+func histKeyRevision(k []byte) (store.Revision, error) {
+	if len(k) != 12 {
+		return 0, fmt.Errorf("history key has %d bytes, want 12", len(k))
+	}
+	return store.Revision(binary.BigEndian.Uint64(k)), nil
+}
+
+// indexKey is objectKey NUL histKey.
+func indexKey(objKey string, rev store.Revision, idx int) []byte {
+	return append([]byte(objKey+"\x00"), histKey(rev, idx)...)
+}
+
+func encodeUint(v int64) []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(v))
+}
+
+func decodeUint(b []byte) (int64, error) {
+	if b == nil {
+		return 0, nil
+	}
+	if len(b) != 8 {
+		return 0, fmt.Errorf("meta value has %d bytes, want 8", len(b))
+	}
+	return int64(binary.BigEndian.Uint64(b)), nil
+}
+
+// wireObject is resource.Object with the spec left raw until the kind is known.
+type wireObject struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   resource.Metadata `json:"metadata"`
+	Spec       json.RawMessage   `json:"spec"`
+}
+
+type eventJSON struct {
+	Revision store.Revision   `json:"revision"`
+	Op       store.Op         `json:"op"`
+	Time     time.Time        `json:"time"`
+	Object   *resource.Object `json:"object"`
+}
+
+type wireEvent struct {
+	Revision store.Revision `json:"revision"`
+	Op       store.Op       `json:"op"`
+	Time     time.Time      `json:"time"`
+	Object   *wireObject    `json:"object"`
+}
+
+// contentOf is what decides whether an update is a change: labels, annotations and
+// spec. encoding/json sorts map keys, so equal content gives equal bytes.
+func contentOf(o *resource.Object) ([]byte, error) {
+	b, err := json.Marshal(struct {
+		Labels      map[string]string `json:"l,omitempty"`
+		Annotations map[string]string `json:"a,omitempty"`
+		Spec        any               `json:"s"`
+	}{o.Metadata.Labels, o.Metadata.Annotations, o.Spec})
+	if err != nil {
+		return nil, fmt.Errorf("%s: encode content: %w", o.Key(), err)
+	}
+	return b, nil
+}
+
+func encodeObject(o *resource.Object) ([]byte, error) {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return nil, fmt.Errorf("%s: encode: %w", o.Key(), err)
+	}
+	return b, nil
+}
+
+func encodeEvent(ev store.Event) ([]byte, error) {
+	b, err := json.Marshal(eventJSON{Revision: ev.Revision, Op: ev.Op, Time: ev.Time, Object: ev.Object})
+	if err != nil {
+		return nil, fmt.Errorf("%s: encode event: %w", ev.Object.Key(), err)
+	}
+	return b, nil
+}
+
+// decodeObject reads a stored object back with its spec in the kind's typed struct.
+func decodeObject(data []byte) (*resource.Object, error) {
+	var w wireObject
+	if err := json.Unmarshal(data, &w); err != nil {
+		return nil, fmt.Errorf("decode object: %w", err)
+	}
+	return w.object()
+}
+
+func (w *wireObject) object() (*resource.Object, error) {
+	key := resource.Key{Kind: w.Kind, Namespace: w.Metadata.Namespace, Name: w.Metadata.Name}
+	info, err := resource.LookupKind(w.Kind)
+	if err != nil || info.Kind != w.Kind {
+		return nil, fmt.Errorf("decode object %s: kind: unknown kind %q", key, w.Kind)
+	}
+	if w.Metadata.Name == "" {
+		return nil, fmt.Errorf("decode object %s: metadata.name: empty", key)
+	}
+	spec := info.NewSpec()
+	if err := json.Unmarshal(w.Spec, spec); err != nil {
+		return nil, fmt.Errorf("decode object %s: spec: %w", key, err)
+	}
+	return &resource.Object{APIVersion: w.APIVersion, Kind: w.Kind, Metadata: w.Metadata, Spec: spec}, nil
+}
+
+func decodeEvent(data []byte) (store.Event, error) {
+	var w wireEvent
+	if err := json.Unmarshal(data, &w); err != nil {
+		return store.Event{}, fmt.Errorf("decode event: %w", err)
+	}
+	if w.Object == nil {
+		return store.Event{}, errors.New("decode event: object missing")
+	}
+	if w.Op != store.OpPut && w.Op != store.OpDelete {
+		return store.Event{}, fmt.Errorf("decode event: op %q is not PUT or DELETE", w.Op)
+	}
+	o, err := w.Object.object()
+	if err != nil {
+		return store.Event{}, fmt.Errorf("decode event at revision %d: %w", w.Revision, err)
+	}
+	return store.Event{Revision: w.Revision, Op: w.Op, Object: o, Time: w.Time}, nil
+}
