@@ -1,0 +1,187 @@
+package xdsresource
+
+import (
+	"fmt"
+	"net/netip"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+)
+
+const (
+	hcmTypeURL = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+	tcpTypeURL = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"
+)
+
+func decodeListener(m *listenerv3.Listener) (*Listener, error) {
+	e := errs{kind: "listener", name: m.GetName()}
+	if err := checkName(e, "name", m.GetName()); err != nil {
+		return nil, err
+	}
+	l := &Listener{Name: m.GetName()}
+	if m.GetApiListener() != nil {
+		// Proxyless gRPC listeners ride the same wildcard LDS; keep them, never bind.
+		l.APIOnly = true
+		return l, nil
+	}
+	ap, err := socketAddr(e, "address.socket_address", m.GetAddress())
+	if err != nil {
+		return nil, err
+	}
+	l.Addr = ap
+	n := len(m.GetFilterChains())
+	if n == 0 && m.GetDefaultFilterChain() == nil {
+		return nil, e.at("filter_chains", "no filter chains and no default_filter_chain")
+	}
+	if n > MaxFilterChains {
+		return nil, e.at("filter_chains", "%d chains, limit %d", n, MaxFilterChains)
+	}
+	seen := make(map[uint32]int, n)
+	l.FilterChains = make([]FilterChain, 0, n)
+	for i, fc := range m.GetFilterChains() {
+		field := fmt.Sprintf("filter_chains[%d]", i)
+		c, err := decodeFilterChain(e, field, fc)
+		if err != nil {
+			return nil, err
+		}
+		if j, dup := seen[c.DestinationPort]; dup {
+			return nil, e.at(field+".filter_chain_match", "same match as filter_chains[%d]", j)
+		}
+		seen[c.DestinationPort] = i
+		l.FilterChains = append(l.FilterChains, c)
+	}
+	if d := m.GetDefaultFilterChain(); d != nil {
+		c, err := decodeFilterChain(e, "default_filter_chain", d)
+		if err != nil {
+			return nil, err
+		}
+		l.Default = &c
+	}
+	return l, nil
+}
+
+func socketAddr(e errs, field string, a *corev3.Address) (netip.AddrPort, error) {
+	sa := a.GetSocketAddress()
+	if sa == nil {
+		return netip.AddrPort{}, e.at(field, "required")
+	}
+	ip, err := netip.ParseAddr(sa.GetAddress())
+	if err != nil {
+		return netip.AddrPort{}, e.at(field+".address", "not an IP literal: %q", sa.GetAddress())
+	}
+	if sa.GetProtocol() != corev3.SocketAddress_TCP {
+		return netip.AddrPort{}, e.at(field+".protocol", "only TCP is supported")
+	}
+	p := sa.GetPortValue()
+	if p == 0 || p > 65535 {
+		return netip.AddrPort{}, e.at(field+".port_value", "must be 1..65535, got %d", p)
+	}
+	return netip.AddrPortFrom(ip.Unmap(), uint16(p)), nil
+}
+
+func decodeFilterChain(e errs, field string, fc *listenerv3.FilterChain) (FilterChain, error) {
+	c := FilterChain{Name: fc.GetName()}
+	if mt := fc.GetFilterChainMatch(); mt != nil {
+		if p := mt.GetDestinationPort(); p != nil {
+			if p.GetValue() == 0 || p.GetValue() > 65535 {
+				return c, e.at(field+".filter_chain_match.destination_port", "must be 1..65535, got %d", p.GetValue())
+			}
+			c.DestinationPort = p.GetValue()
+		}
+		// Matches we cannot evaluate would silently widen the chain; refuse them.
+		if len(mt.GetPrefixRanges()) > 0 || len(mt.GetServerNames()) > 0 || len(mt.GetSourcePrefixRanges()) > 0 ||
+			len(mt.GetSourcePorts()) > 0 || len(mt.GetApplicationProtocols()) > 0 {
+			return c, e.at(field+".filter_chain_match", "only destination_port is supported")
+		}
+	}
+	if fc.GetTransportSocket() != nil {
+		return c, e.at(field+".transport_socket", "TLS is not supported yet")
+	}
+	fs := fc.GetFilters()
+	if len(fs) != 1 {
+		return c, e.at(field+".filters", "want exactly one terminal filter (http_connection_manager or tcp_proxy), got %d", len(fs))
+	}
+	ff := fmt.Sprintf("%s.filters[0]", field)
+	tc := fs[0].GetTypedConfig()
+	if tc == nil {
+		return c, e.at(ff+".typed_config", "required")
+	}
+	switch tc.GetTypeUrl() {
+	case hcmTypeURL:
+		h := &hcmv3.HttpConnectionManager{}
+		if err := tc.UnmarshalTo(h); err != nil {
+			return c, e.at(ff+".typed_config", "malformed HttpConnectionManager: %v", err)
+		}
+		m, err := decodeHCM(e, ff+".typed_config", h)
+		if err != nil {
+			return c, err
+		}
+		c.HTTP = m
+	case tcpTypeURL:
+		t := &tcpv3.TcpProxy{}
+		if err := tc.UnmarshalTo(t); err != nil {
+			return c, e.at(ff+".typed_config", "malformed TcpProxy: %v", err)
+		}
+		p, err := decodeTCP(e, ff+".typed_config", t)
+		if err != nil {
+			return c, err
+		}
+		c.TCP = p
+	default:
+		return c, e.at(ff+".typed_config", "unsupported filter type %q", tc.GetTypeUrl())
+	}
+	return c, nil
+}
+
+func decodeHCM(e errs, field string, h *hcmv3.HttpConnectionManager) (*HTTPManager, error) {
+	switch {
+	case h.GetRds() != nil:
+		n := h.GetRds().GetRouteConfigName()
+		if err := checkName(e, field+".rds.route_config_name", n); err != nil {
+			return nil, err
+		}
+		return &HTTPManager{RDSName: n}, nil
+	case h.GetRouteConfig() != nil:
+		rc, err := decodeRoutes(e, field+".route_config.", h.GetRouteConfig())
+		if err != nil {
+			return nil, err
+		}
+		return &HTTPManager{Inline: rc}, nil
+	}
+	return nil, e.at(field, "need rds or route_config")
+}
+
+func decodeTCP(e errs, field string, t *tcpv3.TcpProxy) (*TCPProxy, error) {
+	p := &TCPProxy{}
+	switch {
+	case t.GetCluster() != "":
+		p.Clusters = []WeightedCluster{{Name: t.GetCluster(), Weight: 1}}
+	case t.GetWeightedClusters() != nil:
+		ws := t.GetWeightedClusters().GetClusters()
+		if len(ws) == 0 || len(ws) > MaxWeightedTargets {
+			return nil, e.at(field+".weighted_clusters.clusters", "want 1..%d clusters, got %d", MaxWeightedTargets, len(ws))
+		}
+		var sum uint64
+		for i, w := range ws {
+			f := fmt.Sprintf("%s.weighted_clusters.clusters[%d]", field, i)
+			if err := checkName(e, f+".name", w.GetName()); err != nil {
+				return nil, err
+			}
+			sum += uint64(w.GetWeight())
+			p.Clusters = append(p.Clusters, WeightedCluster{Name: w.GetName(), Weight: w.GetWeight()})
+		}
+		if sum == 0 {
+			return nil, e.at(field+".weighted_clusters", "weights sum to 0")
+		}
+	default:
+		return nil, e.at(field+".cluster", "required")
+	}
+	d, err := duration(e, field+".idle_timeout", t.GetIdleTimeout(), 0)
+	if err != nil {
+		return nil, err
+	}
+	p.IdleTimeout = d
+	return p, nil
+}

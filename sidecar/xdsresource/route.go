@@ -1,0 +1,333 @@
+//lint:file-ignore SA1019 deprecated Envoy fields are still sent by peers; decoding them is deliberate.
+
+package xdsresource
+
+import (
+	"fmt"
+	"strings"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// FallbackMetadataKey is the route filter_metadata key under which pilot lists the
+// fallback clusters: {"clusters": ["outbound|9080||backup.shop.svc.cluster.local", ...]}.
+const FallbackMetadataKey = "weft.fallback"
+
+func decodeRouteConfig(m *routev3.RouteConfiguration) (*RouteConfig, error) {
+	e := errs{kind: "route", name: m.GetName()}
+	if err := checkName(e, "name", m.GetName()); err != nil {
+		return nil, err
+	}
+	return decodeRoutes(e, "", m)
+}
+
+// decodeRoutes decodes a route configuration; prefix is the field path of the message
+// (empty for an RDS resource, "...route_config." when inline in a listener).
+func decodeRoutes(e errs, prefix string, m *routev3.RouteConfiguration) (*RouteConfig, error) {
+	vhs := m.GetVirtualHosts()
+	if len(vhs) > MaxVirtualHosts {
+		return nil, e.at(prefix+"virtual_hosts", "%d virtual hosts, limit %d", len(vhs), MaxVirtualHosts)
+	}
+	rc := &RouteConfig{Name: m.GetName(), VirtualHosts: make([]VirtualHost, 0, len(vhs))}
+	domains := make(map[string]int)
+	for i, vh := range vhs {
+		f := fmt.Sprintf("%svirtual_hosts[%d]", prefix, i)
+		if len(vh.GetDomains()) == 0 || len(vh.GetDomains()) > MaxDomains {
+			return nil, e.at(f+".domains", "want 1..%d domains, got %d", MaxDomains, len(vh.GetDomains()))
+		}
+		v := VirtualHost{Name: vh.GetName(), Domains: make([]string, 0, len(vh.GetDomains()))}
+		for j, d := range vh.GetDomains() {
+			df := fmt.Sprintf("%s.domains[%d]", f, j)
+			d = lower(d)
+			if err := checkDomain(d); err != nil {
+				return nil, e.at(df, "%q: %v", d, err)
+			}
+			if k, dup := domains[d]; dup {
+				return nil, e.at(df, "%q already used by virtual_hosts[%d]", d, k)
+			}
+			domains[d] = i
+			v.Domains = append(v.Domains, d)
+		}
+		if len(vh.GetRoutes()) > MaxRoutes {
+			return nil, e.at(f+".routes", "%d routes, limit %d", len(vh.GetRoutes()), MaxRoutes)
+		}
+		v.Routes = make([]Route, 0, len(vh.GetRoutes()))
+		for j, r := range vh.GetRoutes() {
+			dr, err := decodeRoute(e, fmt.Sprintf("%s.routes[%d]", f, j), r)
+			if err != nil {
+				return nil, err
+			}
+			v.Routes = append(v.Routes, dr)
+		}
+		rc.VirtualHosts = append(rc.VirtualHosts, v)
+	}
+	return rc, nil
+}
+
+// checkDomain allows one leading or trailing '*' as Envoy does.
+func checkDomain(d string) error {
+	if d == "" {
+		return fmt.Errorf("empty domain")
+	}
+	if d == "*" {
+		return nil
+	}
+	if n := strings.Count(d, "*"); n > 1 || (n == 1 && d[0] != '*' && d[len(d)-1] != '*') {
+		return fmt.Errorf("wildcard only allowed as a whole prefix or suffix")
+	}
+	if len(d) > 253+6 {
+		return fmt.Errorf("too long")
+	}
+	return nil
+}
+
+func decodeRoute(e errs, f string, r *routev3.Route) (Route, error) {
+	out := Route{Name: r.GetName()}
+	mt, err := decodeMatch(e, f+".match", r.GetMatch())
+	if err != nil {
+		return out, err
+	}
+	out.Match = mt
+	switch a := r.GetAction().(type) {
+	case *routev3.Route_Route:
+		if err := decodeAction(e, f+".route", a.Route, &out); err != nil {
+			return out, err
+		}
+	case *routev3.Route_DirectResponse:
+		s := a.DirectResponse.GetStatus()
+		if s < 200 || s > 599 {
+			return out, e.at(f+".direct_response.status", "must be 200..599, got %d", s)
+		}
+		body := a.DirectResponse.GetBody().GetInlineString()
+		if len(body) > MaxDirectBodyBytes {
+			return out, e.at(f+".direct_response.body", "is %d bytes, limit %d", len(body), MaxDirectBodyBytes)
+		}
+		out.Direct = &DirectResponse{Status: s, Body: body}
+	default:
+		return out, e.at(f, "unsupported action %T (want route or direct_response)", r.GetAction())
+	}
+	fb, err := decodeFallback(e, f+".metadata.filter_metadata[\""+FallbackMetadataKey+"\"]", r.GetMetadata().GetFilterMetadata()[FallbackMetadataKey])
+	if err != nil {
+		return out, err
+	}
+	out.Fallback = fb
+	return out, nil
+}
+
+func decodeFallback(e errs, f string, s *structpb.Struct) ([]string, error) {
+	if s == nil {
+		return nil, nil
+	}
+	v, ok := s.GetFields()["clusters"]
+	if !ok {
+		return nil, e.at(f+".clusters", "required")
+	}
+	l := v.GetListValue()
+	if l == nil {
+		return nil, e.at(f+".clusters", "must be a list of cluster names")
+	}
+	if len(l.GetValues()) > MaxFallbacks {
+		return nil, e.at(f+".clusters", "%d fallbacks, limit %d", len(l.GetValues()), MaxFallbacks)
+	}
+	out := make([]string, 0, len(l.GetValues()))
+	for i, x := range l.GetValues() {
+		n := x.GetStringValue()
+		if err := checkName(e, fmt.Sprintf("%s.clusters[%d]", f, i), n); err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func decodeMatch(e errs, f string, m *routev3.RouteMatch) (RouteMatch, error) {
+	var rm RouteMatch
+	if m == nil {
+		return rm, e.at(f, "required")
+	}
+	rm.CaseSensitive = m.GetCaseSensitive() == nil || m.GetCaseSensitive().GetValue()
+	switch p := m.GetPathSpecifier().(type) {
+	case *routev3.RouteMatch_Prefix:
+		rm.PathKind, rm.Path = PathPrefix, p.Prefix
+	case *routev3.RouteMatch_Path:
+		rm.PathKind, rm.Path = PathExact, p.Path
+	case *routev3.RouteMatch_SafeRegex:
+		re, err := compileRE2(e, f+".safe_regex", p.SafeRegex.GetRegex())
+		if err != nil {
+			return rm, err
+		}
+		rm.PathKind, rm.Path, rm.PathRegex = PathRegex, p.SafeRegex.GetRegex(), re
+	case nil:
+		return rm, e.at(f, "one of prefix, path or safe_regex is required")
+	default:
+		return rm, e.at(f, "unsupported path specifier %T", p)
+	}
+	if !rm.CaseSensitive && rm.PathKind != PathRegex {
+		rm.Path = lower(rm.Path)
+	}
+	if len(m.GetQueryParameters()) > 0 || m.GetGrpc() != nil || len(m.GetCookies()) > 0 || m.GetRuntimeFraction() != nil ||
+		len(m.GetDynamicMetadata()) > 0 || m.GetTlsContext() != nil {
+		return rm, e.at(f, "only path, headers and case_sensitive are supported")
+	}
+	hs := m.GetHeaders()
+	if len(hs) > MaxHeaderMatchers {
+		return rm, e.at(f+".headers", "%d matchers, limit %d", len(hs), MaxHeaderMatchers)
+	}
+	for i, h := range hs {
+		hm, err := decodeHeader(e, fmt.Sprintf("%s.headers[%d]", f, i), h)
+		if err != nil {
+			return rm, err
+		}
+		rm.Headers = append(rm.Headers, hm)
+	}
+	return rm, nil
+}
+
+func decodeHeader(e errs, f string, h *routev3.HeaderMatcher) (HeaderMatch, error) {
+	hm := HeaderMatch{Name: lower(h.GetName()), Invert: h.GetInvertMatch()}
+	if hm.Name == "" {
+		return hm, e.at(f+".name", "must not be empty")
+	}
+	switch s := h.GetHeaderMatchSpecifier().(type) {
+	case *routev3.HeaderMatcher_ExactMatch:
+		hm.Kind, hm.Value = StringExact, s.ExactMatch
+	case *routev3.HeaderMatcher_PrefixMatch:
+		hm.Kind, hm.Value = StringPrefix, s.PrefixMatch
+	case *routev3.HeaderMatcher_SuffixMatch:
+		hm.Kind, hm.Value = StringSuffix, s.SuffixMatch
+	case *routev3.HeaderMatcher_ContainsMatch:
+		hm.Kind, hm.Value = StringContains, s.ContainsMatch
+	case *routev3.HeaderMatcher_PresentMatch:
+		hm.Kind = StringPresent
+		if !s.PresentMatch {
+			hm.Invert = !hm.Invert
+		}
+	case *routev3.HeaderMatcher_SafeRegexMatch:
+		re, err := compileRE2(e, f+".safe_regex_match", s.SafeRegexMatch.GetRegex())
+		if err != nil {
+			return hm, err
+		}
+		hm.Kind, hm.Value, hm.Regex = StringRegex, s.SafeRegexMatch.GetRegex(), re
+	case *routev3.HeaderMatcher_StringMatch:
+		return decodeStringMatch(e, f+".string_match", hm, s.StringMatch)
+	case nil:
+		// Envoy: no specifier means "present".
+		hm.Kind = StringPresent
+	default:
+		return hm, e.at(f, "unsupported header matcher %T", s)
+	}
+	return hm, nil
+}
+
+func decodeStringMatch(e errs, f string, hm HeaderMatch, sm *matcherv3.StringMatcher) (HeaderMatch, error) {
+	if sm.GetIgnoreCase() {
+		return hm, e.at(f+".ignore_case", "not supported")
+	}
+	switch p := sm.GetMatchPattern().(type) {
+	case *matcherv3.StringMatcher_Exact:
+		hm.Kind, hm.Value = StringExact, p.Exact
+	case *matcherv3.StringMatcher_Prefix:
+		hm.Kind, hm.Value = StringPrefix, p.Prefix
+	case *matcherv3.StringMatcher_Suffix:
+		hm.Kind, hm.Value = StringSuffix, p.Suffix
+	case *matcherv3.StringMatcher_Contains:
+		hm.Kind, hm.Value = StringContains, p.Contains
+	case *matcherv3.StringMatcher_SafeRegex:
+		re, err := compileRE2(e, f+".safe_regex", p.SafeRegex.GetRegex())
+		if err != nil {
+			return hm, err
+		}
+		hm.Kind, hm.Value, hm.Regex = StringRegex, p.SafeRegex.GetRegex(), re
+	default:
+		return hm, e.at(f, "unsupported string matcher %T", p)
+	}
+	return hm, nil
+}
+
+func decodeAction(e errs, f string, a *routev3.RouteAction, out *Route) error {
+	switch c := a.GetClusterSpecifier().(type) {
+	case *routev3.RouteAction_Cluster:
+		if err := checkName(e, f+".cluster", c.Cluster); err != nil {
+			return err
+		}
+		out.Clusters = []WeightedCluster{{Name: c.Cluster, Weight: 1}}
+	case *routev3.RouteAction_WeightedClusters:
+		ws := c.WeightedClusters.GetClusters()
+		if len(ws) == 0 || len(ws) > MaxWeightedTargets {
+			return e.at(f+".weighted_clusters.clusters", "want 1..%d clusters, got %d", MaxWeightedTargets, len(ws))
+		}
+		var sum uint64
+		for i, w := range ws {
+			wf := fmt.Sprintf("%s.weighted_clusters.clusters[%d]", f, i)
+			if err := checkName(e, wf+".name", w.GetName()); err != nil {
+				return err
+			}
+			sum += uint64(w.GetWeight().GetValue())
+			out.Clusters = append(out.Clusters, WeightedCluster{Name: w.GetName(), Weight: w.GetWeight().GetValue()})
+		}
+		if sum == 0 {
+			return e.at(f+".weighted_clusters", "weights sum to 0")
+		}
+		if sum > 1<<32-1 {
+			return e.at(f+".weighted_clusters", "weights sum exceeds uint32")
+		}
+	case nil:
+		return e.at(f, "one of cluster or weighted_clusters is required")
+	default:
+		return e.at(f, "unsupported cluster specifier %T", c)
+	}
+	t, err := duration(e, f+".timeout", a.GetTimeout(), 15e9) // Envoy's default route timeout
+	if err != nil {
+		return err
+	}
+	out.Timeout = t
+	if rp := a.GetRetryPolicy(); rp != nil {
+		p := &RetryPolicy{NumRetries: 1}
+		if rp.GetNumRetries() != nil {
+			p.NumRetries = rp.GetNumRetries().GetValue()
+		}
+		if p.NumRetries > MaxRetries {
+			return e.at(f+".retry_policy.num_retries", "%d, limit %d", p.NumRetries, MaxRetries)
+		}
+		for _, c := range strings.Split(rp.GetRetryOn(), ",") {
+			c = strings.TrimSpace(c)
+			if c == "" {
+				continue
+			}
+			if !knownRetryOn[c] {
+				return e.at(f+".retry_policy.retry_on", "unknown condition %q", c)
+			}
+			p.RetryOn = append(p.RetryOn, c)
+		}
+		pt, err := duration(e, f+".retry_policy.per_try_timeout", rp.GetPerTryTimeout(), 0)
+		if err != nil {
+			return err
+		}
+		p.PerTryTimeout = pt
+		out.Retry = p
+	}
+	for i, h := range a.GetHashPolicy() {
+		hf := fmt.Sprintf("%s.hash_policy[%d]", f, i)
+		switch {
+		case h.GetHeader() != nil:
+			if h.GetHeader().GetHeaderName() == "" {
+				return e.at(hf+".header.header_name", "must not be empty")
+			}
+			out.Hash = append(out.Hash, HashPolicy{Header: lower(h.GetHeader().GetHeaderName())})
+		case h.GetConnectionProperties() != nil:
+			out.Hash = append(out.Hash, HashPolicy{SourceIP: h.GetConnectionProperties().GetSourceIp()})
+		default:
+			return e.at(hf, "only header and connection_properties are supported")
+		}
+	}
+	return nil
+}
+
+// knownRetryOn are the Envoy retry_on conditions the proxy understands.
+var knownRetryOn = map[string]bool{
+	"5xx": true, "gateway-error": true, "reset": true, "connect-failure": true,
+	"retriable-4xx": true, "refused-stream": true, "unavailable": true, "cancelled": true,
+	"deadline-exceeded": true, "resource-exhausted": true, "internal": true,
+}

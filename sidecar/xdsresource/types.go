@@ -1,0 +1,270 @@
+// Package xdsresource decodes Envoy v3 xDS resources (Listener, RouteConfiguration,
+// Cluster, ClusterLoadAssignment) into Weft's own validated Go types. Protos stay at
+// this edge: everything downstream (dataplane.Compile, the request path) sees only the
+// types below. Every rejection names the resource and the field path.
+//
+// Decoded values are immutable after Decode returns; compiled regexps inside them are
+// safe for concurrent use.
+package xdsresource
+
+import (
+	"net/netip"
+	"regexp"
+	"time"
+)
+
+// Type URLs this package decodes.
+const (
+	ListenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	RouteType    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+	ClusterType  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	EndpointType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+)
+
+// Limits bound the complexity of what a sidecar accepts. Generated config is well below
+// them; they stop a bad push from costing unbounded memory or CPU.
+const (
+	MaxNameBytes       = 512
+	MaxFilterChains    = 1024
+	MaxVirtualHosts    = 4096
+	MaxDomains         = 256 // per virtual host
+	MaxRoutes          = 1024
+	MaxHeaderMatchers  = 32
+	MaxWeightedTargets = 64
+	MaxFallbacks       = 8
+	MaxRegexBytes      = 1024
+	MaxRetries         = 10
+	MaxEndpoints       = 10000
+	MaxRingSize        = 1 << 20
+	MaxDirectBodyBytes = 4096
+)
+
+// Referrer is implemented by decoded values that name other resources.
+type Referrer interface {
+	References() (typeURL string, names []string)
+}
+
+// Listener is a decoded envoy.config.listener.v3.Listener.
+type Listener struct {
+	Name string
+	// Addr is the bind address. Zero for API listeners (proxyless gRPC), which a
+	// sidecar keeps but never binds.
+	Addr         netip.AddrPort
+	APIOnly      bool
+	FilterChains []FilterChain
+	// Default is used when no chain matches (default_filter_chain); may be nil.
+	Default *FilterChain
+}
+
+// References lists the RDS route configurations this listener's chains name.
+func (l *Listener) References() (string, []string) {
+	var names []string
+	add := func(fc *FilterChain) {
+		if fc != nil && fc.HTTP != nil && fc.HTTP.RDSName != "" {
+			names = append(names, fc.HTTP.RDSName)
+		}
+	}
+	for i := range l.FilterChains {
+		add(&l.FilterChains[i])
+	}
+	add(l.Default)
+	return RouteType, names
+}
+
+// FilterChain is one chain: a match on the destination port and exactly one terminal
+// network filter (HTTP connection manager or TCP proxy).
+type FilterChain struct {
+	Name            string
+	DestinationPort uint32 // 0: any port
+	HTTP            *HTTPManager
+	TCP             *TCPProxy
+}
+
+// HTTPManager is a decoded HttpConnectionManager: either an RDS name or an inline
+// route configuration.
+type HTTPManager struct {
+	RDSName string
+	Inline  *RouteConfig
+}
+
+// TCPProxy is a decoded tcp_proxy filter.
+type TCPProxy struct {
+	Clusters    []WeightedCluster
+	IdleTimeout time.Duration // 0: no idle timeout
+}
+
+// RouteConfig is a decoded envoy.config.route.v3.RouteConfiguration.
+type RouteConfig struct {
+	Name         string
+	VirtualHosts []VirtualHost
+}
+
+// VirtualHost is a named set of domains and ordered routes (first match wins).
+type VirtualHost struct {
+	Name    string
+	Domains []string // lower-cased; "*", "*.suffix" or "prefix*" wildcards allowed
+	Routes  []Route
+}
+
+// PathKind says how RouteMatch.Path is compared.
+type PathKind uint8
+
+// Path match kinds.
+const (
+	PathPrefix PathKind = iota
+	PathExact
+	PathRegex
+)
+
+// StringKind says how a header value is compared.
+type StringKind uint8
+
+// String match kinds.
+const (
+	StringExact StringKind = iota
+	StringPrefix
+	StringSuffix
+	StringContains
+	StringRegex
+	StringPresent
+)
+
+// HeaderMatch matches one request header (":method" and ":authority" included).
+type HeaderMatch struct {
+	Name   string // lower-cased
+	Kind   StringKind
+	Value  string
+	Regex  *regexp.Regexp // set when Kind == StringRegex
+	Invert bool
+}
+
+// RouteMatch is an AND of a path match and header matches.
+type RouteMatch struct {
+	PathKind      PathKind
+	Path          string
+	PathRegex     *regexp.Regexp // set when PathKind == PathRegex
+	CaseSensitive bool
+	Headers       []HeaderMatch
+}
+
+// WeightedCluster is one weighted destination.
+type WeightedCluster struct {
+	Name   string
+	Weight uint32
+}
+
+// RetryPolicy is a decoded Envoy retry policy.
+type RetryPolicy struct {
+	RetryOn       []string // Envoy retry_on conditions: 5xx, gateway-error, reset, connect-failure, retriable-4xx, ...
+	NumRetries    uint32
+	PerTryTimeout time.Duration // 0: the route timeout bounds each try
+}
+
+// HashPolicy says what a ring-hash cluster hashes for this route.
+type HashPolicy struct {
+	Header   string // lower-cased header name; empty with SourceIP
+	SourceIP bool
+}
+
+// DirectResponse answers without an upstream.
+type DirectResponse struct {
+	Status uint32
+	Body   string
+}
+
+// Route is one match and its action.
+type Route struct {
+	Name     string
+	Match    RouteMatch
+	Clusters []WeightedCluster // one entry for a plain cluster action
+	Timeout  time.Duration     // 0: no timeout (Envoy's "disabled")
+	Retry    *RetryPolicy
+	Hash     []HashPolicy
+	// Fallback are cluster names tried in order when the chosen cluster fails
+	// (filter_metadata "weft.fallback", field "clusters").
+	Fallback []string
+	Direct   *DirectResponse
+}
+
+// LBPolicy is a cluster's load-balancing policy.
+type LBPolicy uint8
+
+// Load-balancing policies.
+const (
+	RoundRobin LBPolicy = iota
+	LeastRequest
+	Random
+	RingHash
+)
+
+func (p LBPolicy) String() string {
+	switch p {
+	case RoundRobin:
+		return "ROUND_ROBIN"
+	case LeastRequest:
+		return "LEAST_REQUEST"
+	case Random:
+		return "RANDOM"
+	case RingHash:
+		return "RING_HASH"
+	}
+	return "UNKNOWN"
+}
+
+// Thresholds are a cluster's circuit-breaker limits (DEFAULT priority). Zero values are
+// replaced by Envoy's defaults at decode time.
+type Thresholds struct {
+	MaxConnections     uint32
+	MaxPendingRequests uint32
+	MaxRequests        uint32
+	MaxRetries         uint32
+}
+
+// Envoy's default circuit-breaker thresholds.
+var DefaultThresholds = Thresholds{MaxConnections: 1024, MaxPendingRequests: 1024, MaxRequests: 1024, MaxRetries: 3}
+
+// Outlier holds passive-ejection settings, decoded for the outlier detector.
+type Outlier struct {
+	Consecutive5xx          uint32
+	ConsecutiveGatewayError uint32
+	Interval                time.Duration
+	BaseEjectionTime        time.Duration
+	MaxEjectionPercent      uint32
+}
+
+// Cluster is a decoded envoy.config.cluster.v3.Cluster.
+type Cluster struct {
+	Name           string
+	EDSName        string // set for EDS clusters: the ClusterLoadAssignment to use
+	Static         *Endpoints
+	LB             LBPolicy
+	RingMin        uint64
+	RingMax        uint64
+	ConnectTimeout time.Duration
+	HTTP2          bool // upstream speaks HTTP/2 (h2c until mTLS)
+	Limits         Thresholds
+	Outlier        *Outlier
+}
+
+// References names the cluster's EDS resource, if any.
+func (c *Cluster) References() (string, []string) {
+	if c.EDSName == "" {
+		return EndpointType, nil
+	}
+	return EndpointType, []string{c.EDSName}
+}
+
+// Endpoints is a decoded ClusterLoadAssignment.
+type Endpoints struct {
+	Name      string
+	Endpoints []Endpoint
+}
+
+// Endpoint is one upstream host.
+type Endpoint struct {
+	Addr     netip.AddrPort
+	Weight   uint32 // endpoint weight × locality weight, ≥ 1
+	Healthy  bool
+	Priority uint32
+	Locality string // region/zone/subzone
+}
