@@ -1,0 +1,161 @@
+// Package lkg persists and reloads a sidecar's last-known-good snapshot: the raw xDS
+// resources it activated plus the manifest pilot signed for them. A reloaded
+// snapshot is trusted only after the signature, the node binding, the validity
+// window and every resource hash check out; each refusal names the check that
+// failed.
+package lkg
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/weft-mesh/weft/certs/manifest"
+	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
+	"github.com/weft-mesh/weft/internal/atomicfile"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// FileName is the snapshot file inside the state directory.
+const FileName = "last-known-good.json"
+
+// MaxFileBytes bounds what Load reads, so a corrupt or hostile file cannot exhaust
+// memory at start-up.
+const MaxFileBytes = 64 << 20
+
+// formatVersion is bumped on incompatible changes to the file layout.
+const formatVersion = 1
+
+// ErrNoSnapshot means the state directory holds no snapshot (first start).
+var ErrNoSnapshot = errors.New("no last-known-good snapshot")
+
+// Resource is one raw xDS resource as received.
+type Resource struct {
+	TypeURL string
+	Name    string
+	Version string
+	Value   []byte // Any.value, exactly the bytes pilot sent and signed the hash of
+}
+
+// Snapshot is what is persisted: the resources that were active, the signed manifest
+// that covers them, and when this sidecar last had a healthy stream confirming them
+// (staleness age counts from there, not from a restart).
+type Snapshot struct {
+	NodeID        string
+	Resources     []Resource
+	Manifest      *manifestpb.SignedManifest
+	LastConfirmed time.Time
+}
+
+type fileV1 struct {
+	Format        int        `json:"format"`
+	NodeID        string     `json:"nodeId"`
+	LastConfirmed time.Time  `json:"lastConfirmed"`
+	Manifest      []byte     `json:"manifest"` // proto-encoded SignedManifest
+	Resources     []Resource `json:"resources"`
+}
+
+// Save writes s atomically (temp file, fsync, rename, fsync dir) to dir/FileName.
+func Save(dir string, s *Snapshot) error {
+	if s.Manifest == nil {
+		return fmt.Errorf("save last-known-good: no manifest")
+	}
+	mb, err := proto.Marshal(s.Manifest)
+	if err != nil {
+		return fmt.Errorf("save last-known-good: manifest: %w", err)
+	}
+	res := append([]Resource(nil), s.Resources...)
+	sort.Slice(res, func(i, j int) bool {
+		if res[i].TypeURL != res[j].TypeURL {
+			return res[i].TypeURL < res[j].TypeURL
+		}
+		return res[i].Name < res[j].Name
+	})
+	b, err := json.Marshal(fileV1{Format: formatVersion, NodeID: s.NodeID, LastConfirmed: s.LastConfirmed.UTC(), Manifest: mb, Resources: res})
+	if err != nil {
+		return fmt.Errorf("save last-known-good: %w", err)
+	}
+	if len(b) > MaxFileBytes {
+		return fmt.Errorf("save last-known-good: %d bytes exceeds %d", len(b), MaxFileBytes)
+	}
+	return atomicfile.Write(filepath.Join(dir, FileName), b, 0o600)
+}
+
+// Load reads dir/FileName and verifies it against the trusted publisher key for
+// nodeID at now. It returns the snapshot and its verified manifest, or an error
+// wrapping ErrNoSnapshot, a manifest sentinel (manifest.ErrSignature, ErrNode,
+// ErrExpired, ErrMismatch, ...) or a decode error.
+func Load(dir string, pub ed25519.PublicKey, nodeID string, now time.Time) (*Snapshot, *manifest.Manifest, error) {
+	path := filepath.Join(dir, FileName)
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("%w in %s", ErrNoSnapshot, dir)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("last-known-good %s: %w", path, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("last-known-good %s: %w", path, err)
+	}
+	if len(b) > MaxFileBytes {
+		return nil, nil, fmt.Errorf("last-known-good %s: larger than %d bytes", path, MaxFileBytes)
+	}
+	return Decode(b, pub, nodeID, now)
+}
+
+// Decode verifies file content; Load's checks without the file system.
+func Decode(b []byte, pub ed25519.PublicKey, nodeID string, now time.Time) (*Snapshot, *manifest.Manifest, error) {
+	var fv fileV1
+	if err := json.Unmarshal(b, &fv); err != nil {
+		return nil, nil, fmt.Errorf("last-known-good: decode: %w", err)
+	}
+	if fv.Format != formatVersion {
+		return nil, nil, fmt.Errorf("last-known-good: format %d, want %d", fv.Format, formatVersion)
+	}
+	var sm manifestpb.SignedManifest
+	if err := proto.Unmarshal(fv.Manifest, &sm); err != nil {
+		return nil, nil, fmt.Errorf("last-known-good: manifest: %w: %v", manifest.ErrMalformed, err)
+	}
+	m, err := manifest.Verify(pub, &sm, nodeID, now)
+	if err != nil {
+		return nil, nil, fmt.Errorf("last-known-good: %w", err)
+	}
+	have := map[string]map[string][32]byte{}
+	for i, r := range fv.Resources {
+		if r.TypeURL == "" || r.Name == "" {
+			return nil, nil, fmt.Errorf("last-known-good: resources[%d]: type and name required", i)
+		}
+		if have[r.TypeURL] == nil {
+			have[r.TypeURL] = map[string][32]byte{}
+		}
+		if _, dup := have[r.TypeURL][r.Name]; dup {
+			return nil, nil, fmt.Errorf("last-known-good: resources[%d]: duplicate %s %q", i, r.TypeURL, r.Name)
+		}
+		have[r.TypeURL][r.Name] = manifest.Hash(r.Value)
+	}
+	if err := m.Match(have, manifest.TypeURL); err != nil {
+		return nil, nil, fmt.Errorf("last-known-good: %w", err)
+	}
+	if fv.LastConfirmed.After(now.Add(time.Minute)) {
+		return nil, nil, fmt.Errorf("last-known-good: lastConfirmed %s is in the future", fv.LastConfirmed.Format(time.RFC3339))
+	}
+	// lastConfirmed is the sidecar's own record and not signed; the manifest's signed
+	// validity window still bounds how long the file can be trusted, whatever it says.
+	last := fv.LastConfirmed
+	if last.IsZero() {
+		last = m.IssuedAt
+	}
+	return &Snapshot{NodeID: fv.NodeID, Resources: fv.Resources, Manifest: &sm, LastConfirmed: last}, m, nil
+}
+
+// Any returns the resource as an Any.
+func (r Resource) Any() *anypb.Any { return &anypb.Any{TypeUrl: r.TypeURL, Value: r.Value} }
