@@ -1,12 +1,35 @@
 // Package compile turns one store revision (plus the workloads connected sidecars
 // registered) into an immutable ir.Mesh.
+//
+// Objects reaching Compile have been decoded and validated (resource.Decode), but
+// Compile still treats zero values as the documented defaults (targetPort=port,
+// weight=1, protocol=HTTP, ...) so a hand-built object compiles the same way.
+//
+// Errors vs warnings: a value that cannot be interpreted (a bad duration, an unknown
+// protocol) is an error naming the object and field, because validation should have
+// rejected it. A reference that cannot be resolved at this revision (a Route naming
+// a missing subset, a second Route for the same host, a sidecar that does not match
+// anything) is a warning in Mesh.Warnings, and the piece is left out, so one bad
+// reference never stops the whole mesh from compiling.
 package compile
 
 import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/pilot/ir"
 	"github.com/weft-mesh/weft/pilot/resource"
 )
+
+// DefaultInboundPort is the sidecar inbound listener port used when a registering
+// node does not carry one in its metadata.
+const DefaultInboundPort = 15006
 
 // Input is everything Compile reads; it reads nothing else.
 type Input struct {
@@ -15,7 +38,542 @@ type Input struct {
 	Proxies  []*node.Node       // connected sidecars that register their own workload
 }
 
-// Compile builds the mesh. Stub: the real implementation replaces this file.
+// Compile builds the mesh. The result is deterministic: the same Input (in any
+// order) gives an identical Mesh.
 func Compile(in Input) (*ir.Mesh, error) {
-	return &ir.Mesh{Revision: in.Revision}, nil
+	c := &compiler{
+		mesh:      &ir.Mesh{Revision: in.Revision, TrustDomain: ir.DefaultTrustDomain, DefaultMTLS: "STRICT"},
+		byKind:    map[string][]*resource.Object{},
+		workloads: map[string][]*resource.Object{},
+	}
+	for _, o := range in.Objects {
+		if o == nil {
+			continue
+		}
+		c.byKind[o.Kind] = append(c.byKind[o.Kind], o)
+	}
+	for _, objs := range c.byKind {
+		sort.Slice(objs, func(i, j int) bool { return objKeyLess(objs[i], objs[j]) })
+	}
+	for _, w := range c.byKind[resource.KindWorkload] {
+		c.workloads[w.Metadata.Namespace] = append(c.workloads[w.Metadata.Namespace], w)
+	}
+	steps := []func() error{
+		c.meshConfig,
+		c.services,
+		c.policies,
+		func() error { return c.endpoints(in.Proxies) },
+		c.routes,
+		c.security,
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return nil, fmt.Errorf("compile revision %d: %w", in.Revision, err)
+		}
+	}
+	c.scopes()
+	sort.Strings(c.mesh.Warnings)
+	return c.mesh, nil
+}
+
+type compiler struct {
+	mesh      *ir.Mesh
+	byKind    map[string][]*resource.Object
+	workloads map[string][]*resource.Object // namespace -> workloads, sorted
+	// candidates per cluster name, before dedupe; built by endpoints.
+}
+
+func (c *compiler) warnf(format string, args ...any) {
+	c.mesh.Warnings = append(c.mesh.Warnings, fmt.Sprintf(format, args...))
+}
+
+func objKeyLess(a, b *resource.Object) bool {
+	if a.Metadata.Namespace != b.Metadata.Namespace {
+		return a.Metadata.Namespace < b.Metadata.Namespace
+	}
+	return a.Metadata.Name < b.Metadata.Name
+}
+
+func specOf[T any](o *resource.Object) (*T, error) {
+	s, ok := o.Spec.(*T)
+	if !ok || s == nil {
+		return nil, fmt.Errorf("%s: spec: want %T, got %T", o, (*T)(nil), o.Spec)
+	}
+	return s, nil
+}
+
+func duration(o *resource.Object, field string, d resource.Duration) (time.Duration, error) {
+	if d == "" {
+		return 0, nil
+	}
+	v, err := time.ParseDuration(string(d))
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%s: %s: invalid duration %q", o, field, d)
+	}
+	return v, nil
+}
+
+func nonNeg(o *resource.Object, field string, v int32) (uint32, error) {
+	if v < 0 {
+		return 0, fmt.Errorf("%s: %s: must not be negative, got %d", o, field, v)
+	}
+	return uint32(v), nil
+}
+
+func copyLabels(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// ---- MeshConfig ----
+
+func (c *compiler) meshConfig() error {
+	for _, o := range c.byKind[resource.KindMeshConfig] {
+		if o.Metadata.Name != "default" {
+			c.warnf("%s: ignored: only MeshConfig/default takes effect", o)
+			continue
+		}
+		s, err := specOf[resource.MeshConfigSpec](o)
+		if err != nil {
+			return err
+		}
+		if s.TrustDomain != "" {
+			c.mesh.TrustDomain = s.TrustDomain
+		}
+		if s.DefaultMTLS != "" {
+			c.mesh.DefaultMTLS = s.DefaultMTLS
+		}
+		if c.mesh.CertTTL, err = duration(o, "spec.certificateTTL", s.CertificateTTL); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ---- Services ----
+
+func (c *compiler) services() error {
+	for _, o := range c.byKind[resource.KindService] {
+		s, err := specOf[resource.ServiceSpec](o)
+		if err != nil {
+			return err
+		}
+		ns := o.Metadata.Namespace
+		svc := &ir.Service{
+			Namespace: ns,
+			Name:      o.Metadata.Name,
+			Host:      ir.ServiceHost(o.Metadata.Name, ns, c.mesh.TrustDomain),
+			Selector:  copyLabels(s.Selector),
+		}
+		for i, p := range s.Ports {
+			field := fmt.Sprintf("spec.ports[%d]", i)
+			if p.Port <= 0 || p.Port > 65535 {
+				return fmt.Errorf("%s: %s.port: %d out of range 1..65535", o, field, p.Port)
+			}
+			target := p.TargetPort
+			if target == 0 {
+				target = p.Port
+			}
+			if target < 0 || target > 65535 {
+				return fmt.Errorf("%s: %s.targetPort: %d out of range 1..65535", o, field, target)
+			}
+			proto, err := protocol(p.Protocol)
+			if err != nil {
+				return fmt.Errorf("%s: %s.protocol: %w", o, field, err)
+			}
+			if svc.PortByNumber(uint32(p.Port)) != nil {
+				return fmt.Errorf("%s: %s.port: duplicate port %d", o, field, p.Port)
+			}
+			svc.Ports = append(svc.Ports, &ir.Port{
+				Name:       p.Name,
+				Port:       uint32(p.Port),
+				TargetPort: uint32(target),
+				Protocol:   proto,
+				Cluster:    ir.OutboundClusterName(uint32(p.Port), "", svc.Host),
+			})
+		}
+		c.mesh.Services = append(c.mesh.Services, svc)
+	}
+	c.mesh.Index()
+	return nil
+}
+
+func protocol(p string) (ir.Protocol, error) {
+	switch ir.Protocol(p) {
+	case "":
+		return ir.ProtocolHTTP, nil
+	case ir.ProtocolHTTP, ir.ProtocolHTTP2, ir.ProtocolGRPC, ir.ProtocolTCP:
+		return ir.Protocol(p), nil
+	}
+	return "", fmt.Errorf("unknown protocol %q (want HTTP, HTTP2, GRPC or TCP)", p)
+}
+
+// lookupService resolves a service reference written in namespace ns: "svc",
+// "svc.ns" or the full host "svc.ns.svc.<domain>".
+func (c *compiler) lookupService(ns, ref string) *ir.Service {
+	if host, ok := strings.CutSuffix(ref, ".svc."+c.mesh.TrustDomain); ok {
+		ref = host
+	}
+	name, refNS, found := strings.Cut(ref, ".")
+	if !found {
+		refNS = ns
+	}
+	return c.mesh.Service(refNS, name)
+}
+
+// ---- DestinationPolicy ----
+
+func (c *compiler) policies() error {
+	for _, o := range c.byKind[resource.KindDestinationPolicy] {
+		s, err := specOf[resource.DestinationPolicySpec](o)
+		if err != nil {
+			return err
+		}
+		dp := &ir.DestinationPolicy{Namespace: o.Metadata.Namespace, Name: o.Metadata.Name, Service: s.Service}
+		if dp.Policy, err = clusterPolicy(o, s); err != nil {
+			return err
+		}
+		for _, ss := range s.Subsets {
+			dp.Subsets = append(dp.Subsets, ir.Subset{Name: ss.Name, Labels: copyLabels(ss.Labels)})
+		}
+		c.mesh.Policies = append(c.mesh.Policies, dp)
+		svc := c.lookupService(o.Metadata.Namespace, s.Service)
+		switch {
+		case svc == nil:
+			c.warnf("%s: spec.service: Service %q not found; policy has no effect", o, s.Service)
+		case svc.Policy != nil:
+			// Objects are sorted by name, so the earliest name wins everywhere.
+			c.warnf("%s: ignored: DestinationPolicy/%s/%s already applies to Service %s/%s", o, svc.Policy.Namespace, svc.Policy.Name, svc.Namespace, svc.Name)
+		case svc.Namespace != o.Metadata.Namespace:
+			c.warnf("%s: spec.service: %q is in another namespace; a policy only applies to its own namespace's services", o, s.Service)
+		default:
+			svc.Policy = dp
+		}
+	}
+	return nil
+}
+
+func clusterPolicy(o *resource.Object, s *resource.DestinationPolicySpec) (ir.ClusterPolicy, error) {
+	p := ir.ClusterPolicy{LB: ir.LBRoundRobin, ConnectTimeout: ir.DefaultConnectTimeout}
+	switch lb := ir.LBPolicy(s.LoadBalancer); lb {
+	case "":
+	case ir.LBRoundRobin, ir.LBLeastRequest, ir.LBRandom, ir.LBRingHash:
+		p.LB = lb
+	default:
+		return p, fmt.Errorf("%s: spec.loadBalancer: unknown policy %q", o, s.LoadBalancer)
+	}
+	if cp := s.ConnectionPool; cp != nil {
+		pool := &ir.ConnectionPool{}
+		var err error
+		for _, f := range []struct {
+			name string
+			v    int32
+			dst  *uint32
+		}{
+			{"maxConnections", cp.MaxConnections, &pool.MaxConnections},
+			{"maxPendingRequests", cp.MaxPendingRequests, &pool.MaxPendingRequests},
+			{"maxRequests", cp.MaxRequests, &pool.MaxRequests},
+			{"maxRetries", cp.MaxRetries, &pool.MaxRetries},
+		} {
+			if *f.dst, err = nonNeg(o, "spec.connectionPool."+f.name, f.v); err != nil {
+				return p, err
+			}
+		}
+		if rb := cp.RetryBudget; rb != nil {
+			if rb.Percent < 0 || rb.Percent > 100 {
+				return p, fmt.Errorf("%s: spec.connectionPool.retryBudget.percent: %v out of range 0..100", o, rb.Percent)
+			}
+			mc, err := nonNeg(o, "spec.connectionPool.retryBudget.minConcurrency", rb.MinConcurrency)
+			if err != nil {
+				return p, err
+			}
+			pool.RetryBudget = &ir.RetryBudget{Percent: rb.Percent, MinConcurrency: mc}
+		}
+		ct, err := duration(o, "spec.connectionPool.connectTimeout", cp.ConnectTimeout)
+		if err != nil {
+			return p, err
+		}
+		if ct > 0 {
+			p.ConnectTimeout = ct
+		}
+		if *pool != (ir.ConnectionPool{}) {
+			p.Pool = pool
+		}
+	}
+	if od := s.OutlierDetection; od != nil {
+		out, err := outlier(o, od)
+		if err != nil {
+			return p, err
+		}
+		p.Outlier = out
+	}
+	if rl := s.LocalRateLimit; rl != nil {
+		if rl.RequestsPerSecond <= 0 {
+			return p, fmt.Errorf("%s: spec.localRateLimit.requestsPerSecond: must be > 0, got %v", o, rl.RequestsPerSecond)
+		}
+		b, err := nonNeg(o, "spec.localRateLimit.burst", rl.Burst)
+		if err != nil {
+			return p, err
+		}
+		p.RateLimit = &ir.LocalRateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: b}
+	}
+	return p, nil
+}
+
+func percent(o *resource.Object, field string, v float64) error {
+	if v < 0 || v > 100 {
+		return fmt.Errorf("%s: %s: %v out of range 0..100", o, field, v)
+	}
+	return nil
+}
+
+func outlier(o *resource.Object, od *resource.OutlierDetection) (*ir.OutlierDetection, error) {
+	const f = "spec.outlierDetection."
+	out := &ir.OutlierDetection{}
+	var err error
+	for _, u := range []struct {
+		name string
+		v    int32
+		dst  *uint32
+	}{
+		{"consecutive5xx", od.Consecutive5xx, &out.Consecutive5xx},
+		{"consecutiveGatewayErrors", od.ConsecutiveGatewayErrors, &out.ConsecutiveGatewayErrors},
+		{"consecutiveLocalOriginFailures", od.ConsecutiveLocalOriginFailures, &out.ConsecutiveLocalOriginFailures},
+	} {
+		if *u.dst, err = nonNeg(o, f+u.name, u.v); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    resource.Duration
+		dst  *time.Duration
+	}{
+		{"interval", od.Interval, &out.Interval},
+		{"baseEjectionTime", od.BaseEjectionTime, &out.BaseEjectionTime},
+		{"maxEjectionTime", od.MaxEjectionTime, &out.MaxEjectionTime},
+	} {
+		if *d.dst, err = duration(o, f+d.name, d.v); err != nil {
+			return nil, err
+		}
+	}
+	if err := percent(o, f+"maxEjectionPercent", od.MaxEjectionPercent); err != nil {
+		return nil, err
+	}
+	if err := percent(o, f+"minHealthPercent", od.MinHealthPercent); err != nil {
+		return nil, err
+	}
+	out.MaxEjectionPercent, out.MinHealthPercent = od.MaxEjectionPercent, od.MinHealthPercent
+	if sr := od.SuccessRate; sr != nil {
+		mh, err1 := nonNeg(o, f+"successRate.minHosts", sr.MinHosts)
+		rv, err2 := nonNeg(o, f+"successRate.requestVolume", sr.RequestVolume)
+		if err := cmp.Or(err1, err2); err != nil {
+			return nil, err
+		}
+		if sr.StdevFactor < 0 {
+			return nil, fmt.Errorf("%s: %ssuccessRate.stdevFactor: must not be negative, got %v", o, f, sr.StdevFactor)
+		}
+		out.SuccessRate = &ir.SuccessRate{MinHosts: mh, RequestVolume: rv, StdevFactor: sr.StdevFactor}
+	}
+	if fp := od.FailurePercentage; fp != nil {
+		if err := percent(o, f+"failurePercentage.threshold", fp.Threshold); err != nil {
+			return nil, err
+		}
+		mh, err1 := nonNeg(o, f+"failurePercentage.minHosts", fp.MinHosts)
+		rv, err2 := nonNeg(o, f+"failurePercentage.requestVolume", fp.RequestVolume)
+		if err := cmp.Or(err1, err2); err != nil {
+			return nil, err
+		}
+		out.FailurePercentage = &ir.FailurePercentage{Threshold: fp.Threshold, MinHosts: mh, RequestVolume: rv}
+	}
+	return out, nil
+}
+
+// ---- Endpoints and clusters ----
+
+// candidate is one workload (static or registered) that may back a service.
+type candidate struct {
+	source         string
+	namespace      string
+	address        string
+	serviceAccount string
+	labels         map[string]string
+	locality       ir.Locality
+	weight         uint32
+	health         ir.Health
+	ports          map[string]int32 // Workload port overrides by service port name
+	inboundPort    uint32           // sidecars: every service port goes to the inbound listener
+}
+
+func (c *compiler) workloadCandidates() (map[string][]candidate, error) {
+	out := map[string][]candidate{}
+	for _, o := range c.byKind[resource.KindWorkload] {
+		s, err := specOf[resource.WorkloadSpec](o)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := netip.ParseAddr(s.Address); err != nil {
+			return nil, fmt.Errorf("%s: spec.address: %q is not an IP literal", o, s.Address)
+		}
+		loc, err := node.ParseLocality(s.Locality)
+		if err != nil {
+			return nil, fmt.Errorf("%s: spec.locality: %w", o, err)
+		}
+		w := uint32(1)
+		if s.Weight != 0 {
+			if s.Weight < 1 || s.Weight > 128 {
+				return nil, fmt.Errorf("%s: spec.weight: %d out of range 1..128", o, s.Weight)
+			}
+			w = uint32(s.Weight)
+		}
+		for name, p := range s.Ports {
+			if p <= 0 || p > 65535 {
+				return nil, fmt.Errorf("%s: spec.ports.%s: %d out of range 1..65535", o, name, p)
+			}
+		}
+		ns := o.Metadata.Namespace
+		out[ns] = append(out[ns], candidate{
+			source:         o.Key().String(),
+			namespace:      ns,
+			address:        s.Address,
+			serviceAccount: cmp.Or(s.ServiceAccount, "default"),
+			labels:         o.Metadata.Labels,
+			locality:       ir.Locality{Region: loc.Region, Zone: loc.Zone, SubZone: loc.SubZone},
+			weight:         w,
+			health:         ir.HealthUnknown,
+			ports:          s.Ports,
+		})
+	}
+	return out, nil
+}
+
+// sidecarCandidates turns registering nodes into candidates. A sidecar may only
+// register the identity it connected with: its endpoint carries exactly the node's
+// namespace, service account and labels, and it can only join Services in its own
+// namespace. Today that identity is the node metadata it presents; the identity
+// work binds it to the sidecar's certificate.
+func (c *compiler) sidecarCandidates(proxies []*node.Node) map[string][]candidate {
+	sorted := slices.Clone(proxies)
+	sorted = slices.DeleteFunc(sorted, func(n *node.Node) bool { return n == nil })
+	slices.SortStableFunc(sorted, func(a, b *node.Node) int { return strings.Compare(a.ID, b.ID) })
+	out := map[string][]candidate{}
+	for i, n := range sorted {
+		if i > 0 && sorted[i-1].ID == n.ID {
+			c.warnf("sidecar %s: registered twice; only the first registration is used", n.ID)
+			continue
+		}
+		if !n.Registers() {
+			continue
+		}
+		if err := n.Validate(); err != nil {
+			c.warnf("sidecar %s: not registered: %v", n.ID, err)
+			continue
+		}
+		inbound := n.InboundPort
+		if inbound == 0 {
+			inbound = DefaultInboundPort
+		}
+		out[n.Namespace] = append(out[n.Namespace], candidate{
+			source:         "sidecar/" + n.ID,
+			namespace:      n.Namespace,
+			address:        n.Address,
+			serviceAccount: cmp.Or(n.ServiceAccount, "default"),
+			labels:         n.Labels,
+			locality:       ir.Locality{Region: n.Locality.Region, Zone: n.Locality.Zone, SubZone: n.Locality.SubZone},
+			weight:         1,
+			health:         ir.HealthHealthy,
+			inboundPort:    inbound,
+		})
+	}
+	return out
+}
+
+func (c *compiler) endpoints(proxies []*node.Node) error {
+	static, err := c.workloadCandidates()
+	if err != nil {
+		return err
+	}
+	sidecars := c.sidecarCandidates(proxies)
+	for _, svc := range c.mesh.Services {
+		var members []candidate
+		for _, cand := range append(slices.Clone(static[svc.Namespace]), sidecars[svc.Namespace]...) {
+			if ir.Selects(svc.Selector, cand.labels) {
+				members = append(members, cand)
+			}
+		}
+		for _, port := range svc.Ports {
+			eps := c.portEndpoints(svc, port, members)
+			pol := ir.ClusterPolicy{LB: ir.LBRoundRobin, ConnectTimeout: ir.DefaultConnectTimeout}
+			if svc.Policy != nil {
+				pol = svc.Policy.Policy
+			}
+			c.mesh.Clusters = append(c.mesh.Clusters, &ir.Cluster{
+				Name: port.Cluster, Namespace: svc.Namespace, Service: svc.Name, Port: port.Port,
+				Protocol: port.Protocol, Policy: pol, Endpoints: eps,
+			})
+			if svc.Policy == nil {
+				continue
+			}
+			for _, ss := range svc.Policy.Subsets {
+				name := ir.OutboundClusterName(port.Port, ss.Name, svc.Host)
+				port.Subsets = append(port.Subsets, name)
+				var sub []ir.Endpoint
+				for _, ep := range eps {
+					if ir.Contains(ep.Labels, ss.Labels) {
+						sub = append(sub, ep)
+					}
+				}
+				c.mesh.Clusters = append(c.mesh.Clusters, &ir.Cluster{
+					Name: name, Namespace: svc.Namespace, Service: svc.Name, Port: port.Port, Subset: ss.Name,
+					Protocol: port.Protocol, Policy: pol, Endpoints: sub,
+				})
+			}
+		}
+	}
+	slices.SortFunc(c.mesh.Clusters, func(a, b *ir.Cluster) int { return strings.Compare(a.Name, b.Name) })
+	c.mesh.Index()
+	return nil
+}
+
+// portEndpoints builds the sorted, de-duplicated endpoints of one service port.
+// Two members with the same address:port would be one upstream twice (and
+// grpc-go NACKs a ClusterLoadAssignment with duplicate addresses), so the first in
+// source order wins and the rest are reported.
+func (c *compiler) portEndpoints(svc *ir.Service, port *ir.Port, members []candidate) []ir.Endpoint {
+	seen := map[string]string{}
+	var eps []ir.Endpoint
+	for _, m := range members {
+		p := port.TargetPort
+		if m.inboundPort != 0 {
+			p = m.inboundPort
+		} else if o, ok := m.ports[port.Name]; ok && port.Name != "" {
+			p = uint32(o)
+		}
+		addr := netip.AddrPortFrom(netip.MustParseAddr(m.address), uint16(p)).String()
+		if first, dup := seen[addr]; dup {
+			c.warnf("Service/%s/%s: port %d: %s has the same address %s as %s; skipped", svc.Namespace, svc.Name, port.Port, m.source, addr, first)
+			continue
+		}
+		seen[addr] = m.source
+		eps = append(eps, ir.Endpoint{
+			Address: m.address, Port: p, Namespace: m.namespace, ServiceAccount: m.serviceAccount,
+			Labels: m.labels, Locality: m.locality, Weight: m.weight, Health: m.health, Source: m.source,
+		})
+	}
+	slices.SortFunc(eps, func(a, b ir.Endpoint) int {
+		return cmp.Or(
+			strings.Compare(a.Locality.Region, b.Locality.Region),
+			strings.Compare(a.Locality.Zone, b.Locality.Zone),
+			strings.Compare(a.Locality.SubZone, b.Locality.SubZone),
+			strings.Compare(a.Address, b.Address),
+			cmp.Compare(a.Port, b.Port),
+		)
+	})
+	return eps
 }

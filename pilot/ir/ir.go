@@ -1,10 +1,421 @@
 // Package ir is the compiled, proto-free, immutable model of the mesh at one store
 // revision: what compile produces and gen consumes.
+//
+// Everything reachable from a *Mesh is read-only once compile.Compile returns it;
+// slices are sorted so that generation is deterministic. The only mutable part is
+// the derived-value memo (see Mesh.Derive), which caches pure functions of the mesh.
 package ir
+
+import (
+	"sort"
+	"strconv"
+	"time"
+)
+
+// DefaultTrustDomain is used when no MeshConfig sets one; it is also the DNS domain
+// in cluster names and virtual host domains.
+const DefaultTrustDomain = "cluster.local"
+
+// Protocol of a Service port.
+type Protocol string
+
+const (
+	ProtocolHTTP  Protocol = "HTTP"
+	ProtocolHTTP2 Protocol = "HTTP2"
+	ProtocolGRPC  Protocol = "GRPC"
+	ProtocolTCP   Protocol = "TCP"
+)
+
+// IsHTTP reports whether traffic on the port is routed by an HTTP connection
+// manager (everything but TCP).
+func (p Protocol) IsHTTP() bool { return p != ProtocolTCP }
+
+// IsHTTP2 reports whether the upstream speaks HTTP/2 (h2c) only.
+func (p Protocol) IsHTTP2() bool { return p == ProtocolHTTP2 || p == ProtocolGRPC }
 
 // Mesh is immutable once returned by compile.Compile.
 type Mesh struct {
-	Revision int64
-	// The rest is defined by the compile/gen work (services, endpoints, routes,
-	// destination policies, authorization, staleness, overrides).
+	Revision    int64
+	TrustDomain string // from MeshConfig, DefaultTrustDomain when unset
+	DefaultMTLS string // STRICT | PERMISSIVE | DISABLE
+	CertTTL     time.Duration
+
+	// Services sorted by (Namespace, Name).
+	Services []*Service
+	// Clusters are every outbound cluster (one per service port and per subset),
+	// sorted by Name; each carries its endpoints.
+	Clusters []*Cluster
+	// Policies, sorted by (Namespace, Name); only the ones that took effect are
+	// also linked from their Service.
+	Policies  []*DestinationPolicy
+	PeerAuthn []*PeerAuthentication
+	Authz     []*AuthorizationPolicy
+	Staleness []*StalenessPolicy
+	Overrides []*Override
+
+	// Scopes maps a namespace to the services a sidecar in that namespace may
+	// need (see compile for the rule), sorted. Namespaces with nothing in scope
+	// are absent.
+	Scopes map[string][]*Service
+
+	// Warnings explain what compile skipped (dangling references, conflicting
+	// objects, identities a sidecar may not register). Sorted.
+	Warnings []string
+
+	serviceIndex map[string]*Service // "ns/name" -> service
+	clusterIndex map[string]*Cluster // name -> cluster
+	memo         memo
+}
+
+// Index builds the lookup tables; compile calls it once before returning, and
+// tests that build a Mesh by hand call it too.
+func (m *Mesh) Index() {
+	m.serviceIndex = make(map[string]*Service, len(m.Services))
+	for _, s := range m.Services {
+		m.serviceIndex[s.Namespace+"/"+s.Name] = s
+	}
+	m.clusterIndex = make(map[string]*Cluster, len(m.Clusters))
+	for _, c := range m.Clusters {
+		m.clusterIndex[c.Name] = c
+	}
+}
+
+// Service returns the service ns/name, or nil.
+func (m *Mesh) Service(ns, name string) *Service { return m.serviceIndex[ns+"/"+name] }
+
+// Cluster returns the outbound cluster with that name, or nil.
+func (m *Mesh) Cluster(name string) *Cluster { return m.clusterIndex[name] }
+
+// Service is one Service object with its effective routing and policy.
+type Service struct {
+	Namespace string
+	Name      string
+	Host      string            // <name>.<ns>.svc.<domain>
+	Selector  map[string]string // empty selects nothing
+	Ports     []*Port           // in spec order
+	Policy    *DestinationPolicy
+	// RouteSource is the Route object ("ns/name") that supplied Ports[*].Rules;
+	// "" when the service uses its default route.
+	RouteSource string
+}
+
+// PortByNumber returns the port with that service port number, or nil.
+func (s *Service) PortByNumber(p uint32) *Port {
+	for _, sp := range s.Ports {
+		if sp.Port == p {
+			return sp
+		}
+	}
+	return nil
+}
+
+// Port is one port of a Service.
+type Port struct {
+	Name       string
+	Port       uint32
+	TargetPort uint32
+	Protocol   Protocol
+	// Cluster is the outbound cluster without subset for this port.
+	Cluster string
+	// Subsets are the subset clusters for this port, in policy order.
+	Subsets []string
+	// Rules are the ordered HTTP rules for this host:port; nil means one default
+	// rule sending everything to Cluster. Always nil for TCP ports.
+	Rules []*Rule
+}
+
+// Cluster is one outbound cluster: a service port, optionally narrowed to a subset.
+type Cluster struct {
+	Name      string
+	Namespace string
+	Service   string
+	Port      uint32
+	Subset    string
+	Protocol  Protocol
+	Policy    ClusterPolicy
+	Endpoints []Endpoint // sorted by (Locality, Address, Port)
+}
+
+// ClusterPolicy is what a DestinationPolicy says about one cluster (defaults
+// filled in).
+type ClusterPolicy struct {
+	LB             LBPolicy
+	ConnectTimeout time.Duration
+	Pool           *ConnectionPool   // nil: no circuit breaker thresholds set
+	Outlier        *OutlierDetection // nil: no outlier detection
+	RateLimit      *LocalRateLimit   // nil: none
+}
+
+// LBPolicy is the load balancing algorithm.
+type LBPolicy string
+
+const (
+	LBRoundRobin   LBPolicy = "ROUND_ROBIN"
+	LBLeastRequest LBPolicy = "LEAST_REQUEST"
+	LBRandom       LBPolicy = "RANDOM"
+	LBRingHash     LBPolicy = "RING_HASH"
+)
+
+// DefaultConnectTimeout applies when a policy does not set connectTimeout.
+const DefaultConnectTimeout = 5 * time.Second
+
+// Health of an endpoint.
+type Health string
+
+const (
+	// HealthUnknown: a static Workload; pilot has no health signal for it.
+	HealthUnknown Health = "UNKNOWN"
+	// HealthHealthy: a sidecar currently connected to pilot registered it.
+	HealthHealthy Health = "HEALTHY"
+)
+
+// Endpoint is one address a cluster sends to.
+type Endpoint struct {
+	Address        string
+	Port           uint32
+	Namespace      string
+	ServiceAccount string
+	Labels         map[string]string
+	Locality       Locality
+	Weight         uint32 // 1..128
+	Health         Health
+	// Source names where the endpoint came from: "Workload/ns/name" or
+	// "sidecar/<node id>".
+	Source string
+}
+
+// Locality is region/zone/subzone.
+type Locality struct{ Region, Zone, SubZone string }
+
+func (l Locality) String() string { return l.Region + "/" + l.Zone + "/" + l.SubZone }
+
+// Rule is one HTTP routing rule.
+type Rule struct {
+	Name         string
+	Matches      []Match // OR; empty matches everything
+	Destinations []WeightedCluster
+	Timeout      time.Duration // 0: none
+	Retries      *Retries
+	// Fallback lists clusters tried in turn when the rule's destinations fail.
+	Fallback []string
+}
+
+// WeightedCluster is one destination of a rule.
+type WeightedCluster struct {
+	Cluster string
+	Weight  uint32
+}
+
+// Match is an AND of its fields.
+type Match struct {
+	Path    *StringMatch // nil: prefix "/"
+	Headers []HeaderMatch
+	Method  string
+}
+
+// MatchKind says how a StringMatch compares.
+type MatchKind string
+
+const (
+	MatchExact   MatchKind = "exact"
+	MatchPrefix  MatchKind = "prefix"
+	MatchRegex   MatchKind = "regex"
+	MatchPresent MatchKind = "present"
+)
+
+// StringMatch compares a value.
+type StringMatch struct {
+	Kind  MatchKind
+	Value string
+}
+
+// HeaderMatch compares one header; sorted by Name within a Match.
+type HeaderMatch struct {
+	Name string
+	StringMatch
+}
+
+// Retries is a rule's retry policy.
+type Retries struct {
+	Attempts      uint32
+	PerTryTimeout time.Duration
+	RetryOn       []string // API tokens, sorted
+}
+
+// DestinationPolicy as compiled.
+type DestinationPolicy struct {
+	Namespace string
+	Name      string
+	Service   string
+	Subsets   []Subset
+	Policy    ClusterPolicy
+}
+
+// Subset is a named label selection within a service.
+type Subset struct {
+	Name   string
+	Labels map[string]string
+}
+
+// ConnectionPool holds circuit breaker thresholds; 0 means "not set".
+type ConnectionPool struct {
+	MaxConnections     uint32
+	MaxPendingRequests uint32
+	MaxRequests        uint32
+	MaxRetries         uint32
+	RetryBudget        *RetryBudget
+}
+
+// RetryBudget limits retries as a share of active requests.
+type RetryBudget struct {
+	Percent        float64
+	MinConcurrency uint32
+}
+
+// OutlierDetection is passive ejection; 0 means "not set".
+type OutlierDetection struct {
+	Consecutive5xx                 uint32
+	ConsecutiveGatewayErrors       uint32
+	ConsecutiveLocalOriginFailures uint32
+	SuccessRate                    *SuccessRate
+	FailurePercentage              *FailurePercentage
+	Interval                       time.Duration
+	BaseEjectionTime               time.Duration
+	MaxEjectionTime                time.Duration
+	MaxEjectionPercent             float64
+	MinHealthPercent               float64
+}
+
+// SuccessRate ejection.
+type SuccessRate struct {
+	MinHosts      uint32
+	RequestVolume uint32
+	StdevFactor   float64
+}
+
+// FailurePercentage ejection.
+type FailurePercentage struct {
+	Threshold     float64
+	MinHosts      uint32
+	RequestVolume uint32
+}
+
+// LocalRateLimit is a token bucket.
+type LocalRateLimit struct {
+	RequestsPerSecond float64
+	Burst             uint32
+}
+
+// PeerAuthentication is the inbound mTLS mode for selected workloads.
+type PeerAuthentication struct {
+	Namespace string
+	Name      string
+	Selector  map[string]string // empty: whole namespace
+	MTLS      string
+}
+
+// AuthorizationPolicy as compiled (rules copied from the object).
+type AuthorizationPolicy struct {
+	Namespace string
+	Name      string
+	Selector  map[string]string
+	Action    string // ALLOW | DENY | AUDIT
+	DryRun    bool
+	Rules     []AuthzRule
+}
+
+// AuthzRule matches when any From and any To match (empty = any).
+type AuthzRule struct {
+	From []AuthzSource
+	To   []AuthzOperation
+}
+
+// AuthzSource is an AND of its non-empty lists.
+type AuthzSource struct {
+	Principals []string
+	Namespaces []string
+}
+
+// AuthzOperation is an AND of its non-empty lists.
+type AuthzOperation struct {
+	Methods []string
+	Paths   []string
+	Ports   []uint32
+}
+
+// StalenessPolicy as compiled.
+type StalenessPolicy struct {
+	Namespace string
+	Name      string
+	Selector  map[string]string
+	Rules     []StalenessRule
+}
+
+// StalenessRule is the policy for one class of state.
+type StalenessRule struct {
+	Resource      string
+	WarnAfter     time.Duration
+	RestrictAfter time.Duration
+	ExpireAfter   time.Duration
+	OnExpire      string
+	Jitter        float64
+}
+
+// Override is an emergency rule with a TTL.
+type Override struct {
+	Namespace string
+	Name      string
+	// Revision is the store revision of the object's last change: a sidecar
+	// starts the TTL when it first sees that revision.
+	Revision   int64
+	TTL        time.Duration
+	Reason     string
+	Action     string
+	Principals []string
+	Paths      []string
+	Methods    []string
+}
+
+// ---- names on the wire (API.md) ----
+
+// ServiceHost is <svc>.<ns>.svc.<domain>.
+func ServiceHost(name, ns, domain string) string { return name + "." + ns + ".svc." + domain }
+
+// OutboundClusterName is outbound|<port>|<subset>|<host>.
+func OutboundClusterName(port uint32, subset, host string) string {
+	return "outbound|" + strconv.FormatUint(uint64(port), 10) + "|" + subset + "|" + host
+}
+
+// InboundClusterName is inbound|<port>||.
+func InboundClusterName(port uint32) string {
+	return "inbound|" + strconv.FormatUint(uint64(port), 10) + "||"
+}
+
+// Selects reports whether selector matches labels. An empty selector selects
+// nothing (a Service without selector has no automatic endpoints).
+func Selects(selector, labels map[string]string) bool {
+	if len(selector) == 0 {
+		return false
+	}
+	return Contains(labels, selector)
+}
+
+// Contains reports whether labels has every key=value of want (empty want: true).
+func Contains(labels, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// SortedKeys returns m's keys sorted.
+func SortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

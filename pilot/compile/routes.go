@@ -1,0 +1,205 @@
+package compile
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/weft-mesh/weft/pilot/ir"
+	"github.com/weft-mesh/weft/pilot/resource"
+)
+
+// routes attaches each Route's rules to the Services it names. A Service has at
+// most one Route: a Route in the Service's own namespace wins over Routes in other
+// namespaces, then the lowest namespace/name wins; the others get a warning. The
+// rules apply to every HTTP-family port of the Service (TCP ports are not routed).
+func (c *compiler) routes() error {
+	type claim struct {
+		obj  *resource.Object
+		spec *resource.RouteSpec
+	}
+	claims := map[*ir.Service][]claim{}
+	for _, o := range c.byKind[resource.KindRoute] {
+		s, err := specOf[resource.RouteSpec](o)
+		if err != nil {
+			return err
+		}
+		for i, h := range s.Hosts {
+			svc := c.lookupService(o.Metadata.Namespace, h)
+			if svc == nil {
+				c.warnf("%s: spec.hosts[%d]: Service %q not found; host ignored", o, i, h)
+				continue
+			}
+			if n := len(claims[svc]); n > 0 && claims[svc][n-1].obj == o {
+				continue // the same Route names the service twice
+			}
+			claims[svc] = append(claims[svc], claim{obj: o, spec: s})
+		}
+	}
+	for _, svc := range c.mesh.Services {
+		cl := claims[svc]
+		if len(cl) == 0 {
+			continue
+		}
+		// Objects are already sorted by namespace/name; a stable sort keeps that
+		// order within "own namespace first".
+		sort.SliceStable(cl, func(i, j int) bool {
+			return cl[i].obj.Metadata.Namespace == svc.Namespace && cl[j].obj.Metadata.Namespace != svc.Namespace
+		})
+		win := cl[0]
+		for _, lost := range cl[1:] {
+			c.warnf("%s: ignored for Service %s/%s: %s already routes it", lost.obj, svc.Namespace, svc.Name, win.obj)
+		}
+		svc.RouteSource = win.obj.Metadata.Namespace + "/" + win.obj.Metadata.Name
+		for _, port := range svc.Ports {
+			if !port.Protocol.IsHTTP() {
+				continue
+			}
+			rules, err := c.rules(win.obj, win.spec, port)
+			if err != nil {
+				return err
+			}
+			port.Rules = rules
+		}
+	}
+	return nil
+}
+
+func (c *compiler) rules(o *resource.Object, s *resource.RouteSpec, port *ir.Port) ([]*ir.Rule, error) {
+	rules := make([]*ir.Rule, 0, len(s.HTTP))
+	for i, h := range s.HTTP {
+		field := fmt.Sprintf("spec.http[%d]", i)
+		r := &ir.Rule{Name: h.Name}
+		for j, m := range h.Match {
+			mm, err := match(o, fmt.Sprintf("%s.match[%d]", field, j), m)
+			if err != nil {
+				return nil, err
+			}
+			r.Matches = append(r.Matches, mm)
+		}
+		for j, d := range h.Route {
+			dfield := fmt.Sprintf("%s.route[%d]", field, j)
+			w := d.Weight
+			if w == 0 && len(h.Route) == 1 {
+				w = 100
+			}
+			if w < 0 {
+				return nil, fmt.Errorf("%s: %s.weight: must not be negative, got %d", o, dfield, w)
+			}
+			if w == 0 {
+				continue // a zero-weight destination receives nothing; leave it out
+			}
+			name, ok := c.destination(o, dfield+".destination", d.Destination, port)
+			if ok {
+				r.Destinations = append(r.Destinations, ir.WeightedCluster{Cluster: name, Weight: uint32(w)})
+			}
+		}
+		for j, f := range h.Fallback {
+			name, ok := c.destination(o, fmt.Sprintf("%s.fallback[%d].destination", field, j), f.Destination, port)
+			if ok {
+				r.Fallback = append(r.Fallback, name)
+			}
+		}
+		var err error
+		if r.Timeout, err = duration(o, field+".timeout", h.Timeout); err != nil {
+			return nil, err
+		}
+		if rt := h.Retries; rt != nil && rt.Attempts > 0 {
+			ptt, err := duration(o, field+".retries.perTryTimeout", rt.PerTryTimeout)
+			if err != nil {
+				return nil, err
+			}
+			on := slices.Clone(rt.RetryOn)
+			sort.Strings(on)
+			r.Retries = &ir.Retries{Attempts: uint32(rt.Attempts), PerTryTimeout: ptt, RetryOn: slices.Compact(on)}
+		}
+		rules = append(rules, r)
+	}
+	return rules, nil
+}
+
+// destination resolves a Route destination to a cluster name. The port may be
+// omitted when the destination Service has one port; otherwise the port being
+// routed is assumed. Unresolvable destinations are warnings and are left out (a
+// rule left with no destination answers 503).
+func (c *compiler) destination(o *resource.Object, field string, d resource.Destination, routed *ir.Port) (string, bool) {
+	svc := c.lookupService(o.Metadata.Namespace, d.Service)
+	if svc == nil {
+		c.warnf("%s: %s.service: Service %q not found; destination left out", o, field, d.Service)
+		return "", false
+	}
+	var port *ir.Port
+	switch {
+	case d.Port != 0:
+		port = svc.PortByNumber(uint32(d.Port))
+	case len(svc.Ports) == 1:
+		port = svc.Ports[0]
+	default:
+		port = svc.PortByNumber(routed.Port)
+	}
+	if port == nil {
+		c.warnf("%s: %s.port: Service %s/%s has no port %d; destination left out", o, field, svc.Namespace, svc.Name, cmpOr(uint32(d.Port), routed.Port))
+		return "", false
+	}
+	if !port.Protocol.IsHTTP() {
+		c.warnf("%s: %s.port: port %d of Service %s/%s is TCP; an HTTP route cannot target it", o, field, port.Port, svc.Namespace, svc.Name)
+		return "", false
+	}
+	if d.Subset == "" {
+		return port.Cluster, true
+	}
+	name := ir.OutboundClusterName(port.Port, d.Subset, svc.Host)
+	if !slices.Contains(port.Subsets, name) {
+		c.warnf("%s: %s.subset: Service %s/%s has no subset %q (DestinationPolicy); destination left out", o, field, svc.Namespace, svc.Name, d.Subset)
+		return "", false
+	}
+	return name, true
+}
+
+func cmpOr(a, b uint32) uint32 {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+func match(o *resource.Object, field string, m resource.HTTPMatch) (ir.Match, error) {
+	var out ir.Match
+	if m.Path != nil {
+		sm, err := stringMatch(o, field+".path", *m.Path, false)
+		if err != nil {
+			return out, err
+		}
+		out.Path = &sm
+	}
+	for _, name := range ir.SortedKeys(m.Headers) {
+		sm, err := stringMatch(o, field+".headers."+name, m.Headers[name], true)
+		if err != nil {
+			return out, err
+		}
+		out.Headers = append(out.Headers, ir.HeaderMatch{Name: strings.ToLower(name), StringMatch: sm})
+	}
+	out.Method = strings.ToUpper(m.Method)
+	return out, nil
+}
+
+func stringMatch(o *resource.Object, field string, m resource.StringMatch, header bool) (ir.StringMatch, error) {
+	var set []ir.StringMatch
+	if m.Exact != nil {
+		set = append(set, ir.StringMatch{Kind: ir.MatchExact, Value: *m.Exact})
+	}
+	if m.Prefix != nil {
+		set = append(set, ir.StringMatch{Kind: ir.MatchPrefix, Value: *m.Prefix})
+	}
+	if m.Regex != nil {
+		set = append(set, ir.StringMatch{Kind: ir.MatchRegex, Value: *m.Regex})
+	}
+	if m.Present != nil && header && *m.Present {
+		set = append(set, ir.StringMatch{Kind: ir.MatchPresent})
+	}
+	if len(set) != 1 {
+		return ir.StringMatch{}, fmt.Errorf("%s: %s: want exactly one of exact, prefix, regex%s", o, field, map[bool]string{true: ", present"}[header])
+	}
+	return set[0], nil
+}
