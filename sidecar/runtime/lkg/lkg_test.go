@@ -67,7 +67,7 @@ func TestLoadRefusals(t *testing.T) {
 		{name: "from another node", snap: foreign, node: "reviews-1", now: t0, want: manifest.ErrNode},
 		{name: "past validity", snap: s, node: "reviews-1", now: t0.Add(25 * time.Hour), want: manifest.ErrExpired},
 		{name: "resource byte altered", snap: s, node: "reviews-1", now: t0.Add(time.Hour), want: manifest.ErrMismatch,
-			mutate: func(b []byte) []byte { return replaceOnce(t, b, "bGlzdGVuZXItYnl0ZXM=", "bGlzdGVuZXItYnl0ZXN=") }},
+			mutate: func(b []byte) []byte { return replaceOnce(t, b, "bGlzdGVuZXItYnl0ZXM=", "bGl6dGVuZXItYnl0ZXM=") }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
