@@ -1,7 +1,8 @@
 package resource
 
 // This file fixes the package's entry points so other packages can build against
-// them; the implementation lives in decode.go and validate.go.
+// them; the implementation lives in decode.go, shape.go, defaults.go, validate*.go
+// and encode.go, the bounds in limits.go.
 
 // ErrorList is a list of validation errors, each already formatted as
 // "Kind/namespace/name: field.path[i]: what is wrong". Error() joins them with "\n".

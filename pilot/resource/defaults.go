@@ -1,0 +1,97 @@
+package resource
+
+// Default values, applied by Decode before validation so stored objects (and
+// Encode output) show them explicitly.
+const (
+	DefaultProtocol       = "HTTP"
+	DefaultServiceAccount = "default"
+	DefaultWorkloadWeight = 1
+	DefaultLoadBalancer   = "ROUND_ROBIN"
+	DefaultAuthzAction    = "ALLOW"
+	DefaultTrustDomain    = "cluster.local"
+	DefaultMTLS           = "STRICT"
+	DefaultCertificateTTL = Duration("24h")
+	// DefaultMeshConfigName is the only allowed MeshConfig name.
+	DefaultMeshConfigName = "default"
+)
+
+// StalenessDefaults returns the rule a sidecar applies to a resource class when
+// no StalenessPolicy selects it (API.md); ApplyDefaults fills omitted rule fields
+// from it. Secrets and revocation expire at an absolute bound (certificate
+// NotAfter, CRL NextUpdate + 1h) and so have no relative durations here.
+func StalenessDefaults(resource string) StalenessRule {
+	switch resource {
+	case "listeners", "routes", "clusters", "authorization":
+		return StalenessRule{Resource: resource, WarnAfter: "5m", ExpireAfter: "24h", OnExpire: "failClosed"}
+	case "endpoints":
+		return StalenessRule{Resource: resource, WarnAfter: "1m", OnExpire: "serveStale"}
+	case "secrets", "revocation":
+		return StalenessRule{Resource: resource, OnExpire: "failClosed"}
+	}
+	return StalenessRule{Resource: resource}
+}
+
+// ApplyDefaults fills omitted fields in place. It is idempotent and leaves invalid
+// values alone for Validate to report.
+func ApplyDefaults(o *Object) {
+	if info, ok := kindByName(o.Kind); ok && info.Namespaced && o.Metadata.Namespace == "" {
+		o.Metadata.Namespace = DefaultNamespace
+	}
+	switch s := o.Spec.(type) {
+	case *ServiceSpec:
+		for i := range s.Ports {
+			p := &s.Ports[i]
+			if p.TargetPort == 0 {
+				p.TargetPort = p.Port
+			}
+			if p.Protocol == "" {
+				p.Protocol = DefaultProtocol
+			}
+		}
+	case *WorkloadSpec:
+		if s.ServiceAccount == "" {
+			s.ServiceAccount = DefaultServiceAccount
+		}
+		if s.Weight == 0 {
+			s.Weight = DefaultWorkloadWeight
+		}
+	case *RouteSpec:
+		for i := range s.HTTP {
+			if r := s.HTTP[i].Route; len(r) == 1 && r[0].Weight == 0 {
+				r[0].Weight = 100
+			}
+		}
+	case *DestinationPolicySpec:
+		if s.LoadBalancer == "" {
+			s.LoadBalancer = DefaultLoadBalancer
+		}
+	case *AuthorizationPolicySpec:
+		if s.Action == "" {
+			s.Action = DefaultAuthzAction
+		}
+	case *StalenessPolicySpec:
+		for i := range s.Rules {
+			r := &s.Rules[i]
+			d := StalenessDefaults(r.Resource)
+			if r.WarnAfter == "" {
+				r.WarnAfter = d.WarnAfter
+			}
+			if r.ExpireAfter == "" {
+				r.ExpireAfter = d.ExpireAfter
+			}
+			if r.OnExpire == "" {
+				r.OnExpire = d.OnExpire
+			}
+		}
+	case *MeshConfigSpec:
+		if s.TrustDomain == "" {
+			s.TrustDomain = DefaultTrustDomain
+		}
+		if s.DefaultMTLS == "" {
+			s.DefaultMTLS = DefaultMTLS
+		}
+		if s.CertificateTTL == "" {
+			s.CertificateTTL = DefaultCertificateTTL
+		}
+	}
+}

@@ -1,0 +1,40 @@
+package resource
+
+import "time"
+
+// Complexity bounds. Each one keeps a single object (and the xDS it compiles to)
+// small enough that one bad apply cannot stall pilot or a sidecar; each is enforced
+// by Decode/Validate and has a test at the bound and one past it.
+const (
+	// MaxObjectBytes bounds one object: the bytes of its YAML document and of its
+	// JSON form (the JSON check also caps YAML alias expansion).
+	MaxObjectBytes = 1 << 20
+	// MaxInputBytes bounds one Decode input (one file, one request body).
+	MaxInputBytes = 32 << 20
+	// MaxObjectsPerInput bounds the number of objects in one Decode/DecodePath call.
+	MaxObjectsPerInput = 10000
+	// MaxNestingDepth bounds JSON/YAML nesting; the deepest valid object is ~8 levels.
+	MaxNestingDepth = 32
+
+	MaxNameLength          = 63  // DNS-1123 label
+	MaxLabels              = 64  // labels, annotations and every selector map
+	MaxListEntries         = 256 // any other list of strings or ports
+	MaxRegexBytes          = 256
+	MaxServicePorts        = 64
+	MaxRouteHosts          = 64
+	MaxHTTPRules           = 256
+	MaxMatchesPerRule      = 64
+	MaxHeadersPerMatch     = 32
+	MaxDestinationsPerRule = 64
+	MaxFallbacks           = 8
+	MaxSubsets             = 64
+	MaxAuthzRules          = 64
+	MaxRetryAttempts       = 10
+	MaxWorkloadWeight      = 128
+	MaxReasonBytes         = 1024 // Override.reason
+
+	// MaxOverrideTTL bounds Override.ttl: an emergency rule must expire by itself soon.
+	MaxOverrideTTL = time.Hour
+	// MaxCertificateTTL bounds MeshConfig.certificateTTL.
+	MaxCertificateTTL = 365 * 24 * time.Hour
+)

@@ -1,0 +1,163 @@
+package resource
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// ValidateSet runs the cross-object checks over every object that will exist
+// after an apply (the store passes its current objects merged with the applied
+// ones; meshctl validate passes the files). Each object must already have passed
+// Validate. Results are in a deterministic order: objects sorted by kind (apply
+// order), namespace and name, then by field.
+//
+// Policy, decided for issue #2:
+//
+//   - WARNINGS, never blocking: a reference to something that does not exist yet.
+//     A Route host or destination naming a missing Service, a destination port
+//     the Service lacks (or an omitted port when the Service has several), a
+//     subset that no DestinationPolicy for that Service defines, and a
+//     DestinationPolicy for a missing Service. Kubernetes users apply in any
+//     order (and GitOps tools apply files one by one), so pilot must not refuse a
+//     Route before its Service; until the reference resolves, compile treats the
+//     destination as having no endpoints (503), which the warning explains.
+//   - ERRORS, blocking the apply: the same key twice in the set; two
+//     DestinationPolicies for one Service; two Routes claiming one Service as a
+//     host. These are ambiguous, not incomplete: no later apply can make the
+//     outcome well-defined, so pilot refuses rather than picking one silently.
+//     The later object in the sort order is the one reported.
+func ValidateSet(objs []*Object) (errs ErrorList, warnings []string) {
+	sorted := sortObjects(objs)
+	warn := func(o *Object, p path, detail string) {
+		warnings = append(warnings, (&FieldError{Object: o.Key().String(), Field: string(p), Detail: detail}).Error())
+	}
+	fail := func(o *Object, p path, detail string) {
+		errs = append(errs, &FieldError{Object: o.Key().String(), Field: string(p), Detail: detail})
+	}
+
+	seen := map[Key]bool{}
+	services := map[svcRef]*ServiceSpec{}
+	policyFor := map[svcRef]*Object{}
+	subsets := map[svcRef]map[string]bool{}
+	routeFor := map[svcRef]*Object{}
+	unique := sorted[:0:0]
+	for _, o := range sorted {
+		if seen[o.Key()] {
+			fail(o, "", "duplicate object in the set")
+			continue
+		}
+		seen[o.Key()] = true
+		unique = append(unique, o)
+		switch s := o.Spec.(type) {
+		case *ServiceSpec:
+			services[svcRef{o.Metadata.Namespace, o.Metadata.Name}] = s
+		case *DestinationPolicySpec:
+			ref := resolveHost(s.Service, o.Metadata.Namespace)
+			if first, dup := policyFor[ref]; dup {
+				fail(o, "spec.service", fmt.Sprintf("Service %s already has DestinationPolicy %s/%s", ref, first.Metadata.Namespace, first.Metadata.Name))
+				continue
+			}
+			policyFor[ref] = o
+			subsets[ref] = map[string]bool{}
+			for _, sub := range s.Subsets {
+				subsets[ref][sub.Name] = true
+			}
+		}
+	}
+
+	checkDest := func(o *Object, p path, d Destination) {
+		ref := resolveHost(d.Service, o.Metadata.Namespace)
+		svc, ok := services[ref]
+		if !ok {
+			warn(o, p.child("service"), fmt.Sprintf("Service %s does not exist", ref))
+			return
+		}
+		switch {
+		case d.Port == 0 && len(svc.Ports) > 1:
+			warn(o, p.child("port"), fmt.Sprintf("required: Service %s has %d ports", ref, len(svc.Ports)))
+		case d.Port != 0 && !hasPort(svc, d.Port):
+			warn(o, p.child("port"), fmt.Sprintf("Service %s has no port %d", ref, d.Port))
+		}
+		if d.Subset != "" && !subsets[ref][d.Subset] {
+			warn(o, p.child("subset"), fmt.Sprintf("no DestinationPolicy for Service %s defines subset %q", ref, d.Subset))
+		}
+	}
+	for _, o := range unique {
+		switch s := o.Spec.(type) {
+		case *DestinationPolicySpec:
+			ref := resolveHost(s.Service, o.Metadata.Namespace)
+			if _, ok := services[ref]; !ok && policyFor[ref] == o {
+				warn(o, "spec.service", fmt.Sprintf("Service %s does not exist", ref))
+			}
+		case *RouteSpec:
+			for i, h := range s.Hosts {
+				ref := resolveHost(h, o.Metadata.Namespace)
+				hp := path("spec.hosts").index(i)
+				if first, dup := routeFor[ref]; dup && first != o {
+					fail(o, hp, fmt.Sprintf("Service %s is already routed by Route %s/%s", ref, first.Metadata.Namespace, first.Metadata.Name))
+					continue
+				}
+				routeFor[ref] = o
+				if _, ok := services[ref]; !ok {
+					warn(o, hp, fmt.Sprintf("Service %s does not exist", ref))
+				}
+			}
+			for i, r := range s.HTTP {
+				rp := path("spec.http").index(i)
+				for j, d := range r.Route {
+					checkDest(o, rp.child("route").index(j).child("destination"), d.Destination)
+				}
+				for j, f := range r.Fallback {
+					checkDest(o, rp.child("fallback").index(j).child("destination"), f.Destination)
+				}
+			}
+		}
+	}
+	return errs, warnings
+}
+
+// svcRef names a Service by namespace and name.
+type svcRef struct{ ns, name string }
+
+func (r svcRef) String() string { return r.ns + "/" + r.name }
+
+// resolveHost turns "<svc>" or "<svc>.<ns>" into a Service reference relative
+// to the referring object's namespace.
+func resolveHost(h, ns string) svcRef {
+	name, other, qualified := strings.Cut(h, ".")
+	if qualified {
+		ns = other
+	}
+	return svcRef{ns: ns, name: name}
+}
+
+func hasPort(s *ServiceSpec, port int32) bool {
+	for _, p := range s.Ports {
+		if p.Port == port {
+			return true
+		}
+	}
+	return false
+}
+
+// sortObjects returns a copy ordered by kind (registry order), namespace, name;
+// stable so duplicates keep their input order.
+func sortObjects(objs []*Object) []*Object {
+	order := map[string]int{}
+	for i, k := range kinds {
+		order[k.Kind] = i
+	}
+	out := append([]*Object(nil), objs...)
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if order[a.Kind] != order[b.Kind] {
+			return order[a.Kind] < order[b.Kind]
+		}
+		if a.Metadata.Namespace != b.Metadata.Namespace {
+			return a.Metadata.Namespace < b.Metadata.Namespace
+		}
+		return a.Metadata.Name < b.Metadata.Name
+	})
+	return out
+}
