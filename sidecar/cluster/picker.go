@@ -1,0 +1,192 @@
+package cluster
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+	"sync/atomic"
+)
+
+type picker interface{ pick(hash uint64) *Endpoint }
+
+func defaultRand() uint64 { return rand.Uint64() }
+
+type emptyPicker struct{}
+
+func (emptyPicker) pick(uint64) *Endpoint { return nil }
+
+// maxSchedule bounds the precomputed weighted round-robin schedule.
+const maxSchedule = 4096
+
+// roundRobin walks a precomputed weighted schedule with one atomic add per pick, so
+// the hot path never takes a lock.
+type roundRobin struct {
+	sched []*Endpoint
+	next  atomic.Uint64
+}
+
+func newRoundRobin(eps []*Endpoint) *roundRobin {
+	// Reduce weights by their gcd, then scale down if the schedule would be too long.
+	g := uint64(0)
+	var sum uint64
+	for _, e := range eps {
+		g = gcd(g, uint64(e.Weight))
+		sum += uint64(e.Weight)
+	}
+	sum /= g
+	scale := 1.0
+	if sum > maxSchedule {
+		scale = float64(maxSchedule) / float64(sum)
+	}
+	w := make([]int64, len(eps))
+	var total int64
+	for i, e := range eps {
+		w[i] = max(int64(float64(uint64(e.Weight)/g)*scale), 1)
+		total += w[i]
+	}
+	// Smooth weighted round robin (nginx) to interleave rather than burst.
+	cur := make([]int64, len(eps))
+	sched := make([]*Endpoint, 0, total)
+	for range total {
+		best := 0
+		for i := range eps {
+			cur[i] += w[i]
+			if cur[i] > cur[best] {
+				best = i
+			}
+		}
+		cur[best] -= total
+		sched = append(sched, eps[best])
+	}
+	return &roundRobin{sched: sched}
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+func (r *roundRobin) pick(uint64) *Endpoint {
+	n := r.next.Add(1) - 1
+	return r.sched[n%uint64(len(r.sched))]
+}
+
+// leastRequest is power of two choices on in-flight requests, weight-blind as Envoy's
+// is when all weights are equal.
+type leastRequest struct {
+	eps []*Endpoint
+	rnd func() uint64
+}
+
+func (l *leastRequest) pick(uint64) *Endpoint {
+	n := uint64(len(l.eps))
+	if n == 1 {
+		return l.eps[0]
+	}
+	a, b := l.eps[l.rnd()%n], l.eps[l.rnd()%n]
+	if b.Active() < a.Active() {
+		return b
+	}
+	return a
+}
+
+// random picks by weight with a binary search over cumulative weights.
+type random struct {
+	eps   []*Endpoint
+	cum   []uint64
+	total uint64
+	rnd   func() uint64
+}
+
+func newRandom(eps []*Endpoint, rnd func() uint64) *random {
+	r := &random{eps: eps, cum: make([]uint64, len(eps)), rnd: rnd}
+	for i, e := range eps {
+		r.total += uint64(e.Weight)
+		r.cum[i] = r.total
+	}
+	return r
+}
+
+func (r *random) pick(uint64) *Endpoint {
+	x := r.rnd() % r.total
+	i := sort.Search(len(r.cum), func(i int) bool { return r.cum[i] > x })
+	return r.eps[i]
+}
+
+// ring is a consistent-hash ring (ketama style): each endpoint owns points
+// proportional to its weight; a request goes to the first point at or after its hash.
+type ring struct {
+	hashes []uint64
+	owners []*Endpoint
+}
+
+func newRing(eps []*Endpoint, minSize, maxSize uint64) (*ring, error) {
+	var total uint64
+	minW := uint64(1<<63 - 1)
+	for _, e := range eps {
+		total += uint64(e.Weight)
+		minW = min(minW, uint64(e.Weight))
+	}
+	// As Envoy: the lightest endpoint gets at least one point, size within [min, max].
+	size := max(minSize, total/minW)
+	size = min(size, maxSize)
+	if size == 0 {
+		return nil, fmt.Errorf("ring size 0")
+	}
+	type pt struct {
+		h uint64
+		e *Endpoint
+	}
+	pts := make([]pt, 0, size+uint64(len(eps)))
+	for _, e := range eps {
+		n := max(uint64(float64(size)*float64(e.Weight)/float64(total)), 1)
+		key := []byte(e.Address() + "_")
+		base := len(key)
+		for i := range n {
+			key = strconv.AppendUint(key[:base], i, 10)
+			pts = append(pts, pt{h: Hash(key), e: e})
+		}
+	}
+	slices.SortFunc(pts, func(a, b pt) int {
+		switch {
+		case a.h < b.h:
+			return -1
+		case a.h > b.h:
+			return 1
+		}
+		return 0
+	})
+	r := &ring{hashes: make([]uint64, len(pts)), owners: make([]*Endpoint, len(pts))}
+	for i, p := range pts {
+		r.hashes[i], r.owners[i] = p.h, p.e
+	}
+	return r, nil
+}
+
+func (r *ring) pick(h uint64) *Endpoint {
+	i := sort.Search(len(r.hashes), func(i int) bool { return r.hashes[i] >= h })
+	if i == len(r.hashes) {
+		i = 0
+	}
+	return r.owners[i]
+}
+
+// Hash is the request hash ring hash uses: FNV-1a followed by a splitmix64 finaliser
+// (FNV alone clusters similar keys such as "10.0.0.1:80_1", "_2").
+func Hash(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}

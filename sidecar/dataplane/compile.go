@@ -1,0 +1,302 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/weft-mesh/weft/sidecar/circuitbreak"
+	"github.com/weft-mesh/weft/sidecar/cluster"
+	"github.com/weft-mesh/weft/sidecar/xdsresource"
+)
+
+// ErrInvalid wraps every reason a candidate state does not compile (a NACK).
+var ErrInvalid = errors.New("invalid configuration")
+
+// Limits on a whole candidate state.
+const (
+	MaxListeners = 256
+	MaxClusters  = 10000
+)
+
+// Options tune Compile; the zero value is the production setting.
+type Options struct {
+	// Rand is the random source for random and least-request pickers; nil uses
+	// math/rand/v2. Tests pass a seeded source.
+	Rand func() uint64
+}
+
+// Compile builds a Config from the xDS client's full candidate state (type URL → name
+// → decoded xdsresource value), checking every cross-reference and limit.
+func Compile(state map[string]map[string]any) (*Config, error) {
+	return CompileWith(state, Options{})
+}
+
+// CompileWith is Compile with options.
+func CompileWith(state map[string]map[string]any, o Options) (*Config, error) {
+	cfg := &Config{
+		listeners: make(map[string]*Listener),
+		routes:    make(map[string]*RouteTable),
+		clusters:  make(map[string]*cluster.Cluster),
+	}
+	// Types other than these four (secrets, Weft manifests) are activated elsewhere.
+	if n := len(state[xdsresource.ClusterType]); n > MaxClusters {
+		return nil, fmt.Errorf("%w: %d clusters, limit %d", ErrInvalid, n, MaxClusters)
+	}
+	if n := len(state[xdsresource.ListenerType]); n > MaxListeners {
+		return nil, fmt.Errorf("%w: %d listeners, limit %d", ErrInvalid, n, MaxListeners)
+	}
+	eps := state[xdsresource.EndpointType]
+	for _, name := range sortedKeys(state[xdsresource.ClusterType]) {
+		v := state[xdsresource.ClusterType][name]
+		xc, ok := v.(*xdsresource.Cluster)
+		if !ok {
+			return nil, fmt.Errorf("%w: cluster %q: value is %T, want *xdsresource.Cluster", ErrInvalid, name, v)
+		}
+		c, err := compileCluster(xc, eps, o)
+		if err != nil {
+			return nil, err
+		}
+		cfg.clusters[name] = c
+	}
+	for _, name := range sortedKeys(state[xdsresource.RouteType]) {
+		v := state[xdsresource.RouteType][name]
+		xr, ok := v.(*xdsresource.RouteConfig)
+		if !ok {
+			return nil, fmt.Errorf("%w: route %q: value is %T, want *xdsresource.RouteConfig", ErrInvalid, name, v)
+		}
+		rt, err := cfg.compileRoutes("route", name, xr)
+		if err != nil {
+			return nil, err
+		}
+		cfg.routes[name] = rt
+	}
+	bound := make(map[string]string)
+	for _, name := range sortedKeys(state[xdsresource.ListenerType]) {
+		v := state[xdsresource.ListenerType][name]
+		xl, ok := v.(*xdsresource.Listener)
+		if !ok {
+			return nil, fmt.Errorf("%w: listener %q: value is %T, want *xdsresource.Listener", ErrInvalid, name, v)
+		}
+		if xl.APIOnly {
+			continue
+		}
+		if other, dup := bound[xl.Addr.String()]; dup {
+			return nil, fmt.Errorf("%w: listener %q: address %s already used by listener %q", ErrInvalid, name, xl.Addr, other)
+		}
+		bound[xl.Addr.String()] = name
+		l, err := cfg.compileListener(xl)
+		if err != nil {
+			return nil, err
+		}
+		cfg.listeners[name] = l
+	}
+	return cfg, nil
+}
+
+func sortedKeys(m map[string]any) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func compileCluster(xc *xdsresource.Cluster, eps map[string]any, o Options) (*cluster.Cluster, error) {
+	var src *xdsresource.Endpoints
+	if xc.Static != nil {
+		src = xc.Static
+	} else {
+		v, ok := eps[xc.EDSName]
+		if !ok {
+			return nil, fmt.Errorf("%w: cluster %q: eds_cluster_config.service_name: endpoints %q not found", ErrInvalid, xc.Name, xc.EDSName)
+		}
+		src, ok = v.(*xdsresource.Endpoints)
+		if !ok {
+			return nil, fmt.Errorf("%w: endpoints %q: value is %T, want *xdsresource.Endpoints", ErrInvalid, xc.EDSName, v)
+		}
+	}
+	// Only the highest-priority (lowest number) group with a healthy host serves;
+	// failover between priorities is left to the next config when hosts change.
+	list := make([]*cluster.Endpoint, 0, len(src.Endpoints))
+	best := ^uint32(0)
+	for _, e := range src.Endpoints {
+		if e.Healthy && e.Priority < best {
+			best = e.Priority
+		}
+	}
+	for _, e := range src.Endpoints {
+		if best != ^uint32(0) && e.Priority != best {
+			continue
+		}
+		ep := cluster.NewEndpoint(e.Addr, e.Weight, e.Healthy)
+		ep.Locality = e.Locality
+		list = append(list, ep)
+	}
+	c, err := cluster.New(cluster.Spec{
+		Name:           xc.Name,
+		Policy:         cluster.Policy(xc.LB), // same order by construction
+		RingMin:        xc.RingMin,
+		RingMax:        xc.RingMax,
+		HTTP2:          xc.HTTP2,
+		ConnectTimeout: xc.ConnectTimeout,
+		Limits: circuitbreak.Limits{
+			MaxConnections:     xc.Limits.MaxConnections,
+			MaxPendingRequests: xc.Limits.MaxPendingRequests,
+			MaxRequests:        xc.Limits.MaxRequests,
+			MaxRetries:         xc.Limits.MaxRetries,
+		},
+		Endpoints: list,
+		Rand:      o.Rand,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return c, nil
+}
+
+func (cfg *Config) lookupCluster(kind, name, field, cl string) (*cluster.Cluster, error) {
+	c := cfg.clusters[cl]
+	if c == nil {
+		return nil, fmt.Errorf("%w: %s %q: %s: cluster %q not found", ErrInvalid, kind, name, field, cl)
+	}
+	return c, nil
+}
+
+func (cfg *Config) targets(kind, name, field string, ws []xdsresource.WeightedCluster) ([]target, uint64, error) {
+	ts := make([]target, 0, len(ws))
+	var total uint64
+	for i, w := range ws {
+		f := field
+		if len(ws) > 1 {
+			f = fmt.Sprintf("%s.weighted_clusters.clusters[%d]", field, i)
+		}
+		c, err := cfg.lookupCluster(kind, name, f, w.Name)
+		if err != nil {
+			return nil, 0, err
+		}
+		if w.Weight == 0 {
+			continue
+		}
+		total += uint64(w.Weight)
+		ts = append(ts, target{c: c, cum: total})
+	}
+	return ts, total, nil
+}
+
+func (cfg *Config) compileRoutes(kind, name string, xr *xdsresource.RouteConfig) (*RouteTable, error) {
+	rt := &RouteTable{Name: xr.Name, exact: make(map[string]*VirtualHost)}
+	for i, xv := range xr.VirtualHosts {
+		vh := &VirtualHost{Name: xv.Name, Routes: make([]*Route, 0, len(xv.Routes))}
+		for j, xrt := range xv.Routes {
+			f := fmt.Sprintf("virtual_hosts[%d].routes[%d].route", i, j)
+			r, err := cfg.compileRoute(kind, name, f, &xrt)
+			if err != nil {
+				return nil, err
+			}
+			vh.Routes = append(vh.Routes, r)
+		}
+		for _, d := range xv.Domains {
+			switch {
+			case d == "*":
+				rt.star = vh
+			case strings.HasPrefix(d, "*"):
+				rt.suffixes = append(rt.suffixes, wildcard{s: d[1:], vh: vh})
+			case strings.HasSuffix(d, "*"):
+				rt.prefixes = append(rt.prefixes, wildcard{s: d[:len(d)-1], vh: vh})
+			default:
+				rt.exact[d] = vh
+			}
+		}
+	}
+	longestFirst := func(ws []wildcard) {
+		sort.SliceStable(ws, func(i, j int) bool { return len(ws[i].s) > len(ws[j].s) })
+	}
+	longestFirst(rt.suffixes)
+	longestFirst(rt.prefixes)
+	return rt, nil
+}
+
+func (cfg *Config) compileRoute(kind, name, f string, x *xdsresource.Route) (*Route, error) {
+	r := &Route{
+		Name: x.Name, pathKind: x.Match.PathKind, path: x.Match.Path, pathRE: x.Match.PathRegex,
+		caseSens: x.Match.CaseSensitive, headers: x.Match.Headers,
+		Timeout: x.Timeout, Hash: x.Hash, Direct: x.Direct,
+	}
+	if x.Direct == nil {
+		ts, total, err := cfg.targets(kind, name, f, x.Clusters)
+		if err != nil {
+			return nil, err
+		}
+		r.targets, r.total = ts, total
+	}
+	if x.Retry != nil {
+		rr := &Retry{NumRetries: int(x.Retry.NumRetries), PerTryTimeout: x.Retry.PerTryTimeout}
+		for _, c := range x.Retry.RetryOn {
+			rr.On |= retryBits[c]
+		}
+		r.Retry = rr
+	}
+	for i, fb := range x.Fallback {
+		c, err := cfg.lookupCluster(kind, name, fmt.Sprintf("%s.metadata.filter_metadata[%q].clusters[%d]",
+			strings.TrimSuffix(f, ".route"), xdsresource.FallbackMetadataKey, i), fb)
+		if err != nil {
+			return nil, err
+		}
+		r.Fallback = append(r.Fallback, c)
+	}
+	return r, nil
+}
+
+func (cfg *Config) compileListener(xl *xdsresource.Listener) (*Listener, error) {
+	l := &Listener{Name: xl.Name, Addr: xl.Addr, byPort: make(map[uint32]*FilterChain)}
+	for i := range xl.FilterChains {
+		fc, err := cfg.compileChain(xl, fmt.Sprintf("filter_chains[%d]", i), &xl.FilterChains[i])
+		if err != nil {
+			return nil, err
+		}
+		if p := xl.FilterChains[i].DestinationPort; p != 0 {
+			l.byPort[p] = fc
+		} else {
+			l.any = fc
+		}
+	}
+	if xl.Default != nil {
+		fc, err := cfg.compileChain(xl, "default_filter_chain", xl.Default)
+		if err != nil {
+			return nil, err
+		}
+		l.def = fc
+	}
+	return l, nil
+}
+
+func (cfg *Config) compileChain(xl *xdsresource.Listener, f string, x *xdsresource.FilterChain) (*FilterChain, error) {
+	fc := &FilterChain{Name: x.Name}
+	switch {
+	case x.HTTP != nil && x.HTTP.RDSName != "":
+		rt := cfg.routes[x.HTTP.RDSName]
+		if rt == nil {
+			return nil, fmt.Errorf("%w: listener %q: %s.filters[0].typed_config.rds.route_config_name: route %q not found",
+				ErrInvalid, xl.Name, f, x.HTTP.RDSName)
+		}
+		fc.HTTP = rt
+	case x.HTTP != nil && x.HTTP.Inline != nil:
+		rt, err := cfg.compileRoutes("listener", xl.Name, x.HTTP.Inline)
+		if err != nil {
+			return nil, err
+		}
+		fc.HTTP = rt
+	case x.TCP != nil:
+		ts, total, err := cfg.targets("listener", xl.Name, f+".filters[0].typed_config.cluster", x.TCP.Clusters)
+		if err != nil {
+			return nil, err
+		}
+		fc.TCP = &TCPRoute{targets: ts, total: total, IdleTimeout: x.TCP.IdleTimeout}
+	default:
+		return nil, fmt.Errorf("%w: listener %q: %s: no terminal filter", ErrInvalid, xl.Name, f)
+	}
+	return fc, nil
+}

@@ -1,0 +1,309 @@
+// Package dataplane compiles validated xDS resources (xdsresource types) into one
+// immutable *Config: listeners with their filter chains, route tables indexed by host,
+// compiled matchers and cluster pickers. The request path reads only a *Config and
+// never xDS types. Publish it with atomic.Pointer[Config]; a request or connection
+// loads the pointer once and finishes on that snapshot even if a newer one is stored.
+package dataplane
+
+import (
+	"net/netip"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/weft-mesh/weft/sidecar/cluster"
+	"github.com/weft-mesh/weft/sidecar/xdsresource"
+)
+
+// Config is one compiled, consistent data-plane configuration. Immutable after
+// Compile (cluster counters aside).
+type Config struct {
+	listeners map[string]*Listener
+	routes    map[string]*RouteTable
+	clusters  map[string]*cluster.Cluster
+}
+
+// Listener returns the named listener or nil.
+func (c *Config) Listener(name string) *Listener { return c.listeners[name] }
+
+// Listeners returns all bindable listeners (API-only listeners are omitted).
+func (c *Config) Listeners() []*Listener {
+	out := make([]*Listener, 0, len(c.listeners))
+	for _, l := range c.listeners {
+		out = append(out, l)
+	}
+	return out
+}
+
+// RouteTable returns the named route table or nil.
+func (c *Config) RouteTable(name string) *RouteTable { return c.routes[name] }
+
+// Cluster returns the named cluster or nil.
+func (c *Config) Cluster(name string) *cluster.Cluster { return c.clusters[name] }
+
+// Listener is a compiled listener: filter chains by destination port.
+type Listener struct {
+	Name   string
+	Addr   netip.AddrPort
+	byPort map[uint32]*FilterChain
+	any    *FilterChain // chain without a port match
+	def    *FilterChain // default_filter_chain
+}
+
+// Chain selects the filter chain for a connection whose original destination port is
+// port (the listener's own port in explicit mode; SO_ORIGINAL_DST when intercepting).
+func (l *Listener) Chain(port uint16) *FilterChain {
+	if c := l.byPort[uint32(port)]; c != nil {
+		return c
+	}
+	if l.any != nil {
+		return l.any
+	}
+	return l.def
+}
+
+// FilterChain ends in exactly one of HTTP (a route table) or TCP.
+type FilterChain struct {
+	Name string
+	HTTP *RouteTable
+	TCP  *TCPRoute
+}
+
+// TCPRoute is a tcp_proxy: weighted clusters and an idle timeout.
+type TCPRoute struct {
+	targets     []target
+	total       uint64
+	IdleTimeout time.Duration
+}
+
+// Pick chooses a cluster by weight from r (uniform random).
+func (t *TCPRoute) Pick(r uint64) *cluster.Cluster { return pickTarget(t.targets, t.total, r) }
+
+type target struct {
+	c   *cluster.Cluster
+	cum uint64 // cumulative weight, exclusive upper bound
+}
+
+func pickTarget(ts []target, total, r uint64) *cluster.Cluster {
+	if len(ts) == 1 {
+		return ts[0].c
+	}
+	x := r % total
+	for _, t := range ts { // ≤ 64 targets: a scan beats a search
+		if x < t.cum {
+			return t.c
+		}
+	}
+	return ts[len(ts)-1].c
+}
+
+// RouteTable finds a virtual host by Host/:authority in O(1) for exact domains.
+type RouteTable struct {
+	Name     string
+	exact    map[string]*VirtualHost
+	suffixes []wildcard // "*.foo.com": longest first
+	prefixes []wildcard // "foo.*": longest first
+	star     *VirtualHost
+}
+
+type wildcard struct {
+	s  string
+	vh *VirtualHost
+}
+
+// Lookup returns the virtual host for host (as sent, maybe with ":port"), or nil.
+// Like Envoy: exact domain (with port, then without), then suffix and prefix
+// wildcards, then "*".
+func (t *RouteTable) Lookup(host string) *VirtualHost {
+	if vh := t.exact[host]; vh != nil {
+		return vh
+	}
+	if hasUpper(host) {
+		host = strings.ToLower(host)
+		if vh := t.exact[host]; vh != nil {
+			return vh
+		}
+	}
+	if i := strings.LastIndexByte(host, ':'); i > 0 && !strings.HasSuffix(host, "]") {
+		if vh := t.exact[host[:i]]; vh != nil {
+			return vh
+		}
+	}
+	for _, w := range t.suffixes {
+		if len(host) > len(w.s) && strings.HasSuffix(host, w.s) {
+			return w.vh
+		}
+	}
+	for _, w := range t.prefixes {
+		if len(host) > len(w.s) && strings.HasPrefix(host, w.s) {
+			return w.vh
+		}
+	}
+	return t.star
+}
+
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return true
+		}
+	}
+	return false
+}
+
+// VirtualHost holds ordered routes; the first match wins.
+type VirtualHost struct {
+	Name   string
+	Routes []*Route
+}
+
+// Headers gives a matcher access to request headers by lower-case name, pseudo-headers
+// (":method", ":authority", ":path") included.
+type Headers interface {
+	Get(lowerName string) (string, bool)
+}
+
+// Match returns the first route matching method/path/headers, or nil.
+func (v *VirtualHost) Match(path string, h Headers) *Route {
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i] // Envoy matches the path without the query string
+	}
+	for _, r := range v.Routes {
+		if r.matches(path, h) {
+			return r
+		}
+	}
+	return nil
+}
+
+// Retry conditions as a bit set.
+const (
+	Retry5xx uint32 = 1 << iota
+	RetryGatewayError
+	RetryReset
+	RetryConnectFailure
+	RetryRetriable4xx
+	RetryRefusedStream
+	RetryUnavailable // gRPC status codes
+	RetryCancelled
+	RetryDeadlineExceeded
+	RetryResourceExhausted
+	RetryInternal
+)
+
+var retryBits = map[string]uint32{
+	"5xx": Retry5xx, "gateway-error": RetryGatewayError, "reset": RetryReset,
+	"connect-failure": RetryConnectFailure, "retriable-4xx": RetryRetriable4xx,
+	"refused-stream": RetryRefusedStream, "unavailable": RetryUnavailable,
+	"cancelled": RetryCancelled, "deadline-exceeded": RetryDeadlineExceeded,
+	"resource-exhausted": RetryResourceExhausted, "internal": RetryInternal,
+}
+
+// Retry is a compiled retry policy.
+type Retry struct {
+	On            uint32 // Retry* bits
+	NumRetries    int
+	PerTryTimeout time.Duration
+}
+
+// RetryStatus reports whether an upstream HTTP status should be retried.
+func (r *Retry) RetryStatus(code int) bool {
+	switch {
+	case r.On&Retry5xx != 0 && code >= 500:
+		return true
+	case r.On&RetryGatewayError != 0 && (code == 502 || code == 503 || code == 504):
+		return true
+	case r.On&RetryRetriable4xx != 0 && code == 409:
+		return true
+	}
+	return false
+}
+
+// RetryConnect reports whether a failure to connect (or a reset before any response)
+// should be retried.
+func (r *Retry) RetryConnect(reset bool) bool {
+	if reset {
+		return r.On&(RetryReset|Retry5xx|RetryGatewayError) != 0
+	}
+	return r.On&(RetryConnectFailure|Retry5xx|RetryGatewayError) != 0
+}
+
+// Route is a compiled route.
+type Route struct {
+	Name     string
+	pathKind xdsresource.PathKind
+	path     string
+	pathRE   *regexp.Regexp
+	caseSens bool
+	headers  []xdsresource.HeaderMatch
+
+	targets  []target
+	total    uint64
+	Timeout  time.Duration // 0: none
+	Retry    *Retry        // nil: no retries
+	Hash     []xdsresource.HashPolicy
+	Fallback []*cluster.Cluster
+	Direct   *xdsresource.DirectResponse
+}
+
+// Pick chooses a destination cluster by weight from r (uniform random).
+func (r *Route) Pick(rnd uint64) *cluster.Cluster {
+	if len(r.targets) == 0 {
+		return nil
+	}
+	return pickTarget(r.targets, r.total, rnd)
+}
+
+func (r *Route) matches(path string, h Headers) bool {
+	switch r.pathKind {
+	case xdsresource.PathPrefix:
+		if r.caseSens {
+			if !strings.HasPrefix(path, r.path) {
+				return false
+			}
+		} else if len(path) < len(r.path) || !strings.EqualFold(path[:len(r.path)], r.path) {
+			return false
+		}
+	case xdsresource.PathExact:
+		if r.caseSens {
+			if path != r.path {
+				return false
+			}
+		} else if !strings.EqualFold(path, r.path) {
+			return false
+		}
+	case xdsresource.PathRegex:
+		if !r.pathRE.MatchString(path) {
+			return false
+		}
+	}
+	for i := range r.headers {
+		if !headerMatches(&r.headers[i], h) {
+			return false
+		}
+	}
+	return true
+}
+
+func headerMatches(m *xdsresource.HeaderMatch, h Headers) bool {
+	v, ok := h.Get(m.Name)
+	var res bool
+	switch m.Kind {
+	case xdsresource.StringPresent:
+		res = ok
+	case xdsresource.StringExact:
+		res = ok && v == m.Value
+	case xdsresource.StringPrefix:
+		res = ok && strings.HasPrefix(v, m.Value)
+	case xdsresource.StringSuffix:
+		res = ok && strings.HasSuffix(v, m.Value)
+	case xdsresource.StringContains:
+		res = ok && strings.Contains(v, m.Value)
+	case xdsresource.StringRegex:
+		res = ok && m.Regex.MatchString(v)
+	}
+	if m.Invert {
+		return !res
+	}
+	return res
+}
