@@ -1,0 +1,117 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"go.uber.org/goleak"
+
+	"github.com/weft-mesh/weft/pilot/store"
+	"github.com/weft-mesh/weft/pilot/store/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// suiteBuffer is small so the contract can overflow it with few revisions.
+const suiteBuffer = 32
+
+func openT(t *testing.T, dir string, opts ...Option) *Store {
+	t.Helper()
+	s, err := Open(dir, append([]Option{WithWatchBuffer(suiteBuffer)}, opts...)...)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return s
+}
+
+func TestContract(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return openT(t, t.TempDir()) })
+}
+
+func TestPersistent(t *testing.T) {
+	storetest.RunPersistent(t, func(t *testing.T, dir string) store.Store { return openT(t, dir) })
+}
+
+func TestOpenOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		opt  Option
+		want string
+	}{
+		{"zero lock timeout", WithLockTimeout(0), "boltstore: lock timeout must be > 0, got 0s"},
+		{"zero watch buffer", WithWatchBuffer(0), "boltstore: watch buffer must be >= 1, got 0"},
+		{"nil logger", WithLogger(nil), "boltstore: logger must not be nil"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Open(t.TempDir(), tc.opt)
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("Open: error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestSecondOpenFailsOnLock: two pilots on one data directory must not both run.
+func TestSecondOpenFailsOnLock(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir)
+	defer func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	const timeout = 100 * time.Millisecond
+	start := time.Now()
+	_, err := Open(dir, WithLockTimeout(timeout))
+	if err == nil {
+		t.Fatal("second Open on a locked directory succeeded")
+	}
+	if !strings.Contains(err.Error(), "locked by another process (waited 100ms)") {
+		t.Fatalf("error %q does not say the file is locked", err)
+	}
+	if el := time.Since(start); el < timeout/2 || el > timeout+5*time.Second { // bbolt gives up one 50ms retry early
+		t.Fatalf("second Open returned after %s, want about %s", el, timeout)
+	}
+}
+
+func TestOpenRejectsCorruptObject(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir)
+	if _, err := s.Apply(context.Background(), []store.Mutation{{Op: store.OpPut, Object: storetest.Service("default", "a", 0)}}); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	// Corrupt the stored spec behind the store's back.
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketObjects).Put([]byte("Service\x00default\x00a"), []byte(`{"kind":"Service","metadata":{"name":"a","namespace":"default"},"spec":{"ports":"x"}}`))
+	}); err != nil {
+		t.Fatalf("corrupt: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	_, err := Open(dir)
+	if err == nil || !strings.Contains(err.Error(), "decode object Service/default/a: spec:") {
+		t.Fatalf("Open of a corrupt store: %v, want a decode error naming the object", err)
+	}
+}
+
+func TestOpenCreatesDataDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	s := openT(t, dir)
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, FileName)); err != nil {
+		t.Fatalf("store file: %v", err)
+	}
+	if err := s.Close(); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("second Close: %v, want ErrClosed", err)
+	}
+}
