@@ -1,0 +1,376 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/weft-mesh/weft/pilot/resource"
+	"github.com/weft-mesh/weft/pilot/store"
+)
+
+// kindFor resolves the {plural} (and {ns}) path values. namespaced says whether
+// the path had a namespaces/{ns} part.
+func kindFor(r *http.Request) (resource.KindInfo, string, error) {
+	plural := r.PathValue("plural")
+	ki, err := resource.LookupKind(plural)
+	if err != nil || ki.Plural != plural {
+		return resource.KindInfo{}, "", fmt.Errorf("%w: unknown resource %q", store.ErrNotFound, plural)
+	}
+	ns := r.PathValue("ns")
+	inNS := strings.Contains(r.Pattern, "/namespaces/{ns}/")
+	switch {
+	case ki.Namespaced && !inNS && r.PathValue("name") != "":
+		return ki, "", fmt.Errorf("%w: %s is namespaced: use %s/namespaces/{namespace}/%s/{name}", store.ErrNotFound, ki.Kind, Prefix, ki.Plural)
+	case !ki.Namespaced && inNS:
+		return ki, "", fmt.Errorf("%w: %s is cluster-wide: use %s/%s/{name}", store.ErrNotFound, ki.Kind, Prefix, ki.Plural)
+	}
+	return ki, ns, nil
+}
+
+func keyFor(r *http.Request) (resource.Key, error) {
+	ki, ns, err := kindFor(r)
+	if err != nil {
+		return resource.Key{}, err
+	}
+	return resource.Key{Kind: ki.Kind, Namespace: ns, Name: r.PathValue("name")}, nil
+}
+
+func wantsYAML(r *http.Request) bool {
+	if o := r.URL.Query().Get("output"); o != "" {
+		return o == "yaml"
+	}
+	return strings.Contains(r.Header.Get("Accept"), "yaml")
+}
+
+func (a *API) list(w http.ResponseWriter, r *http.Request) {
+	ki, ns, err := kindFor(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	objs, rev, err := a.store.List(r.Context(), ki.Kind, ns)
+	if err != nil {
+		a.fail(w, r, fmt.Errorf("listing %s: %w", ki.Plural, err))
+		return
+	}
+	if objs == nil {
+		objs = []*resource.Object{}
+	}
+	a.answer(w, r, http.StatusOK, int64(rev), objs, ListResponse{Revision: int64(rev), Items: objs})
+}
+
+func (a *API) get(w http.ResponseWriter, r *http.Request) {
+	key, err := keyFor(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	rev, err := a.store.Revision(r.Context())
+	if err != nil {
+		a.fail(w, r, fmt.Errorf("reading store revision: %w", err))
+		return
+	}
+	o, err := a.store.Get(r.Context(), key)
+	if err != nil {
+		a.fail(w, r, err) // the store names the key
+		return
+	}
+	// The revision read before Get can only be older than the object's; report
+	// the newer one so the answer never claims a revision older than its content.
+	rev = max(rev, store.Revision(o.Metadata.Revision))
+	a.answer(w, r, http.StatusOK, int64(rev), []*resource.Object{o}, ObjectResponse{Revision: int64(rev), Object: o})
+}
+
+func (a *API) history(w http.ResponseWriter, r *http.Request) {
+	if sub := r.PathValue("sub"); sub != "" && sub != "history" {
+		a.fail(w, r, fmt.Errorf("%w: no such path %s", store.ErrNotFound, r.URL.Path))
+		return
+	}
+	key, err := keyFor(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	rev, err := a.store.Revision(r.Context())
+	if err != nil {
+		a.fail(w, r, fmt.Errorf("reading store revision: %w", err))
+		return
+	}
+	evs, err := a.store.History(r.Context(), key)
+	if err != nil {
+		a.fail(w, r, err) // the store names the key
+		return
+	}
+	resp := HistoryResponse{History: make([]HistoryEntry, 0, len(evs))}
+	for _, ev := range evs {
+		e := HistoryEntry{Revision: int64(ev.Revision), Op: string(ev.Op), Time: ev.Time.UTC(), Object: ev.Object}
+		if ev.Object != nil {
+			e.Generation = ev.Object.Metadata.Generation
+		}
+		rev = max(rev, ev.Revision)
+		resp.History = append(resp.History, e)
+	}
+	resp.Revision = int64(rev)
+	a.answer(w, r, http.StatusOK, int64(rev), nil, resp)
+}
+
+func (a *API) put(w http.ResponseWriter, r *http.Request) {
+	key, err := keyFor(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		a.fail(w, r, fmt.Errorf("reading request body: %w", err))
+		return
+	}
+	gen, hasIfMatch, err := parseIfMatch(r.Header.Get("If-Match"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	objs, env, err := decodeObjects(body, "request body")
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if len(objs) != 1 || env != nil {
+		a.fail(w, r, badRequest("PUT %s: body must hold exactly one object, got %d (use %s/apply for several)", key, len(objs), Prefix))
+		return
+	}
+	if got := objs[0].Key(); got != key {
+		a.fail(w, r, badRequest("PUT %s: body is %s; the path and the body's kind, namespace and name must match", key, got))
+		return
+	}
+	m := store.Mutation{Op: store.OpPut, Object: objs[0]}
+	if hasIfMatch {
+		m.IfMatch = &gen
+	}
+	res, warns, err := a.write(r.Context(), []store.Mutation{m})
+	if err != nil {
+		a.failWarn(w, r, err, warns)
+		return
+	}
+	setWarnings(w, warns)
+	a.answer(w, r, http.StatusOK, int64(res.Revision), res.Objects,
+		ObjectResponse{Revision: int64(res.Revision), Changed: res.Changed, Object: res.Objects[0], Warnings: warns})
+}
+
+func (a *API) delete(w http.ResponseWriter, r *http.Request) {
+	key, err := keyFor(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	gen, hasIfMatch, err := parseIfMatch(r.Header.Get("If-Match"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	m := store.Mutation{Op: store.OpDelete, Object: &resource.Object{
+		APIVersion: resource.APIVersion, Kind: key.Kind,
+		Metadata: resource.Metadata{Namespace: key.Namespace, Name: key.Name},
+	}}
+	if hasIfMatch {
+		m.IfMatch = &gen
+	}
+	res, warns, err := a.write(r.Context(), []store.Mutation{m})
+	if err != nil {
+		a.failWarn(w, r, err, warns)
+		return
+	}
+	setWarnings(w, warns)
+	a.answer(w, r, http.StatusOK, int64(res.Revision), nil, DeleteResponse{Revision: int64(res.Revision), Deleted: key.String()})
+}
+
+func (a *API) apply(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		a.fail(w, r, fmt.Errorf("reading request body: %w", err))
+		return
+	}
+	muts, err := applyMutations(body, r.Header.Get("If-Match"), a.maxObjects)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	res, warns, err := a.write(r.Context(), muts)
+	if err != nil {
+		a.failWarn(w, r, err, warns)
+		return
+	}
+	setWarnings(w, warns)
+	a.answer(w, r, http.StatusOK, int64(res.Revision), nil,
+		ApplyResponse{Revision: int64(res.Revision), Changed: res.Changed, Items: res.Objects, Warnings: warns})
+}
+
+// write runs the cross-object checks over the objects that will exist after muts
+// and commits muts as one revision. ValidateSet errors block the write; its
+// warnings are returned either way.
+func (a *API) write(ctx context.Context, muts []store.Mutation) (store.ApplyResult, []string, error) {
+	start := time.Now()
+	outcome := "error"
+	defer func() { a.metrics.applyDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds()) }()
+
+	a.writeMu.Lock()
+	defer a.writeMu.Unlock()
+	current, _, err := a.store.List(ctx, "", "")
+	if err != nil {
+		return store.ApplyResult{}, nil, fmt.Errorf("listing objects for cross-object checks: %w", err)
+	}
+	after := make(map[resource.Key]*resource.Object, len(current)+len(muts))
+	for _, o := range current {
+		after[o.Key()] = o
+	}
+	applied := make(map[string]bool, len(muts))
+	for _, m := range muts {
+		applied[m.Object.Key().String()] = true
+		if m.Op == store.OpDelete {
+			delete(after, m.Object.Key())
+		} else {
+			after[m.Object.Key()] = m.Object
+		}
+	}
+	errs, warns := resource.ValidateSet(slices.Collect(maps.Values(after)))
+	warns = relevantWarnings(current, applied, warns)
+	if len(errs) > 0 {
+		outcome = "invalid"
+		return store.ApplyResult{}, warns, errs
+	}
+	res, err := a.store.Apply(ctx, muts)
+	if err != nil {
+		var ce *store.ConflictError
+		if errors.As(err, &ce) {
+			outcome = "conflict"
+		}
+		return store.ApplyResult{}, warns, err
+	}
+	outcome = "ok"
+	a.log.Info("applied", "revision", res.Revision, "objects", len(muts), "changed", res.Changed, "warnings", len(warns))
+	return res, warns, nil
+}
+
+// answer writes a success: YAML (resource.Encode of objs) when asked and objs is
+// non-nil, JSON of body otherwise.
+func (a *API) answer(w http.ResponseWriter, r *http.Request, code int, rev int64, objs []*resource.Object, body any) {
+	w.Header().Set(RevisionHeader, strconv.FormatInt(rev, 10))
+	if objs != nil && wantsYAML(r) {
+		out, err := resource.Encode(objs, "yaml")
+		if err != nil {
+			a.fail(w, r, fmt.Errorf("encoding YAML: %w", err))
+			return
+		}
+		w.Header().Set("Content-Type", "application/yaml")
+		w.WriteHeader(code)
+		_, _ = w.Write(out)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	if err := writeJSONBody(w, body); err != nil {
+		a.log.Debug("writing response", "path", r.URL.Path, "error", err)
+	}
+}
+
+func writeJSONBody(w io.Writer, body any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(body)
+}
+
+func setWarnings(w http.ResponseWriter, warns []string) {
+	for _, s := range warns {
+		// RFC 9111 warn-code 299 "miscellaneous persistent warning", as Kubernetes does.
+		w.Header().Add("Warning", `299 - `+strconv.Quote(s))
+	}
+}
+
+func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) { a.failWarn(w, r, err, nil) }
+
+// failWarn maps err to a status and writes an ErrorResponse with every error line.
+func (a *API) failWarn(w http.ResponseWriter, r *http.Request, err error, warns []string) {
+	code, body := classify(err)
+	body.Warnings = warns
+	if code >= 500 {
+		a.log.Error("admin request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+	}
+	// Best effort: the request's own context may be the reason we failed.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Second)
+	defer cancel()
+	if rev, rerr := a.store.Revision(ctx); rerr == nil {
+		body.Revision = int64(rev)
+		w.Header().Set(RevisionHeader, strconv.FormatInt(int64(rev), 10))
+	}
+	setWarnings(w, warns)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = writeJSONBody(w, body)
+}
+
+func classify(err error) (int, ErrorResponse) {
+	var (
+		ce  *store.ConflictError
+		el  resource.ErrorList
+		mbe *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge, ErrorResponse{Errors: []string{fmt.Sprintf("request body is larger than %d bytes", mbe.Limit)}}
+	case errors.As(err, &ce):
+		return http.StatusPreconditionFailed, ErrorResponse{
+			Errors:   []string{ce.Error()},
+			Conflict: &Conflict{Object: ce.Key.String(), Expected: ce.Expected, Actual: ce.Actual},
+		}
+	case errors.As(err, &el):
+		lines := make([]string, 0, len(el))
+		for _, e := range el {
+			lines = append(lines, e.Error())
+		}
+		return http.StatusBadRequest, ErrorResponse{Errors: lines}
+	case errors.Is(err, errBadRequest):
+		return http.StatusBadRequest, ErrorResponse{Errors: []string{strings.TrimPrefix(err.Error(), errBadRequest.Error()+": ")}}
+	case errors.Is(err, store.ErrInvalid):
+		return http.StatusBadRequest, ErrorResponse{Errors: []string{err.Error()}}
+	case errors.Is(err, store.ErrNotFound):
+		return http.StatusNotFound, ErrorResponse{Errors: []string{err.Error()}}
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, store.ErrClosed):
+		return http.StatusServiceUnavailable, ErrorResponse{Errors: []string{err.Error()}}
+	default:
+		return http.StatusInternalServerError, ErrorResponse{Errors: []string{err.Error()}}
+	}
+}
+
+// relevantWarnings keeps the warnings this write is answerable for: those about
+// the objects it writes, and those it newly causes elsewhere (deleting a Service
+// a Route names). Warnings that existed before the write are not repeated.
+func relevantWarnings(before []*resource.Object, applied map[string]bool, warns []string) []string {
+	var old map[string]bool
+	out := warns[:0:0]
+	for _, w := range warns {
+		if key, _, ok := strings.Cut(w, ": "); ok && applied[key] {
+			out = append(out, w)
+			continue
+		}
+		if old == nil {
+			_, prev := resource.ValidateSet(before)
+			old = make(map[string]bool, len(prev))
+			for _, p := range prev {
+				old[p] = true
+			}
+		}
+		if !old[w] {
+			out = append(out, w)
+		}
+	}
+	return out
+}

@@ -1,0 +1,52 @@
+// Command pilot is Weft's control plane: flags, then one call to server.Run.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/weft-mesh/weft/pilot/server"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	fs := flag.NewFlagSet("pilot", flag.ContinueOnError)
+	var cfg server.Config
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory of the embedded store (required)")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", server.DefaultAdminAddr, "admin HTTP API address")
+	fs.StringVar(&cfg.XDSAddr, "xds-addr", server.DefaultXDSAddr, "xDS gRPC address (served once the xDS server exists)")
+	fs.BoolVar(&cfg.AdminAllowRemote, "admin-allow-remote", false, "accept admin requests from non-loopback clients (requires --admin-token-file)")
+	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the bearer token every admin request must carry")
+	level := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	jsonLogs := fs.Bool("log-json", false, "log as JSON")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "pilot: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	lvl := hclog.LevelFromString(*level)
+	if lvl == hclog.NoLevel {
+		fmt.Fprintf(os.Stderr, "pilot: --log-level %q is not one of trace, debug, info, warn, error\n", *level)
+		return 2
+	}
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "pilot", Level: lvl, JSONFormat: *jsonLogs, Output: os.Stderr})
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := server.Run(ctx, cfg); err != nil {
+		cfg.Logger.Error("pilot stopped", "error", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,213 @@
+// Package server wires pilot together: the embedded store, the admin HTTP API,
+// metrics and (once it exists) the xDS gRPC server, and runs them until the
+// context ends.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/weft-mesh/weft/pilot/api"
+	"github.com/weft-mesh/weft/pilot/store"
+	"github.com/weft-mesh/weft/pilot/store/boltstore"
+)
+
+// DefaultAdminAddr and DefaultXDSAddr are Istio's port numbers (DESIGN.md, Ports).
+const (
+	DefaultAdminAddr = "127.0.0.1:15014"
+	DefaultXDSAddr   = ":15010"
+)
+
+// DefaultShutdownTimeout bounds graceful shutdown of in-flight admin requests.
+const DefaultShutdownTimeout = 10 * time.Second
+
+// XDSFunc serves xDS on lis until ctx ends, reading desired state from st and
+// registering its metrics on reg. It owns lis (closes it on return) and returns
+// nil when ctx ended normally. This is the hook the xDS server plugs into:
+// pilot's main sets Config.XDS; when nil, pilot does not listen on XDSAddr.
+type XDSFunc func(ctx context.Context, st store.Store, lis net.Listener, reg *prometheus.Registry, log hclog.Logger) error
+
+// Config configures Run. DataDir and Logger are required.
+type Config struct {
+	DataDir   string
+	AdminAddr string // default DefaultAdminAddr; "127.0.0.1:0" picks a free port
+	XDSAddr   string // default DefaultXDSAddr; used only when XDS is set
+
+	// AdminAllowRemote lets non-loopback clients use the admin API; it requires
+	// AdminTokenFile, whose bearer token is then required on every request.
+	AdminAllowRemote bool
+	AdminTokenFile   string
+
+	Logger hclog.Logger
+	XDS    XDSFunc
+
+	// ShutdownTimeout bounds graceful shutdown; 0 means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// OnReady, when set, is called once every listener is bound, with the admin
+	// address actually bound (useful with port 0 in tests).
+	OnReady func(adminAddr net.Addr)
+}
+
+func (c *Config) check() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("DataDir (--data-dir) is required"))
+	}
+	if c.Logger == nil {
+		errs = append(errs, errors.New("Logger is required"))
+	}
+	if c.AdminAllowRemote && c.AdminTokenFile == "" {
+		errs = append(errs, errors.New("--admin-allow-remote requires --admin-token-file"))
+	}
+	if c.ShutdownTimeout < 0 {
+		errs = append(errs, fmt.Errorf("ShutdownTimeout %v is negative", c.ShutdownTimeout))
+	}
+	if c.AdminAddr == "" {
+		c.AdminAddr = DefaultAdminAddr
+	}
+	if c.XDSAddr == "" {
+		c.XDSAddr = DefaultXDSAddr
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("pilot config: %w", err)
+	}
+	return nil
+}
+
+// ReadToken reads a bearer token file: its content without surrounding white
+// space, which must not be empty.
+func ReadToken(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading admin token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return nil, fmt.Errorf("admin token file %s is empty", path)
+	}
+	return []byte(tok), nil
+}
+
+// Run opens the store in cfg.DataDir, serves the admin API (and xDS when
+// cfg.XDS is set) and blocks until ctx ends or a server fails; then it shuts
+// everything down and closes the store.
+func Run(ctx context.Context, cfg Config) (err error) {
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	log := cfg.Logger
+	var token []byte
+	if cfg.AdminTokenFile != "" {
+		if token, err = ReadToken(cfg.AdminTokenFile); err != nil {
+			return err
+		}
+	}
+
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("creating data dir: %w", err)
+	}
+	st, err := boltstore.Open(cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("opening store in %s: %w", cfg.DataDir, err)
+	}
+	defer func() {
+		if cerr := st.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("closing store: %w", cerr)
+		}
+	}()
+	rev, err := st.Revision(ctx)
+	if err != nil {
+		return fmt.Errorf("reading store revision: %w", err)
+	}
+	log.Info("store opened", "data_dir", cfg.DataDir, "revision", rev)
+
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return fmt.Errorf("registering go metrics: %w", err)
+	}
+	handler, err := api.New(api.Config{
+		Store:       st,
+		Logger:      log.Named("api"),
+		AllowRemote: cfg.AdminAllowRemote,
+		Token:       token,
+		Registry:    reg,
+	})
+	if err != nil {
+		return err
+	}
+
+	adminLis, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("admin listener on %s: %w", cfg.AdminAddr, err)
+	}
+	var xdsLis net.Listener
+	if cfg.XDS != nil {
+		if xdsLis, err = net.Listen("tcp", cfg.XDSAddr); err != nil {
+			_ = adminLis.Close()
+			return fmt.Errorf("xDS listener on %s: %w", cfg.XDSAddr, err)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	wg.Go(func() {
+		log.Info("admin API listening", "addr", adminLis.Addr().String())
+		if err := srv.Serve(adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("admin API: %w", err)
+		}
+	})
+	if xdsLis != nil {
+		wg.Go(func() {
+			log.Info("xDS listening", "addr", xdsLis.Addr().String())
+			if err := cfg.XDS(ctx, st, xdsLis, reg, log.Named("xds")); err != nil {
+				errc <- fmt.Errorf("xDS: %w", err)
+			}
+		})
+	}
+	if cfg.OnReady != nil {
+		cfg.OnReady(adminLis.Addr())
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case runErr = <-errc:
+		log.Error("server failed, shutting down", "error", runErr)
+	}
+	cancel()
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer scancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+		runErr = errors.Join(runErr, fmt.Errorf("admin API shutdown: %w", err))
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		runErr = errors.Join(runErr, err)
+	}
+	return runErr
+}

@@ -1,0 +1,226 @@
+// Package meshctl is Weft's command-line client for pilot's admin API. Run holds
+// the whole program so tests drive it in-process; cmd/meshctl only calls Run.
+//
+// Exit codes: 0 success, 1 invalid input (bad resources, bad arguments' values),
+// 3 If-Match conflict, 4 not found, 2 anything else (usage, network, server).
+package meshctl
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/weft-mesh/weft/pilot/resource"
+)
+
+// Exit codes.
+const (
+	ExitOK       = 0
+	ExitInvalid  = 1
+	ExitOther    = 2
+	ExitConflict = 3
+	ExitNotFound = 4
+)
+
+// DefaultPilot is pilot's default admin address.
+const DefaultPilot = "http://127.0.0.1:15014"
+
+// DefaultTimeout bounds one request to pilot.
+const DefaultTimeout = 60 * time.Second
+
+const usage = `usage: meshctl [--pilot URL] [--token-file FILE] COMMAND ...
+
+commands:
+  apply -f PATH [--if-match GEN]          apply a file or directory as one revision
+  get KIND [NAME] [-n NS] [-A] [-o yaml|json]
+  delete KIND NAME [-n NS] [--if-match GEN]
+  history KIND NAME [-n NS]               one line per revision: REV  OP  GENERATION  TIME
+  validate -f PATH                        validate offline, one line per error
+
+exit codes: 0 ok, 1 invalid input, 2 other error, 3 If-Match conflict, 4 not found
+`
+
+// cliError is an error with the exit code it maps to. lines, when set, are
+// printed one per line instead of msg (validation errors).
+type cliError struct {
+	code  int
+	msg   string
+	lines []string
+}
+
+func (e *cliError) Error() string { return e.msg }
+
+func fail(code int, format string, args ...any) error {
+	return &cliError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// env carries what every command needs.
+type env struct {
+	stdout, stderr io.Writer
+	client         *client
+}
+
+// Run runs meshctl with args (without the program name) and returns the exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("meshctl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	pilot := fs.String("pilot", DefaultPilot, "pilot admin API URL")
+	tokenFile := fs.String("token-file", "", "file with the admin API bearer token")
+	timeout := fs.Duration("timeout", DefaultTimeout, "timeout of one request to pilot")
+	if err := fs.Parse(args); err != nil {
+		return report(stderr, fail(ExitOther, "%v", err))
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprint(stderr, usage)
+		return ExitOther
+	}
+	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	e := &env{stdout: stdout, stderr: stderr}
+	var err error
+	switch cmd {
+	case "validate":
+		err = e.validate(rest)
+	case "apply", "get", "delete", "history":
+		c, cerr := newClient(*pilot, *tokenFile, *timeout)
+		if cerr != nil {
+			return report(stderr, cerr)
+		}
+		defer c.close()
+		e.client = c
+		switch cmd {
+		case "apply":
+			err = e.apply(ctx, rest)
+		case "get":
+			err = e.get(ctx, rest)
+		case "delete":
+			err = e.delete(ctx, rest)
+		case "history":
+			err = e.history(ctx, rest)
+		}
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return ExitOK
+	default:
+		err = fail(ExitOther, "unknown command %q (try meshctl help)", cmd)
+	}
+	return report(stderr, err)
+}
+
+// report prints err (one line, or one line per validation error) and returns
+// its exit code.
+func report(stderr io.Writer, err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var ce *cliError
+	if !errors.As(err, &ce) {
+		ce = &cliError{code: ExitOther, msg: err.Error()}
+	}
+	if len(ce.lines) > 0 {
+		for _, l := range ce.lines {
+			fmt.Fprintln(stderr, oneLine(l))
+		}
+	} else {
+		fmt.Fprintln(stderr, "meshctl: "+oneLine(ce.msg))
+	}
+	return ce.code
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// parseArgs parses fs over args allowing flags after positional arguments
+// ("get routes cart -n shop"), which package flag alone does not.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, fail(ExitOther, "%s: %v", fs.Name(), err)
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// errorLines splits a decode/validation error into one line per error.
+func errorLines(err error) []string {
+	var el resource.ErrorList
+	if errors.As(err, &el) {
+		out := make([]string, 0, len(el))
+		for _, e := range el {
+			out = append(out, e.Error())
+		}
+		return out
+	}
+	return []string{err.Error()}
+}
+
+func (e *env) validate(args []string) error {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	path := fs.String("f", "", "file or directory to validate")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if *path == "" || len(pos) > 0 {
+		return fail(ExitOther, "usage: meshctl validate -f PATH")
+	}
+	objs, err := decodeSet(*path, e.stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s: %d objects valid\n", *path, len(objs))
+	return nil
+}
+
+// decodeSet decodes path and runs the cross-object checks offline; warnings go
+// to stderr.
+func decodeSet(path string, stderr io.Writer) ([]*resource.Object, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fail(ExitInvalid, "%v", err)
+	}
+	objs, err := resource.DecodePath(path)
+	if err != nil {
+		return nil, &cliError{code: ExitInvalid, msg: err.Error(), lines: errorLines(err)}
+	}
+	errs, warns := resource.ValidateSet(objs)
+	for _, w := range warns {
+		fmt.Fprintln(stderr, "warning: "+oneLine(w))
+	}
+	if len(errs) > 0 {
+		return nil, &cliError{code: ExitInvalid, msg: errs.Error(), lines: errorLines(errs)}
+	}
+	return objs, nil
+}
+
+// statusError maps a non-2xx answer to an exit code.
+func statusError(status int, errs []string) error {
+	code := ExitOther
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		code = ExitInvalid
+	case http.StatusPreconditionFailed:
+		code = ExitConflict
+	case http.StatusNotFound:
+		code = ExitNotFound
+	}
+	if len(errs) == 0 {
+		errs = []string{http.StatusText(status)}
+	}
+	ce := &cliError{code: code, msg: fmt.Sprintf("pilot answered %d: %s", status, strings.Join(errs, "; "))}
+	if code == ExitInvalid && len(errs) > 1 {
+		ce.lines = errs
+	}
+	return ce
+}
