@@ -1,17 +1,250 @@
 // Package gen turns an ir.Mesh and one proxy into that proxy's consistent xDS
 // snapshot. It reads only its arguments (no store, no clock).
+//
+// Two kinds of proxy:
+//
+//   - A Weft sidecar (node.Registers()): it gets an "outbound" listener, an
+//     "inbound" listener for the Services its own workload belongs to, and the
+//     clusters, endpoints and route configurations of its scope. Scope is decided
+//     by compile (ir.Mesh.Scopes): the services of the sidecar's own namespace,
+//     every Service a Route of that namespace names, and transitively whatever the
+//     effective routes of those Services send to, so every route it holds only
+//     references clusters it also holds.
+//   - Any other client (proxyless gRPC, a debugging tool): it gets the whole mesh,
+//     with one api_listener Listener per HTTP-family service port named
+//     "<svc>.<ns>.svc.<domain>:<port>" and a route configuration of the same name.
+//     ADS only sends what such a client subscribes to by name.
+//
+// Everything that does not depend on the node (every cluster and endpoint
+// assignment, the whole-mesh bundle, each namespace's outbound bundle) is built
+// and marshalled once per Mesh through ir.Mesh.Derive and shared, read-only, by
+// every snapshot; only the inbound listener and clusters are built per node.
 package gen
 
 import (
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/pilot/ir"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	"google.golang.org/protobuf/proto"
 )
 
+// Listener names and default addresses of a Weft sidecar.
+const (
+	OutboundListenerName = "outbound"
+	InboundListenerName  = "inbound"
+	OutboundAddress      = "127.0.0.1"
+	OutboundPort         = 15001
+	InboundAddress       = "0.0.0.0"
+	InboundPort          = 15006
+)
+
+// OutboundRouteName is the route configuration the outbound listener's HTTP
+// filter chain for port uses: "outbound|<port>".
+func OutboundRouteName(port uint32) string {
+	return "outbound|" + strconv.FormatUint(uint64(port), 10)
+}
+
+// APIListenerName is the Listener (and RouteConfiguration) name a proxyless gRPC
+// client dialing xds:///<host>:<port> asks for.
+func APIListenerName(host string, port uint32) string {
+	return host + ":" + strconv.FormatUint(uint64(port), 10)
+}
+
 // Proxy generates the snapshot for n. A node without Weft metadata (proxyless gRPC,
 // debugging tools) gets the whole mesh and asks for what it needs by name.
-// Stub: the real implementation replaces this file.
 func Proxy(mesh *ir.Mesh, n *node.Node) (*snapshot.Snapshot, error) {
-	return snapshot.New(mesh.Revision, map[string]map[string]proto.Message{})
+	if mesh == nil {
+		return nil, errors.New("gen: mesh is nil")
+	}
+	if n == nil {
+		return nil, errors.New("gen: node is nil")
+	}
+	if !n.Registers() {
+		b, err := derive(mesh, meshKey{}, func() (*bundle, error) { return wholeMesh(mesh) })
+		if err != nil {
+			return nil, fmt.Errorf("gen: node %s: %w", n.ID, err)
+		}
+		return snapshot.FromResources(mesh.Revision, b.resources()), nil
+	}
+	b, err := derive(mesh, nsKey(n.Namespace), func() (*bundle, error) { return namespaceBundle(mesh, n.Namespace) })
+	if err != nil {
+		return nil, fmt.Errorf("gen: node %s: %w", n.ID, err)
+	}
+	in, err := inbound(mesh, n)
+	if err != nil {
+		return nil, fmt.Errorf("gen: node %s: %w", n.ID, err)
+	}
+	res := b.resources()
+	if len(in.clusters) > 0 {
+		// The shared maps are never written; copy the two the node adds to.
+		res[snapshot.ClusterType] = merged(res[snapshot.ClusterType], in.clusters)
+		res[snapshot.ListenerType] = merged(res[snapshot.ListenerType], in.listeners)
+	}
+	return snapshot.FromResources(mesh.Revision, res), nil
+}
+
+type (
+	meshKey struct{}
+	nsKey   string
+	allKey  struct{}
+)
+
+func derive[T any](mesh *ir.Mesh, key any, build func() (T, error)) (T, error) {
+	v, err := mesh.Derive(key, func() (any, error) { return build() })
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return v.(T), nil
+}
+
+// bundle is one set of marshalled resources per type; immutable once built.
+type bundle struct {
+	clusters, endpoints, listeners, routes map[string]snapshot.Resource
+}
+
+func newBundle() *bundle {
+	return &bundle{
+		clusters:  map[string]snapshot.Resource{},
+		endpoints: map[string]snapshot.Resource{},
+		listeners: map[string]snapshot.Resource{},
+		routes:    map[string]snapshot.Resource{},
+	}
+}
+
+// resources returns a fresh outer map over the bundle's (shared) inner maps.
+func (b *bundle) resources() map[string]map[string]snapshot.Resource {
+	return map[string]map[string]snapshot.Resource{
+		snapshot.ClusterType:  b.clusters,
+		snapshot.EndpointType: b.endpoints,
+		snapshot.ListenerType: b.listeners,
+		snapshot.RouteType:    b.routes,
+	}
+}
+
+func (b *bundle) add(typ, name string, m proto.Message) error {
+	r, err := snapshot.NewResource(typ, name, m)
+	if err != nil {
+		return err
+	}
+	switch typ {
+	case snapshot.ClusterType:
+		b.clusters[name] = r
+	case snapshot.EndpointType:
+		b.endpoints[name] = r
+	case snapshot.ListenerType:
+		b.listeners[name] = r
+	case snapshot.RouteType:
+		b.routes[name] = r
+	default:
+		return fmt.Errorf("unknown type %s", typ)
+	}
+	return nil
+}
+
+func merged(a, b map[string]snapshot.Resource) map[string]snapshot.Resource {
+	out := make(map[string]snapshot.Resource, len(a)+len(b))
+	maps.Copy(out, a)
+	maps.Copy(out, b)
+	return out
+}
+
+// shared is every outbound cluster and its assignment, marshalled once per mesh
+// and reused by every bundle.
+type shared struct {
+	clusters  map[string]snapshot.Resource
+	endpoints map[string]snapshot.Resource
+}
+
+func sharedClusters(mesh *ir.Mesh) (*shared, error) {
+	return derive(mesh, allKey{}, func() (*shared, error) {
+		s := &shared{clusters: make(map[string]snapshot.Resource, len(mesh.Clusters)), endpoints: make(map[string]snapshot.Resource, len(mesh.Clusters))}
+		for _, c := range mesh.Clusters {
+			r, err := snapshot.NewResource(snapshot.ClusterType, c.Name, outboundCluster(c, false))
+			if err != nil {
+				return nil, err
+			}
+			s.clusters[c.Name] = r
+			if r, err = snapshot.NewResource(snapshot.EndpointType, c.Name, loadAssignment(c)); err != nil {
+				return nil, err
+			}
+			s.endpoints[c.Name] = r
+		}
+		return s, nil
+	})
+}
+
+// wholeMesh is what a client without Weft metadata can subscribe to: every
+// cluster and assignment, and an api_listener plus route configuration per
+// HTTP-family service port.
+func wholeMesh(mesh *ir.Mesh) (*bundle, error) {
+	sh, err := sharedClusters(mesh)
+	if err != nil {
+		return nil, err
+	}
+	b := newBundle()
+	maps.Copy(b.endpoints, sh.endpoints)
+	for _, c := range mesh.Clusters {
+		if c.Policy.LB == ir.LBRandom {
+			// grpc-go NACKs RANDOM; proxyless clients get ROUND_ROBIN instead.
+			if err := b.add(snapshot.ClusterType, c.Name, outboundCluster(c, true)); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		b.clusters[c.Name] = sh.clusters[c.Name]
+	}
+	for _, svc := range mesh.Services {
+		for _, p := range svc.Ports {
+			if !p.Protocol.IsHTTP() {
+				continue
+			}
+			name := APIListenerName(svc.Host, p.Port)
+			if err := b.add(snapshot.ListenerType, name, apiListener(name)); err != nil {
+				return nil, err
+			}
+			rc := routeConfig(name, []vhostSpec{{svc: svc, port: p, shortNames: true}})
+			if err := b.add(snapshot.RouteType, name, rc); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return b, nil
+}
+
+// namespaceBundle is everything a sidecar of namespace ns shares with the other
+// sidecars of ns: its scope's clusters and assignments, the outbound listener
+// and its route configurations.
+func namespaceBundle(mesh *ir.Mesh, ns string) (*bundle, error) {
+	sh, err := sharedClusters(mesh)
+	if err != nil {
+		return nil, err
+	}
+	b := newBundle()
+	scope := mesh.Scopes[ns]
+	for _, svc := range scope {
+		for _, p := range svc.Ports {
+			for _, name := range append([]string{p.Cluster}, p.Subsets...) {
+				b.clusters[name] = sh.clusters[name]
+				b.endpoints[name] = sh.endpoints[name]
+			}
+		}
+	}
+	lis, rcs := outbound(mesh, ns, scope)
+	if lis != nil {
+		if err := b.add(snapshot.ListenerType, lis.Name, lis); err != nil {
+			return nil, err
+		}
+	}
+	for _, rc := range rcs {
+		if err := b.add(snapshot.RouteType, rc.Name, rc); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
 }

@@ -47,18 +47,40 @@ func New(revision int64, msgs map[string]map[string]proto.Message) (*Snapshot, e
 	for typ, byName := range msgs {
 		out := make(map[string]Resource, len(byName))
 		for name, m := range byName {
-			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+			r, err := NewResource(typ, name, m)
 			if err != nil {
-				return nil, fmt.Errorf("snapshot: marshal %s %q: %w", typ, name, err)
+				return nil, err
 			}
-			a := &anypb.Any{TypeUrl: typ, Value: b}
-			sum := sha256.Sum256(b)
-			out[name] = Resource{Name: name, Any: a, Version: hex.EncodeToString(sum[:8])}
+			out[name] = r
 		}
 		s.Resources[typ] = out
 		s.versions[typ] = setVersion(out)
 	}
 	return s, nil
+}
+
+// NewResource marshals one message deterministically into a Resource. Resources
+// are immutable values, so one Resource may be shared by many snapshots (gen
+// builds the pieces every proxy shares once per mesh).
+func NewResource(typ, name string, m proto.Message) (Resource, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return Resource{}, fmt.Errorf("snapshot: marshal %s %q: %w", typ, name, err)
+	}
+	sum := sha256.Sum256(b)
+	return Resource{Name: name, Any: &anypb.Any{TypeUrl: typ, Value: b}, Version: hex.EncodeToString(sum[:8])}, nil
+}
+
+// FromResources builds a snapshot from already marshalled resources (type URL ->
+// name -> resource) and computes the per-type versions. The maps are kept, not
+// copied: the caller must not change them afterwards (they may be shared with
+// other snapshots, which is the point).
+func FromResources(revision int64, res map[string]map[string]Resource) *Snapshot {
+	s := &Snapshot{Revision: revision, Resources: res, versions: make(map[string]string, len(res))}
+	for typ, byName := range res {
+		s.versions[typ] = setVersion(byName)
+	}
+	return s
 }
 
 // Version is the version of all resources of one type (stable hash of names and

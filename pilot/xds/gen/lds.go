@@ -1,0 +1,254 @@
+package gen
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	origdstv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/pilot/ir"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// Well-known filter names.
+const (
+	hcmFilterName     = "envoy.filters.network.http_connection_manager"
+	tcpFilterName     = "envoy.filters.network.tcp_proxy"
+	routerFilterName  = "envoy.filters.http.router"
+	origDstFilterName = "envoy.filters.listener.original_dst"
+)
+
+func mustAny(m proto.Message) *anypb.Any {
+	a, err := anypb.New(m)
+	if err != nil {
+		panic(err) // only messages built here, which always marshal
+	}
+	return a
+}
+
+// routerFilter is the terminal HTTP filter; grpc-go NACKs a connection manager
+// whose filter list is empty or does not end with it.
+var routerFilter = &hcmv3.HttpFilter{Name: routerFilterName, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})}}
+
+var originalDst = &listenerv3.ListenerFilter{Name: origDstFilterName, ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: mustAny(&origdstv3.OriginalDst{})}}
+
+func rdsHCM(statPrefix, routeName string) *hcmv3.HttpConnectionManager {
+	return &hcmv3.HttpConnectionManager{
+		StatPrefix:     statPrefix,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{ConfigSource: ads(), RouteConfigName: routeName}},
+		HttpFilters:    []*hcmv3.HttpFilter{routerFilter},
+	}
+}
+
+// apiListener is what a proxyless gRPC client dialing xds:///<name> reads: an
+// api_listener HttpConnectionManager taking its routes over ADS from the route
+// configuration of the same name.
+func apiListener(name string) *listenerv3.Listener {
+	return &listenerv3.Listener{
+		Name:        name,
+		ApiListener: &listenerv3.ApiListener{ApiListener: mustAny(rdsHCM(name, name))},
+	}
+}
+
+func networkFilter(name string, m proto.Message) *listenerv3.Filter {
+	return &listenerv3.Filter{Name: name, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(m)}}
+}
+
+func tcpProxy(statPrefix, cluster string) *listenerv3.Filter {
+	return networkFilter(tcpFilterName, &tcpv3.TcpProxy{StatPrefix: statPrefix, ClusterSpecifier: &tcpv3.TcpProxy_Cluster{Cluster: cluster}})
+}
+
+func portMatch(p uint32) *listenerv3.FilterChainMatch {
+	return &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(p)}
+}
+
+// outbound renders the outbound listener of namespace ns's sidecars and its
+// route configurations. Traffic is captured to 127.0.0.1:15001 and the chain is
+// picked by original destination port:
+//   - a port with HTTP-family services: one HTTP chain whose route configuration
+//     "outbound|<port>" has a virtual host per such service (by Host header);
+//   - a port with exactly one TCP service and no HTTP service: one tcp_proxy chain;
+//   - otherwise each TCP service gets a chain narrowed by destination IP to its
+//     endpoints' addresses (there are no service VIPs); an address already taken
+//     by an earlier service on that port, or a service with no endpoints, gets no
+//     chain.
+//
+// It returns nil when the scope is empty.
+func outbound(mesh *ir.Mesh, ns string, scope []*ir.Service) (*listenerv3.Listener, []*routev3.RouteConfiguration) {
+	type portGroup struct {
+		http []vhostSpec
+		tcp  []*ir.Service
+	}
+	groups := map[uint32]*portGroup{}
+	for _, svc := range scope {
+		for _, p := range svc.Ports {
+			g := groups[p.Port]
+			if g == nil {
+				g = &portGroup{}
+				groups[p.Port] = g
+			}
+			if p.Protocol.IsHTTP() {
+				g.http = append(g.http, vhostSpec{svc: svc, port: p, shortNames: svc.Namespace == ns})
+			} else {
+				g.tcp = append(g.tcp, svc)
+			}
+		}
+	}
+	if len(groups) == 0 {
+		return nil, nil
+	}
+	ports := make([]uint32, 0, len(groups))
+	for p := range groups {
+		ports = append(ports, p)
+	}
+	slices.Sort(ports)
+	lis := &listenerv3.Listener{
+		Name:            OutboundListenerName,
+		Address:         socketAddress(OutboundAddress, OutboundPort),
+		ListenerFilters: []*listenerv3.ListenerFilter{originalDst},
+	}
+	var rcs []*routev3.RouteConfiguration
+	for _, port := range ports {
+		g := groups[port]
+		ps := strconv.FormatUint(uint64(port), 10)
+		if len(g.http) > 0 {
+			name := OutboundRouteName(port)
+			rcs = append(rcs, routeConfig(name, g.http))
+			lis.FilterChains = append(lis.FilterChains, &listenerv3.FilterChain{
+				Name:             name,
+				FilterChainMatch: portMatch(port),
+				Filters:          []*listenerv3.Filter{networkFilter(hcmFilterName, rdsHCM(name, name))},
+			})
+		}
+		if len(g.tcp) == 1 && len(g.http) == 0 {
+			svc := g.tcp[0]
+			cl := svc.PortByNumber(port).Cluster
+			lis.FilterChains = append(lis.FilterChains, &listenerv3.FilterChain{
+				Name:             "outbound|" + ps + "|tcp|" + svc.Host,
+				FilterChainMatch: portMatch(port),
+				Filters:          []*listenerv3.Filter{tcpProxy(cl, cl)},
+			})
+			continue
+		}
+		taken := map[string]bool{}
+		for _, svc := range g.tcp {
+			cl := svc.PortByNumber(port).Cluster
+			m := portMatch(port)
+			if c := mesh.Cluster(cl); c != nil {
+				for _, ep := range c.Endpoints {
+					if taken[ep.Address] {
+						continue
+					}
+					taken[ep.Address] = true
+					m.PrefixRanges = append(m.PrefixRanges, cidr(ep.Address))
+				}
+			}
+			if len(m.PrefixRanges) == 0 {
+				continue
+			}
+			lis.FilterChains = append(lis.FilterChains, &listenerv3.FilterChain{
+				Name:             "outbound|" + ps + "|tcp|" + svc.Host,
+				FilterChainMatch: m,
+				Filters:          []*listenerv3.Filter{tcpProxy(cl, cl)},
+			})
+		}
+	}
+	return lis, rcs
+}
+
+func cidr(addr string) *corev3.CidrRange {
+	a, err := netip.ParseAddr(addr)
+	bits := uint32(32)
+	if err == nil && a.Is6() {
+		bits = 128
+	}
+	return &corev3.CidrRange{AddressPrefix: addr, PrefixLen: wrapperspb.UInt32(bits)}
+}
+
+// inboundSet is the per-node part of a sidecar's snapshot.
+type inboundSet struct {
+	listeners, clusters map[string]snapshot.Resource
+}
+
+// inbound renders the node's inbound listener (0.0.0.0:<inboundPort>) with one
+// filter chain per target port of the Services of the node's own namespace whose
+// selector matches the node's labels, and one STATIC "inbound|<targetPort>||"
+// cluster per chain. HTTP-family ports get a connection manager with an inline
+// route to the inbound cluster; TCP ports a tcp_proxy. When two services use the
+// same target port, the first (by namespace/name) decides its protocol. A node
+// that backs no Service gets no inbound listener.
+func inbound(mesh *ir.Mesh, n *node.Node) (*inboundSet, error) {
+	seen := map[uint32]bool{}
+	var ports []*ir.Port
+	for _, svc := range mesh.Scopes[n.Namespace] {
+		if svc.Namespace != n.Namespace || !ir.Selects(svc.Selector, n.Labels) {
+			continue
+		}
+		for _, p := range svc.Ports {
+			if !seen[p.TargetPort] {
+				seen[p.TargetPort] = true
+				ports = append(ports, p)
+			}
+		}
+	}
+	set := &inboundSet{listeners: map[string]snapshot.Resource{}, clusters: map[string]snapshot.Resource{}}
+	if len(ports) == 0 {
+		return set, nil
+	}
+	slices.SortFunc(ports, func(a, b *ir.Port) int { return int(a.TargetPort) - int(b.TargetPort) })
+	lp := n.InboundPort
+	if lp == 0 {
+		lp = InboundPort
+	}
+	lis := &listenerv3.Listener{
+		Name:            InboundListenerName,
+		Address:         socketAddress(InboundAddress, lp),
+		ListenerFilters: []*listenerv3.ListenerFilter{originalDst},
+	}
+	for _, p := range ports {
+		cl := ir.InboundClusterName(p.TargetPort)
+		chain := &listenerv3.FilterChain{Name: cl, FilterChainMatch: portMatch(p.TargetPort)}
+		if p.Protocol.IsHTTP() {
+			chain.Filters = []*listenerv3.Filter{networkFilter(hcmFilterName, &hcmv3.HttpConnectionManager{
+				StatPrefix: cl,
+				RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
+					Name: cl,
+					VirtualHosts: []*routev3.VirtualHost{{
+						Name:    cl,
+						Domains: []string{"*"},
+						Routes: []*routev3.Route{{
+							Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+							Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cl}, Timeout: durationpb.New(0)}},
+						}},
+					}},
+				}},
+				HttpFilters: []*hcmv3.HttpFilter{routerFilter},
+			})}
+		} else {
+			chain.Filters = []*listenerv3.Filter{tcpProxy(cl, cl)}
+		}
+		lis.FilterChains = append(lis.FilterChains, chain)
+		r, err := snapshot.NewResource(snapshot.ClusterType, cl, inboundCluster(p))
+		if err != nil {
+			return nil, err
+		}
+		set.clusters[cl] = r
+	}
+	r, err := snapshot.NewResource(snapshot.ListenerType, InboundListenerName, lis)
+	if err != nil {
+		return nil, err
+	}
+	set.listeners[InboundListenerName] = r
+	return set, nil
+}
