@@ -30,15 +30,16 @@ const FileName = "store.db"
 const (
 	DefaultLockTimeout = 2 * time.Second
 	DefaultWatchBuffer = 1024 // revisions pending per watcher before it is cut off
-	// catchUpRevisions bounds how many revisions a watcher reads from disk per read
+	// defaultCatchUp bounds how many revisions a watcher reads from disk per read
 	// transaction, so a catch-up never holds a long read transaction open.
-	catchUpRevisions = 256
+	defaultCatchUp = 256
 )
 
 type config struct {
 	lockTimeout time.Duration
 	watchBuffer int
 	logger      hclog.Logger
+	catchUp     int // revisions per catch-up read; tests lower it to cross chunk edges
 }
 
 // Option sets an optional setting of Open.
@@ -103,7 +104,7 @@ var (
 // Open opens (creating if needed) the store in dir/store.db and loads the current
 // objects. It fails after the lock timeout if another process has the file open.
 func Open(dir string, opts ...Option) (*Store, error) {
-	cfg := config{lockTimeout: DefaultLockTimeout, watchBuffer: DefaultWatchBuffer, logger: hclog.NewNullLogger()}
+	cfg := config{lockTimeout: DefaultLockTimeout, watchBuffer: DefaultWatchBuffer, logger: hclog.NewNullLogger(), catchUp: defaultCatchUp}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -3,12 +3,14 @@ package boltstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 
@@ -113,5 +115,60 @@ func TestOpenCreatesDataDir(t *testing.T) {
 	}
 	if err := s.Close(); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("second Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestWatchCatchUpInChunks crosses catch-up read boundaries, including multi-event
+// revisions, and checks the sequence against the applies.
+func TestWatchCatchUpInChunks(t *testing.T) {
+	s := openT(t, t.TempDir())
+	defer func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	s.cfg.catchUp = 3 // set before any watcher exists
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type ev struct {
+		Rev store.Revision
+		Key string
+	}
+	var want []ev
+	for i := range 10 {
+		var muts []store.Mutation
+		for j := range 1 + i%3 {
+			muts = append(muts, store.Mutation{Op: store.OpPut, Object: storetest.Service("default", fmt.Sprintf("s%d", j), int32(i))})
+		}
+		res, err := s.Apply(ctx, muts)
+		if err != nil {
+			t.Fatalf("Apply: %v", err)
+		}
+		if i == 0 {
+			continue // the watch starts after revision 1
+		}
+		for _, o := range res.Objects {
+			want = append(want, ev{res.Revision, o.String()})
+		}
+	}
+	w, err := s.Watch(ctx, 1)
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	var got []ev
+	deadline := time.After(10 * time.Second)
+	for len(got) < len(want) {
+		select {
+		case e, ok := <-w.Events():
+			if !ok {
+				t.Fatalf("watch closed: %v", w.Err())
+			}
+			got = append(got, ev{e.Revision, e.Object.String()})
+		case <-deadline:
+			t.Fatalf("got %d of %d events", len(got), len(want))
+		}
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("catch-up events (-want +got):\n%s", d)
 	}
 }

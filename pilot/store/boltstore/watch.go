@@ -172,10 +172,10 @@ func (s *Store) unsubscribe(w *watcher) {
 	s.stateMu.Unlock()
 }
 
-// readHistory reads the events of revisions after..min(upTo, after+catchUpRevisions)
+// readHistory reads the events of revisions after+1..min(upTo, after+catchUp)
 // in one short read transaction and returns them with the last revision covered.
 func (s *Store) readHistory(after, upTo store.Revision) ([]store.Event, store.Revision, error) {
-	end := min(upTo, after+catchUpRevisions)
+	end := min(upTo, after+store.Revision(s.cfg.catchUp))
 	var out []store.Event
 	err := s.db.View(func(tx *bolt.Tx) error {
 		comp, err := decodeUint(tx.Bucket(bucketMeta).Get(metaCompacted))
