@@ -1,0 +1,278 @@
+package status
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+)
+
+// Conn is the status of one ADS stream. The stream's owner goroutine is its only
+// writer; readers take copies through Status and ConfigDump.
+type Conn struct {
+	t           *Tracker
+	id          string
+	node        *node.Node
+	connectedAt time.Time
+
+	mu           sync.Mutex // guards the fields below
+	lastSeen     time.Time
+	disconnected time.Time           // zero while connected
+	types        map[string]*typeRec // type URL -> record
+	effective    int64
+}
+
+type typeRec struct {
+	versionSent     string
+	nonce           string
+	revisionSent    int64
+	versionAcked    string
+	revisionAcked   int64
+	versionRejected string
+	nonceRejected   string
+	rejectErr       string
+	pendingSince    time.Time // zero when nothing is pending
+	sent            *snapshot.Snapshot
+	names           []string // resources the proxy holds from sent; nil = all of that type
+}
+
+func (r *typeRec) status() Status {
+	switch {
+	case r.nonce == "":
+		return NotSent
+	case !r.pendingSince.IsZero():
+		return PendingAck
+	case r.versionRejected != "" && r.nonceRejected == r.nonce:
+		return Nacked
+	}
+	return Synced
+}
+
+// Sent describes one response sent on the stream.
+type Sent struct {
+	Type     string
+	Version  string // version the proxy will hold once it accepts this response
+	Nonce    string
+	Revision int64 // store revision of the snapshot it came from
+	Bytes    int
+	Snapshot *snapshot.Snapshot // what the proxy holds from after this response
+	Names    []string           // names it holds from Snapshot; nil = every resource of Type
+}
+
+func (c *Conn) rec(typ string) *typeRec {
+	r, ok := c.types[typ]
+	if !ok {
+		r = &typeRec{}
+		c.types[typ] = r
+	}
+	return r
+}
+
+// Seen records a request from the proxy.
+func (c *Conn) Seen(now time.Time) {
+	c.mu.Lock()
+	c.lastSeen = now
+	c.mu.Unlock()
+}
+
+// Subscribed records that the proxy asked for a type (shown as NOT_SENT until a
+// response goes out).
+func (c *Conn) Subscribed(typ string, now time.Time) {
+	c.mu.Lock()
+	c.rec(typ)
+	c.lastSeen = now
+	c.mu.Unlock()
+}
+
+// Sent records a response.
+func (c *Conn) Sent(s Sent, now time.Time) {
+	c.mu.Lock()
+	r := c.rec(s.Type)
+	r.versionSent, r.nonce, r.revisionSent = s.Version, s.Nonce, s.Revision
+	r.sent, r.names = s.Snapshot, s.Names
+	if r.pendingSince.IsZero() {
+		r.pendingSince = now
+	}
+	c.mu.Unlock()
+	name := TypeName(s.Type)
+	c.t.m.pushes.WithLabelValues(name).Inc()
+	c.t.m.pushBytes.WithLabelValues(name).Add(float64(s.Bytes))
+}
+
+// Unchanged records that revision rev needed no response for typ: what the proxy
+// holds (or was last sent) is already rev's content.
+func (c *Conn) Unchanged(typ string, rev int64, snap *snapshot.Snapshot, names []string, now time.Time) {
+	c.update(now, func() {
+		r := c.rec(typ)
+		r.revisionSent = rev
+		r.sent, r.names = snap, names
+		if st := r.status(); st == Synced || st == NotSent {
+			r.revisionAcked = rev
+		}
+	})
+}
+
+// Acked records an ACK of nonce. An ACK of an older nonce changes nothing: only
+// the latest response decides the type's state.
+func (c *Conn) Acked(typ, nonce string, now time.Time) {
+	c.update(now, func() {
+		r := c.rec(typ)
+		if nonce != r.nonce {
+			return
+		}
+		r.versionAcked, r.revisionAcked = r.versionSent, r.revisionSent
+		r.versionRejected, r.nonceRejected, r.rejectErr = "", "", ""
+		r.pendingSince = time.Time{}
+	})
+}
+
+// Nacked records a NACK of nonce with the client's error text. The proxy stays at
+// its last acknowledged version and revision.
+func (c *Conn) Nacked(typ, nonce, detail string, now time.Time) {
+	c.t.m.nacks.WithLabelValues(TypeName(typ)).Inc()
+	c.update(now, func() {
+		r := c.rec(typ)
+		if nonce != r.nonce {
+			return
+		}
+		r.versionRejected, r.nonceRejected, r.rejectErr = r.versionSent, nonce, detail
+		r.pendingSince = time.Time{}
+	})
+}
+
+// update runs f under the lock, recomputes the effective revision and reports an
+// advance to the tracker after releasing the lock.
+func (c *Conn) update(now time.Time, f func()) {
+	c.mu.Lock()
+	c.lastSeen = now
+	f()
+	old := c.effective
+	c.effective = c.effectiveLocked()
+	cur := c.effective
+	c.mu.Unlock()
+	if cur > old {
+		c.t.advance(c, old, cur, now)
+	}
+}
+
+// effectiveLocked is the newest revision whose content the proxy has acknowledged
+// for every type it subscribed to.
+func (c *Conn) effectiveLocked() int64 {
+	if len(c.types) == 0 {
+		return 0
+	}
+	var min int64 = -1
+	for _, r := range c.types {
+		if min < 0 || r.revisionAcked < min {
+			min = r.revisionAcked
+		}
+	}
+	return min
+}
+
+// Disconnect marks the connection DISCONNECTED; it stays listed for the
+// retention unless a newer connection of the same node replaced it.
+func (c *Conn) Disconnect(now time.Time) {
+	c.mu.Lock()
+	c.disconnected = now
+	c.mu.Unlock()
+	c.t.m.connected.Dec()
+	t := c.t
+	t.mu.Lock()
+	if t.proxies[c.id] == c {
+		t.gone = append(t.gone, goneEntry{c: c, at: now})
+	}
+	t.pruneLocked(now)
+	t.mu.Unlock()
+}
+
+// TypeStatus is one xDS type of one proxy.
+type TypeStatus struct {
+	Type            string     `json:"type"`
+	TypeURL         string     `json:"typeUrl"`
+	Status          Status     `json:"status"`
+	VersionSent     string     `json:"versionSent,omitempty"`
+	Nonce           string     `json:"nonce,omitempty"`
+	RevisionSent    int64      `json:"revisionSent"`
+	VersionAcked    string     `json:"versionAcked,omitempty"`
+	RevisionAcked   int64      `json:"revisionAcked"`
+	VersionRejected string     `json:"versionRejected,omitempty"`
+	NonceRejected   string     `json:"nonceRejected,omitempty"`
+	Error           string     `json:"error,omitempty"`
+	PendingSince    *time.Time `json:"pendingSince,omitempty"`
+}
+
+// ProxyStatus is one proxy.
+type ProxyStatus struct {
+	Node              string       `json:"node"`
+	Namespace         string       `json:"namespace,omitempty"`
+	Status            Status       `json:"status"`
+	ConnectedSince    time.Time    `json:"connectedSince"`
+	LastSeen          time.Time    `json:"lastSeen"`
+	DisconnectedAt    *time.Time   `json:"disconnectedAt,omitempty"`
+	EffectiveRevision int64        `json:"effectiveRevision"`
+	Types             []TypeStatus `json:"types"`
+}
+
+// Status returns a copy of the connection's status.
+func (c *Conn) Status() ProxyStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ps := ProxyStatus{Node: c.id, Namespace: c.node.Namespace, ConnectedSince: c.connectedAt, LastSeen: c.lastSeen, EffectiveRevision: c.effective}
+	for _, typ := range orderedTypes(c.types) {
+		r := c.types[typ]
+		ts := TypeStatus{Type: TypeName(typ), TypeURL: typ, Status: r.status(), VersionSent: r.versionSent, Nonce: r.nonce,
+			RevisionSent: r.revisionSent, VersionAcked: r.versionAcked, RevisionAcked: r.revisionAcked,
+			VersionRejected: r.versionRejected, NonceRejected: r.nonceRejected, Error: r.rejectErr}
+		if !r.pendingSince.IsZero() {
+			p := r.pendingSince
+			ts.PendingSince = &p
+		}
+		ps.Types = append(ps.Types, ts)
+	}
+	ps.Status = aggregate(ps.Types)
+	if !c.disconnected.IsZero() {
+		d := c.disconnected
+		ps.DisconnectedAt = &d
+		ps.Status = Disconnected
+	}
+	return ps
+}
+
+// aggregate: any NACKED type makes the proxy NACKED, then any PENDING_ACK; a
+// proxy that was sent nothing at all is NOT_SENT.
+func aggregate(ts []TypeStatus) Status {
+	has := map[Status]bool{}
+	for _, t := range ts {
+		has[t.Status] = true
+	}
+	switch {
+	case has[Nacked]:
+		return Nacked
+	case has[PendingAck]:
+		return PendingAck
+	case has[Synced]:
+		return Synced
+	}
+	return NotSent
+}
+
+// orderedTypes lists type URLs in push order, unknown ones after, sorted.
+func orderedTypes(m map[string]*typeRec) []string {
+	out := make([]string, 0, len(m))
+	for _, typ := range snapshot.PushOrder {
+		if _, ok := m[typ]; ok {
+			out = append(out, typ)
+		}
+	}
+	var rest []string
+	for typ := range m {
+		if TypeName(typ) == "other" {
+			rest = append(rest, typ)
+		}
+	}
+	sort.Strings(rest)
+	return append(out, rest...)
+}

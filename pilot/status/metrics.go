@@ -1,0 +1,43 @@
+package status
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	pushes      *prometheus.CounterVec
+	pushBytes   *prometheus.CounterVec
+	nacks       *prometheus.CounterVec
+	convergence prometheus.Histogram
+	connected   prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_pilot_xds_pushes_total", Help: "xDS responses sent, by type.",
+		}, []string{"type"}),
+		pushBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_pilot_xds_push_bytes_total", Help: "Bytes of xDS responses sent, by type.",
+		}, []string{"type"}),
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_pilot_xds_nacks_total", Help: "xDS responses rejected by proxies, by type.",
+		}, []string{"type"}),
+		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "weft_pilot_xds_convergence_seconds",
+			Help:    "Time from a store write to a proxy acknowledging a snapshot that includes it.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14), // 5ms .. ~41s
+		}),
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "weft_pilot_xds_connected_proxies", Help: "ADS streams open now.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.pushes, m.pushBytes, m.nacks, m.convergence, m.connected} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("status: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,305 @@
+// Package status tracks what every connected proxy was sent, acknowledged or
+// rejected, per xDS type, and derives from it the store revision each proxy is
+// effective at and how far each revision has rolled out. The ADS stream that owns
+// a proxy reports into a Conn; readers get copies (ProxyStatus, RevisionStatus).
+package status
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+)
+
+// Status names a proxy's or a type's state so it cannot be misread.
+type Status string
+
+const (
+	Synced       Status = "SYNCED"       // latest version sent was acknowledged
+	PendingAck   Status = "PENDING_ACK"  // a version was sent and not answered yet
+	Nacked       Status = "NACKED"       // the latest version sent was rejected
+	NotSent      Status = "NOT_SENT"     // nothing sent yet
+	Disconnected Status = "DISCONNECTED" // the stream ended; kept for Config.Retention
+)
+
+// ErrNotFound is returned for an unknown proxy or revision.
+var ErrNotFound = errors.New("not found")
+
+// Config configures a Tracker. Every limit is explicit.
+type Config struct {
+	Logger          hclog.Logger
+	Registerer      prometheus.Registerer // metrics are registered here
+	Retention       time.Duration         // how long a DISCONNECTED proxy stays listed
+	MaxDisconnected int                   // at most this many DISCONNECTED proxies are kept
+	MaxRevisions    int                   // store revisions whose write time is remembered
+	Clock           func() time.Time      // for the HTTP handler; nil = time.Now
+}
+
+func (c Config) check() error {
+	switch {
+	case c.Logger == nil:
+		return errors.New("status: Config.Logger is required")
+	case c.Registerer == nil:
+		return errors.New("status: Config.Registerer is required")
+	case c.Retention <= 0:
+		return fmt.Errorf("status: Config.Retention must be > 0, got %v", c.Retention)
+	case c.MaxDisconnected <= 0:
+		return fmt.Errorf("status: Config.MaxDisconnected must be > 0, got %d", c.MaxDisconnected)
+	case c.MaxRevisions <= 0:
+		return fmt.Errorf("status: Config.MaxRevisions must be > 0, got %d", c.MaxRevisions)
+	}
+	return nil
+}
+
+// Tracker is the status of every proxy. Safe for concurrent use.
+type Tracker struct {
+	cfg Config
+	log hclog.Logger
+	m   *metrics
+
+	mu        sync.Mutex       // guards the fields below; never held while taking a Conn's mu
+	proxies   map[string]*Conn // node id -> latest connection of that node
+	gone      []goneEntry      // disconnected conns, oldest first (may hold replaced entries)
+	revisions []*revisionRec   // sorted by revision, at most cfg.MaxRevisions
+}
+
+type goneEntry struct {
+	c  *Conn
+	at time.Time
+}
+
+type revisionRec struct {
+	rev       int64
+	writtenAt time.Time
+	lastAck   time.Time // last time a proxy connected before writtenAt became effective at >= rev
+}
+
+// New checks cfg and registers the metrics.
+func New(cfg Config) (*Tracker, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Tracker{cfg: cfg, log: cfg.Logger, m: m, proxies: map[string]*Conn{}}, nil
+}
+
+// RevisionWritten records when store revision rev was written (the store event
+// time), so convergence can be measured from it.
+func (t *Tracker) RevisionWritten(rev int64, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i := sort.Search(len(t.revisions), func(i int) bool { return t.revisions[i].rev >= rev })
+	if i < len(t.revisions) && t.revisions[i].rev == rev {
+		return
+	}
+	t.revisions = append(t.revisions, nil)
+	copy(t.revisions[i+1:], t.revisions[i:])
+	t.revisions[i] = &revisionRec{rev: rev, writtenAt: at}
+	if n := len(t.revisions) - t.cfg.MaxRevisions; n > 0 {
+		t.revisions = append(t.revisions[:0:0], t.revisions[n:]...)
+	}
+}
+
+// Connect starts tracking a new stream of n. A newer connection of the same node
+// replaces the older one's record.
+func (t *Tracker) Connect(n *node.Node, now time.Time) *Conn {
+	c := &Conn{t: t, id: n.ID, node: n, connectedAt: now, lastSeen: now, types: map[string]*typeRec{}}
+	t.mu.Lock()
+	t.proxies[n.ID] = c
+	t.pruneLocked(now)
+	t.mu.Unlock()
+	t.m.connected.Inc()
+	return c
+}
+
+func (t *Tracker) pruneLocked(now time.Time) {
+	drop := 0
+	for drop < len(t.gone) {
+		g := t.gone[drop]
+		if now.Sub(g.at) < t.cfg.Retention && len(t.gone)-drop <= t.cfg.MaxDisconnected {
+			break
+		}
+		if t.proxies[g.c.id] == g.c {
+			delete(t.proxies, g.c.id)
+		}
+		drop++
+	}
+	if drop > 0 {
+		t.gone = append(t.gone[:0:0], t.gone[drop:]...)
+	}
+}
+
+// advance records that a connection moved from effective revision old to cur.
+func (t *Tracker) advance(c *Conn, old, cur int64, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var observe *revisionRec
+	for _, r := range t.revisions {
+		if r.rev <= old || r.rev > cur || !c.connectedAt.Before(r.writtenAt) {
+			continue
+		}
+		if now.After(r.lastAck) {
+			r.lastAck = now
+		}
+		observe = r
+	}
+	if observe != nil {
+		t.m.convergence.Observe(now.Sub(observe.writtenAt).Seconds())
+	}
+}
+
+func (t *Tracker) conns() []*Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pruneLocked(t.cfg.Clock())
+	out := make([]*Conn, 0, len(t.proxies))
+	for _, c := range t.proxies {
+		out = append(out, c)
+	}
+	return out
+}
+
+// Proxies returns every tracked proxy (connected, or DISCONNECTED within the
+// retention), sorted by node id.
+func (t *Tracker) Proxies() []ProxyStatus {
+	cs := t.conns()
+	out := make([]ProxyStatus, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, c.Status())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+// Proxy returns one proxy's status, or ErrNotFound.
+func (t *Tracker) Proxy(id string) (ProxyStatus, error) {
+	c, err := t.conn(id)
+	if err != nil {
+		return ProxyStatus{}, err
+	}
+	return c.Status(), nil
+}
+
+func (t *Tracker) conn(id string) (*Conn, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pruneLocked(t.cfg.Clock())
+	c, ok := t.proxies[id]
+	if !ok {
+		return nil, fmt.Errorf("proxy %q: %w", id, ErrNotFound)
+	}
+	return c, nil
+}
+
+// Rejection names a proxy that rejected a version and why.
+type Rejection struct {
+	Node    string `json:"node"`
+	Type    string `json:"type"`
+	Version string `json:"version"`
+	Nonce   string `json:"nonce"`
+	Error   string `json:"error"`
+}
+
+// RevisionStatus is how far one store revision has rolled out over the proxies
+// connected now. Converged means every connected proxy has it effective.
+type RevisionStatus struct {
+	Revision           int64       `json:"revision"`
+	WrittenAt          *time.Time  `json:"writtenAt,omitempty"`
+	Connected          int         `json:"connected"`
+	Effective          int         `json:"effective"`
+	Pending            int         `json:"pending"`
+	Rejected           int         `json:"rejected"`
+	Converged          bool        `json:"converged"`
+	LastAckAt          *time.Time  `json:"lastAckAt,omitempty"`
+	ConvergenceSeconds *float64    `json:"convergenceSeconds,omitempty"`
+	Rejections         []Rejection `json:"rejections,omitempty"`
+}
+
+// LatestRevision is the newest revision recorded with RevisionWritten, or
+// ErrNotFound when none was.
+func (t *Tracker) LatestRevision() (int64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.revisions) == 0 {
+		return 0, fmt.Errorf("latest revision: %w", ErrNotFound)
+	}
+	return t.revisions[len(t.revisions)-1].rev, nil
+}
+
+// Revision reports the rollout of rev. Revisions older than the retained window
+// are still answered but without write time or convergence time.
+func (t *Tracker) Revision(rev int64) RevisionStatus {
+	rs := RevisionStatus{Revision: rev}
+	t.mu.Lock()
+	for _, r := range t.revisions {
+		if r.rev == rev {
+			w := r.writtenAt
+			rs.WrittenAt = &w
+			if !r.lastAck.IsZero() {
+				a := r.lastAck
+				rs.LastAckAt = &a
+			}
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range t.conns() {
+		ps := c.Status()
+		if ps.Status == Disconnected {
+			continue
+		}
+		rs.Connected++
+		switch {
+		case ps.EffectiveRevision >= rev:
+			rs.Effective++
+		case ps.Status == Nacked:
+			rs.Rejected++
+			for _, ts := range ps.Types {
+				if ts.Status == Nacked {
+					rs.Rejections = append(rs.Rejections, Rejection{Node: ps.Node, Type: ts.Type, Version: ts.VersionRejected, Nonce: ts.NonceRejected, Error: ts.Error})
+				}
+			}
+		default:
+			rs.Pending++
+		}
+	}
+	sort.Slice(rs.Rejections, func(i, j int) bool {
+		a, b := rs.Rejections[i], rs.Rejections[j]
+		return a.Node < b.Node || a.Node == b.Node && a.Type < b.Type
+	})
+	rs.Converged = rs.Effective == rs.Connected
+	if rs.Converged && rs.WrittenAt != nil && rs.LastAckAt != nil {
+		d := rs.LastAckAt.Sub(*rs.WrittenAt).Seconds()
+		rs.ConvergenceSeconds = &d
+	}
+	return rs
+}
+
+// TypeName is the short name of an xDS type URL used in labels and JSON.
+func TypeName(typeURL string) string {
+	switch typeURL {
+	case snapshot.ClusterType:
+		return "CDS"
+	case snapshot.EndpointType:
+		return "EDS"
+	case snapshot.ListenerType:
+		return "LDS"
+	case snapshot.RouteType:
+		return "RDS"
+	case snapshot.SecretType:
+		return "SDS"
+	}
+	return "other"
+}
