@@ -346,6 +346,9 @@ func parseValue(dec *json.Decoder, p path, depth int) (any, error) {
 		return nil, fmt.Errorf("%s: nested deeper than %d levels", orRoot(p), MaxNestingDepth)
 	}
 	tok, err := dec.Token()
+	if err == io.EOF {
+		return nil, io.ErrUnexpectedEOF // a value was expected here
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -354,6 +357,9 @@ func parseValue(dec *json.Decoder, p path, depth int) (any, error) {
 		m := map[string]any{}
 		for dec.More() {
 			kt, err := dec.Token()
+			if err == io.EOF {
+				return nil, io.ErrUnexpectedEOF
+			}
 			if err != nil {
 				return nil, err
 			}

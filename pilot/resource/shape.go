@@ -34,6 +34,14 @@ func checkEnvelope(c *collector, m map[string]any, info KindInfo) {
 			c.add(path(k), "unknown field")
 		}
 	}
+	// Required envelope fields are reported here, with any shape errors, because
+	// without them there is no object to validate further.
+	if m["apiVersion"] == nil {
+		c.add("apiVersion", "required")
+	}
+	if meta, _ := m["metadata"].(map[string]any); meta["name"] == nil {
+		c.add("metadata.name", "required")
+	}
 	if m["spec"] == nil {
 		c.add("spec", "required")
 	}

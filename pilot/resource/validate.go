@@ -337,8 +337,9 @@ func checkPathPattern(c *collector, p path, s string) {
 
 // checkPrincipal: a SPIFFE ID, or a pattern with one leading or trailing "*".
 func checkPrincipal(c *collector, p path, s string) {
-	if s == "" || strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }) ||
-		strings.Contains(strings.TrimPrefix(strings.TrimSuffix(s, "*"), "*"), "*") {
+	stars := strings.Count(s, "*")
+	wildcardOK := stars == 0 || (stars == 1 && (strings.HasPrefix(s, "*") || strings.HasSuffix(s, "*")))
+	if s == "" || !wildcardOK || strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 		c.add(p, fmt.Sprintf("%q must be a SPIFFE ID or a pattern with \"*\" only as the first or last character", s))
 	}
 }

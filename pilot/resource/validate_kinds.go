@@ -28,7 +28,9 @@ func validateService(c *collector, s *ServiceSpec) {
 			c.add(ip.child("port"), fmt.Sprintf("duplicate port %d", port.Port))
 		}
 		numbers[port.Port] = true
-		checkPort(c, ip.child("targetPort"), port.TargetPort)
+		if port.TargetPort != port.Port { // else it was defaulted and already checked
+			checkPort(c, ip.child("targetPort"), port.TargetPort)
+		}
 		checkEnum(c, ip.child("protocol"), port.Protocol, "HTTP", "HTTP2", "GRPC", "TCP")
 	}
 }
