@@ -1,0 +1,498 @@
+package compile
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/pilot/ir"
+	"github.com/weft-mesh/weft/pilot/resource"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// ---- object builders (keyed, so each test shows only what matters) ----
+
+func obj(kind, ns, name string, labels map[string]string, spec any) *resource.Object {
+	return &resource.Object{APIVersion: resource.APIVersion, Kind: kind,
+		Metadata: resource.Metadata{Name: name, Namespace: ns, Labels: labels}, Spec: spec}
+}
+
+func service(ns, name string, sel map[string]string, ports ...resource.ServicePort) *resource.Object {
+	return obj(resource.KindService, ns, name, nil, &resource.ServiceSpec{Selector: sel, Ports: ports})
+}
+
+func httpPort(p int32) resource.ServicePort {
+	return resource.ServicePort{Name: "http", Port: p}
+}
+
+func workload(ns, name, addr string, labels map[string]string) *resource.Object {
+	return obj(resource.KindWorkload, ns, name, labels, &resource.WorkloadSpec{Address: addr})
+}
+
+func policy(ns, name, svc string, subsets ...resource.Subset) *resource.Object {
+	return obj(resource.KindDestinationPolicy, ns, name, nil, &resource.DestinationPolicySpec{Service: svc, Subsets: subsets})
+}
+
+func route(ns, name string, hosts []string, rules ...resource.HTTPRoute) *resource.Object {
+	return obj(resource.KindRoute, ns, name, nil, &resource.RouteSpec{Hosts: hosts, HTTP: rules})
+}
+
+func to(svc, subset string, port, weight int32) resource.RouteDestination {
+	return resource.RouteDestination{Destination: resource.Destination{Service: svc, Subset: subset, Port: port}, Weight: weight}
+}
+
+func str(s string) *string { return &s }
+
+func sidecar(id, ns, addr string, labels map[string]string) *node.Node {
+	return &node.Node{ID: id, Namespace: ns, ServiceAccount: "sa-" + id, Address: addr, Labels: labels}
+}
+
+func mustCompile(t *testing.T, in Input) *ir.Mesh {
+	t.Helper()
+	m, err := Compile(in)
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	return m
+}
+
+type epView struct {
+	Addr   string
+	Port   uint32
+	SA     string
+	Health ir.Health
+	Source string
+}
+
+func endpointsOf(m *ir.Mesh, cluster string) []epView {
+	c := m.Cluster(cluster)
+	if c == nil {
+		return nil
+	}
+	var out []epView
+	for _, e := range c.Endpoints {
+		out = append(out, epView{e.Address, e.Port, e.ServiceAccount, e.Health, e.Source})
+	}
+	return out
+}
+
+const reviews9080 = "outbound|9080||reviews.shop.svc.cluster.local"
+
+func TestEndpoints(t *testing.T) {
+	app := map[string]string{"app": "reviews"}
+	tests := []struct {
+		name    string
+		objs    []*resource.Object
+		proxies []*node.Node
+		cluster string
+		want    []epView
+		warning string // substring of a warning that must be present
+	}{
+		{
+			name:    "workloads matching the selector, targetPort defaults to port",
+			objs:    []*resource.Object{service("shop", "reviews", app, httpPort(9080)), workload("shop", "r1", "10.0.0.2", app), workload("shop", "r0", "10.0.0.1", map[string]string{"app": "reviews", "v": "1"}), workload("shop", "other", "10.0.0.3", map[string]string{"app": "x"})},
+			cluster: reviews9080,
+			want: []epView{
+				{"10.0.0.1", 9080, "default", ir.HealthUnknown, "Workload/shop/r0"},
+				{"10.0.0.2", 9080, "default", ir.HealthUnknown, "Workload/shop/r1"},
+			},
+		},
+		{
+			name: "targetPort and workload port override by name",
+			objs: []*resource.Object{
+				service("shop", "reviews", app, resource.ServicePort{Name: "http", Port: 9080, TargetPort: 8080}),
+				workload("shop", "a", "10.0.0.1", app),
+				obj(resource.KindWorkload, "shop", "b", app, &resource.WorkloadSpec{Address: "10.0.0.2", Ports: map[string]int32{"http": 7070}}),
+			},
+			cluster: reviews9080,
+			want: []epView{
+				{"10.0.0.1", 8080, "default", ir.HealthUnknown, "Workload/shop/a"},
+				{"10.0.0.2", 7070, "default", ir.HealthUnknown, "Workload/shop/b"},
+			},
+		},
+		{
+			name:    "workload in another namespace does not join",
+			objs:    []*resource.Object{service("shop", "reviews", app, httpPort(9080)), workload("other", "r1", "10.0.0.2", app)},
+			cluster: reviews9080,
+			want:    nil,
+		},
+		{
+			name:    "empty selector selects nothing",
+			objs:    []*resource.Object{service("shop", "reviews", nil, httpPort(9080)), workload("shop", "r1", "10.0.0.2", app)},
+			cluster: reviews9080,
+			want:    nil,
+		},
+		{
+			name:    "registered sidecar points at its inbound listener with its own identity",
+			objs:    []*resource.Object{service("shop", "reviews", app, httpPort(9080))},
+			proxies: []*node.Node{sidecar("p1", "shop", "10.1.0.1", app), {ID: "p2", Namespace: "shop", Address: "10.1.0.2", InboundPort: 16006, Labels: app}},
+			cluster: reviews9080,
+			want: []epView{
+				{"10.1.0.1", DefaultInboundPort, "sa-p1", ir.HealthHealthy, "sidecar/p1"},
+				{"10.1.0.2", 16006, "default", ir.HealthHealthy, "sidecar/p2"},
+			},
+		},
+		{
+			name:    "sidecar from another namespace cannot join even with matching labels",
+			objs:    []*resource.Object{service("shop", "reviews", app, httpPort(9080))},
+			proxies: []*node.Node{sidecar("evil", "attacker", "10.9.9.9", app)},
+			cluster: reviews9080,
+			want:    nil,
+		},
+		{
+			name:    "node without registration (proxyless) is not an endpoint",
+			objs:    []*resource.Object{service("shop", "reviews", app, httpPort(9080))},
+			proxies: []*node.Node{{ID: "grpc-client", Labels: app}},
+			cluster: reviews9080,
+			want:    nil,
+		},
+		{
+			name:    "invalid sidecar address is skipped with a warning",
+			objs:    []*resource.Object{service("shop", "reviews", app, httpPort(9080))},
+			proxies: []*node.Node{sidecar("bad", "shop", "not-an-ip", app)},
+			cluster: reviews9080,
+			want:    nil,
+			warning: "sidecar bad: not registered",
+		},
+		{
+			name:    "duplicate node id registers once",
+			objs:    []*resource.Object{service("shop", "reviews", app, httpPort(9080))},
+			proxies: []*node.Node{sidecar("p1", "shop", "10.1.0.1", app), sidecar("p1", "shop", "10.1.0.9", app)},
+			cluster: reviews9080,
+			want:    []epView{{"10.1.0.1", DefaultInboundPort, "sa-p1", ir.HealthHealthy, "sidecar/p1"}},
+			warning: "sidecar p1: registered twice",
+		},
+		{
+			name:    "duplicate address:port keeps the first",
+			objs:    []*resource.Object{service("shop", "reviews", app, httpPort(9080)), workload("shop", "a", "10.0.0.1", app), workload("shop", "b", "10.0.0.1", app)},
+			cluster: reviews9080,
+			want:    []epView{{"10.0.0.1", 9080, "default", ir.HealthUnknown, "Workload/shop/a"}},
+			warning: "Workload/shop/b has the same address 10.0.0.1:9080 as Workload/shop/a",
+		},
+		{
+			name: "subset cluster narrows by labels",
+			objs: []*resource.Object{
+				service("shop", "reviews", app, httpPort(9080)),
+				workload("shop", "v1", "10.0.0.1", map[string]string{"app": "reviews", "version": "v1"}),
+				workload("shop", "v2", "10.0.0.2", map[string]string{"app": "reviews", "version": "v2"}),
+				policy("shop", "reviews", "reviews", resource.Subset{Name: "v2", Labels: map[string]string{"version": "v2"}}),
+			},
+			cluster: "outbound|9080|v2|reviews.shop.svc.cluster.local",
+			want:    []epView{{"10.0.0.2", 9080, "default", ir.HealthUnknown, "Workload/shop/v2"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := mustCompile(t, Input{Revision: 7, Objects: tt.objs, Proxies: tt.proxies})
+			if m.Cluster(tt.cluster) == nil {
+				t.Fatalf("cluster %s missing; have %v", tt.cluster, clusterNames(m))
+			}
+			if diff := cmp.Diff(tt.want, endpointsOf(m, tt.cluster)); diff != "" {
+				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+			if tt.warning != "" && !hasWarning(m, tt.warning) {
+				t.Errorf("warnings %q lack %q", m.Warnings, tt.warning)
+			}
+		})
+	}
+}
+
+func clusterNames(m *ir.Mesh) []string {
+	var out []string
+	for _, c := range m.Clusters {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+func hasWarning(m *ir.Mesh, sub string) bool {
+	return slices.ContainsFunc(m.Warnings, func(w string) bool { return strings.Contains(w, sub) })
+}
+
+func TestSidecarEndpointCarriesNodeIdentity(t *testing.T) {
+	app := map[string]string{"app": "reviews", "version": "v3"}
+	n := &node.Node{ID: "p1", Namespace: "shop", ServiceAccount: "reviews", Address: "10.1.0.1", Labels: app,
+		Locality: node.Locality{Region: "eu", Zone: "eu-1"}}
+	m := mustCompile(t, Input{Objects: []*resource.Object{service("shop", "reviews", map[string]string{"app": "reviews"}, httpPort(9080))}, Proxies: []*node.Node{n}})
+	want := []ir.Endpoint{{Address: "10.1.0.1", Port: DefaultInboundPort, Namespace: "shop", ServiceAccount: "reviews",
+		Labels: app, Locality: ir.Locality{Region: "eu", Zone: "eu-1"}, Weight: 1, Health: ir.HealthHealthy, Source: "sidecar/p1"}}
+	if diff := cmp.Diff(want, m.Cluster(reviews9080).Endpoints); diff != "" {
+		t.Errorf("endpoint (-want +got):\n%s", diff)
+	}
+}
+
+func TestRoutes(t *testing.T) {
+	app := map[string]string{"app": "reviews"}
+	base := []*resource.Object{
+		service("shop", "reviews", app, httpPort(9080)),
+		service("shop", "backup", map[string]string{"app": "backup"}, httpPort(9080)),
+		service("shop", "db", map[string]string{"app": "db"}, resource.ServicePort{Name: "pg", Port: 5432, Protocol: "TCP"}),
+		policy("shop", "reviews", "reviews", resource.Subset{Name: "v1", Labels: map[string]string{"version": "v1"}}, resource.Subset{Name: "v2", Labels: map[string]string{"version": "v2"}}),
+	}
+	v1 := "outbound|9080|v1|reviews.shop.svc.cluster.local"
+	v2 := "outbound|9080|v2|reviews.shop.svc.cluster.local"
+	backup := "outbound|9080||backup.shop.svc.cluster.local"
+	tests := []struct {
+		name    string
+		routes  []*resource.Object
+		want    []*ir.Rule
+		source  string
+		warning string
+	}{
+		{
+			name:   "no route: default",
+			want:   nil,
+			source: "",
+		},
+		{
+			name: "weighted subsets, matches, timeout, retries, fallback",
+			routes: []*resource.Object{route("shop", "reviews", []string{"reviews"}, resource.HTTPRoute{
+				Name: "canary",
+				Match: []resource.HTTPMatch{
+					{Path: &resource.StringMatch{Prefix: str("/api")}, Headers: map[string]resource.StringMatch{"X-User": {Exact: str("jason")}, "a-first": {Regex: str("^x.*")}}, Method: "get"},
+					{Path: &resource.StringMatch{Exact: str("/health")}},
+				},
+				Route:    []resource.RouteDestination{to("reviews", "v1", 9080, 90), to("reviews", "v2", 0, 10)},
+				Timeout:  "2s",
+				Retries:  &resource.RetryPolicy{Attempts: 3, PerTryTimeout: "500ms", RetryOn: []string{"reset", "5xx", "5xx"}},
+				Fallback: []resource.FallbackDestination{{Destination: resource.Destination{Service: "backup"}}},
+			})},
+			source: "shop/reviews",
+			want: []*ir.Rule{{
+				Name: "canary",
+				Matches: []ir.Match{
+					{Path: &ir.StringMatch{Kind: ir.MatchPrefix, Value: "/api"}, Method: "GET", Headers: []ir.HeaderMatch{
+						{Name: "x-user", StringMatch: ir.StringMatch{Kind: ir.MatchExact, Value: "jason"}},
+						{Name: "a-first", StringMatch: ir.StringMatch{Kind: ir.MatchRegex, Value: "^x.*"}},
+					}},
+					{Path: &ir.StringMatch{Kind: ir.MatchExact, Value: "/health"}},
+				},
+				Destinations: []ir.WeightedCluster{{Cluster: v1, Weight: 90}, {Cluster: v2, Weight: 10}},
+				Timeout:      2 * time.Second,
+				Retries:      &ir.Retries{Attempts: 3, PerTryTimeout: 500 * time.Millisecond, RetryOn: []string{"5xx", "reset"}},
+				Fallback:     []string{backup},
+			}},
+		},
+		{
+			name: "single destination without weight gets 100; zero attempts means no retries",
+			routes: []*resource.Object{route("shop", "r", []string{"reviews.shop"}, resource.HTTPRoute{
+				Route: []resource.RouteDestination{to("backup", "", 0, 0)}, Retries: &resource.RetryPolicy{Attempts: 0},
+			})},
+			source: "shop/r",
+			want:   []*ir.Rule{{Destinations: []ir.WeightedCluster{{Cluster: backup, Weight: 100}}}},
+		},
+		{
+			name: "missing subset and TCP target are left out with warnings",
+			routes: []*resource.Object{route("shop", "r", []string{"reviews"}, resource.HTTPRoute{
+				Route: []resource.RouteDestination{to("reviews", "v9", 0, 50), to("db", "", 5432, 50)},
+			})},
+			source:  "shop/r",
+			want:    []*ir.Rule{{}},
+			warning: `has no subset "v9"`,
+		},
+		{
+			name: "own-namespace route wins over another namespace's",
+			routes: []*resource.Object{
+				route("aaa", "first", []string{"reviews.shop"}, resource.HTTPRoute{Route: []resource.RouteDestination{to("reviews.shop", "v1", 0, 100)}}),
+				route("shop", "zzz", []string{"reviews"}, resource.HTTPRoute{Route: []resource.RouteDestination{to("reviews", "v2", 0, 100)}}),
+			},
+			source:  "shop/zzz",
+			want:    []*ir.Rule{{Destinations: []ir.WeightedCluster{{Cluster: v2, Weight: 100}}}},
+			warning: "Route/aaa/first: ignored for Service shop/reviews: Route/shop/zzz already routes it",
+		},
+		{
+			name: "host not found is a warning",
+			routes: []*resource.Object{
+				route("shop", "r", []string{"nope", "reviews"}, resource.HTTPRoute{Route: []resource.RouteDestination{to("reviews", "v1", 0, 100)}}),
+			},
+			source:  "shop/r",
+			want:    []*ir.Rule{{Destinations: []ir.WeightedCluster{{Cluster: v1, Weight: 100}}}},
+			warning: `Route/shop/r: spec.hosts[0]: Service "nope" not found`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := mustCompile(t, Input{Objects: append(slices.Clone(base), tt.routes...)})
+			svc := m.Service("shop", "reviews")
+			if svc.RouteSource != tt.source {
+				t.Errorf("RouteSource = %q, want %q", svc.RouteSource, tt.source)
+			}
+			if diff := cmp.Diff(tt.want, svc.Ports[0].Rules); diff != "" {
+				t.Errorf("rules (-want +got):\n%s", diff)
+			}
+			if tt.warning != "" && !hasWarning(m, tt.warning) {
+				t.Errorf("warnings %q lack %q", m.Warnings, tt.warning)
+			}
+			if db := m.Service("shop", "db"); db.Ports[0].Rules != nil {
+				t.Errorf("TCP port got rules: %v", db.Ports[0].Rules)
+			}
+		})
+	}
+}
+
+func TestPolicy(t *testing.T) {
+	dp := obj(resource.KindDestinationPolicy, "shop", "reviews", nil, &resource.DestinationPolicySpec{
+		Service:        "reviews",
+		LoadBalancer:   "LEAST_REQUEST",
+		ConnectionPool: &resource.ConnectionPool{MaxConnections: 100, MaxRequests: 1000, RetryBudget: &resource.RetryBudget{Percent: 20, MinConcurrency: 3}, ConnectTimeout: "1s"},
+		OutlierDetection: &resource.OutlierDetection{Consecutive5xx: 5, Interval: "10s", BaseEjectionTime: "30s", MaxEjectionPercent: 10, MinHealthPercent: 50,
+			SuccessRate: &resource.SuccessRate{MinHosts: 5, RequestVolume: 100, StdevFactor: 1.9}},
+		LocalRateLimit: &resource.LocalRateLimit{RequestsPerSecond: 100, Burst: 200},
+	})
+	m := mustCompile(t, Input{Objects: []*resource.Object{service("shop", "reviews", nil, httpPort(9080)), dp, policy("shop", "second", "reviews")}})
+	want := ir.ClusterPolicy{
+		LB: ir.LBLeastRequest, ConnectTimeout: time.Second,
+		Pool:      &ir.ConnectionPool{MaxConnections: 100, MaxRequests: 1000, RetryBudget: &ir.RetryBudget{Percent: 20, MinConcurrency: 3}},
+		Outlier:   &ir.OutlierDetection{Consecutive5xx: 5, Interval: 10 * time.Second, BaseEjectionTime: 30 * time.Second, MaxEjectionPercent: 10, MinHealthPercent: 50, SuccessRate: &ir.SuccessRate{MinHosts: 5, RequestVolume: 100, StdevFactor: 1.9}},
+		RateLimit: &ir.LocalRateLimit{RequestsPerSecond: 100, Burst: 200},
+	}
+	if diff := cmp.Diff(want, m.Cluster(reviews9080).Policy); diff != "" {
+		t.Errorf("policy (-want +got):\n%s", diff)
+	}
+	if !hasWarning(m, "DestinationPolicy/shop/second: ignored: DestinationPolicy/shop/reviews already applies") {
+		t.Errorf("warnings %q lack the conflict", m.Warnings)
+	}
+	// A service without policy gets the defaults.
+	m = mustCompile(t, Input{Objects: []*resource.Object{service("shop", "reviews", nil, httpPort(9080))}})
+	if diff := cmp.Diff(ir.ClusterPolicy{LB: ir.LBRoundRobin, ConnectTimeout: ir.DefaultConnectTimeout}, m.Cluster(reviews9080).Policy); diff != "" {
+		t.Errorf("default policy (-want +got):\n%s", diff)
+	}
+}
+
+func TestErrorsNameObjectAndField(t *testing.T) {
+	tests := []struct {
+		name string
+		obj  *resource.Object
+		want string
+	}{
+		{"bad protocol", service("shop", "s", nil, resource.ServicePort{Name: "x", Port: 80, Protocol: "UDP"}),
+			`compile revision 3: Service/shop/s: spec.ports[0].protocol: unknown protocol "UDP" (want HTTP, HTTP2, GRPC or TCP)`},
+		{"port out of range", service("shop", "s", nil, resource.ServicePort{Name: "x", Port: 70000}),
+			`compile revision 3: Service/shop/s: spec.ports[0].port: 70000 out of range 1..65535`},
+		{"duplicate port", service("shop", "s", nil, httpPort(80), httpPort(80)),
+			`compile revision 3: Service/shop/s: spec.ports[1].port: duplicate port 80`},
+		{"bad route timeout", route("shop", "r", nil, resource.HTTPRoute{Timeout: "soon"}),
+			``}, // no host resolves, so the rule is never compiled: no error
+		{"bad workload address", workload("shop", "w", "300.1.1.1", nil),
+			`compile revision 3: Workload/shop/w: spec.address: "300.1.1.1" is not an IP literal`},
+		{"bad workload weight", obj(resource.KindWorkload, "shop", "w", nil, &resource.WorkloadSpec{Address: "10.0.0.1", Weight: 500}),
+			`compile revision 3: Workload/shop/w: spec.weight: 500 out of range 1..128`},
+		{"bad lb", obj(resource.KindDestinationPolicy, "shop", "p", nil, &resource.DestinationPolicySpec{Service: "s", LoadBalancer: "FASTEST"}),
+			`compile revision 3: DestinationPolicy/shop/p: spec.loadBalancer: unknown policy "FASTEST"`},
+		{"bad outlier interval", obj(resource.KindDestinationPolicy, "shop", "p", nil, &resource.DestinationPolicySpec{Service: "s", OutlierDetection: &resource.OutlierDetection{Interval: "-1s"}}),
+			`compile revision 3: DestinationPolicy/shop/p: spec.outlierDetection.interval: invalid duration "-1s"`},
+		{"override without ttl", obj(resource.KindOverride, "shop", "o", nil, &resource.OverrideSpec{Action: "DENY"}),
+			`compile revision 3: Override/shop/o: spec.ttl: required and must be > 0`},
+		{"wrong spec type", obj(resource.KindService, "shop", "s", nil, &resource.RouteSpec{}),
+			`compile revision 3: Service/shop/s: spec: want *resource.ServiceSpec, got *resource.RouteSpec`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Compile(Input{Revision: 3, Objects: []*resource.Object{tt.obj}})
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tt.want {
+				t.Errorf("error = %q\nwant    %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestScopes(t *testing.T) {
+	objs := []*resource.Object{
+		service("a", "front", map[string]string{"app": "front"}, httpPort(80)),
+		service("b", "mid", map[string]string{"app": "mid"}, httpPort(80)),
+		service("c", "back", map[string]string{"app": "back"}, httpPort(80)),
+		service("d", "lonely", map[string]string{"app": "lonely"}, httpPort(80)),
+		// a's Route sends front to b/mid; b's Route sends mid to c/back.
+		route("a", "front", []string{"front"}, resource.HTTPRoute{Route: []resource.RouteDestination{to("mid.b", "", 0, 100)}}),
+		route("b", "mid", []string{"mid"}, resource.HTTPRoute{Route: []resource.RouteDestination{to("back.c", "", 0, 100)}}),
+	}
+	m := mustCompile(t, Input{Objects: objs})
+	names := func(ns string) []string {
+		var out []string
+		for _, s := range m.Scopes[ns] {
+			out = append(out, s.Namespace+"/"+s.Name)
+		}
+		return out
+	}
+	want := map[string][]string{
+		"a": {"a/front", "b/mid", "c/back"}, // transitively through b's Route
+		"b": {"b/mid", "c/back"},
+		"c": {"c/back"},
+		"d": {"d/lonely"},
+		"e": nil,
+	}
+	for ns, w := range want {
+		if diff := cmp.Diff(w, names(ns)); diff != "" {
+			t.Errorf("scope %s (-want +got):\n%s", ns, diff)
+		}
+	}
+}
+
+func TestMeshConfigAndSecurity(t *testing.T) {
+	objs := []*resource.Object{
+		{APIVersion: resource.APIVersion, Kind: resource.KindMeshConfig, Metadata: resource.Metadata{Name: "default"},
+			Spec: &resource.MeshConfigSpec{TrustDomain: "example.org", DefaultMTLS: "PERMISSIVE", CertificateTTL: "12h"}},
+		service("shop", "reviews", nil, httpPort(9080)),
+		obj(resource.KindPeerAuthentication, "shop", "default", nil, &resource.PeerAuthenticationSpec{MTLS: "STRICT"}),
+		obj(resource.KindAuthorizationPolicy, "shop", "readers", nil, &resource.AuthorizationPolicySpec{Selector: map[string]string{"app": "reviews"},
+			Rules: []resource.AuthzRule{{From: []resource.AuthzSource{{Principals: []string{"spiffe://example.org/ns/shop/sa/frontend"}}}, To: []resource.AuthzOperation{{Methods: []string{"GET"}, Ports: []int32{9080}}}}}}),
+		obj(resource.KindStalenessPolicy, "shop", "default", nil, &resource.StalenessPolicySpec{Rules: []resource.StalenessRule{{Resource: "routes", WarnAfter: "5m", ExpireAfter: "24h", OnExpire: "failClosed", Jitter: 10}}}),
+		{APIVersion: resource.APIVersion, Kind: resource.KindOverride, Metadata: resource.Metadata{Name: "block", Namespace: "shop", Revision: 42},
+			Spec: &resource.OverrideSpec{TTL: "10m", Reason: "scraper", Action: "DENY", Match: resource.OverrideMatch{Paths: []string{"/x"}}}},
+	}
+	m := mustCompile(t, Input{Objects: objs})
+	if m.TrustDomain != "example.org" || m.DefaultMTLS != "PERMISSIVE" || m.CertTTL != 12*time.Hour {
+		t.Errorf("mesh config = %q %q %v", m.TrustDomain, m.DefaultMTLS, m.CertTTL)
+	}
+	if got, want := m.Service("shop", "reviews").Ports[0].Cluster, "outbound|9080||reviews.shop.svc.example.org"; got != want {
+		t.Errorf("cluster = %q, want %q (domain from MeshConfig)", got, want)
+	}
+	want := &ir.Mesh{
+		PeerAuthn: []*ir.PeerAuthentication{{Namespace: "shop", Name: "default", MTLS: "STRICT"}},
+		Authz: []*ir.AuthorizationPolicy{{Namespace: "shop", Name: "readers", Selector: map[string]string{"app": "reviews"}, Action: "ALLOW",
+			Rules: []ir.AuthzRule{{From: []ir.AuthzSource{{Principals: []string{"spiffe://example.org/ns/shop/sa/frontend"}}}, To: []ir.AuthzOperation{{Methods: []string{"GET"}, Ports: []uint32{9080}}}}}}},
+		Staleness: []*ir.StalenessPolicy{{Namespace: "shop", Name: "default", Rules: []ir.StalenessRule{{Resource: "routes", WarnAfter: 5 * time.Minute, ExpireAfter: 24 * time.Hour, OnExpire: "failClosed", Jitter: 10}}}},
+		Overrides: []*ir.Override{{Namespace: "shop", Name: "block", Revision: 42, TTL: 10 * time.Minute, Reason: "scraper", Action: "DENY", Paths: []string{"/x"}}},
+	}
+	opt := cmpopts.IgnoreFields(ir.Mesh{}, "Revision", "TrustDomain", "DefaultMTLS", "CertTTL", "Services", "Clusters", "Policies", "Scopes", "Warnings")
+	if diff := cmp.Diff(want, m, opt, cmpopts.IgnoreUnexported(ir.Mesh{})); diff != "" {
+		t.Errorf("policies (-want +got):\n%s", diff)
+	}
+}
+
+// TestDeterministic compiles the same input in many orders and expects equal
+// meshes.
+func TestDeterministic(t *testing.T) {
+	app := map[string]string{"app": "reviews"}
+	objs := []*resource.Object{
+		service("shop", "reviews", app, httpPort(9080)),
+		service("shop", "backup", app, httpPort(9080)),
+		workload("shop", "w1", "10.0.0.1", app), workload("shop", "w2", "10.0.0.2", app), workload("shop", "w3", "10.0.0.3", app),
+		policy("shop", "reviews", "reviews", resource.Subset{Name: "v1", Labels: app}),
+		route("shop", "r1", []string{"reviews"}, resource.HTTPRoute{Route: []resource.RouteDestination{to("reviews", "nope", 0, 50), to("backup", "x", 0, 50)}}),
+		route("shop", "r2", []string{"reviews"}, resource.HTTPRoute{Route: []resource.RouteDestination{to("backup", "", 0, 100)}}),
+	}
+	proxies := []*node.Node{sidecar("a", "shop", "10.1.0.1", app), sidecar("b", "shop", "10.1.0.2", app), sidecar("c", "shop", "10.1.0.1", app)}
+	first := mustCompile(t, Input{Revision: 1, Objects: objs, Proxies: proxies})
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 20 {
+		o, p := slices.Clone(objs), slices.Clone(proxies)
+		r.Shuffle(len(o), func(i, j int) { o[i], o[j] = o[j], o[i] })
+		r.Shuffle(len(p), func(i, j int) { p[i], p[j] = p[j], p[i] })
+		got := mustCompile(t, Input{Revision: 1, Objects: o, Proxies: p})
+		if diff := cmp.Diff(first, got, cmpopts.IgnoreUnexported(ir.Mesh{})); diff != "" {
+			t.Fatalf("order %d differs (-first +got):\n%s", i, diff)
+		}
+	}
+}
