@@ -319,3 +319,12 @@ func TestResourceLifecycle(t *testing.T) {
 		}
 	}
 }
+
+func mustDecode(t *testing.T, doc string) []*resource.Object {
+	t.Helper()
+	objs, err := resource.Decode([]byte(doc), "fixture")
+	if err != nil {
+		t.Fatalf("fixture: %v", err)
+	}
+	return objs
+}

@@ -65,7 +65,7 @@ func (c *Config) check() error {
 		errs = append(errs, errors.New("DataDir (--data-dir) is required"))
 	}
 	if c.Logger == nil {
-		errs = append(errs, errors.New("Logger is required"))
+		errs = append(errs, errors.New("a Logger is required"))
 	}
 	if c.AdminAllowRemote && c.AdminTokenFile == "" {
 		errs = append(errs, errors.New("--admin-allow-remote requires --admin-token-file"))

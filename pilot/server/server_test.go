@@ -1,0 +1,141 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/weft-mesh/weft/pilot/server"
+	"github.com/weft-mesh/weft/pilot/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestConfigErrors(t *testing.T) {
+	log := hclog.NewNullLogger()
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty-token")
+	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		cfg     server.Config
+		wantErr string
+	}{
+		{name: "no data dir", cfg: server.Config{Logger: log}, wantErr: "pilot config: DataDir (--data-dir) is required"},
+		{name: "no logger", cfg: server.Config{DataDir: dir}, wantErr: "pilot config: a Logger is required"},
+		{name: "remote without token file", cfg: server.Config{DataDir: dir, Logger: log, AdminAllowRemote: true},
+			wantErr: "pilot config: --admin-allow-remote requires --admin-token-file"},
+		{name: "missing token file", cfg: server.Config{DataDir: dir, Logger: log, AdminTokenFile: filepath.Join(dir, "nope")},
+			wantErr: "reading admin token file: open " + filepath.Join(dir, "nope") + ": no such file or directory"},
+		{name: "empty token file", cfg: server.Config{DataDir: dir, Logger: log, AdminTokenFile: empty},
+			wantErr: "admin token file " + empty + " is empty"},
+		{name: "bad admin addr", cfg: server.Config{DataDir: dir, Logger: log, AdminAddr: "256.0.0.1:1"},
+			wantErr: "admin listener on 256.0.0.1:1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := server.Run(ctx, tt.cfg)
+			if err == nil || !strings.HasPrefix(err.Error(), tt.wantErr) {
+				t.Errorf("Run error %v, want prefix %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestRunServesAndStops starts pilot with an xDS hook on free ports, checks the
+// admin API answers and the hook got the store and its listener, then cancels and
+// expects a clean return (goleak checks nothing is left running).
+func TestRunServesAndStops(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan net.Addr, 1)
+	xdsGot := make(chan string, 1)
+	cfg := server.Config{
+		DataDir:   t.TempDir(),
+		AdminAddr: "127.0.0.1:0",
+		XDSAddr:   "127.0.0.1:0",
+		Logger:    hclog.NewNullLogger(),
+		OnReady:   func(a net.Addr) { ready <- a },
+		XDS: func(ctx context.Context, st store.Store, lis net.Listener, reg *prometheus.Registry, _ hclog.Logger) error {
+			defer lis.Close()
+			if st == nil || reg == nil {
+				return errors.New("xDS hook got a nil store or registry")
+			}
+			xdsGot <- lis.Addr().String()
+			<-ctx.Done()
+			return nil
+		},
+	}
+	done := make(chan error, 1)
+	go func() { done <- server.Run(ctx, cfg) }()
+
+	var addr net.Addr
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("Run returned early: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("pilot not ready after 10s")
+	}
+	select {
+	case a := <-xdsGot:
+		if !strings.HasPrefix(a, "127.0.0.1:") {
+			t.Errorf("xDS listener on %s", a)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("xDS hook not started after 10s")
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://" + addr.String() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || strings.TrimSpace(string(body)) != "ok" || resp.Header.Get("X-Weft-Revision") != "0" {
+		t.Errorf("healthz %d %q revision %q", resp.StatusCode, body, resp.Header.Get("X-Weft-Revision"))
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after cancel: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return 15s after cancel")
+	}
+}
+
+// TestXDSFailureStopsPilot: a failing xDS server takes pilot down with its error.
+func TestXDSFailureStopsPilot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	boom := errors.New("boom")
+	err := server.Run(ctx, server.Config{
+		DataDir: t.TempDir(), AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", Logger: hclog.NewNullLogger(),
+		XDS: func(_ context.Context, _ store.Store, lis net.Listener, _ *prometheus.Registry, _ hclog.Logger) error {
+			lis.Close()
+			return boom
+		},
+	})
+	if !errors.Is(err, boom) || err.Error() != "xDS: boom" {
+		t.Errorf("Run error %v, want xDS: boom", err)
+	}
+}
