@@ -1,0 +1,439 @@
+// Package meshcache turns store revisions and the set of connected proxies into
+// per-proxy xDS snapshots. It owns one loop that watches the store, debounces
+// bursts, compiles the mesh once per burst and generates one snapshot per proxy
+// scope (proxies whose scope keys are equal share one immutable snapshot, so a
+// fleet of identical sidecars costs one gen.Proxy call). Each proxy's latest
+// snapshot is published atomically and its stream is woken through a 1-buffered
+// channel: producers never block and never send while holding a lock; streams
+// pull the latest.
+package meshcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/pilot/compile"
+	"github.com/weft-mesh/weft/pilot/ir"
+	"github.com/weft-mesh/weft/pilot/resource"
+	"github.com/weft-mesh/weft/pilot/store"
+	"github.com/weft-mesh/weft/pilot/xds/gen"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+)
+
+// Config configures a Cache. Store, Logger and the limits are required.
+type Config struct {
+	Store      store.Store
+	Logger     hclog.Logger
+	Debounce   time.Duration // quiet period after the last change before compiling
+	MaxDelay   time.Duration // a burst is compiled at most this long after its first change
+	GenWorkers int           // concurrent snapshot generations per compile
+
+	// Compile and Generate default to compile.Compile and gen.Proxy; tests and
+	// benchmarks replace them.
+	Compile  func(compile.Input) (*ir.Mesh, error)
+	Generate func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error)
+	// ScopeKey maps a proxy to the key of its generated snapshot: proxies with
+	// equal keys must get identical output from Generate. Default: DefaultScopeKey.
+	ScopeKey func(*node.Node) string
+	// OnCompiled, if set, is called after a successful compile, before its
+	// snapshots are published, with the store revision and the time that revision was written.
+	OnCompiled func(rev int64, writtenAt time.Time)
+}
+
+func (c *Config) check() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("meshcache: Config.Store is required")
+	case c.Logger == nil:
+		return errors.New("meshcache: Config.Logger is required")
+	case c.Debounce <= 0:
+		return fmt.Errorf("meshcache: Config.Debounce must be > 0, got %v", c.Debounce)
+	case c.MaxDelay < c.Debounce:
+		return fmt.Errorf("meshcache: Config.MaxDelay must be >= Debounce (%v), got %v", c.Debounce, c.MaxDelay)
+	case c.GenWorkers <= 0:
+		return fmt.Errorf("meshcache: Config.GenWorkers must be > 0, got %d", c.GenWorkers)
+	}
+	if c.Compile == nil {
+		c.Compile = compile.Compile
+	}
+	if c.Generate == nil {
+		c.Generate = gen.Proxy
+	}
+	if c.ScopeKey == nil {
+		c.ScopeKey = DefaultScopeKey
+	}
+	return nil
+}
+
+// DefaultScopeKey is every node field generation may read except the ID and the
+// informational build version, so only proxies that present the same identity
+// share a snapshot.
+func DefaultScopeKey(n *node.Node) string {
+	return strings.Join([]string{n.Namespace, n.ServiceAccount, node.LabelString(n.Labels), n.Address,
+		strconv.FormatUint(uint64(n.InboundPort), 10), n.Locality.String()}, "\x00")
+}
+
+// Cache is safe for concurrent use. Run must be running for snapshots to exist.
+type Cache struct {
+	cfg Config
+	log hclog.Logger
+
+	mu      sync.Mutex          // guards proxies and seq
+	proxies map[*Proxy]struct{} // connected proxies
+	seq     int64               // connection order, to prefer the newest of duplicate ids
+
+	kick    chan struct{}              // 1-buffered: the set of registering proxies changed
+	current atomic.Pointer[generation] // latest compiled mesh; nil before the first compile
+	gens    atomic.Int64               // generation counter
+}
+
+// generation is one compiled mesh and the snapshots generated from it, by scope.
+type generation struct {
+	seq       int64
+	mesh      *ir.Mesh
+	rev       int64
+	writtenAt time.Time
+
+	mu      sync.Mutex // guards byScope
+	byScope map[string]*scoped
+}
+
+type scoped struct {
+	once sync.Once
+	snap *snapshot.Snapshot
+	err  error
+}
+
+// New checks cfg.
+func New(cfg Config) (*Cache, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	return &Cache{cfg: cfg, log: cfg.Logger, proxies: map[*Proxy]struct{}{}, kick: make(chan struct{}, 1)}, nil
+}
+
+// Proxy is one connected proxy's view of the cache.
+type Proxy struct {
+	c       *Cache
+	node    *node.Node
+	key     string
+	seq     int64
+	changed chan struct{} // 1-buffered wakeup
+	latest  atomic.Pointer[published]
+	closed  atomic.Bool
+}
+
+type published struct {
+	gen  int64
+	snap *snapshot.Snapshot
+}
+
+// Connect registers a proxy. If it registers a workload (node.Registers), the mesh
+// is recompiled with it (debounced). The proxy gets a snapshot from the current
+// mesh right away when one exists.
+func (c *Cache) Connect(n *node.Node) (*Proxy, error) {
+	if n == nil || n.ID == "" {
+		return nil, errors.New("meshcache: connect: node id is required")
+	}
+	p := &Proxy{c: c, node: n, key: c.cfg.ScopeKey(n), changed: make(chan struct{}, 1)}
+	c.mu.Lock()
+	c.seq++
+	p.seq = c.seq
+	c.proxies[p] = struct{}{}
+	c.mu.Unlock()
+	if n.Registers() {
+		c.poke()
+	}
+	if g := c.current.Load(); g != nil {
+		if s, err := g.snapshot(c, p); err == nil {
+			p.set(g.seq, s)
+		}
+	}
+	return p, nil
+}
+
+func (c *Cache) poke() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Node is the identity the proxy connected with.
+func (p *Proxy) Node() *node.Node { return p.node }
+
+// Snapshot is the proxy's latest snapshot, nil before the first compile.
+func (p *Proxy) Snapshot() *snapshot.Snapshot {
+	if l := p.latest.Load(); l != nil {
+		return l.snap
+	}
+	return nil
+}
+
+// Changed is signalled (coalesced) whenever Snapshot may have changed.
+func (p *Proxy) Changed() <-chan struct{} { return p.changed }
+
+// Close unregisters the proxy; a registered workload leaves the mesh.
+func (p *Proxy) Close() {
+	if p.closed.Swap(true) {
+		return
+	}
+	c := p.c
+	c.mu.Lock()
+	delete(c.proxies, p)
+	c.mu.Unlock()
+	if p.node.Registers() {
+		c.poke()
+	}
+}
+
+// set publishes s unless a newer generation was already published, then wakes.
+func (p *Proxy) set(gen int64, s *snapshot.Snapshot) {
+	next := &published{gen: gen, snap: s}
+	for {
+		cur := p.latest.Load()
+		if cur != nil && (cur.gen >= gen || cur.snap == s) {
+			return
+		}
+		if p.latest.CompareAndSwap(cur, next) {
+			break
+		}
+	}
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (g *generation) snapshot(c *Cache, p *Proxy) (*snapshot.Snapshot, error) {
+	g.mu.Lock()
+	e, ok := g.byScope[p.key]
+	if !ok {
+		e = &scoped{}
+		g.byScope[p.key] = e
+	}
+	g.mu.Unlock()
+	e.once.Do(func() {
+		e.snap, e.err = c.cfg.Generate(g.mesh, p.node)
+		if e.err != nil {
+			e.err = fmt.Errorf("generate snapshot for %s at revision %d: %w", p.node.ID, g.rev, e.err)
+		}
+	})
+	return e.snap, e.err
+}
+
+// Run lists the store, compiles, then follows the store's watch until ctx ends.
+// A watch that is cut off (it fell behind) is resumed from a fresh list.
+func (c *Cache) Run(ctx context.Context) error {
+	for {
+		err := c.follow(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil || errors.Is(err, store.ErrClosed) {
+			return err
+		}
+		c.log.Warn("store watch ended, resyncing", "error", err)
+	}
+}
+
+// follow is one list+watch cycle. It owns objects and the debounce state.
+func (c *Cache) follow(ctx context.Context) error {
+	list, rev, err := c.cfg.Store.List(ctx, "", "")
+	if err != nil {
+		return fmt.Errorf("meshcache: list store: %w", err)
+	}
+	objects := make(map[resource.Key]*resource.Object, len(list))
+	for _, o := range list {
+		objects[o.Key()] = o
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := c.cfg.Store.Watch(wctx, rev)
+	if err != nil {
+		return fmt.Errorf("meshcache: watch store from revision %d: %w", rev, err)
+	}
+	writtenAt := time.Now() // unknown for a listed revision: treat the list as the write
+	c.build(objects, int64(rev), writtenAt)
+
+	var (
+		timer   *time.Timer
+		fire    <-chan time.Time
+		firstAt time.Time
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	// schedule arms the debounce: fire Debounce after the latest change, but no
+	// later than MaxDelay after the first change of the burst.
+	schedule := func() {
+		now := time.Now()
+		if fire == nil {
+			firstAt = now
+		}
+		d := c.cfg.Debounce
+		if limit := firstAt.Add(c.cfg.MaxDelay).Sub(now); limit < d {
+			d = max(limit, 0)
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		fire = timer.C
+	}
+	apply := func(ev store.Event) {
+		k := ev.Object.Key()
+		if ev.Op == store.OpDelete {
+			delete(objects, k)
+		} else {
+			objects[k] = ev.Object
+		}
+		rev, writtenAt = ev.Revision, ev.Time
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("meshcache: store watch closed: %w", w.Err())
+			}
+			apply(ev)
+			schedule()
+		case <-c.kick:
+			schedule()
+		case <-fire:
+			fire = nil
+			// Take every event already delivered so a multi-object revision is
+			// compiled whole (the store delivers one revision's events together).
+		drain:
+			for {
+				select {
+				case ev, ok := <-w.Events():
+					if !ok {
+						break drain
+					}
+					apply(ev)
+				default:
+					break drain
+				}
+			}
+			c.build(objects, int64(rev), writtenAt)
+		}
+	}
+}
+
+// build compiles objects at rev with the registering proxies and publishes a
+// snapshot to every connected proxy. On a compile error the previous snapshots
+// stay in place.
+func (c *Cache) build(objects map[resource.Key]*resource.Object, rev int64, writtenAt time.Time) {
+	objs := make([]*resource.Object, 0, len(objects))
+	for _, o := range objects {
+		objs = append(objs, o)
+	}
+	sort.Slice(objs, func(i, j int) bool { return lessKey(objs[i].Key(), objs[j].Key()) })
+	proxies := c.connected()
+	mesh, err := c.cfg.Compile(compile.Input{Revision: rev, Objects: objs, Proxies: registering(proxies)})
+	if err != nil {
+		c.log.Error("compile failed; proxies keep their snapshots", "revision", rev, "error", err)
+		return
+	}
+	g := &generation{seq: c.gens.Add(1), mesh: mesh, rev: rev, writtenAt: writtenAt, byScope: map[string]*scoped{}}
+	if c.cfg.OnCompiled != nil {
+		// Before publishing, so an ACK can never precede the revision's record.
+		c.cfg.OnCompiled(rev, writtenAt)
+	}
+	c.current.Store(g)
+	// Proxies that connect from here on get g in Connect; the ones listed before
+	// are published below. set ignores an older generation either way.
+	proxies = c.connected()
+	groups := map[string][]*Proxy{}
+	var keys []string
+	for _, p := range proxies {
+		if _, ok := groups[p.key]; !ok {
+			keys = append(keys, p.key)
+		}
+		groups[p.key] = append(groups[p.key], p)
+	}
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range min(c.cfg.GenWorkers, len(keys)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range work {
+				ps := groups[k]
+				s, err := g.snapshot(c, ps[0])
+				if err != nil {
+					c.log.Error("generation failed; proxies keep their snapshots", "scope_proxies", len(ps), "error", err)
+					continue
+				}
+				for _, p := range ps {
+					p.set(g.seq, s)
+				}
+			}
+		}()
+	}
+	for _, k := range keys {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	c.log.Debug("published", "revision", rev, "proxies", len(proxies), "scopes", len(keys))
+}
+
+func (c *Cache) connected() []*Proxy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*Proxy, 0, len(c.proxies))
+	for p := range c.proxies {
+		out = append(out, p)
+	}
+	return out
+}
+
+// registering returns the nodes that register a workload, one per node id (the
+// newest connection wins), sorted by id so compile input is deterministic.
+func registering(ps []*Proxy) []*node.Node {
+	byID := map[string]*Proxy{}
+	for _, p := range ps {
+		if !p.node.Registers() {
+			continue
+		}
+		if cur, ok := byID[p.node.ID]; !ok || p.seq > cur.seq {
+			byID[p.node.ID] = p
+		}
+	}
+	out := make([]*node.Node, 0, len(byID))
+	for _, p := range byID {
+		out = append(out, p.node)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func lessKey(a, b resource.Key) bool {
+	if a.Kind != b.Kind {
+		return a.Kind < b.Kind
+	}
+	if a.Namespace != b.Namespace {
+		return a.Namespace < b.Namespace
+	}
+	return a.Name < b.Name
+}

@@ -1,0 +1,323 @@
+package meshcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/go-hclog"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/pilot/compile"
+	"github.com/weft-mesh/weft/pilot/ir"
+	"github.com/weft-mesh/weft/pilot/resource"
+	"github.com/weft-mesh/weft/pilot/store"
+	"github.com/weft-mesh/weft/pilot/store/boltstore"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// recorder is a Compile/Generate pair that records its calls. The "mesh" it
+// compiles carries only the revision; what was compiled is kept per revision.
+type recorder struct {
+	mu       sync.Mutex
+	inputs   []compile.Input
+	gens     atomic.Int64
+	failNext atomic.Bool
+}
+
+func (r *recorder) compile(in compile.Input) (*ir.Mesh, error) {
+	if r.failNext.Swap(false) {
+		return nil, errors.New("bad mesh")
+	}
+	r.mu.Lock()
+	r.inputs = append(r.inputs, in)
+	r.mu.Unlock()
+	return &ir.Mesh{Revision: in.Revision}, nil
+}
+
+func (r *recorder) generate(m *ir.Mesh, n *node.Node) (*snapshot.Snapshot, error) {
+	r.gens.Add(1)
+	return snapshot.New(m.Revision, map[string]map[string]proto.Message{
+		snapshot.ClusterType: {n.Namespace: &clusterv3.Cluster{Name: n.Namespace}},
+	})
+}
+
+func (r *recorder) last() compile.Input {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inputs[len(r.inputs)-1]
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.inputs)
+}
+
+type fixture struct {
+	st    *boltstore.Store
+	cache *Cache
+	rec   *recorder
+	cfg   Config
+
+	mu       sync.Mutex
+	compiled map[int64]time.Time
+}
+
+func start(t *testing.T, edit func(*Config)) *fixture {
+	t.Helper()
+	st, err := boltstore.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{st: st, rec: &recorder{}, compiled: map[int64]time.Time{}}
+	f.cfg = Config{Store: st, Logger: hclog.NewNullLogger(), Debounce: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond, GenWorkers: 2,
+		Compile: f.rec.compile, Generate: f.rec.generate,
+		OnCompiled: func(rev int64, at time.Time) { f.mu.Lock(); f.compiled[rev] = at; f.mu.Unlock() }}
+	if edit != nil {
+		edit(&f.cfg)
+	}
+	f.cache, err = New(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.cache.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		st.Close()
+	})
+	return f
+}
+
+func workload(name, addr string) *resource.Object {
+	return &resource.Object{APIVersion: resource.APIVersion, Kind: resource.KindWorkload,
+		Metadata: resource.Metadata{Name: name, Namespace: "shop", Labels: map[string]string{"app": "x"}},
+		Spec:     &resource.WorkloadSpec{Address: addr, ServiceAccount: "default", Weight: 1}}
+}
+
+func (f *fixture) put(t *testing.T, objs ...*resource.Object) int64 {
+	t.Helper()
+	var muts []store.Mutation
+	for _, o := range objs {
+		muts = append(muts, store.Mutation{Op: store.OpPut, Object: o})
+	}
+	res, err := f.st.Apply(context.Background(), muts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(res.Revision)
+}
+
+// waitRev waits until p's snapshot is at revision rev or later.
+func waitRev(t *testing.T, p *Proxy, rev int64) *snapshot.Snapshot {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		if s := p.Snapshot(); s != nil && s.Revision >= rev {
+			return s
+		}
+		select {
+		case <-p.Changed():
+		case <-deadline:
+			t.Fatalf("proxy %s: no snapshot at revision %d (have %v)", p.Node().ID, rev, p.Snapshot())
+		}
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	ok := Config{Store: nopStore{}, Logger: hclog.NewNullLogger(), Debounce: time.Millisecond, MaxDelay: time.Second, GenWorkers: 1}
+	tests := []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"store", func(c *Config) { c.Store = nil }, "meshcache: Config.Store is required"},
+		{"logger", func(c *Config) { c.Logger = nil }, "meshcache: Config.Logger is required"},
+		{"debounce", func(c *Config) { c.Debounce = 0 }, "meshcache: Config.Debounce must be > 0, got 0s"},
+		{"max delay", func(c *Config) { c.MaxDelay = time.Microsecond }, "meshcache: Config.MaxDelay must be >= Debounce (1ms), got 1µs"},
+		{"workers", func(c *Config) { c.GenWorkers = 0 }, "meshcache: Config.GenWorkers must be > 0, got 0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok
+			tc.edit(&c)
+			if _, err := New(c); err == nil || err.Error() != tc.want {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	c, err := New(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Connect(&node.Node{}); err == nil || err.Error() != "meshcache: connect: node id is required" {
+		t.Fatalf("connect without id: %v", err)
+	}
+}
+
+type nopStore struct{ store.Store }
+
+func TestSharedScopeAndUpdates(t *testing.T) {
+	f := start(t, nil)
+	var ps []*Proxy
+	for i := range 20 {
+		p, err := f.cache.Connect(&node.Node{ID: fmt.Sprintf("p%d", i), Namespace: []string{"a", "b"}[i%2]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		ps = append(ps, p)
+	}
+	rev := f.put(t, workload("w1", "10.0.0.1"))
+	for _, p := range ps {
+		waitRev(t, p, rev)
+	}
+	// Every proxy of one scope holds the same immutable snapshot.
+	if ps[0].Snapshot() != ps[2].Snapshot() || ps[0].Snapshot() == ps[1].Snapshot() {
+		t.Fatalf("snapshots are not shared by scope")
+	}
+	f.mu.Lock()
+	_, ok := f.compiled[rev]
+	f.mu.Unlock()
+	if !ok {
+		t.Fatalf("OnCompiled not called for revision %d", rev)
+	}
+	if in := f.rec.last(); in.Revision != rev || len(in.Objects) != 1 || in.Objects[0].Metadata.Name != "w1" {
+		t.Fatalf("compile input = rev %d, %d objects", in.Revision, len(in.Objects))
+	}
+}
+
+func TestGenerationsPerCompileAreOnePerScope(t *testing.T) {
+	f := start(t, nil)
+	p0, _ := f.cache.Connect(&node.Node{ID: "first", Namespace: "a"})
+	defer p0.Close()
+	waitRev(t, p0, 0)
+	var ps []*Proxy
+	for i := range 50 {
+		p, _ := f.cache.Connect(&node.Node{ID: fmt.Sprintf("p%d", i), Namespace: "a"})
+		defer p.Close()
+		ps = append(ps, p)
+	}
+	before := f.rec.gens.Load()
+	rev := f.put(t, workload("w1", "10.0.0.1"))
+	for _, p := range ps {
+		waitRev(t, p, rev)
+	}
+	if got := f.rec.gens.Load() - before; got != 1 {
+		t.Fatalf("generations for 51 proxies of one scope = %d, want 1", got)
+	}
+}
+
+func TestDebounceCoalescesBursts(t *testing.T) {
+	f := start(t, func(c *Config) { c.Debounce = 50 * time.Millisecond; c.MaxDelay = 300 * time.Millisecond })
+	p, _ := f.cache.Connect(&node.Node{ID: "p", Namespace: "a"})
+	defer p.Close()
+	waitRev(t, p, 0)
+	base := f.rec.count()
+	var rev int64
+	for i := range 10 {
+		rev = f.put(t, workload(fmt.Sprintf("w%d", i), "10.0.0.1"))
+	}
+	waitRev(t, p, rev)
+	if n := f.rec.count() - base; n > 2 {
+		t.Fatalf("a burst of 10 writes compiled %d times, want <= 2", n)
+	}
+	// Writes every 20ms never leave a 50ms quiet gap; MaxDelay still forces a
+	// compile within ~300ms of the first write.
+	start := time.Now()
+	first := f.put(t, workload("x0", "10.0.0.2"))
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				f.put(t, workload(fmt.Sprintf("x%d", i), "10.0.0.2"))
+			}
+		}
+	}()
+	waitRev(t, p, first)
+	close(stop)
+	<-done
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("compile under continuous writes took %v; MaxDelay is 300ms", d)
+	}
+}
+
+func TestRegisteringProxies(t *testing.T) {
+	f := start(t, nil)
+	plain, _ := f.cache.Connect(&node.Node{ID: "grpc-client"})
+	defer plain.Close()
+	waitRev(t, plain, 0)
+	reg := &node.Node{ID: "sc-1", Namespace: "shop", Address: "10.1.0.1"}
+	waitProxies := func(want []string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var got []string
+			if f.rec.count() > 0 {
+				for _, n := range f.rec.last().Proxies {
+					got = append(got, n.ID)
+				}
+			}
+			if cmp.Equal(want, got) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("compiled proxies = %v, want %v", got, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	p1, _ := f.cache.Connect(reg)
+	p2, _ := f.cache.Connect(&node.Node{ID: "sc-1", Namespace: "shop", Address: "10.1.0.2"}) // reconnect, newer wins
+	waitProxies([]string{"sc-1"})
+	if got := f.rec.last().Proxies[0].Address; got != "10.1.0.2" {
+		t.Fatalf("duplicate id: compiled address %s, want the newest connection's 10.1.0.2", got)
+	}
+	p1.Close()
+	p1.Close() // idempotent
+	waitProxies([]string{"sc-1"})
+	p2.Close()
+	waitProxies(nil)
+}
+
+func TestCompileErrorKeepsSnapshots(t *testing.T) {
+	f := start(t, nil)
+	p, _ := f.cache.Connect(&node.Node{ID: "p", Namespace: "a"})
+	defer p.Close()
+	rev := f.put(t, workload("w1", "10.0.0.1"))
+	good := waitRev(t, p, rev)
+	f.rec.failNext.Store(true)
+	f.put(t, workload("w2", "10.0.0.1"))
+	deadline := time.Now().Add(5 * time.Second)
+	for f.rec.failNext.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("compile not attempted")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if p.Snapshot() != good {
+		t.Fatal("failed compile replaced the snapshot")
+	}
+	rev = f.put(t, workload("w3", "10.0.0.1"))
+	waitRev(t, p, rev)
+}
