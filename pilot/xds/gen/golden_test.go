@@ -169,4 +169,3 @@ func meshFromFile(t testing.TB, path string) (*ir.Mesh, []*node.Node) {
 	}
 	return m, proxies
 }
-
