@@ -1,0 +1,440 @@
+package httpproxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+
+	"github.com/weft-mesh/weft/sidecar/circuitbreak"
+	"github.com/weft-mesh/weft/sidecar/cluster"
+	"github.com/weft-mesh/weft/sidecar/dataplane"
+)
+
+// serveH2Request is the HTTP/2 server's handler: it finds the connection's Target.
+func (p *Proxy) serveH2Request(w http.ResponseWriter, r *http.Request) {
+	t, ok := r.Context().Value(targetKey{}).(*Target)
+	if !ok {
+		http.Error(w, "no target", http.StatusInternalServerError)
+		return
+	}
+	p.serveHTTP(w, r, t)
+}
+
+// httpHeaders adapts an http.Request to route matching.
+type httpHeaders struct{ r *http.Request }
+
+func (h httpHeaders) Get(n string) (string, bool) {
+	switch n {
+	case ":method":
+		return h.r.Method, true
+	case ":authority":
+		return h.r.Host, true
+	case ":path":
+		return h.r.URL.RequestURI(), true
+	}
+	v, ok := h.r.Header[http.CanonicalHeaderKey(n)]
+	if !ok || len(v) == 0 {
+		return "", false
+	}
+	return v[0], true
+}
+
+func isGRPC(r *http.Request) bool {
+	return strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc")
+}
+
+// serveHTTP is the general request path (HTTP/2 clients, HTTP/2 upstreams, gRPC).
+func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request, t *Target) {
+	cfg := t.Snapshot.Load() // the whole request runs on this snapshot
+	h := httpHeaders{r: r}
+	rr := p.resolve(cfg, t, r.Host, r.URL.RequestURI(), h)
+	if rr.status != 0 {
+		deg := ""
+		if rr.status == http.StatusServiceUnavailable && p.cfg.Degraded != nil {
+			deg = rr.reason
+		}
+		p.errorReply(w, r, rr.status, deg, rr.reason)
+		return
+	}
+	route := rr.route
+	if route.Direct != nil {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(int(route.Direct.Status))
+		io.WriteString(w, route.Direct.Body)
+		return
+	}
+	p.forward(w, r, t, route, route.Pick(p.cfg.Rand()))
+}
+
+// forward sends r to c (then retries and fallbacks) and streams the response back.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route *dataplane.Route, c *cluster.Cluster) {
+	ctx := r.Context()
+	var cancel context.CancelFunc
+	timeout := route.Timeout
+	if g, ok := parseGRPCTimeout(r.Header.Get("Grpc-Timeout")); ok && (timeout == 0 || g < timeout) {
+		timeout = g
+	}
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	replayable := r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody
+	retries := 0
+	if route.Retry != nil && replayable {
+		retries = route.Retry.NumRetries
+	}
+	clusters := append([]*cluster.Cluster{c}, route.Fallback...)
+	var lastErr error
+	var lastStatus int
+	for ci, c := range clusters {
+		if ci > 0 && !replayable && !errors.Is(lastErr, errNotSent) {
+			break
+		}
+		for attempt := 0; attempt <= retries; attempt++ {
+			if attempt > 0 && !c.Breaker.Acquire(circuitbreak.Retries) {
+				break
+			}
+			resp, err := p.roundTrip(ctx, r, t, route, c)
+			if attempt > 0 {
+				c.Breaker.Release(circuitbreak.Retries)
+			}
+			if err == nil {
+				last := attempt == retries && ci == len(clusters)-1
+				if !last && route.Retry != nil && route.Retry.RetryStatus(resp.StatusCode) && attempt < retries {
+					drain(resp)
+					lastStatus, lastErr = resp.StatusCode, nil
+					continue
+				}
+				p.copyResponse(w, resp)
+				return
+			}
+			lastErr = err
+			if ctx.Err() != nil {
+				break
+			}
+			if route.Retry == nil || !route.Retry.RetryConnect(!errors.Is(err, errNotSent)) || !replayable {
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	switch {
+	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && r.Context().Err() == nil:
+		p.errorReply(w, r, http.StatusGatewayTimeout, "", "upstream request timeout")
+	case errors.Is(lastErr, cluster.ErrOverflow):
+		p.errorReply(w, r, http.StatusServiceUnavailable, "", "upstream overflow")
+	case lastStatus != 0:
+		p.errorReply(w, r, lastStatus, "", "upstream failed after retries")
+	default:
+		p.errorReply(w, r, http.StatusServiceUnavailable, "", "upstream connect error or disconnect/reset before headers")
+	}
+}
+
+// errNotSent marks failures before the request reached an upstream.
+var errNotSent = errors.New("request not sent")
+
+func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, t *Target, route *dataplane.Route, c *cluster.Cluster) (*http.Response, error) {
+	var hash uint64
+	if c.Hashed {
+		hash = requestHash(route, httpHeaders{r: r}, t.Source)
+	}
+	e, err := c.Pick(hash)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNotSent, err)
+	}
+	if !c.Breaker.Acquire(circuitbreak.Requests) {
+		return nil, fmt.Errorf("%w: cluster %q: %w: max requests", errNotSent, c.Name, cluster.ErrOverflow)
+	}
+	e.Begin()
+	cancel := context.CancelFunc(func() {})
+	if route.Retry != nil && route.Retry.PerTryTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, route.Retry.PerTryTimeout)
+	}
+	out := r.Clone(ctx)
+	out.RequestURI = ""
+	out.URL.Scheme = "http"
+	out.URL.Host = e.Address()
+	out.Host = r.Host
+	for _, k := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Transfer-Encoding"} {
+		out.Header.Del(k)
+	}
+	if r.ContentLength == 0 {
+		out.Body = nil
+	}
+	var rt http.RoundTripper = p.h1std
+	if c.HTTP2 {
+		rt = p.h2
+		if isGRPC(r) || r.Header.Get("Te") == "trailers" {
+			out.Header.Set("Te", "trailers")
+		}
+	}
+	resp, err := rt.RoundTrip(out)
+	if err != nil {
+		cancel()
+		e.End()
+		c.Breaker.Release(circuitbreak.Requests)
+		return nil, err
+	}
+	resp.Body = &releaseBody{ReadCloser: resp.Body, release: func() { cancel(); e.End(); c.Breaker.Release(circuitbreak.Requests) }}
+	return resp, nil
+}
+
+// releaseBody ends the request's accounting when the response body is closed.
+type releaseBody struct {
+	io.ReadCloser
+	once    sync.Once
+	release func()
+}
+
+func (b *releaseBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.release)
+	return err
+}
+
+func drain(resp *http.Response) {
+	_, _ = io.CopyN(io.Discard, resp.Body, maxDiscard)
+	resp.Body.Close()
+}
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// copyResponse streams resp to w, flushing as data arrives (gRPC streams) and passing
+// trailers through.
+func (p *Proxy) copyResponse(w http.ResponseWriter, resp *http.Response) {
+	defer resp.Body.Close()
+	hdr := w.Header()
+	for k, v := range resp.Header {
+		switch k {
+		case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Trailer":
+			continue
+		}
+		hdr[k] = v
+	}
+	for k := range resp.Trailer {
+		hdr.Add("Trailer", k)
+	}
+	w.WriteHeader(resp.StatusCode)
+	// A gRPC trailers-only response (grpc-status in the headers) must leave as one
+	// HEADERS frame with END_STREAM, so only flush once body data flows.
+	rc := http.NewResponseController(w)
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	if resp.Header.Get("Grpc-Status") == "" {
+		_ = rc.Flush()
+	}
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			_ = rc.Flush()
+		}
+		if err != nil {
+			if err != io.EOF {
+				// Upstream reset mid-body: abort the client stream rather than end it cleanly.
+				panic(http.ErrAbortHandler)
+			}
+			break
+		}
+	}
+	for k, v := range resp.Trailer {
+		hdr[http.TrailerPrefix+k] = v
+	}
+}
+
+// errorReply answers locally; gRPC callers get a gRPC status instead of an HTTP error.
+func (p *Proxy) errorReply(w http.ResponseWriter, r *http.Request, code int, degraded, msg string) {
+	if degraded != "" {
+		w.Header().Set(DegradedHeader, sanitizeHeader(degraded))
+	}
+	if isGRPC(r) {
+		gs := "14" // UNAVAILABLE
+		switch code {
+		case http.StatusGatewayTimeout:
+			gs = "4" // DEADLINE_EXCEEDED
+		case http.StatusNotFound:
+			gs = "12" // UNIMPLEMENTED
+		}
+		w.Header().Set("Content-Type", "application/grpc")
+		w.Header().Set("Grpc-Status", gs)
+		w.Header().Set("Grpc-Message", url.PathEscape(msg))
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(code)
+	io.WriteString(w, msg+"\n")
+}
+
+// parseGRPCTimeout parses the grpc-timeout header ("100m", "5S", ...).
+func parseGRPCTimeout(s string) (time.Duration, bool) {
+	if len(s) < 2 || len(s) > 9 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s[:len(s)-1], 10, 64)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	var unit time.Duration
+	switch s[len(s)-1] {
+	case 'H':
+		unit = time.Hour
+	case 'M':
+		unit = time.Minute
+	case 'S':
+		unit = time.Second
+	case 'm':
+		unit = time.Millisecond
+	case 'u':
+		unit = time.Microsecond
+	case 'n':
+		unit = time.Nanosecond
+	default:
+		return 0, false
+	}
+	return time.Duration(n) * unit, true
+}
+
+// bridgeH1toH2 serves an HTTP/1.1 request whose cluster speaks HTTP/2, through the
+// general path, writing the answer back as HTTP/1.1.
+func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Writer, st *h1state, t *Target,
+	route *dataplane.Route, c *cluster.Cluster, _ time.Time) bool {
+	req := &st.req
+	u, err := url.ParseRequestURI(req.str(req.t0, req.t1))
+	if err != nil {
+		return p.discardAndReply(br, bw, req, http.StatusBadRequest, "", "bad request target")
+	}
+	hr := &http.Request{
+		Method: string(req.buf[req.m0:req.m1]), URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: make(http.Header, len(req.fields)), ContentLength: req.contentLength, RemoteAddr: t.Source.String(),
+	}
+	for i := range req.fields {
+		n := req.name(i)
+		if hopByHop(n) {
+			continue
+		}
+		k := http.CanonicalHeaderKey(string(n))
+		if k == "Host" {
+			hr.Host = string(req.value(i))
+			continue
+		}
+		hr.Header[k] = append(hr.Header[k], string(req.value(i)))
+	}
+	switch {
+	case req.chunked:
+		hr.ContentLength = -1
+		hr.Body = io.NopCloser(httputil.NewChunkedReader(br))
+	case req.contentLength > 0:
+		hr.Body = io.NopCloser(io.LimitReader(br, req.contentLength))
+	default:
+		hr.ContentLength = 0
+		hr.Body = http.NoBody
+	}
+	hr = hr.WithContext(ctx)
+	w := &h1Writer{bw: bw, header: make(http.Header), head: req.m1-req.m0 == 4 && string(req.buf[req.m0:req.m1]) == "HEAD"}
+	ok := func() (ok bool) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v != http.ErrAbortHandler {
+					panic(v)
+				}
+				ok = false
+			}
+		}()
+		p.forward(w, hr, t, route, c)
+		return w.finish()
+	}()
+	if req.chunked || req.contentLength > 0 {
+		// Whatever the upstream left unread makes the connection unusable.
+		if _, err := io.Copy(io.Discard, hr.Body); err != nil {
+			return false
+		}
+	}
+	return ok && !req.close
+}
+
+// h1Writer is an http.ResponseWriter that writes HTTP/1.1 (chunked when the length is
+// unknown) onto a client connection.
+type h1Writer struct {
+	bw      *bufio.Writer
+	header  http.Header
+	wrote   bool
+	chunked bool
+	head    bool
+	err     error
+}
+
+func (w *h1Writer) Header() http.Header { return w.header }
+
+func (w *h1Writer) WriteHeader(code int) {
+	if w.wrote {
+		return
+	}
+	w.wrote = true
+	fmt.Fprintf(w.bw, "HTTP/1.1 %03d %s\r\n", code, http.StatusText(code))
+	if w.header.Get("Content-Length") == "" && !w.head && code != http.StatusNoContent && code != http.StatusNotModified {
+		w.chunked = true
+		w.header.Set("Transfer-Encoding", "chunked")
+	}
+	h := w.header.Clone()
+	for k := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			delete(h, k)
+		}
+	}
+	w.err = h.Write(w.bw)
+	w.bw.WriteString("\r\n")
+}
+
+func (w *h1Writer) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.err != nil || w.head || len(b) == 0 {
+		return len(b), w.err
+	}
+	if w.chunked {
+		fmt.Fprintf(w.bw, "%x\r\n", len(b))
+		w.bw.Write(b)
+		_, w.err = w.bw.WriteString("\r\n")
+	} else {
+		_, w.err = w.bw.Write(b)
+	}
+	return len(b), w.err
+}
+
+func (w *h1Writer) Flush() { w.err = errors.Join(w.err, w.bw.Flush()) }
+
+func (w *h1Writer) finish() bool {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.chunked {
+		w.bw.WriteString("0\r\n")
+		for k, v := range w.header {
+			if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+				for _, x := range v {
+					fmt.Fprintf(w.bw, "%s: %s\r\n", name, x)
+				}
+			}
+		}
+		w.bw.WriteString("\r\n")
+	}
+	return w.err == nil && w.bw.Flush() == nil
+}
+

@@ -1,0 +1,334 @@
+// Package httpproxy is the sidecar's HTTP request path. HTTP/1.1 runs on a purpose-built
+// keep-alive loop (own parser, pooled buffers, pooled upstream connections, no
+// per-request goroutines); HTTP/2 (h2c) and gRPC go through golang.org/x/net/http2 and
+// an h2c upstream transport that multiplexes requests on pooled connections.
+//
+// Each request loads the active *dataplane.Config once and finishes on it, so a swap
+// never changes a request midway.
+package httpproxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/weft-mesh/weft/sidecar/cluster"
+	"github.com/weft-mesh/weft/sidecar/dataplane"
+)
+
+// Snapshot yields the active config; *atomic.Pointer[dataplane.Config] satisfies it.
+type Snapshot interface {
+	Load() *dataplane.Config
+}
+
+// DegradedFunc reports whether routing must fail closed (staleness expiry) and why.
+// It is called once per request and must be cheap (an atomic load).
+type DegradedFunc func() (reason string, degraded bool)
+
+// Config configures a Proxy.
+type Config struct {
+	Logger hclog.Logger // required
+	// Pool is the HTTP/1.1 upstream pool; required. It outlives config swaps.
+	Pool *cluster.Pool
+	// Degraded, when set and reporting true, makes every request answer 503 with
+	// header x-weft-degraded: <reason>.
+	Degraded DegradedFunc
+	// BufferSize is the per-connection read and write buffer (also the longest
+	// request or status line). Default 16 KiB.
+	BufferSize int
+	// MaxHeaderBytes bounds a request's or response's header section. Default 64 KiB.
+	MaxHeaderBytes int
+	// MaxHeaderFields bounds header lines per message. Default 128.
+	MaxHeaderFields int
+	// IdleTimeout closes a client connection idle between requests. Default 5m.
+	IdleTimeout time.Duration
+	// ReadHeaderTimeout bounds reading one request's header section. Default 30s.
+	ReadHeaderTimeout time.Duration
+	// Rand picks weighted clusters; nil uses math/rand/v2.
+	Rand func() uint64
+}
+
+// Proxy serves HTTP connections handed to it by a listener.
+type Proxy struct {
+	cfg     Config
+	log     hclog.Logger
+	h2      *http.Transport // h2c upstreams (sidecar peers, gRPC apps), multiplexed
+	h1std   *http.Transport // HTTP/1.1 upstreams reached from HTTP/2 clients
+	h2srv   *http.Server    // serves h2c client connections handed over by ServeConn
+	h2ln    *connListener
+	h2done  chan struct{} // closed when h2srv.Serve returns
+	readers sync.Pool // *bufio.Reader
+	writers sync.Pool // *bufio.Writer
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+// Response header naming why a request was failed closed.
+const DegradedHeader = "x-weft-degraded"
+
+// New checks cfg and builds a Proxy. Close releases its upstream connections.
+func New(cfg Config) (*Proxy, error) {
+	if cfg.Logger == nil {
+		return nil, errors.New("httpproxy: Logger is required")
+	}
+	if cfg.Pool == nil {
+		return nil, errors.New("httpproxy: Pool is required")
+	}
+	if cfg.BufferSize == 0 {
+		cfg.BufferSize = 16 << 10
+	}
+	if cfg.MaxHeaderBytes == 0 {
+		cfg.MaxHeaderBytes = 64 << 10
+	}
+	if cfg.MaxHeaderFields == 0 {
+		cfg.MaxHeaderFields = 128
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 5 * time.Minute
+	}
+	if cfg.ReadHeaderTimeout == 0 {
+		cfg.ReadHeaderTimeout = 30 * time.Second
+	}
+	switch {
+	case cfg.BufferSize < 4096 || cfg.BufferSize > 1<<20:
+		return nil, fmt.Errorf("httpproxy: BufferSize %d outside 4KiB..1MiB", cfg.BufferSize)
+	case cfg.MaxHeaderBytes < 1024 || cfg.MaxHeaderBytes > 1<<20:
+		return nil, fmt.Errorf("httpproxy: MaxHeaderBytes %d outside 1KiB..1MiB", cfg.MaxHeaderBytes)
+	case cfg.MaxHeaderFields < 8 || cfg.MaxHeaderFields > 1024:
+		return nil, fmt.Errorf("httpproxy: MaxHeaderFields %d outside 8..1024", cfg.MaxHeaderFields)
+	case cfg.IdleTimeout < 0 || cfg.ReadHeaderTimeout < 0:
+		return nil, errors.New("httpproxy: timeouts must not be negative")
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Uint64
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Proxy{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel}
+	dialer := &net.Dialer{}
+	var h2c http.Protocols
+	h2c.SetUnencryptedHTTP2(true) // prior-knowledge h2c only: plaintext until mTLS
+	p.h2 = &http.Transport{
+		DialContext:        dialer.DialContext,
+		Protocols:          &h2c,
+		DisableCompression: true,
+		HTTP2:              &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 10 * time.Second},
+	}
+	p.h1std = &http.Transport{
+		DialContext:         dialer.DialContext,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	p.h2ln = newConnListener()
+	p.h2done = make(chan struct{})
+	p.h2srv = &http.Server{
+		Protocols:         &h2c,
+		Handler:           http.HandlerFunc(p.serveH2Request),
+		IdleTimeout:       cfg.IdleTimeout,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ErrorLog:          cfg.Logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if tc, ok := c.(*bufConn); ok {
+				return context.WithValue(ctx, targetKey{}, &tc.t)
+			}
+			return ctx
+		},
+		HTTP2: &http.HTTP2Config{MaxReadFrameSize: 1 << 20},
+	}
+	go func() {
+		defer close(p.h2done)
+		_ = p.h2srv.Serve(p.h2ln)
+	}()
+	return p, nil
+}
+
+// Close drops idle upstream connections of the HTTP/2 and bridging transports. The
+// HTTP/1.1 pool is the caller's to close.
+func (p *Proxy) Close() {
+	p.cancel()
+	_ = p.h2srv.Close()
+	<-p.h2done
+	p.h2.CloseIdleConnections()
+	p.h1std.CloseIdleConnections()
+}
+
+// Target names what a connection was accepted for: the listener to route with and the
+// connection's original destination (the listener's own address in explicit mode).
+type Target struct {
+	Snapshot Snapshot
+	Listener string
+	Dest     netip.AddrPort
+	Source   netip.Addr // client address (ring hash on source IP)
+}
+
+// h2Preface is the client connection preface of prior-knowledge h2c.
+const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// ServeConn serves one client connection until it closes or ctx ends. It closes conn.
+func (p *Proxy) ServeConn(ctx context.Context, conn net.Conn, t Target) {
+	br := p.getReader(conn)
+	// Sniff: prior-knowledge h2c (sidecar peers, gRPC clients) or HTTP/1.1.
+	_ = conn.SetReadDeadline(time.Now().Add(p.cfg.ReadHeaderTimeout))
+	if b, err := br.Peek(len(h2Preface)); err == nil && string(b) == h2Preface {
+		_ = conn.SetReadDeadline(time.Time{})
+		// The HTTP/2 server owns the connection from here (and br with it).
+		if !p.h2ln.push(&bufConn{Conn: conn, r: br, t: t}) {
+			conn.Close()
+		}
+		return
+	}
+	defer p.putReader(br)
+	p.serveH1(ctx, conn, br, t)
+}
+
+// bufConn replays bytes already buffered by the sniffing reader.
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+	t Target
+}
+
+type targetKey struct{}
+
+// connListener feeds connections the sniffer classified as h2c to the HTTP/2 server.
+type connListener struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newConnListener() *connListener {
+	return &connListener{ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *connListener) push(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+func (l *connListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *connListener) Close() error { l.once.Do(func() { close(l.done) }); return nil }
+
+func (l *connListener) Addr() net.Addr { return &net.TCPAddr{} }
+
+func (c *bufConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+func (p *Proxy) getReader(c net.Conn) *bufio.Reader {
+	if v := p.readers.Get(); v != nil {
+		br := v.(*bufio.Reader)
+		br.Reset(c)
+		return br
+	}
+	return bufio.NewReaderSize(c, p.cfg.BufferSize)
+}
+
+func (p *Proxy) putReader(br *bufio.Reader) { br.Reset(nil); p.readers.Put(br) }
+
+func (p *Proxy) getWriter(c net.Conn) *bufio.Writer {
+	if v := p.writers.Get(); v != nil {
+		bw := v.(*bufio.Writer)
+		bw.Reset(c)
+		return bw
+	}
+	return bufio.NewWriterSize(c, p.cfg.BufferSize)
+}
+
+func (p *Proxy) putWriter(bw *bufio.Writer) { bw.Reset(nil); p.writers.Put(bw) }
+
+// routeResult is what routing decided for one request.
+type routeResult struct {
+	route  *dataplane.Route
+	status int    // non-zero: answer locally with this status
+	reason string // body / degraded reason
+}
+
+// resolve finds the route for a request on the active config.
+func (p *Proxy) resolve(cfg *dataplane.Config, t *Target, host, path string, h dataplane.Headers) routeResult {
+	if p.cfg.Degraded != nil {
+		if reason, bad := p.cfg.Degraded(); bad {
+			return routeResult{status: http.StatusServiceUnavailable, reason: reason}
+		}
+	}
+	if cfg == nil {
+		return routeResult{status: http.StatusServiceUnavailable, reason: "no active configuration"}
+	}
+	l := cfg.Listener(t.Listener)
+	if l == nil {
+		return routeResult{status: http.StatusServiceUnavailable, reason: "listener " + t.Listener + " not configured"}
+	}
+	var fc *dataplane.FilterChain
+	// Explicit mode: the connection came to the listener's own port, so the service
+	// port is the one in Host (inbound chains are keyed by service port).
+	if t.Dest.Port() == l.Addr.Port() {
+		if port, ok := hostPort(host); ok {
+			fc = l.Chain(port)
+		}
+	}
+	if fc == nil || fc.HTTP == nil {
+		fc = l.Chain(t.Dest.Port())
+	}
+	if fc == nil || fc.HTTP == nil {
+		return routeResult{status: http.StatusNotFound, reason: "no HTTP filter chain"}
+	}
+	vh := fc.HTTP.Lookup(host)
+	if vh == nil {
+		return routeResult{status: http.StatusNotFound, reason: "no virtual host for " + host}
+	}
+	r := vh.Match(path, h)
+	if r == nil {
+		return routeResult{status: http.StatusNotFound, reason: "no route"}
+	}
+	return routeResult{route: r}
+}
+
+func hostPort(host string) (uint16, bool) {
+	for i := len(host) - 1; i >= 0; i-- {
+		c := host[i]
+		if c == ':' {
+			n, err := strconv.ParseUint(host[i+1:], 10, 16)
+			return uint16(n), err == nil && n > 0
+		}
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
+// requestHash computes the ring-hash key for a route's hash policy.
+func requestHash(r *dataplane.Route, h dataplane.Headers, src netip.Addr) uint64 {
+	for _, hp := range r.Hash {
+		if hp.SourceIP && src.IsValid() {
+			b := src.As16()
+			return cluster.Hash(b[:])
+		}
+		if hp.Header != "" {
+			if v, ok := h.Get(hp.Header); ok {
+				return cluster.Hash([]byte(v))
+			}
+		}
+	}
+	return rand.Uint64()
+}

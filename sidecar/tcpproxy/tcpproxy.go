@@ -1,0 +1,131 @@
+// Package tcpproxy proxies TCP connections to a cluster as byte streams. Between two
+// *net.TCPConn, io.Copy uses splice(2) on Linux, so bytes never enter user space.
+package tcpproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/weft-mesh/weft/sidecar/circuitbreak"
+	"github.com/weft-mesh/weft/sidecar/cluster"
+	"github.com/weft-mesh/weft/sidecar/dataplane"
+)
+
+// Config configures a Proxy.
+type Config struct {
+	Logger hclog.Logger // required
+	// Dial opens upstream connections; nil uses net.Dialer.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// Rand picks weighted clusters; nil uses math/rand/v2.
+	Rand func() uint64
+}
+
+// Proxy forwards TCP connections.
+type Proxy struct {
+	cfg Config
+}
+
+// New checks cfg.
+func New(cfg Config) (*Proxy, error) {
+	if cfg.Logger == nil {
+		return nil, errors.New("tcpproxy: Logger is required")
+	}
+	if cfg.Dial == nil {
+		d := &net.Dialer{}
+		cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Uint64
+	}
+	return &Proxy{cfg: cfg}, nil
+}
+
+// Serve proxies client to a cluster of route until either side finishes or ctx ends.
+// It closes client. src is used for ring-hash clusters (hash of the source address).
+func (p *Proxy) Serve(ctx context.Context, client net.Conn, route *dataplane.TCPRoute, src netip.Addr) error {
+	defer client.Close()
+	c := route.Pick(p.cfg.Rand())
+	var hash uint64
+	if c.Hashed && src.IsValid() {
+		b := src.As16()
+		hash = cluster.Hash(b[:])
+	}
+	e, err := c.Pick(hash)
+	if err != nil {
+		return err
+	}
+	if !c.Breaker.Acquire(circuitbreak.Connections) {
+		return fmt.Errorf("cluster %q: %w: max connections", c.Name, cluster.ErrOverflow)
+	}
+	defer c.Breaker.Release(circuitbreak.Connections)
+	e.Begin()
+	defer e.End()
+	dctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)
+	up, err := p.cfg.Dial(dctx, e.Address())
+	cancel()
+	if err != nil {
+		return fmt.Errorf("cluster %q: connect %s: %w", c.Name, e.Address(), err)
+	}
+	defer up.Close()
+	stop := context.AfterFunc(ctx, func() { client.Close(); up.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	var upErr, downErr error
+	wg.Add(2)
+	go func() { defer wg.Done(); upErr = pipe(up, client, route.IdleTimeout) }()
+	go func() { defer wg.Done(); downErr = pipe(client, up, route.IdleTimeout) }()
+	wg.Wait()
+	if err := errors.Join(upErr, downErr); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("cluster %q: %w", c.Name, err)
+	}
+	return nil
+}
+
+// pipe copies src to dst, then half-closes dst so the peer sees EOF while the other
+// direction keeps flowing.
+func pipe(dst, src net.Conn, idle time.Duration) error {
+	var err error
+	if idle <= 0 {
+		_, err = io.Copy(dst, src) // splice between TCP conns
+	} else {
+		err = copyIdle(dst, src, idle)
+	}
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	} else {
+		_ = dst.Close()
+	}
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// copyIdle copies with a deadline refreshed on every read, closing idle streams.
+func copyIdle(dst, src net.Conn, idle time.Duration) error {
+	buf := make([]byte, 32<<10)
+	for {
+		_ = src.SetReadDeadline(time.Now().Add(idle))
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
