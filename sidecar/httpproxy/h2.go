@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
@@ -437,4 +436,3 @@ func (w *h1Writer) finish() bool {
 	}
 	return w.err == nil && w.bw.Flush() == nil
 }
-

@@ -67,8 +67,8 @@ type Proxy struct {
 	h2srv   *http.Server    // serves h2c client connections handed over by ServeConn
 	h2ln    *connListener
 	h2done  chan struct{} // closed when h2srv.Serve returns
-	readers sync.Pool // *bufio.Reader
-	writers sync.Pool // *bufio.Writer
+	readers sync.Pool     // *bufio.Reader
+	writers sync.Pool     // *bufio.Writer
 	ctx     context.Context
 	cancel  context.CancelFunc
 }
