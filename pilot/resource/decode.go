@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -143,15 +145,13 @@ func (d *decoder) decode(data []byte, source string) {
 			d.errs = append(d.errs, &FieldError{Object: label(), Detail: fmt.Sprintf("object is %d bytes, limit %d", len(doc.body), MaxObjectBytes)})
 			continue
 		}
-		// Leading newlines make the YAML parser's line numbers match the file's.
-		y := append(bytes.Repeat([]byte{'\n'}, doc.line-1), doc.body...)
-		j, err := yaml.YAMLToJSONStrict(y)
+		j, err := yaml.YAMLToJSONStrict(doc.body)
 		if err == nil && bytes.Equal(j, []byte("null")) {
 			continue // empty document or only comments
 		}
 		n++
 		if err != nil {
-			d.errs = append(d.errs, &FieldError{Object: label(), Detail: "invalid YAML: " + oneLine(err.Error())})
+			d.errs = append(d.errs, &FieldError{Object: label(), Detail: "invalid YAML: " + fileLines(oneLine(err.Error()), doc.line-1)})
 			continue
 		}
 		v, err := parseJSON(j)
@@ -188,6 +188,19 @@ func (d *decoder) add(label string, v any, j []byte) {
 	d.objs = append(d.objs, o)
 }
 
+var yamlLine = regexp.MustCompile(`\bline (\d+)`)
+
+// fileLines shifts the parser's document-relative "line N" to the file's line.
+func fileLines(msg string, offset int) string {
+	return yamlLine.ReplaceAllStringFunc(msg, func(m string) string {
+		n, err := strconv.Atoi(m[len("line "):])
+		if err != nil {
+			return m
+		}
+		return "line " + strconv.Itoa(n+offset)
+	})
+}
+
 // oneLine flattens multi-line parser messages so each error stays one line.
 func oneLine(s string) string {
 	s = strings.TrimPrefix(s, "error converting YAML to JSON: ")
@@ -213,8 +226,13 @@ func splitDocuments(data []byte) []document {
 		l := data[i:next]
 		if isDocMarker(l) {
 			docs = append(docs, document{line: startLine, body: data[start:i]})
-			// Content after the marker ("--- {a: 1}") belongs to the next document.
-			start, startLine = i+3, line
+			// Content after the marker ("--- {a: 1}") belongs to the next document;
+			// a bare marker (or one with a comment) starts it on the next line.
+			if rest := bytes.TrimSpace(l[3:]); len(rest) == 0 || rest[0] == '#' {
+				start, startLine = next, line+1
+			} else {
+				start, startLine = i+3, line
+			}
 		}
 		i = next
 		line++
