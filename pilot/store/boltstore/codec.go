@@ -73,10 +73,10 @@ type wireObject struct {
 }
 
 type eventJSON struct {
-	Revision store.Revision   `json:"revision"`
-	Op       store.Op         `json:"op"`
-	Time     time.Time        `json:"time"`
-	Object   *resource.Object `json:"object"`
+	Revision store.Revision  `json:"revision"`
+	Op       store.Op        `json:"op"`
+	Time     time.Time       `json:"time"`
+	Object   json.RawMessage `json:"object"`
 }
 
 type wireEvent struct {
@@ -108,8 +108,10 @@ func encodeObject(o *resource.Object) ([]byte, error) {
 	return b, nil
 }
 
-func encodeEvent(ev store.Event) ([]byte, error) {
-	b, err := json.Marshal(eventJSON{Revision: ev.Revision, Op: ev.Op, Time: ev.Time, Object: ev.Object})
+// encodeEvent takes the event's object already encoded (objData), so an apply
+// encodes each object once.
+func encodeEvent(ev store.Event, objData []byte) ([]byte, error) {
+	b, err := json.Marshal(eventJSON{Revision: ev.Revision, Op: ev.Op, Time: ev.Time, Object: objData})
 	if err != nil {
 		return nil, fmt.Errorf("%s: encode event: %w", ev.Object.Key(), err)
 	}

@@ -21,7 +21,11 @@ func FuzzDecodeEvent(f *testing.F) {
 		if err != nil {
 			return
 		}
-		enc, err := encodeEvent(ev)
+		obj, err := encodeObject(ev.Object)
+		if err != nil {
+			t.Fatalf("re-encode of a decoded event's object: %v", err)
+		}
+		enc, err := encodeEvent(ev, obj)
 		if err != nil {
 			t.Fatalf("re-encode of a decoded event: %v", err)
 		}

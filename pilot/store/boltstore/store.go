@@ -246,7 +246,7 @@ func (s *Store) Revision(ctx context.Context) (store.Revision, error) {
 type change struct {
 	key   string
 	event store.Event
-	data  []byte // encoded object (nil for delete)
+	data  []byte // encoded event object: the new value, or for a delete the last one
 	entry entry
 }
 
@@ -318,7 +318,11 @@ func plan(m store.Mutation, objects map[string]entry, next store.Revision, now t
 	if m.Op == store.OpDelete {
 		last := *old.obj
 		last.Metadata.Revision = int64(next)
-		return change{key: k, event: store.Event{Revision: next, Op: store.OpDelete, Object: &last, Time: now}}, nil, nil
+		data, err := encodeObject(&last)
+		if err != nil {
+			return change{}, nil, err
+		}
+		return change{key: k, data: data, event: store.Event{Revision: next, Op: store.OpDelete, Object: &last, Time: now}}, nil, nil
 	}
 	content, err := contentOf(m.Object)
 	if err != nil {
@@ -365,7 +369,7 @@ func (s *Store) commit(rev store.Revision, changes []change) error {
 			if err != nil {
 				return fmt.Errorf("write %s: %w", c.event.Object.Key(), err)
 			}
-			ev, err := encodeEvent(c.event)
+			ev, err := encodeEvent(c.event, c.data)
 			if err != nil {
 				return err
 			}
