@@ -36,9 +36,6 @@ type WatchBufferer interface {
 // too many mutations, a nil object, an unknown op or kind, an empty name, a
 // namespace that does not fit the kind, a spec of the wrong type, or the same key
 // twice. Errors wrap ErrInvalid and name the object.
-//
-// Generation is per object life: a re-created object (after a delete) starts again
-// at generation 1, as in Kubernetes, while its History continues across the delete.
 func ValidateMutations(muts []Mutation) error {
 	if len(muts) > MaxMutationsPerApply {
 		return fmt.Errorf("%w: apply has %d mutations, limit is %d", ErrInvalid, len(muts), MaxMutationsPerApply)

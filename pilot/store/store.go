@@ -82,11 +82,14 @@ type Store interface {
 	// when empty), sorted by key, and the revision the list was read at.
 	List(ctx context.Context, kind, namespace string) ([]*resource.Object, Revision, error)
 	// Apply commits all mutations as one new revision, or none of them. Deleting an
-	// object that does not exist is ErrNotFound.
+	// object that does not exist is ErrNotFound. A re-created object (after a
+	// delete) starts again at generation 1, as in Kubernetes; its History continues
+	// across the delete. Invalid mutations: see ValidateMutations.
 	Apply(ctx context.Context, muts []Mutation) (ApplyResult, error)
 	// Revision returns the current store revision.
 	Revision(ctx context.Context) (Revision, error)
-	// History returns every change of one object, oldest first (ErrNotFound if none).
+	// History returns every retained change of one object, oldest first, deletes
+	// included (ErrNotFound if none, e.g. all compacted away).
 	History(ctx context.Context, key resource.Key) ([]Event, error)
 	// Watch delivers every event with revision > from, in order, with no gaps, then
 	// live events, until ctx ends (the channel is then closed). If history before
