@@ -112,6 +112,8 @@ func DecodeJSONObject(data []byte) (*Object, error) {
 	return o, nil
 }
 
+var errNotJSON = errors.New("not JSON")
+
 // decoder accumulates objects and errors over several inputs so duplicates and
 // limits are checked across a whole directory.
 type decoder struct {
@@ -140,21 +142,26 @@ func (d *decoder) decode(data []byte, source string) {
 	n := 0
 	for _, doc := range splitDocuments(data) {
 		label := func() string { return fmt.Sprintf("%s: document %d", source, n) }
-		if len(doc.body) > MaxObjectBytes {
-			n++
-			d.errs = append(d.errs, &FieldError{Object: label(), Detail: fmt.Sprintf("object is %d bytes, limit %d", len(doc.body), MaxObjectBytes)})
-			continue
+		// JSON (what Encode writes, and large generated lists) skips the YAML parser;
+		// anything that is not valid JSON goes through it as YAML.
+		j := doc.body
+		v, err := any(nil), errNotJSON
+		if t := bytes.TrimLeft(j, " \t\r\n"); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
+			v, err = parseJSON(j)
 		}
-		j, err := yaml.YAMLToJSONStrict(doc.body)
-		if err == nil && bytes.Equal(j, []byte("null")) {
-			continue // empty document or only comments
+		if err != nil {
+			j, err = yaml.YAMLToJSONStrict(doc.body)
+			if err == nil && bytes.Equal(j, []byte("null")) {
+				continue // empty document or only comments
+			}
+			if err != nil {
+				n++
+				d.errs = append(d.errs, &FieldError{Object: label(), Detail: "invalid YAML: " + fileLines(oneLine(err.Error()), doc.line-1)})
+				continue
+			}
+			v, err = parseJSON(j)
 		}
 		n++
-		if err != nil {
-			d.errs = append(d.errs, &FieldError{Object: label(), Detail: "invalid YAML: " + fileLines(oneLine(err.Error()), doc.line-1)})
-			continue
-		}
-		v, err := parseJSON(j)
 		if err != nil {
 			d.errs = append(d.errs, &FieldError{Object: label(), Detail: "invalid document: " + oneLine(err.Error())})
 			continue
@@ -168,6 +175,12 @@ func (d *decoder) decode(data []byte, source string) {
 				}
 				d.add(fmt.Sprintf("%s[%d]", label(), i), item, ij)
 			}
+			continue
+		}
+		// A list document holds many objects, each bounded by its JSON form in
+		// decodeValue; a single-object document is bounded by its own bytes too.
+		if len(doc.body) > MaxObjectBytes {
+			d.errs = append(d.errs, &FieldError{Object: label(), Detail: fmt.Sprintf("object is %d bytes, limit %d", len(doc.body), MaxObjectBytes)})
 			continue
 		}
 		d.add(label(), v, j)
