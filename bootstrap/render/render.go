@@ -1,0 +1,387 @@
+// Package render turns a sidecar's command line, or its bootstrap file, into
+// validated Settings.
+//
+// The bootstrap file (YAML or JSON) uses the flag names as keys, so one name means
+// one setting everywhere:
+//
+//	node-id: reviews-v1-a
+//	namespace: shop
+//	service-account: reviews
+//	labels: {app: reviews, version: v1}
+//	address: 127.0.0.21
+//	pilot: [127.0.0.1:15010, 127.0.0.2:15010]
+//	publisher-key: /var/lib/weft/publisher.pub
+//	state-dir: /var/lib/weft/reviews-v1-a
+//
+// With --bootstrap FILE, the file is read first and every flag given explicitly on
+// the command line overrides the file's value (labels and pilot as a whole), so an
+// operator can reuse one file and change one thing. Decoding is strict: unknown keys
+// are errors.
+package render
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/weft-mesh/weft/bootstrap/node"
+)
+
+// Defaults from issue #4.
+const (
+	DefaultAdminAddr    = "127.0.0.1:15000"
+	DefaultOutboundAddr = "127.0.0.1:15001"
+	DefaultInboundPort  = 15006 // on the workload address
+	DefaultReadyPort    = 15021 // on the workload address
+	DefaultAppAddress   = "127.0.0.1"
+	DefaultXDSMode      = "delta"
+)
+
+// Limits.
+const (
+	MaxPilots        = 16
+	MaxLabels        = 64
+	MaxLabelBytes    = 256 // per key and per value
+	MaxIDBytes       = 253
+	MaxBootstrapSize = 64 << 10
+)
+
+// Settings is everything a sidecar needs to start.
+type Settings struct {
+	Node         node.Node // identity as registered with pilot (InboundPort from InboundAddr)
+	Pilot        []string  // host:port, tried in order
+	PublisherKey string    // file holding pilot's Ed25519 public key
+	StateDir     string
+	AdminAddr    netip.AddrPort
+	OutboundAddr netip.AddrPort
+	InboundAddr  netip.AddrPort
+	ReadyAddr    netip.AddrPort
+	AppAddress   netip.Addr
+	XDSMode      string // "delta" or "sotw"
+}
+
+// File is the bootstrap file's shape; keys are the flag names.
+type File struct {
+	NodeID         string            `json:"node-id,omitempty"`
+	Namespace      string            `json:"namespace,omitempty"`
+	ServiceAccount string            `json:"service-account,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	Address        string            `json:"address,omitempty"`
+	Locality       string            `json:"locality,omitempty"`
+	Pilot          []string          `json:"pilot,omitempty"`
+	PublisherKey   string            `json:"publisher-key,omitempty"`
+	StateDir       string            `json:"state-dir,omitempty"`
+	AdminAddr      string            `json:"admin-addr,omitempty"`
+	OutboundAddr   string            `json:"outbound-addr,omitempty"`
+	InboundAddr    string            `json:"inbound-addr,omitempty"`
+	ReadyAddr      string            `json:"ready-addr,omitempty"`
+	AppAddress     string            `json:"app-address,omitempty"`
+	XDSMode        string            `json:"xds-mode,omitempty"`
+}
+
+// ErrUsage wraps every error Parse returns, so cmd/sidecar can exit 2.
+var ErrUsage = errors.New("sidecar settings")
+
+// Parse reads args (without the program name). readFile loads --bootstrap; pass
+// os.ReadFile.
+func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, error) {
+	var f File
+	var labels, pilot, bootstrap string
+	fs := flag.NewFlagSet("sidecar", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&bootstrap, "bootstrap", "", "bootstrap file (YAML or JSON); flags override it")
+	fs.StringVar(&f.NodeID, "node-id", "", "node id")
+	fs.StringVar(&f.Namespace, "namespace", "", "namespace")
+	fs.StringVar(&f.ServiceAccount, "service-account", "", "service account")
+	fs.StringVar(&labels, "labels", "", "labels k=v,k=v")
+	fs.StringVar(&f.Address, "address", "", "workload IP")
+	fs.StringVar(&f.Locality, "locality", "", "region/zone/subzone")
+	fs.StringVar(&pilot, "pilot", "", "pilot HOST:PORT[,HOST:PORT]")
+	fs.StringVar(&f.PublisherKey, "publisher-key", "", "pilot publisher public key file")
+	fs.StringVar(&f.StateDir, "state-dir", "", "state directory")
+	fs.StringVar(&f.AdminAddr, "admin-addr", "", "admin IP:PORT (default "+DefaultAdminAddr+")")
+	fs.StringVar(&f.OutboundAddr, "outbound-addr", "", "outbound IP:PORT (default "+DefaultOutboundAddr+")")
+	fs.StringVar(&f.InboundAddr, "inbound-addr", "", "inbound IP:PORT (default <address>:15006)")
+	fs.StringVar(&f.ReadyAddr, "ready-addr", "", "readiness IP:PORT (default <address>:15021)")
+	fs.StringVar(&f.AppAddress, "app-address", "", "application IP (default "+DefaultAppAddress+")")
+	fs.StringVar(&f.XDSMode, "xds-mode", "", "delta|sotw (default delta)")
+	if err := fs.Parse(args); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if set["labels"] {
+		m, err := ParseLabels(labels)
+		if err != nil {
+			return nil, fmt.Errorf("%w: labels: %v", ErrUsage, err)
+		}
+		f.Labels = m
+	}
+	if set["pilot"] {
+		f.Pilot = strings.Split(pilot, ",")
+	}
+	if bootstrap != "" {
+		data, err := readFile(bootstrap)
+		if err != nil {
+			return nil, fmt.Errorf("%w: bootstrap: %v", ErrUsage, err)
+		}
+		file, err := DecodeFile(data)
+		if err != nil {
+			return nil, fmt.Errorf("%w: bootstrap %s: %v", ErrUsage, bootstrap, err)
+		}
+		f = file.overriddenBy(f, set)
+	}
+	s, err := f.Settings()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	return s, nil
+}
+
+// overriddenBy returns the file with the explicitly set flags of cmd applied.
+func (f File) overriddenBy(cmd File, set map[string]bool) File {
+	pick := func(name string, dst *string, v string) {
+		if set[name] {
+			*dst = v
+		}
+	}
+	pick("node-id", &f.NodeID, cmd.NodeID)
+	pick("namespace", &f.Namespace, cmd.Namespace)
+	pick("service-account", &f.ServiceAccount, cmd.ServiceAccount)
+	pick("address", &f.Address, cmd.Address)
+	pick("locality", &f.Locality, cmd.Locality)
+	pick("publisher-key", &f.PublisherKey, cmd.PublisherKey)
+	pick("state-dir", &f.StateDir, cmd.StateDir)
+	pick("admin-addr", &f.AdminAddr, cmd.AdminAddr)
+	pick("outbound-addr", &f.OutboundAddr, cmd.OutboundAddr)
+	pick("inbound-addr", &f.InboundAddr, cmd.InboundAddr)
+	pick("ready-addr", &f.ReadyAddr, cmd.ReadyAddr)
+	pick("app-address", &f.AppAddress, cmd.AppAddress)
+	pick("xds-mode", &f.XDSMode, cmd.XDSMode)
+	if set["labels"] {
+		f.Labels = cmd.Labels
+	}
+	if set["pilot"] {
+		f.Pilot = cmd.Pilot
+	}
+	return f
+}
+
+// DecodeFile decodes a bootstrap file strictly (YAML or JSON).
+func DecodeFile(data []byte) (File, error) {
+	var f File
+	if len(data) > MaxBootstrapSize {
+		return f, fmt.Errorf("%d bytes, limit %d", len(data), MaxBootstrapSize)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return f, errors.New("empty")
+	}
+	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		return File{}, err
+	}
+	return f, nil
+}
+
+// ParseLabels parses k=v,k=v. Empty input is no labels.
+func ParseLabels(s string) (map[string]string, error) {
+	m := map[string]string{}
+	if s == "" {
+		return m, nil
+	}
+	for i, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("item %d %q: want key=value", i, kv)
+		}
+		if _, dup := m[k]; dup {
+			return nil, fmt.Errorf("item %d: key %q repeated", i, k)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// Settings validates the file's values and applies defaults.
+func (f File) Settings() (*Settings, error) {
+	s := &Settings{PublisherKey: f.PublisherKey, StateDir: f.StateDir, XDSMode: f.XDSMode}
+	if err := checkID("node-id", f.NodeID, MaxIDBytes); err != nil {
+		return nil, err
+	}
+	if err := checkDNSLabel("namespace", f.Namespace); err != nil {
+		return nil, err
+	}
+	if err := checkDNSLabel("service-account", f.ServiceAccount); err != nil {
+		return nil, err
+	}
+	if err := checkLabels(f.Labels); err != nil {
+		return nil, err
+	}
+	addr, err := parseIP("address", f.Address, "")
+	if err != nil {
+		return nil, err
+	}
+	loc, err := node.ParseLocality(f.Locality)
+	if err != nil {
+		return nil, fmt.Errorf("locality: %v", err)
+	}
+	if s.Pilot, err = checkPilots(f.Pilot); err != nil {
+		return nil, err
+	}
+	if f.PublisherKey == "" {
+		return nil, errors.New("publisher-key: required")
+	}
+	if f.StateDir == "" {
+		return nil, errors.New("state-dir: required")
+	}
+	listeners := []struct {
+		name string
+		in   string
+		def  string
+		out  *netip.AddrPort
+	}{
+		{"admin-addr", f.AdminAddr, DefaultAdminAddr, &s.AdminAddr},
+		{"outbound-addr", f.OutboundAddr, DefaultOutboundAddr, &s.OutboundAddr},
+		{"inbound-addr", f.InboundAddr, netip.AddrPortFrom(addr, DefaultInboundPort).String(), &s.InboundAddr},
+		{"ready-addr", f.ReadyAddr, netip.AddrPortFrom(addr, DefaultReadyPort).String(), &s.ReadyAddr},
+	}
+	used := map[netip.AddrPort]string{}
+	for _, l := range listeners {
+		in := l.in
+		if in == "" {
+			in = l.def
+		}
+		ap, err := netip.ParseAddrPort(in)
+		if err != nil || ap.Port() == 0 {
+			return nil, fmt.Errorf("%s: %q is not IP:PORT with a port in 1..65535", l.name, in)
+		}
+		if other, dup := used[ap]; dup {
+			return nil, fmt.Errorf("%s: %s already used by %s", l.name, ap, other)
+		}
+		used[ap] = l.name
+		*l.out = ap
+	}
+	if s.AppAddress, err = parseIP("app-address", f.AppAddress, DefaultAppAddress); err != nil {
+		return nil, err
+	}
+	switch s.XDSMode {
+	case "":
+		s.XDSMode = DefaultXDSMode
+	case "delta", "sotw":
+	default:
+		return nil, fmt.Errorf("xds-mode: %q, want delta or sotw", s.XDSMode)
+	}
+	labels := make(map[string]string, len(f.Labels))
+	for k, v := range f.Labels {
+		labels[k] = v
+	}
+	s.Node = node.Node{ID: f.NodeID, Namespace: f.Namespace, ServiceAccount: f.ServiceAccount, Labels: labels,
+		Address: addr.String(), InboundPort: uint32(s.InboundAddr.Port()), Locality: loc}
+	if err := s.Node.Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func checkID(name, v string, limit int) error {
+	switch {
+	case v == "":
+		return fmt.Errorf("%s: required", name)
+	case len(v) > limit:
+		return fmt.Errorf("%s: %d bytes, limit %d", name, len(v), limit)
+	case strings.ContainsFunc(v, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		return fmt.Errorf("%s: %q contains whitespace or control characters", name, v)
+	}
+	return nil
+}
+
+// checkDNSLabel: Kubernetes DNS-1123 label (lowercase alphanumerics and '-', 1..63,
+// starting and ending alphanumeric).
+func checkDNSLabel(name, v string) error {
+	if v == "" {
+		return fmt.Errorf("%s: required", name)
+	}
+	ok := len(v) <= 63
+	for i := 0; ok && i < len(v); i++ {
+		c := v[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		ok = alnum || (c == '-' && i > 0 && i < len(v)-1)
+	}
+	if !ok {
+		return fmt.Errorf("%s: %q is not a DNS-1123 label (lowercase letters, digits, '-', at most 63)", name, v)
+	}
+	return nil
+}
+
+func checkLabels(m map[string]string) error {
+	if len(m) > MaxLabels {
+		return fmt.Errorf("labels: %d labels, limit %d", len(m), MaxLabels)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // report the same bad key every time
+	for _, k := range keys {
+		v := m[k]
+		if k == "" {
+			return errors.New("labels: empty key")
+		}
+		if len(k) > MaxLabelBytes || len(v) > MaxLabelBytes {
+			return fmt.Errorf("labels: %q: key or value longer than %d bytes", k, MaxLabelBytes)
+		}
+		if strings.ContainsAny(k, "=, \t\n") || strings.ContainsAny(v, "=,\n") {
+			return fmt.Errorf("labels: %q: key or value contains '=', ',' or whitespace", k)
+		}
+	}
+	return nil
+}
+
+func parseIP(name, v, def string) (netip.Addr, error) {
+	if v == "" {
+		if def == "" {
+			return netip.Addr{}, fmt.Errorf("%s: required", name)
+		}
+		v = def
+	}
+	a, err := netip.ParseAddr(v)
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("%s: %q is not an IP literal", name, v)
+	}
+	return a, nil
+}
+
+func checkPilots(ps []string) ([]string, error) {
+	if len(ps) == 0 {
+		return nil, errors.New("pilot: at least one HOST:PORT required")
+	}
+	if len(ps) > MaxPilots {
+		return nil, fmt.Errorf("pilot: %d addresses, limit %d", len(ps), MaxPilots)
+	}
+	seen := map[string]bool{}
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		host, port, err := net.SplitHostPort(p)
+		n, perr := strconv.ParseUint(port, 10, 16)
+		if err != nil || host == "" || perr != nil || n == 0 || strings.ContainsAny(host, " \t/") {
+			return nil, fmt.Errorf("pilot[%d]: %q is not HOST:PORT with a port in 1..65535", i, p)
+		}
+		if seen[p] {
+			return nil, fmt.Errorf("pilot[%d]: %s listed twice", i, p)
+		}
+		seen[p] = true
+		out[i] = p
+	}
+	return out, nil
+}
