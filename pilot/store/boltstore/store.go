@@ -431,7 +431,7 @@ func (s *Store) History(ctx context.Context, key resource.Key) ([]store.Event, e
 	}
 	prefix := []byte(objectKey(key) + "\x00")
 	var out []store.Event
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		hist := tx.Bucket(bucketHistory)
 		c := tx.Bucket(bucketKeyIndex).Cursor()
 		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
@@ -448,8 +448,8 @@ func (s *Store) History(ctx context.Context, key resource.Key) ([]store.Event, e
 		}
 		return nil
 	})
-	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return nil, store.ErrClosed
+	if errors.Is(err, store.ErrClosed) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: history of %s: %w", key, err)
@@ -512,6 +512,15 @@ func (s *Store) Compact(ctx context.Context, before store.Revision) error {
 	s.stateMu.Unlock()
 	s.cfg.logger.Info("history compacted", "before", before)
 	return nil
+}
+
+// view runs a read transaction; a database closed under it reads as ErrClosed.
+func (s *Store) view(fn func(*bolt.Tx) error) error {
+	err := s.db.View(fn)
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return store.ErrClosed
+	}
+	return err
 }
 
 func (s *Store) isClosed() bool {

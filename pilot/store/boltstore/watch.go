@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/weft-mesh/weft/pilot/store"
 )
@@ -89,6 +88,15 @@ func (w *watcher) send(done <-chan struct{}, ev store.Event) bool {
 	return false
 }
 
+func (w *watcher) sendAll(done <-chan struct{}, evs []store.Event) bool {
+	for _, ev := range evs {
+		if !w.send(done, ev) {
+			return false
+		}
+	}
+	return true
+}
+
 // Watch subscribes first, then catches up from disk up to the revision current at
 // subscription, then forwards live revisions after that; live revisions the
 // catch-up already covered are dropped, so the boundary has no gap and no repeat.
@@ -132,10 +140,8 @@ func (s *Store) runWatch(w *watcher, from, subscribed store.Revision) {
 			w.finish(err)
 			return
 		}
-		for _, ev := range evs {
-			if !w.send(s.done, ev) {
-				return
-			}
+		if !w.sendAll(s.done, evs) {
+			return
 		}
 		last = upTo
 	}
@@ -145,10 +151,8 @@ func (s *Store) runWatch(w *watcher, from, subscribed store.Revision) {
 			if rev <= last {
 				continue
 			}
-			for _, ev := range batch {
-				if !w.send(s.done, ev) {
-					return
-				}
+			if !w.sendAll(s.done, batch) {
+				return
 			}
 			last = rev
 		}
@@ -177,7 +181,7 @@ func (s *Store) unsubscribe(w *watcher) {
 func (s *Store) readHistory(after, upTo store.Revision) ([]store.Event, store.Revision, error) {
 	end := min(upTo, after+store.Revision(s.cfg.catchUp))
 	var out []store.Event
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		comp, err := decodeUint(tx.Bucket(bucketMeta).Get(metaCompacted))
 		if err != nil {
 			return err
@@ -202,8 +206,8 @@ func (s *Store) readHistory(after, upTo store.Revision) ([]store.Event, store.Re
 		}
 		return nil
 	})
-	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return nil, 0, store.ErrClosed
+	if errors.Is(err, store.ErrClosed) {
+		return nil, 0, err
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("boltstore: %w", err)
