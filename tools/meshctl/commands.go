@@ -69,9 +69,9 @@ func (e *env) apply(ctx context.Context, args []string) error {
 		fmt.Fprintf(e.stdout, "%s generation %d revision %d\n", o.Key(), o.Metadata.Generation, o.Metadata.Revision)
 	}
 	if resp.Changed {
-		fmt.Fprintf(e.stdout, "applied %d objects: store revision %d\n", len(resp.Items), resp.Revision)
+		fmt.Fprintf(e.stdout, "applied %s: store revision %d\n", objects(len(resp.Items)), resp.Revision)
 	} else {
-		fmt.Fprintf(e.stdout, "unchanged: %d objects already as given, store revision %d\n", len(resp.Items), resp.Revision)
+		fmt.Fprintf(e.stdout, "unchanged: %s already as given, store revision %d\n", objects(len(resp.Items)), resp.Revision)
 	}
 	return nil
 }
@@ -227,4 +227,11 @@ func (e *env) history(ctx context.Context, args []string) error {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", h.Revision, h.Op, h.Generation, h.Time.UTC().Format(time.RFC3339))
 	}
 	return tw.Flush()
+}
+
+func objects(n int) string {
+	if n == 1 {
+		return "1 object"
+	}
+	return strconv.Itoa(n) + " objects"
 }

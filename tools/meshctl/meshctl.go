@@ -180,7 +180,7 @@ func (e *env) validate(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%s: %d objects valid\n", *path, len(objs))
+	fmt.Fprintf(e.stdout, "%s: %s valid\n", *path, objects(len(objs)))
 	return nil
 }
 

@@ -143,7 +143,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{name: "valid dir", args: []string{"validate", "-f", good}, wantCode: 0, wantStdout: good + ": 3 objects valid\n"},
 		{name: "valid file", args: []string{"validate", "-f", filepath.Join(good, "b.yaml")}, wantCode: 0,
-			wantStdout: filepath.Join(good, "b.yaml") + ": 1 objects valid\n"},
+			wantStdout: filepath.Join(good, "b.yaml") + ": 1 object valid\n"},
 		{name: "invalid: one line per error", args: []string{"validate", "-f", badDir}, wantCode: 1, wantStderr: validationLines(t, badDir)},
 		{name: "missing path", args: []string{"validate", "-f", filepath.Join(good, "nope")}, wantCode: 1,
 			wantStderr: []string{"meshctl: stat " + filepath.Join(good, "nope") + ": no such file or directory"}},
