@@ -1,0 +1,90 @@
+// Command benchproxy serves the sidecar data plane from a static config built in Go
+// (until xDS wiring exists): one listener routing every request to one cluster.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	_ "net/http/pprof" // served only when -pprof is set
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/weft-mesh/weft/sidecar/cluster"
+	"github.com/weft-mesh/weft/sidecar/dataplane"
+	"github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
+	"github.com/weft-mesh/weft/sidecar/httpproxy"
+	"github.com/weft-mesh/weft/sidecar/listener"
+	"github.com/weft-mesh/weft/sidecar/tcpproxy"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "benchproxy:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	listen := flag.String("listen", "127.0.0.1:15001", "listen address")
+	upstreams := flag.String("upstream", "127.0.0.1:9000", "comma-separated upstream endpoints")
+	h2 := flag.Bool("h2", false, "upstream speaks h2c")
+	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this address")
+	flag.Parse()
+	log := hclog.New(&hclog.LoggerOptions{Name: "benchproxy", Level: hclog.Warn})
+	la, err := netip.ParseAddrPort(*listen)
+	if err != nil {
+		return err
+	}
+	var ups []netip.AddrPort
+	for _, u := range strings.Split(*upstreams, ",") {
+		a, err := netip.ParseAddrPort(u)
+		if err != nil {
+			return err
+		}
+		ups = append(ups, a)
+	}
+	cfg, err := dataplanetest.Simple("bench", la, *h2, ups...).Compile(dataplane.Options{})
+	if err != nil {
+		return err
+	}
+	var snap atomic.Pointer[dataplane.Config]
+	snap.Store(cfg)
+	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 1024, IdleTimeout: 90 * time.Second, BufferSize: 16 << 10})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	hp, err := httpproxy.New(httpproxy.Config{Logger: log, Pool: pool})
+	if err != nil {
+		return err
+	}
+	defer hp.Close()
+	tp, err := tcpproxy.New(tcpproxy.Config{Logger: log})
+	if err != nil {
+		return err
+	}
+	srv, err := listener.New(listener.Config{Name: "bench", Logger: log, Snapshot: &snap, HTTP: hp, TCP: tp})
+	if err != nil {
+		return err
+	}
+	if *pprofAddr != "" {
+		go func() { _ = http.ListenAndServe(*pprofAddr, nil) }()
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return srv.Serve(ctx, ln)
+}
