@@ -172,3 +172,71 @@ func TestWatchCatchUpInChunks(t *testing.T) {
 		t.Fatalf("catch-up events (-want +got):\n%s", d)
 	}
 }
+
+// TestCompactDuringCatchUp: history compacted while a watcher is still reading it
+// ends the watch with ErrCompacted instead of skipping revisions.
+func TestCompactDuringCatchUp(t *testing.T) {
+	s := openT(t, t.TempDir())
+	defer func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	s.cfg.catchUp = 1 // set before any watcher exists
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 5 {
+		if _, err := s.Apply(ctx, []store.Mutation{{Op: store.OpPut, Object: storetest.Service("default", fmt.Sprintf("s%d", i), 0)}}); err != nil {
+			t.Fatalf("Apply: %v", err)
+		}
+	}
+	w, err := s.Watch(ctx, 0)
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	if err := s.Compact(ctx, 4); err != nil {
+		t.Fatalf("Compact: %v", err)
+	}
+	var got []store.Revision
+	deadline := time.After(10 * time.Second)
+	for done := false; !done; {
+		select {
+		case ev, ok := <-w.Events():
+			if ok {
+				got = append(got, ev.Revision)
+			}
+			done = !ok
+		case <-deadline:
+			t.Fatal("watch not closed")
+		}
+	}
+	if len(got) > 1 || (len(got) == 1 && got[0] != 1) {
+		t.Fatalf("revisions %v before the compaction was noticed, want at most [1]", got)
+	}
+	if !errors.Is(w.Err(), store.ErrCompacted) {
+		t.Fatalf("Err %v, want ErrCompacted", w.Err())
+	}
+}
+
+func TestListKindNames(t *testing.T) {
+	s := openT(t, t.TempDir())
+	defer func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	ctx := context.Background()
+	if _, err := s.Apply(ctx, []store.Mutation{{Op: store.OpPut, Object: storetest.Service("default", "a", 0)}}); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	for _, kind := range []string{"Service", "services", "service"} {
+		objs, _, err := s.List(ctx, kind, "")
+		if err != nil || len(objs) != 1 {
+			t.Fatalf("List(%q): %d objects, error %v; want 1", kind, len(objs), err)
+		}
+	}
+	_, _, err := s.List(ctx, "gadgets", "")
+	if !errors.Is(err, store.ErrInvalid) || err.Error() != `list: invalid: unknown kind "gadgets"` {
+		t.Fatalf("List of an unknown kind: %v", err)
+	}
+}
