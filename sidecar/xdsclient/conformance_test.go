@@ -9,11 +9,13 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -154,11 +156,16 @@ var _ log.Logger = quiet{}
 
 func snapshot(t *testing.T, version string, listeners ...types.Resource) *cachev3.Snapshot {
 	t.Helper()
+	return snapshotRoutes(t, version, []types.Resource{route("r1")}, listeners...)
+}
+
+func snapshotRoutes(t *testing.T, version string, routes []types.Resource, listeners ...types.Resource) *cachev3.Snapshot {
+	t.Helper()
 	s, err := cachev3.NewSnapshot(version, map[resourcev3.Type][]types.Resource{
 		resourcev3.ClusterType:  {cluster("c1")},
 		resourcev3.EndpointType: {endpoints("c1")},
 		resourcev3.ListenerType: listeners,
-		resourcev3.RouteType:    {route("r1")},
+		resourcev3.RouteType:    routes,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -256,6 +263,10 @@ func TestConformanceGoControlPlane(t *testing.T) {
 			if st.LastError != wantNACK || st.NACKs == 0 {
 				t.Fatalf("status after NACK: %+v", st)
 			}
+			// A stream whose latest push was rejected does not confirm the state.
+			if later := time.Now().Add(time.Hour); c.LastConfirmed(later).Equal(later) {
+				t.Fatal("state confirmed while the latest push is NACKed")
+			}
 
 			// 3. Next good version recovers.
 			setSnapshot(t, cache, snapshot(t, "v3", listener("l1", "r1"), listener("l2", "r1")))
@@ -265,6 +276,14 @@ func TestConformanceGoControlPlane(t *testing.T) {
 			eventually(t, "v3 held", func() bool { return holds(c, TypeListener, "l1", "l2") })
 			if st := typeStatus(c, TypeListener); st.LastError != "" || st.Version != "v3" {
 				t.Fatalf("status after recovery: %+v", st)
+			}
+			eventuallyConfirmed(t, c)
+
+			// 4. The listener now points at another route: RDS follows, r1 is dropped.
+			setSnapshot(t, cache, snapshotRoutes(t, "v4", []types.Resource{route("r2")}, listener("l1", "r2")))
+			eventually(t, "route r2 replaces r1", func() bool { return holds(c, TypeRoute, "r2") && holds(c, TypeListener, "l1") })
+			if st := typeStatus(c, TypeRoute); !slices.Equal(st.Subscribed, []string{"r2"}) {
+				t.Fatalf("RDS subscribed to %v, want [r2]", st.Subscribed)
 			}
 		})
 	}
@@ -412,5 +431,69 @@ func TestDeltaLinearCache(t *testing.T) {
 	// exactly one ACK/NACK per change.
 	if all, want := srv.rec.find(func(e event) bool { return true }), 2+len(steps); len(all) != want {
 		t.Fatalf("%d requests, want %d: %+v", len(all), want, all)
+	}
+}
+
+// TestHungServerFailover: a server that accepts TCP but never speaks gRPC is given
+// up after ConnectTimeout and the next server is used.
+func TestHungServerFailover(t *testing.T) {
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	accepted := make(chan net.Conn, 16)
+	conns.Add(1)
+	go func() {
+		defer conns.Done()
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // held open, never answered
+		}
+	}()
+	t.Cleanup(func() {
+		hung.Close()
+		conns.Wait()
+		close(accepted)
+		for c := range accepted {
+			c.Close()
+		}
+	})
+	cache := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, quiet{})
+	setSnapshot(t, cache, snapshot(t, "v1", listener("l1", "r1")))
+	srv := startServer(t, cache, "127.0.0.1:0")
+	cfg := testConfig(t, Delta, &applier{}, hung.Addr().String(), srv.addr)
+	cfg.ConnectTimeout = 200 * time.Millisecond
+	start := time.Now()
+	c := runClient(t, cfg)
+	eventually(t, "served by the second server", func() bool { return holds(c, TypeListener, "l1") })
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("failover took %v with a 200ms connect timeout", took)
+	}
+}
+
+// TestMaxRecvBytes: a response larger than the limit is refused by the transport; the
+// client keeps its state and reconnects.
+func TestMaxRecvBytes(t *testing.T) {
+	lc := cachev3.NewLinearCache(resourcev3.ListenerType, cachev3.WithLogger(quiet{}),
+		cachev3.WithInitialResources(map[string]types.Resource{"l1": listener("l1")}))
+	srv := startServer(t, lc, "127.0.0.1:0")
+	cfg := testConfig(t, Delta, &applier{}, srv.addr)
+	cfg.Types = []string{TypeListener}
+	cfg.MaxRecvBytes = 1024
+	c := runClient(t, cfg)
+	eventually(t, "l1", func() bool { return holds(c, TypeListener, "l1") })
+	big := &listenerv3.Listener{Name: "l2", StatPrefix: strings.Repeat("r", 2048)}
+	if err := lc.UpdateResource("l2", big); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a reconnect after the oversized response", func() bool {
+		return len(srv.rec.find(func(e event) bool { return e.first })) >= 2
+	})
+	if !holds(c, TypeListener, "l1") {
+		t.Fatalf("hold %v, want [l1]", names(c.State(), TypeListener))
 	}
 }

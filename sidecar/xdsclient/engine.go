@@ -2,6 +2,8 @@ package xdsclient
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -31,6 +33,12 @@ type typeState struct {
 	acks, nacks, ignored uint64
 	lastErr              string
 	lastUpdate           time.Time
+	// rejected remembers the last NACKed SotW response (version and content digest)
+	// against the same committed state, so an identical resend is NACKed again
+	// without decoding and applying it.
+	rejected      [sha256.Size]byte
+	rejectedErr   error
+	rejectedState *Update
 }
 
 // engine is the transport-free protocol core: it turns responses into requests and
@@ -183,8 +191,14 @@ func (e *engine) record(t *typeState, err error) *statuspb.Status {
 	t.lastUpdate = now
 	if err != nil {
 		t.nacks++
+		// A server that resends a rejected version (go-control-plane's SotW cache
+		// does, in a loop) must not flood the log: warn once per distinct error.
+		if msg := err.Error(); msg != t.lastErr {
+			e.log.Warn("NACK", "type", t.url, "nonce", t.nonce, "error", err)
+		} else {
+			e.log.Debug("NACK (repeated)", "type", t.url, "nonce", t.nonce)
+		}
 		t.lastErr = err.Error()
-		e.log.Warn("NACK", "type", t.url, "nonce", t.nonce, "error", err)
 		return &statuspb.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
 	}
 	t.acks++
@@ -208,10 +222,18 @@ func (e *engine) handleSotW(ctx context.Context, resp *discovery.DiscoveryRespon
 	if t == nil {
 		return nil
 	}
-	next, err := e.decodeSotW(t, resp)
-	if err == nil {
-		err = e.commit(ctx, t, next, resp.GetVersionInfo())
+	digest := sotwDigest(resp)
+	var err error
+	if t.rejectedErr != nil && digest == t.rejected && t.rejectedState == e.state {
+		err = t.rejectedErr
+	} else {
+		var next map[string]Resource
+		next, err = e.decodeSotW(t, resp)
+		if err == nil {
+			err = e.commit(ctx, t, next, resp.GetVersionInfo())
+		}
 	}
+	t.rejected, t.rejectedErr, t.rejectedState = digest, err, e.state
 	nack := e.record(t, err)
 	req := e.sotwRequest(t)
 	req.ErrorDetail = nack
@@ -221,6 +243,25 @@ func (e *engine) handleSotW(ctx context.Context, resp *discovery.DiscoveryRespon
 			out = append(out, e.sotwRequest(o))
 		}
 	}
+	return out
+}
+
+// sotwDigest identifies a SotW response's content (not its nonce).
+func sotwDigest(resp *discovery.DiscoveryResponse) [sha256.Size]byte {
+	h := sha256.New()
+	var n [8]byte
+	field := func(b []byte) {
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	field([]byte(resp.GetVersionInfo()))
+	for _, a := range resp.GetResources() {
+		field([]byte(a.GetTypeUrl()))
+		field(a.GetValue())
+	}
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
 	return out
 }
 

@@ -415,3 +415,60 @@ func TestBackoffBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestSotWResendOfRejected: go-control-plane's SotW cache resends a NACKed version in
+// a loop; an identical resend is NACKed again without decoding, until the committed
+// state changes.
+func TestSotWResendOfRejected(t *testing.T) {
+	ctx := context.Background()
+	ap := &applier{}
+	decodes := 0
+	e := newTestEngine(t, SotW, ap, func(c *Config) {
+		c.Decode = func(typeURL string, a *anypb.Any) (string, any, error) {
+			decodes++
+			return testDecode(typeURL, a)
+		}
+	})
+	e.handleSotW(ctx, sotwResp(t, TypeCluster, "v1", "1", cluster("c1")))
+	bad := func(nonce string) []*discovery.DiscoveryRequest {
+		return e.handleSotW(ctx, sotwResp(t, TypeListener, "v2", nonce, listener("bad-l")))
+	}
+	const want = "type Listener: resource bad-l: invalid"
+	decodes = 0
+	for i, nonce := range []string{"2", "3", "4"} {
+		reqs := bad(nonce)
+		if got := reqs[0].GetErrorDetail().GetMessage(); got != want || reqs[0].ResponseNonce != nonce {
+			t.Fatalf("resend %d: NACK %q nonce %q", i, got, reqs[0].ResponseNonce)
+		}
+	}
+	if decodes != 1 {
+		t.Fatalf("decoded %d times, want 1", decodes)
+	}
+	if n := e.types[TypeListener].nacks; n != 3 {
+		t.Fatalf("%d NACKs counted, want 3", n)
+	}
+	// The committed state changes: the same response is judged again.
+	e.handleSotW(ctx, sotwResp(t, TypeCluster, "v2", "5", cluster("c2")))
+	bad("6")
+	if decodes != 3 { // c2 + bad-l again
+		t.Fatalf("decoded %d times after a state change, want 3", decodes)
+	}
+}
+
+func TestRunTwice(t *testing.T) {
+	c, err := New(testConfig(t, Delta, &applier{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	eventually(t, "running", func() bool { return c.running.Load() })
+	if err := c.Run(ctx); !errors.Is(err, ErrRunning) {
+		t.Fatalf("second Run: %v, want ErrRunning", err)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v", err)
+	}
+}
