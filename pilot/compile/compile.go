@@ -500,12 +500,20 @@ func (c *compiler) endpoints(proxies []*node.Node) error {
 		return err
 	}
 	sidecars := c.sidecarCandidates(proxies)
+	index := map[string]*labelIndex{}
+	for ns, cands := range static {
+		index[ns] = newLabelIndex(cands)
+	}
+	for ns, cands := range sidecars {
+		if index[ns] == nil {
+			index[ns] = newLabelIndex(nil)
+		}
+		index[ns].add(cands) // after the namespace's Workloads: static endpoints win duplicates
+	}
 	for _, svc := range c.mesh.Services {
 		var members []candidate
-		for _, cand := range append(slices.Clone(static[svc.Namespace]), sidecars[svc.Namespace]...) {
-			if ir.Selects(svc.Selector, cand.labels) {
-				members = append(members, cand)
-			}
+		if ix := index[svc.Namespace]; ix != nil {
+			members = ix.selectAll(svc.Selector)
 		}
 		for _, port := range svc.Ports {
 			eps := c.portEndpoints(svc, port, members)
@@ -576,4 +584,51 @@ func (c *compiler) portEndpoints(svc *ir.Service, port *ir.Port, members []candi
 		)
 	})
 	return eps
+}
+
+// labelIndex finds the candidates of one namespace a selector matches without
+// scanning them all for every Service: it intersects from the posting list of
+// one of the selector's pairs (the shortest).
+type labelIndex struct {
+	cands    []candidate
+	postings map[string][]int // "key=value" -> indexes into cands, ascending
+}
+
+func newLabelIndex(cands []candidate) *labelIndex {
+	ix := &labelIndex{postings: map[string][]int{}}
+	ix.add(cands)
+	return ix
+}
+
+func (ix *labelIndex) add(cands []candidate) {
+	for _, c := range cands {
+		i := len(ix.cands)
+		ix.cands = append(ix.cands, c)
+		for k, v := range c.labels {
+			ix.postings[k+"="+v] = append(ix.postings[k+"="+v], i)
+		}
+	}
+}
+
+// selectAll returns the matching candidates in insertion order; an empty
+// selector selects nothing.
+func (ix *labelIndex) selectAll(sel map[string]string) []candidate {
+	if len(sel) == 0 {
+		return nil
+	}
+	var best []int
+	first := true
+	for k, v := range sel {
+		p := ix.postings[k+"="+v]
+		if first || len(p) < len(best) {
+			best, first = p, false
+		}
+	}
+	var out []candidate
+	for _, i := range best {
+		if ir.Selects(sel, ix.cands[i].labels) {
+			out = append(out, ix.cands[i])
+		}
+	}
+	return out
 }

@@ -65,11 +65,18 @@ func Proxy(mesh *ir.Mesh, n *node.Node) (*snapshot.Snapshot, error) {
 		return nil, errors.New("gen: node is nil")
 	}
 	if !n.Registers() {
-		b, err := derive(mesh, meshKey{}, func() (*bundle, error) { return wholeMesh(mesh) })
+		// Every such client gets the same snapshot: build it once per mesh.
+		snap, err := derive(mesh, meshSnapKey{}, func() (*snapshot.Snapshot, error) {
+			b, err := derive(mesh, meshKey{}, func() (*bundle, error) { return wholeMesh(mesh) })
+			if err != nil {
+				return nil, err
+			}
+			return snapshot.FromSets(mesh.Revision, b.sets()), nil
+		})
 		if err != nil {
 			return nil, fmt.Errorf("gen: node %s: %w", n.ID, err)
 		}
-		return snapshot.FromResources(mesh.Revision, b.resources()), nil
+		return snap, nil
 	}
 	b, err := derive(mesh, nsKey(n.Namespace), func() (*bundle, error) { return namespaceBundle(mesh, n.Namespace) })
 	if err != nil {
@@ -79,17 +86,19 @@ func Proxy(mesh *ir.Mesh, n *node.Node) (*snapshot.Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gen: node %s: %w", n.ID, err)
 	}
-	res := b.resources()
+	sets := b.sets()
 	if len(in.clusters) > 0 {
-		// The shared maps are never written; copy the two the node adds to.
-		res[snapshot.ClusterType] = merged(res[snapshot.ClusterType], in.clusters)
-		res[snapshot.ListenerType] = merged(res[snapshot.ListenerType], in.listeners)
+		// The shared maps are never written; the node's inbound pieces go into
+		// copies of the two types they add to.
+		sets[snapshot.ClusterType] = snapshot.NewSet(merged(b.clusters.Resources, in.clusters))
+		sets[snapshot.ListenerType] = snapshot.NewSet(merged(b.listeners.Resources, in.listeners))
 	}
-	return snapshot.FromResources(mesh.Revision, res), nil
+	return snapshot.FromSets(mesh.Revision, sets), nil
 }
 
 type (
-	meshKey struct{}
+	meshKey     struct{}
+	meshSnapKey struct{}
 	nsKey   string
 	allKey  struct{}
 )
@@ -103,48 +112,50 @@ func derive[T any](mesh *ir.Mesh, key any, build func() (T, error)) (T, error) {
 	return v.(T), nil
 }
 
-// bundle is one set of marshalled resources per type; immutable once built.
+// bundle is one set of marshalled resources per type; immutable once sealed.
 type bundle struct {
-	clusters, endpoints, listeners, routes map[string]snapshot.Resource
+	clusters, endpoints, listeners, routes snapshot.Set
 }
 
-func newBundle() *bundle {
-	return &bundle{
-		clusters:  map[string]snapshot.Resource{},
-		endpoints: map[string]snapshot.Resource{},
-		listeners: map[string]snapshot.Resource{},
-		routes:    map[string]snapshot.Resource{},
+// builder collects a bundle's resources.
+type builder map[string]map[string]snapshot.Resource
+
+func newBuilder() builder {
+	return builder{
+		snapshot.ClusterType:  {},
+		snapshot.EndpointType: {},
+		snapshot.ListenerType: {},
+		snapshot.RouteType:    {},
 	}
 }
 
-// resources returns a fresh outer map over the bundle's (shared) inner maps.
-func (b *bundle) resources() map[string]map[string]snapshot.Resource {
-	return map[string]map[string]snapshot.Resource{
+func (b builder) add(typ, name string, m proto.Message) error {
+	r, err := snapshot.NewResource(typ, name, m)
+	if err != nil {
+		return err
+	}
+	b[typ][name] = r
+	return nil
+}
+
+// seal hashes each type once.
+func (b builder) seal() *bundle {
+	return &bundle{
+		clusters:  snapshot.NewSet(b[snapshot.ClusterType]),
+		endpoints: snapshot.NewSet(b[snapshot.EndpointType]),
+		listeners: snapshot.NewSet(b[snapshot.ListenerType]),
+		routes:    snapshot.NewSet(b[snapshot.RouteType]),
+	}
+}
+
+// sets returns a fresh outer map over the bundle's (shared) sets.
+func (b *bundle) sets() map[string]snapshot.Set {
+	return map[string]snapshot.Set{
 		snapshot.ClusterType:  b.clusters,
 		snapshot.EndpointType: b.endpoints,
 		snapshot.ListenerType: b.listeners,
 		snapshot.RouteType:    b.routes,
 	}
-}
-
-func (b *bundle) add(typ, name string, m proto.Message) error {
-	r, err := snapshot.NewResource(typ, name, m)
-	if err != nil {
-		return err
-	}
-	switch typ {
-	case snapshot.ClusterType:
-		b.clusters[name] = r
-	case snapshot.EndpointType:
-		b.endpoints[name] = r
-	case snapshot.ListenerType:
-		b.listeners[name] = r
-	case snapshot.RouteType:
-		b.routes[name] = r
-	default:
-		return fmt.Errorf("unknown type %s", typ)
-	}
-	return nil
 }
 
 func merged(a, b map[string]snapshot.Resource) map[string]snapshot.Resource {
@@ -187,8 +198,8 @@ func wholeMesh(mesh *ir.Mesh) (*bundle, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := newBundle()
-	maps.Copy(b.endpoints, sh.endpoints)
+	b := newBuilder()
+	maps.Copy(b[snapshot.EndpointType], sh.endpoints)
 	for _, c := range mesh.Clusters {
 		if c.Policy.LB == ir.LBRandom {
 			// grpc-go NACKs RANDOM; proxyless clients get ROUND_ROBIN instead.
@@ -197,7 +208,7 @@ func wholeMesh(mesh *ir.Mesh) (*bundle, error) {
 			}
 			continue
 		}
-		b.clusters[c.Name] = sh.clusters[c.Name]
+		b[snapshot.ClusterType][c.Name] = sh.clusters[c.Name]
 	}
 	for _, svc := range mesh.Services {
 		for _, p := range svc.Ports {
@@ -214,7 +225,7 @@ func wholeMesh(mesh *ir.Mesh) (*bundle, error) {
 			}
 		}
 	}
-	return b, nil
+	return b.seal(), nil
 }
 
 // namespaceBundle is everything a sidecar of namespace ns shares with the other
@@ -225,13 +236,13 @@ func namespaceBundle(mesh *ir.Mesh, ns string) (*bundle, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := newBundle()
+	b := newBuilder()
 	scope := mesh.Scopes[ns]
 	for _, svc := range scope {
 		for _, p := range svc.Ports {
 			for _, name := range append([]string{p.Cluster}, p.Subsets...) {
-				b.clusters[name] = sh.clusters[name]
-				b.endpoints[name] = sh.endpoints[name]
+				b[snapshot.ClusterType][name] = sh.clusters[name]
+				b[snapshot.EndpointType][name] = sh.endpoints[name]
 			}
 		}
 	}
@@ -246,5 +257,5 @@ func namespaceBundle(mesh *ir.Mesh, ns string) (*bundle, error) {
 			return nil, err
 		}
 	}
-	return b, nil
+	return b.seal(), nil
 }

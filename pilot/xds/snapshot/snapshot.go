@@ -115,3 +115,25 @@ func setVersion(rs map[string]Resource) string {
 	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
+
+// Set is one type's resources with their set version computed once, so a set
+// shared by many snapshots (every sidecar of a namespace has the same
+// endpoints) is hashed once, not once per proxy. Immutable once built.
+type Set struct {
+	Resources map[string]Resource
+	Version   string
+}
+
+// NewSet computes the set version of rs (kept, not copied).
+func NewSet(rs map[string]Resource) Set { return Set{Resources: rs, Version: setVersion(rs)} }
+
+// FromSets builds a snapshot from per-type sets without rehashing them; the
+// result is the same as FromResources over the sets' resources.
+func FromSets(revision int64, sets map[string]Set) *Snapshot {
+	s := &Snapshot{Revision: revision, Resources: make(map[string]map[string]Resource, len(sets)), versions: make(map[string]string, len(sets))}
+	for typ, set := range sets {
+		s.Resources[typ] = set.Resources
+		s.versions[typ] = set.Version
+	}
+	return s
+}
