@@ -125,7 +125,7 @@ func TestBenchInputConsistent(t *testing.T) {
 		node     *node.Node
 		clusters int
 	}{
-		{&node.Node{ID: "proxyless"}, 1200},                                                                             // 1000 + 100 policies x 2 subsets
+		{&node.Node{ID: "proxyless"}, 1200}, // 1000 + 100 policies x 2 subsets
 		{&node.Node{ID: "s", Namespace: "ns-0", Address: "10.200.0.1", Labels: map[string]string{"app": "svc-0"}}, 121}, // 100 + 10x2 + inbound
 	}
 	for _, tt := range tests {

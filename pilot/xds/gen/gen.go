@@ -99,8 +99,8 @@ func Proxy(mesh *ir.Mesh, n *node.Node) (*snapshot.Snapshot, error) {
 type (
 	meshKey     struct{}
 	meshSnapKey struct{}
-	nsKey   string
-	allKey  struct{}
+	nsKey       string
+	allKey      struct{}
 )
 
 func derive[T any](mesh *ir.Mesh, key any, build func() (T, error)) (T, error) {
