@@ -70,28 +70,40 @@ func Decode(typeURL string, a *anypb.Any) (string, any, error) {
 			return "", nil, err
 		}
 		v, err := decodeListener(m)
-		return m.GetName(), v, err
+		if err != nil {
+			return m.GetName(), nil, err // an untyped nil, never a typed nil pointer
+		}
+		return m.GetName(), v, nil
 	case RouteType:
 		m := &routev3.RouteConfiguration{}
 		if err := unmarshal(a, m, "route"); err != nil {
 			return "", nil, err
 		}
 		v, err := decodeRouteConfig(m)
-		return m.GetName(), v, err
+		if err != nil {
+			return m.GetName(), nil, err // an untyped nil, never a typed nil pointer
+		}
+		return m.GetName(), v, nil
 	case ClusterType:
 		m := &clusterv3.Cluster{}
 		if err := unmarshal(a, m, "cluster"); err != nil {
 			return "", nil, err
 		}
 		v, err := decodeCluster(m)
-		return m.GetName(), v, err
+		if err != nil {
+			return m.GetName(), nil, err // an untyped nil, never a typed nil pointer
+		}
+		return m.GetName(), v, nil
 	case EndpointType:
 		m := &endpointv3.ClusterLoadAssignment{}
 		if err := unmarshal(a, m, "endpoints"); err != nil {
 			return "", nil, err
 		}
 		v, err := decodeEndpoints(m)
-		return m.GetClusterName(), v, err
+		if err != nil {
+			return m.GetClusterName(), nil, err // an untyped nil, never a typed nil pointer
+		}
+		return m.GetClusterName(), v, nil
 	}
 	return "", nil, fmt.Errorf("%w: unsupported type %q", ErrInvalid, typeURL)
 }

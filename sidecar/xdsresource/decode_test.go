@@ -1,0 +1,212 @@
+package xdsresource_test
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
+	"github.com/weft-mesh/weft/sidecar/xdsresource"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func regexRoute(re string) *routev3.Route {
+	r := dt.PrefixRoute("/", "c", 0)
+	r.Match.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: re}}
+	return r
+}
+
+func TestDecodeErrors(t *testing.T) {
+	bigRoutes := make([]*routev3.Route, xdsresource.MaxRoutes+1)
+	for i := range bigRoutes {
+		bigRoutes[i] = dt.PrefixRoute("/", "c", 0)
+	}
+	noPort := dt.HTTPListener("outbound", dt.MustAddr("127.0.0.1:15001"), "r")
+	noPort.Address.GetSocketAddress().PortSpecifier = &corev3.SocketAddress_PortValue{PortValue: 0}
+	dnsEP := dt.Endpoints("c", dt.MustAddr("10.0.0.1:80"))
+	dnsEP.Endpoints[0].LbEndpoints[0].GetEndpoint().Address.GetSocketAddress().Address = "reviews.shop"
+	badLB := dt.EDSCluster("c", dt.ClusterOpts{LB: clusterv3.Cluster_MAGLEV})
+	zeroCB := dt.EDSCluster("c", dt.ClusterOpts{MaxConns: 1})
+	zeroCB.CircuitBreakers.Thresholds[0].MaxConnections = wrapperspb.UInt32(0)
+	badRetry := dt.PrefixRoute("/", "c", 0)
+	badRetry.GetRoute().RetryPolicy = &routev3.RetryPolicy{RetryOn: "5xx,sometimes"}
+	zeroWeights := dt.PrefixRoute("/", "c", 0)
+	zeroWeights.GetRoute().ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{
+		Clusters: []*routev3.WeightedCluster_ClusterWeight{{Name: "a", Weight: wrapperspb.UInt32(0)}}}}
+	badFallback := dt.PrefixRoute("/", "c", 0)
+	badFallback.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"weft.fallback": {Fields: map[string]*structpb.Value{"clusters": structpb.NewStringValue("x")}}}}
+	twoFilters := dt.Listener("in", dt.MustAddr("127.0.0.1:15006"), dt.HTTPChain(0, "r"))
+	twoFilters.FilterChains[0].Filters = append(twoFilters.FilterChains[0].Filters, twoFilters.FilterChains[0].Filters[0])
+
+	tests := []struct {
+		name    string
+		typeURL string
+		msg     proto.Message
+		want    string
+	}{
+		{"regex", xdsresource.RouteType, dt.RouteConfig("outbound|9080", dt.VirtualHost("v", []string{"a"}, dt.PrefixRoute("/", "c", 0), dt.PrefixRoute("/", "c", 0), regexRoute("(a"))),
+			`route "outbound|9080": virtual_hosts[0].routes[2].match.safe_regex: invalid RE2: missing closing )`},
+		{"regex too long", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, regexRoute(string(make([]byte, 1025))))),
+			`route "r": virtual_hosts[0].routes[0].match.safe_regex: regex is 1025 bytes, limit 1024`},
+		{"too many routes", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, bigRoutes...)),
+			`route "r": virtual_hosts[0].routes: 1025 routes, limit 1024`},
+		{"duplicate domain", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}), dt.VirtualHost("w", []string{"A"})),
+			`route "r": virtual_hosts[1].domains[0]: "a" already used by virtual_hosts[0]`},
+		{"bad wildcard", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a*b"})),
+			`route "r": virtual_hosts[0].domains[0]: "a*b": wildcard only allowed as a whole prefix or suffix`},
+		{"unknown retry_on", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, badRetry)),
+			`route "r": virtual_hosts[0].routes[0].route.retry_policy.retry_on: unknown condition "sometimes"`},
+		{"zero weights", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, zeroWeights)),
+			`route "r": virtual_hosts[0].routes[0].route.weighted_clusters: weights sum to 0`},
+		{"fallback not list", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, badFallback)),
+			`route "r": virtual_hosts[0].routes[0].metadata.filter_metadata["weft.fallback"].clusters: must be a list of cluster names`},
+		{"empty route name", xdsresource.RouteType, dt.RouteConfig(""), `route "": name: must not be empty`},
+		{"port zero", xdsresource.ListenerType, noPort,
+			`listener "outbound": address.socket_address.port_value: must be 1..65535, got 0`},
+		{"two filters", xdsresource.ListenerType, twoFilters,
+			`listener "in": filter_chains[0].filters: want exactly one terminal filter (http_connection_manager or tcp_proxy), got 2`},
+		{"duplicate chain", xdsresource.ListenerType, dt.Listener("in", dt.MustAddr("127.0.0.1:15006"), dt.HTTPChain(80, "r"), dt.TCPChain(80, "c")),
+			`listener "in": filter_chains[1].filter_chain_match: same match as filter_chains[0]`},
+		{"no chains", xdsresource.ListenerType, dt.Listener("in", dt.MustAddr("127.0.0.1:15006")),
+			`listener "in": filter_chains: no filter chains and no default_filter_chain`},
+		{"hostname endpoint", xdsresource.EndpointType, dnsEP,
+			`endpoints "c": endpoints[0].lb_endpoints[0].endpoint.address.socket_address.address: not an IP literal: "reviews.shop"`},
+		{"maglev", xdsresource.ClusterType, badLB, `cluster "c": lb_policy: unsupported MAGLEV`},
+		{"zero max connections", xdsresource.ClusterType, zeroCB, `cluster "c": circuit_breakers.thresholds[0].max_connections: must be positive`},
+		{"logical dns", xdsresource.ClusterType, &clusterv3.Cluster{Name: "c", ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_LOGICAL_DNS}},
+			`cluster "c": type: unsupported discovery type LOGICAL_DNS (want EDS or STATIC)`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := xdsresource.Decode(tc.typeURL, dt.Any(tc.msg))
+			if err == nil {
+				t.Fatalf("Decode: no error, want %q", tc.want)
+			}
+			if err.Error() != tc.want {
+				t.Errorf("Decode error\n got: %s\nwant: %s", err, tc.want)
+			}
+			if !errors.Is(err, xdsresource.ErrInvalid) {
+				t.Errorf("error does not wrap ErrInvalid")
+			}
+		})
+	}
+}
+
+func TestDecodeEnvelope(t *testing.T) {
+	tests := []struct {
+		name    string
+		typeURL string
+		a       *anypb.Any
+		want    string
+	}{
+		{"nil", xdsresource.ListenerType, nil, "invalid resource: nil resource of type " + xdsresource.ListenerType},
+		{"type mismatch", xdsresource.ListenerType, dt.Any(dt.RouteConfig("r")),
+			`invalid resource: resource has type "` + xdsresource.RouteType + `", want "` + xdsresource.ListenerType + `"`},
+		{"unknown type", "type.googleapis.com/x.Y", &anypb.Any{TypeUrl: "type.googleapis.com/x.Y"}, `invalid resource: unsupported type "type.googleapis.com/x.Y"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := xdsresource.Decode(tc.typeURL, tc.a)
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+	if _, _, err := xdsresource.Decode(xdsresource.RouteType, &anypb.Any{TypeUrl: xdsresource.RouteType, Value: []byte{0xff}}); !errors.Is(err, xdsresource.ErrInvalid) {
+		t.Errorf("malformed bytes: got %v, want ErrInvalid", err)
+	}
+}
+
+func TestDecodeValid(t *testing.T) {
+	route := dt.PrefixRoute("/api", "a", 2*time.Second)
+	route.Match.Headers = []*routev3.HeaderMatcher{
+		{Name: ":method", HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "GET"}}}},
+		{Name: "End-User", HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}, InvertMatch: true},
+	}
+	route.GetRoute().RetryPolicy = &routev3.RetryPolicy{RetryOn: "5xx, connect-failure", NumRetries: wrapperspb.UInt32(2), PerTryTimeout: durationpb.New(300 * time.Millisecond)}
+	route.GetRoute().ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{Clusters: []*routev3.WeightedCluster_ClusterWeight{
+		{Name: "a", Weight: wrapperspb.UInt32(90)}, {Name: "b", Weight: wrapperspb.UInt32(10)}}}}
+	fb, _ := structpb.NewStruct(map[string]any{"clusters": []any{"backup"}})
+	route.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"weft.fallback": fb}}
+	name, v, err := xdsresource.Decode(xdsresource.RouteType, dt.Any(dt.RouteConfig("outbound|9080", dt.VirtualHost("reviews", []string{"Reviews", "reviews:9080"}, route))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name != "outbound|9080" {
+		t.Errorf("name = %q", name)
+	}
+	want := &xdsresource.RouteConfig{Name: "outbound|9080", VirtualHosts: []xdsresource.VirtualHost{{
+		Name: "reviews", Domains: []string{"reviews", "reviews:9080"},
+		Routes: []xdsresource.Route{{
+			Match: xdsresource.RouteMatch{PathKind: xdsresource.PathPrefix, Path: "/api", CaseSensitive: true, Headers: []xdsresource.HeaderMatch{
+				{Name: ":method", Kind: xdsresource.StringExact, Value: "GET"},
+				{Name: "end-user", Kind: xdsresource.StringPresent, Invert: true},
+			}},
+			Clusters: []xdsresource.WeightedCluster{{Name: "a", Weight: 90}, {Name: "b", Weight: 10}},
+			Timeout:  2 * time.Second,
+			Retry:    &xdsresource.RetryPolicy{RetryOn: []string{"5xx", "connect-failure"}, NumRetries: 2, PerTryTimeout: 300 * time.Millisecond},
+			Fallback: []string{"backup"},
+		}},
+	}}}
+	if d := cmp.Diff(want, v, cmpopts.IgnoreUnexported()); d != "" {
+		t.Errorf("route (-want +got):\n%s", d)
+	}
+
+	c := dt.EDSCluster("outbound|9080||reviews.shop.svc.cluster.local", dt.ClusterOpts{LB: clusterv3.Cluster_RING_HASH, HTTP2: true, MaxConns: 10, Connect: time.Second})
+	_, cv, err := xdsresource.Decode(xdsresource.ClusterType, dt.Any(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantC := &xdsresource.Cluster{Name: c.Name, EDSName: c.Name, LB: xdsresource.RingHash, RingMin: 1024, RingMax: xdsresource.MaxRingSize,
+		ConnectTimeout: time.Second, HTTP2: true, Limits: xdsresource.Thresholds{MaxConnections: 10, MaxPendingRequests: 1024, MaxRequests: 1024, MaxRetries: 3}}
+	if d := cmp.Diff(wantC, cv); d != "" {
+		t.Errorf("cluster (-want +got):\n%s", d)
+	}
+	if tu, names := cv.(xdsresource.Referrer).References(); tu != xdsresource.EndpointType || !cmp.Equal(names, []string{c.Name}) {
+		t.Errorf("cluster References = %s %v", tu, names)
+	}
+
+	l := dt.Listener("inbound", dt.MustAddr("10.0.0.1:15006"), dt.HTTPChain(9080, "inbound|9080"), dt.TCPChain(3306, "inbound|3306||"))
+	_, lv, err := xdsresource.Decode(xdsresource.ListenerType, dt.Any(l))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tu, names := lv.(xdsresource.Referrer).References(); tu != xdsresource.RouteType || !cmp.Equal(names, []string{"inbound|9080"}) {
+		t.Errorf("listener References = %s %v", tu, names)
+	}
+	if got := lv.(*xdsresource.Listener).Addr; got != netip.MustParseAddrPort("10.0.0.1:15006") {
+		t.Errorf("listener addr = %v", got)
+	}
+
+	cla := dt.Endpoints("c", dt.MustAddr("10.0.0.1:15006"), dt.MustAddr("[::1]:15006"))
+	cla.Endpoints[0].LoadBalancingWeight = wrapperspb.UInt32(3)
+	cla.Endpoints[0].Locality = &corev3.Locality{Region: "eu", Zone: "a"}
+	cla.Endpoints[0].LbEndpoints[1].HealthStatus = corev3.HealthStatus_UNHEALTHY
+	cla.Endpoints[0].LbEndpoints[1].LoadBalancingWeight = wrapperspb.UInt32(2)
+	_, ev, err := xdsresource.Decode(xdsresource.EndpointType, dt.Any(cla))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantE := &xdsresource.Endpoints{Name: "c", Endpoints: []xdsresource.Endpoint{
+		{Addr: netip.MustParseAddrPort("10.0.0.1:15006"), Weight: 3, Healthy: true, Locality: "eu/a/"},
+		{Addr: netip.MustParseAddrPort("[::1]:15006"), Weight: 6, Healthy: false, Locality: "eu/a/"},
+	}}
+	if d := cmp.Diff(wantE, ev, cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); d != "" {
+		t.Errorf("endpoints (-want +got):\n%s", d)
+	}
+}

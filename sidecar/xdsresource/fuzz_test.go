@@ -1,0 +1,63 @@
+package xdsresource_test
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
+	"github.com/weft-mesh/weft/sidecar/xdsresource"
+)
+
+var fuzzTypes = []string{xdsresource.ListenerType, xdsresource.RouteType, xdsresource.ClusterType, xdsresource.EndpointType}
+
+// FuzzDecode feeds arbitrary bytes as each resource type: Decode must never panic, and
+// a success must yield the type's Go value with the name it reports.
+func FuzzDecode(f *testing.F) {
+	seed := func(k uint8, m proto.Message) {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(k, b)
+	}
+	r := dt.Simple("outbound", dt.MustAddr("127.0.0.1:15001"), true, dt.MustAddr("10.0.0.1:15006"))
+	for k, tu := range fuzzTypes {
+		for _, m := range r[tu] {
+			seed(uint8(k), m)
+		}
+	}
+	seed(0, dt.Listener("inbound", dt.MustAddr("10.0.0.1:15006"), dt.HTTPChain(9080, "r"), dt.TCPChain(3306, "c")))
+	seed(1, dt.RouteConfig("r", dt.VirtualHost("v", []string{"*.shop", "a:80"}, regexRoute("/v[0-9]+/.*"))))
+	f.Fuzz(func(t *testing.T, k uint8, b []byte) {
+		tu := fuzzTypes[int(k)%len(fuzzTypes)]
+		name, v, err := xdsresource.Decode(tu, &anypb.Any{TypeUrl: tu, Value: b})
+		if err != nil {
+			if v != nil {
+				t.Fatalf("error %v with non-nil value %T", err, v)
+			}
+			return
+		}
+		switch x := v.(type) {
+		case *xdsresource.Listener:
+			if x.Name != name {
+				t.Fatalf("listener name %q != %q", x.Name, name)
+			}
+		case *xdsresource.RouteConfig:
+			if x.Name != name {
+				t.Fatalf("route name %q != %q", x.Name, name)
+			}
+		case *xdsresource.Cluster:
+			if x.Name != name || x.ConnectTimeout <= 0 {
+				t.Fatalf("cluster %q: %+v", name, x)
+			}
+		case *xdsresource.Endpoints:
+			if x.Name != name {
+				t.Fatalf("endpoints name %q != %q", x.Name, name)
+			}
+		default:
+			t.Fatalf("unexpected value %T", v)
+		}
+	})
+}
