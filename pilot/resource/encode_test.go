@@ -42,36 +42,26 @@ func TestEncodeRoundTrip(t *testing.T) {
 	}
 }
 
+const workloadYAML = `apiVersion: mesh.weft.dev/v1alpha1
+kind: Workload
+metadata:
+  generation: 2
+  name: w
+  namespace: shop
+  revision: 9
+spec:
+  address: 10.0.0.1
+  serviceAccount: default
+  weight: 1
+`
+
 func TestEncodeFormat(t *testing.T) {
 	o := object(KindWorkload, Metadata{Name: "w", Namespace: "shop", Generation: 2, Revision: 9}, &WorkloadSpec{Address: "10.0.0.1", ServiceAccount: "default", Weight: 1})
 	for _, tc := range []struct {
 		name, format, want string
 		objs               []*Object
 	}{
-		{name: "yaml", format: "yaml", objs: []*Object{o, o}, want: `apiVersion: mesh.weft.dev/v1alpha1
-kind: Workload
-metadata:
-  generation: 2
-  name: w
-  namespace: shop
-  revision: 9
-spec:
-  address: 10.0.0.1
-  serviceAccount: default
-  weight: 1
----
-apiVersion: mesh.weft.dev/v1alpha1
-kind: Workload
-metadata:
-  generation: 2
-  name: w
-  namespace: shop
-  revision: 9
-spec:
-  address: 10.0.0.1
-  serviceAccount: default
-  weight: 1
-`},
+		{name: "yaml", format: "yaml", objs: []*Object{o, o}, want: workloadYAML + "---\n" + workloadYAML},
 		{name: "json", format: "json", objs: []*Object{o}, want: `[
   {
     "apiVersion": "mesh.weft.dev/v1alpha1",

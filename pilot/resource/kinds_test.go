@@ -378,8 +378,8 @@ func TestAuthorizationPolicy(t *testing.T) {
 			want: object(KindAuthorizationPolicy, meta("shop", "a"), &AuthorizationPolicySpec{Selector: map[string]string{"app": "reviews"}, Action: "DENY", DryRun: true}),
 		},
 		{
-			name: "bad_values",
-			yaml: az(`{action: LOG, dryRun: "yes", rules: [{from: [{principals: ["spiffe://a b", "*a*"], namespaces: [Shop]}], to: [{methods: [get], paths: [reviews, "/a*b"], ports: [0]}]}]}`),
+			name:    "bad_values",
+			yaml:    az(`{action: LOG, dryRun: "yes", rules: [{from: [{principals: ["spiffe://a b", "*a*"], namespaces: [Shop]}], to: [{methods: [get], paths: [reviews, "/a*b"], ports: [0]}]}]}`),
 			wantErr: []string{"AuthorizationPolicy/shop/a: spec.dryRun: expected true or false, got string"},
 		},
 		{

@@ -70,15 +70,24 @@ func TestLimits(t *testing.T) {
 		{"selector_labels", object(KindService, meta("shop", "s"), &ServiceSpec{Selector: labels(MaxLabels), Ports: service(1).Spec.(*ServiceSpec).Ports}),
 			object(KindService, meta("shop", "s"), &ServiceSpec{Selector: labels(MaxLabels + 1), Ports: service(1).Spec.(*ServiceSpec).Ports}), "Service/shop/s: spec.selector: 65 entries, limit 64"},
 		{"route_hosts", route(func(s *RouteSpec) { s.Hosts = strs(MaxRouteHosts, "h%d") }), route(func(s *RouteSpec) { s.Hosts = strs(MaxRouteHosts+1, "h%d") }), "Route/shop/r: spec.hosts: 65 entries, limit 64"},
-		{"http_rules", route(func(s *RouteSpec) { s.HTTP = make([]HTTPRoute, MaxHTTPRules); fill(s.HTTP, HTTPRoute{Route: []RouteDestination{dest}}) }),
-			route(func(s *RouteSpec) { s.HTTP = make([]HTTPRoute, MaxHTTPRules+1); fill(s.HTTP, HTTPRoute{Route: []RouteDestination{dest}}) }), "Route/shop/r: spec.http: 257 entries, limit 256"},
+		{"http_rules", route(func(s *RouteSpec) {
+			s.HTTP = make([]HTTPRoute, MaxHTTPRules)
+			fill(s.HTTP, HTTPRoute{Route: []RouteDestination{dest}})
+		}),
+			route(func(s *RouteSpec) {
+				s.HTTP = make([]HTTPRoute, MaxHTTPRules+1)
+				fill(s.HTTP, HTTPRoute{Route: []RouteDestination{dest}})
+			}), "Route/shop/r: spec.http: 257 entries, limit 256"},
 		{"matches_per_rule", route(func(s *RouteSpec) { s.HTTP[0].Match = make([]HTTPMatch, MaxMatchesPerRule) }), route(func(s *RouteSpec) { s.HTTP[0].Match = make([]HTTPMatch, MaxMatchesPerRule+1) }),
 			"Route/shop/r: spec.http[0].match: 65 entries, limit 64"},
 		{"headers_per_match", route(func(s *RouteSpec) { s.HTTP[0].Match = []HTTPMatch{{Headers: headers(MaxHeadersPerMatch)}} }),
 			route(func(s *RouteSpec) { s.HTTP[0].Match = []HTTPMatch{{Headers: headers(MaxHeadersPerMatch + 1)}} }), "Route/shop/r: spec.http[0].match[0].headers: 33 entries, limit 32"},
 		{"destinations_per_rule", route(func(s *RouteSpec) { s.HTTP[0].Route = dests(MaxDestinationsPerRule) }), route(func(s *RouteSpec) { s.HTTP[0].Route = dests(MaxDestinationsPerRule + 1) }),
 			"Route/shop/r: spec.http[0].route: 65 entries, limit 64"},
-		{"fallbacks", route(func(s *RouteSpec) { s.HTTP[0].Fallback = make([]FallbackDestination, MaxFallbacks); fill(s.HTTP[0].Fallback, FallbackDestination{Destination: dest.Destination}) }),
+		{"fallbacks", route(func(s *RouteSpec) {
+			s.HTTP[0].Fallback = make([]FallbackDestination, MaxFallbacks)
+			fill(s.HTTP[0].Fallback, FallbackDestination{Destination: dest.Destination})
+		}),
 			route(func(s *RouteSpec) {
 				s.HTTP[0].Fallback = make([]FallbackDestination, MaxFallbacks+1)
 				fill(s.HTTP[0].Fallback, FallbackDestination{Destination: dest.Destination})
@@ -90,8 +99,12 @@ func TestLimits(t *testing.T) {
 			object(KindDestinationPolicy, meta("shop", "d"), &DestinationPolicySpec{Service: "s", Subsets: subsets(MaxSubsets + 1)}), "DestinationPolicy/shop/d: spec.subsets: 65 entries, limit 64"},
 		{"authz_rules", authz(func(s *AuthorizationPolicySpec) { s.Rules = make([]AuthzRule, MaxAuthzRules) }), authz(func(s *AuthorizationPolicySpec) { s.Rules = make([]AuthzRule, MaxAuthzRules+1) }),
 			"AuthorizationPolicy/shop/a: spec.rules: 65 entries, limit 64"},
-		{"list_entries", authz(func(s *AuthorizationPolicySpec) { s.Rules = []AuthzRule{{To: []AuthzOperation{{Paths: strs(MaxListEntries, "/p%d")}}}} }),
-			authz(func(s *AuthorizationPolicySpec) { s.Rules = []AuthzRule{{To: []AuthzOperation{{Paths: strs(MaxListEntries+1, "/p%d")}}}} }),
+		{"list_entries", authz(func(s *AuthorizationPolicySpec) {
+			s.Rules = []AuthzRule{{To: []AuthzOperation{{Paths: strs(MaxListEntries, "/p%d")}}}}
+		}),
+			authz(func(s *AuthorizationPolicySpec) {
+				s.Rules = []AuthzRule{{To: []AuthzOperation{{Paths: strs(MaxListEntries+1, "/p%d")}}}}
+			}),
 			"AuthorizationPolicy/shop/a: spec.rules[0].to[0].paths: 257 entries, limit 256"},
 		{"workload_weight", object(KindWorkload, meta("shop", "w"), &WorkloadSpec{Address: "10.0.0.1", Weight: MaxWorkloadWeight}),
 			object(KindWorkload, meta("shop", "w"), &WorkloadSpec{Address: "10.0.0.1", Weight: MaxWorkloadWeight + 1}), "Workload/shop/w: spec.weight: 129 out of range 1..128"},

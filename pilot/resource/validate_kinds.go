@@ -17,12 +17,7 @@ func validateService(c *collector, s *ServiceSpec) {
 	numbers := map[int32]bool{}
 	for i, port := range s.Ports {
 		ip := pp.index(i)
-		if checkName(c, ip.child("name"), port.Name) {
-			if names[port.Name] {
-				c.add(ip.child("name"), fmt.Sprintf("duplicate port name %q", port.Name))
-			}
-			names[port.Name] = true
-		}
+		checkUniqueName(c, ip.child("name"), port.Name, names, "port name")
 		checkPort(c, ip.child("port"), port.Port)
 		if numbers[port.Port] {
 			c.add(ip.child("port"), fmt.Sprintf("duplicate port %d", port.Port))
@@ -88,10 +83,7 @@ func validateRoute(c *collector, s *RouteSpec) {
 		r := &s.HTTP[i]
 		ip := rp.index(i)
 		if r.Name != "" {
-			if checkName(c, ip.child("name"), r.Name) && names[r.Name] {
-				c.add(ip.child("name"), fmt.Sprintf("duplicate rule name %q", r.Name))
-			}
-			names[r.Name] = true
+			checkUniqueName(c, ip.child("name"), r.Name, names, "rule name")
 		}
 		validateMatches(c, ip.child("match"), r.Match)
 		validateDestinations(c, ip.child("route"), r.Route)
@@ -192,6 +184,17 @@ func validateRetries(c *collector, p path, r *RetryPolicy, timeout time.Duration
 	})
 }
 
+// checkUniqueName checks a required DNS-1123 name that must not repeat in seen.
+func checkUniqueName(c *collector, p path, name string, seen map[string]bool, what string) {
+	if !checkName(c, p, name) {
+		return
+	}
+	if seen[name] {
+		c.add(p, fmt.Sprintf("duplicate %s %q", what, name))
+	}
+	seen[name] = true
+}
+
 // checkUnique checks a list's length, each entry, and that no entry repeats.
 func checkUnique(c *collector, p path, l []string, check func(*collector, path, string)) {
 	checkCount(c, p, len(l), MaxListEntries)
@@ -213,12 +216,7 @@ func validateDestinationPolicy(c *collector, s *DestinationPolicySpec) {
 	names := map[string]bool{}
 	for i, sub := range s.Subsets {
 		ip := sp.index(i)
-		if checkName(c, ip.child("name"), sub.Name) {
-			if names[sub.Name] {
-				c.add(ip.child("name"), fmt.Sprintf("duplicate subset %q", sub.Name))
-			}
-			names[sub.Name] = true
-		}
+		checkUniqueName(c, ip.child("name"), sub.Name, names, "subset")
 		if len(sub.Labels) == 0 {
 			c.add(ip.child("labels"), "at least one label required")
 		}
