@@ -1,0 +1,153 @@
+package sign
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/weft-mesh/weft/certs/manifest"
+	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var issued = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func key(t *testing.T, seed byte) ed25519.PrivateKey {
+	t.Helper()
+	s := make([]byte, ed25519.SeedSize)
+	s[0] = seed
+	return ed25519.NewKeyFromSeed(s)
+}
+
+func testSnap(t *testing.T) *snapshot.Snapshot {
+	t.Helper()
+	s, err := snapshot.New(7, map[string]map[string]proto.Message{
+		snapshot.ClusterType:  {"a": wrapperspb.String("cluster a"), "b": wrapperspb.String("cluster b")},
+		snapshot.ListenerType: {"outbound": wrapperspb.String("listener")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func hashes(s *snapshot.Snapshot) map[string]map[string][32]byte {
+	have := map[string]map[string][32]byte{}
+	for typ, byName := range s.Resources {
+		have[typ] = map[string][32]byte{}
+		for n, r := range byName {
+			have[typ][n] = manifest.Hash(r.Any.GetValue())
+		}
+	}
+	return have
+}
+
+func TestManifestVerifiesAndMatches(t *testing.T) {
+	priv := key(t, 1)
+	snap := testSnap(t)
+	r, err := Manifest(priv, "node-1", snap, issued, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Name != manifest.Name || r.Any.GetTypeUrl() != manifest.TypeURL || r.Version == "" {
+		t.Fatalf("resource = %q %q version %q", r.Name, r.Any.GetTypeUrl(), r.Version)
+	}
+	var sm manifestpb.SignedManifest
+	if err := proto.Unmarshal(r.Any.GetValue(), &sm); err != nil {
+		t.Fatal(err)
+	}
+	m, err := manifest.Verify(priv.Public().(ed25519.PublicKey), &sm, "node-1", issued.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Revision != 7 || !m.ValidUntil.Equal(issued.Add(DefaultValidity)) || len(m.Resources) != 3 {
+		t.Fatalf("manifest = rev %d valid until %s, %d entries", m.Revision, m.ValidUntil, len(m.Resources))
+	}
+	if err := m.Match(hashes(snap)); err != nil {
+		t.Fatalf("Match: %v", err)
+	}
+	// One changed resource no longer matches.
+	have := hashes(snap)
+	have[snapshot.ClusterType]["a"] = manifest.Hash([]byte("other"))
+	if err := m.Match(have); !errors.Is(err, manifest.ErrMismatch) {
+		t.Fatalf("Match after change = %v, want ErrMismatch", err)
+	}
+}
+
+func TestWithAddsManifestAndKeepsVersions(t *testing.T) {
+	priv := key(t, 2)
+	snap := testSnap(t)
+	out, err := With(priv, "node-1", snap, issued, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Revision != snap.Revision {
+		t.Fatalf("revision %d, want %d", out.Revision, snap.Revision)
+	}
+	for _, typ := range []string{snapshot.ClusterType, snapshot.ListenerType} {
+		if out.Version(typ) != snap.Version(typ) {
+			t.Errorf("%s version changed", typ)
+		}
+	}
+	if out.Version(manifest.TypeURL) == "" {
+		t.Fatal("no manifest in result")
+	}
+	// Signing a snapshot that already holds a manifest does not cover the old one.
+	again, err := Manifest(priv, "node-1", out, issued, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sm manifestpb.SignedManifest
+	if err := proto.Unmarshal(again.Any.GetValue(), &sm); err != nil {
+		t.Fatal(err)
+	}
+	m, err := manifest.Verify(priv.Public().(ed25519.PublicKey), &sm, "node-1", issued)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Resources) != 3 {
+		t.Fatalf("%d entries, want 3", len(m.Resources))
+	}
+}
+
+func TestManifestRejects(t *testing.T) {
+	priv := key(t, 3)
+	snap := testSnap(t)
+	tests := []struct {
+		name     string
+		priv     ed25519.PrivateKey
+		node     string
+		snap     *snapshot.Snapshot
+		issued   time.Time
+		validity time.Duration
+		want     string
+	}{
+		{"short key", priv[:10], "n", snap, issued, 0, `sign manifest for "n": private key: 10 bytes, want 64`},
+		{"no node", priv, "", snap, issued, 0, "sign manifest: node id: required"},
+		{"nil snapshot", priv, "n", nil, issued, 0, `sign manifest for "n": nil snapshot`},
+		{"negative validity", priv, "n", snap, issued, -time.Second, `sign manifest for "n": validity -1s outside 0..720h0m0s`},
+		{"too long validity", priv, "n", snap, issued, MaxValidity + 1, `sign manifest for "n": validity 720h0m0.000000001s outside 0..720h0m0s`},
+		{"no issue time", priv, "n", snap, time.Time{}, 0, `sign manifest for "n": issued time: required`},
+		{"unmarshalled resource", priv, "n", snapshot.FromResources(1, map[string]map[string]snapshot.Resource{snapshot.ClusterType: {"x": {Name: "x"}}}), issued, 0,
+			`sign manifest for "n": type.googleapis.com/envoy.config.cluster.v3.Cluster "x": no marshalled value`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Manifest(tc.priv, tc.node, tc.snap, tc.issued, tc.validity)
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+			if _, err := With(tc.priv, tc.node, tc.snap, tc.issued, tc.validity); err == nil || !strings.HasPrefix(err.Error(), "sign manifest") {
+				t.Fatalf("With err = %v", err)
+			}
+		})
+	}
+}
