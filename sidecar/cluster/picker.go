@@ -17,6 +17,9 @@ type emptyPicker struct{}
 
 func (emptyPicker) pick(uint64) *Endpoint { return nil }
 
+// ringPointsPerWeight is the ring points per unit of endpoint weight.
+const ringPointsPerWeight = 256
+
 // maxSchedule bounds the precomputed weighted round-robin schedule.
 const maxSchedule = 4096
 
@@ -126,14 +129,20 @@ type ring struct {
 
 func newRing(eps []*Endpoint, minSize, maxSize uint64) (*ring, error) {
 	var total uint64
-	minW := uint64(1<<63 - 1)
 	for _, e := range eps {
 		total += uint64(e.Weight)
-		minW = min(minW, uint64(e.Weight))
 	}
-	// As Envoy: the lightest endpoint gets at least one point, size within [min, max].
-	size := max(minSize, total/minW)
-	size = min(size, maxSize)
+	// A fixed number of points per unit of weight keeps a host's points the same when
+	// other hosts come and go, so only the keys of a removed host move. The minimum and
+	// maximum ring sizes only bend this for tiny or huge clusters.
+	perUnit := uint64(ringPointsPerWeight)
+	if total*perUnit < minSize {
+		perUnit = (minSize + total - 1) / total
+	}
+	if total*perUnit > maxSize {
+		perUnit = max(maxSize/total, 1)
+	}
+	size := total * perUnit
 	if size == 0 {
 		return nil, fmt.Errorf("ring size 0")
 	}
@@ -143,7 +152,7 @@ func newRing(eps []*Endpoint, minSize, maxSize uint64) (*ring, error) {
 	}
 	pts := make([]pt, 0, size+uint64(len(eps)))
 	for _, e := range eps {
-		n := max(uint64(float64(size)*float64(e.Weight)/float64(total)), 1)
+		n := uint64(e.Weight) * perUnit
 		key := []byte(e.Address() + "_")
 		base := len(key)
 		for i := range n {

@@ -124,18 +124,21 @@ func (t *RouteTable) Lookup(host string) *VirtualHost {
 			return vh
 		}
 	}
+	bare := host
 	if i := strings.LastIndexByte(host, ':'); i > 0 && !strings.HasSuffix(host, "]") {
-		if vh := t.exact[host[:i]]; vh != nil {
+		bare = host[:i]
+		if vh := t.exact[bare]; vh != nil {
 			return vh
 		}
 	}
+	// Wildcards match the host without its port (domains list ports only for exact names).
 	for _, w := range t.suffixes {
-		if len(host) > len(w.s) && strings.HasSuffix(host, w.s) {
+		if len(bare) > len(w.s) && strings.HasSuffix(bare, w.s) {
 			return w.vh
 		}
 	}
 	for _, w := range t.prefixes {
-		if len(host) > len(w.s) && strings.HasPrefix(host, w.s) {
+		if len(bare) > len(w.s) && strings.HasPrefix(bare, w.s) {
 			return w.vh
 		}
 	}

@@ -1,0 +1,282 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/weft-mesh/weft/sidecar/circuitbreak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func eps(weights ...uint32) []*Endpoint {
+	out := make([]*Endpoint, len(weights))
+	for i, w := range weights {
+		out[i] = NewEndpoint(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), 80), w, true)
+	}
+	return out
+}
+
+var limits = circuitbreak.Limits{MaxConnections: 2, MaxPendingRequests: 1, MaxRequests: 10, MaxRetries: 1}
+
+func build(t *testing.T, p Policy, e []*Endpoint, seed uint64) *Cluster {
+	t.Helper()
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, seed))
+	c, err := New(Spec{Name: "c", Policy: p, RingMin: 1024, RingMax: 8192, ConnectTimeout: time.Second, Limits: limits, Endpoints: e,
+		Rand: func() uint64 { mu.Lock(); defer mu.Unlock(); return rng.Uint64() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func shares(t *testing.T, c *Cluster, n int, hash func(int) uint64) map[string]float64 {
+	t.Helper()
+	counts := map[string]int{}
+	for i := range n {
+		e, err := c.Pick(hash(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[e.Address()]++
+	}
+	out := map[string]float64{}
+	for k, v := range counts {
+		out[k] = float64(v) / float64(n)
+	}
+	return out
+}
+
+func TestPickerWeights(t *testing.T) {
+	tests := []struct {
+		policy Policy
+		tol    float64
+	}{
+		{RoundRobin, 0.001}, // exact over whole schedules
+		{Random, 0.01},
+		{RingHash, 0.03}, // ring points approximate weights
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprint(tc.policy), func(t *testing.T) {
+			c := build(t, tc.policy, eps(1, 2, 5), 7)
+			rng := rand.New(rand.NewPCG(3, 4))
+			got := shares(t, c, 80000, func(int) uint64 { return rng.Uint64() })
+			for i, w := range []float64{1.0 / 8, 2.0 / 8, 5.0 / 8} {
+				a := fmt.Sprintf("10.0.0.%d:80", i+1)
+				if math.Abs(got[a]-w) > tc.tol {
+					t.Errorf("%s share %.4f, want %.4f±%.3f", a, got[a], w, tc.tol)
+				}
+			}
+		})
+	}
+}
+
+func TestRoundRobinInterleaves(t *testing.T) {
+	c := build(t, RoundRobin, eps(1, 1, 1), 1)
+	var seq []string
+	for range 6 {
+		e, _ := c.Pick(0)
+		seq = append(seq, e.Address())
+	}
+	for i := 3; i < 6; i++ {
+		if seq[i] != seq[i-3] || seq[i] == seq[i-1] {
+			t.Fatalf("not a rotation: %v", seq)
+		}
+	}
+}
+
+func TestLeastRequestPrefersIdle(t *testing.T) {
+	e := eps(1, 1, 1, 1)
+	for _, x := range e[:3] {
+		for range 5 {
+			x.Begin()
+		}
+	}
+	c := build(t, LeastRequest, e, 9)
+	n := 0
+	for range 1000 {
+		p, _ := c.Pick(0)
+		if p == e[3] {
+			n++
+		}
+	}
+	// P2C picks the idle host whenever it is one of the two samples: 1-(3/4)^2 = 7/16.
+	if math.Abs(float64(n)/1000-7.0/16) > 0.06 {
+		t.Errorf("idle host picked %d/1000, want about 437", n)
+	}
+}
+
+// TestRingHashConsistency: removing one of five endpoints remaps only the keys it
+// owned; every other key stays where it was.
+func TestRingHashConsistency(t *testing.T) {
+	all := eps(1, 1, 1, 1, 1)
+	c1 := build(t, RingHash, all, 1)
+	c2 := build(t, RingHash, all[:4], 1)
+	moved, owned := 0, 0
+	for i := range 10000 {
+		h := Hash(fmt.Appendf(nil, "user-%d", i))
+		a, _ := c1.Pick(h)
+		b, _ := c2.Pick(h)
+		if a == all[4] {
+			owned++
+			continue
+		}
+		if a != b {
+			moved++
+		}
+	}
+	if moved != 0 {
+		t.Errorf("%d keys not owned by the removed host moved", moved)
+	}
+	if owned < 1000 || owned > 3000 {
+		t.Errorf("removed host owned %d/10000 keys, want about 2000", owned)
+	}
+	// Same key, same host, every time.
+	h := Hash([]byte("jason"))
+	first, _ := c1.Pick(h)
+	for range 100 {
+		if e, _ := c1.Pick(h); e != first {
+			t.Fatal("ring hash not stable")
+		}
+	}
+}
+
+func TestPanicModeAndEmpty(t *testing.T) {
+	e := eps(1, 1)
+	e[0].Healthy, e[1].Healthy = false, false
+	c := build(t, RoundRobin, e, 1)
+	if _, err := c.Pick(0); err != nil {
+		t.Errorf("all unhealthy should still pick (panic mode): %v", err)
+	}
+	c = build(t, Random, nil, 1)
+	if _, err := c.Pick(0); !errors.Is(err, ErrNoEndpoint) || err.Error() != `cluster "c": no healthy upstream` {
+		t.Errorf("empty cluster: %v", err)
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	for _, s := range []Spec{
+		{Name: "", ConnectTimeout: time.Second, Limits: limits},
+		{Name: "c", Limits: limits},
+		{Name: "c", ConnectTimeout: time.Second},
+	} {
+		if _, err := New(s); err == nil {
+			t.Errorf("New(%+v): want error", s)
+		}
+	}
+}
+
+// TestPoolLimits: max connections caps dials, a pending request gets the next released
+// connection, and beyond max pending the pool overflows at once.
+func TestPoolLimits(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var accepted []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			accepted = append(accepted, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		ln.Close()
+		wg.Wait()
+		mu.Lock()
+		for _, c := range accepted {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	p, err := NewPool(PoolConfig{MaxIdlePerHost: 4, IdleTimeout: time.Minute, BufferSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ap := netip.MustParseAddrPort(ln.Addr().String())
+	e := NewEndpoint(ap, 1, true)
+	c, err := New(Spec{Name: "c", ConnectTimeout: 2 * time.Second, Limits: limits, Endpoints: []*Endpoint{e}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c1, reused, err := p.Get(ctx, c, e)
+	if err != nil || reused {
+		t.Fatalf("first Get: %v reused=%v", err, reused)
+	}
+	c2, _, err := p.Get(ctx, c, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Breaker.InUse(circuitbreak.Connections); got != 2 {
+		t.Fatalf("connections in use %d, want 2", got)
+	}
+	// Third request waits as pending; a fourth overflows max pending (1) at once.
+	got := make(chan *Conn, 1)
+	errc := make(chan error, 1)
+	go func() {
+		cn, _, err := p.Get(ctx, c, e)
+		errc <- err
+		got <- cn
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Breaker.InUse(circuitbreak.Pending) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("third Get never became pending")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, _, err := p.Get(ctx, c, e); !errors.Is(err, ErrOverflow) ||
+		err.Error() != `cluster "c": upstream overflow: max pending requests` {
+		t.Fatalf("fourth Get: %v, want overflow", err)
+	}
+	p.Put(c1)
+	if err := <-errc; err != nil {
+		t.Fatalf("pending Get: %v", err)
+	}
+	c3 := <-got
+	if c3 != c1 {
+		t.Errorf("pending Get did not receive the released connection")
+	}
+	p.Put(c3)
+	if n := p.Idle(ap.String()); n != 1 {
+		t.Errorf("idle = %d, want 1", n)
+	}
+	c2.Close()
+	if got := c.Breaker.InUse(circuitbreak.Connections); got != 1 {
+		t.Errorf("connections in use after close %d, want 1 (the idle one)", got)
+	}
+	// Pending times out after the connect timeout when nothing is released.
+	c.ConnectTimeout = 50 * time.Millisecond
+	a, _, _ := p.Get(ctx, c, e) // the idle one
+	b, _, err := p.Get(ctx, c, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.Get(ctx, c, e); !errors.Is(err, ErrOverflow) {
+		t.Errorf("pending past timeout: %v, want overflow", err)
+	}
+	a.Close()
+	b.Close()
+}
