@@ -516,18 +516,28 @@ func testSlowWatcher(t *testing.T, s store.Store) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := mustWatch(t, ctx, s, 0)
-	// Nobody reads: appliers must neither block nor fail.
-	for i := range limit + 5 {
-		actx, acancel := context.WithTimeout(ctx, waitTimeout)
-		_, err := s.Apply(actx, []store.Mutation{put(Service("default", fmt.Sprintf("s%d", i), 0))})
-		acancel()
-		if err != nil {
-			t.Fatalf("Apply %d with a stuck watcher: %v", i, err)
+	apply := func(n int) {
+		t.Helper()
+		for range n {
+			actx, acancel := context.WithTimeout(ctx, waitTimeout)
+			_, err := s.Apply(actx, []store.Mutation{put(Service("default", fmt.Sprintf("s%d", mustRevision(t, s)), 0))})
+			acancel()
+			if err != nil {
+				t.Fatalf("Apply with an unread watcher: %v", err)
+			}
 		}
 	}
+	// Exactly the buffer's worth of unread revisions is within the limit.
+	apply(limit)
+	first := collect(t, w, limit)
+	if first[limit-1].Revision != store.Revision(limit) {
+		t.Fatalf("last buffered event has revision %d, want %d", first[limit-1].Revision, limit)
+	}
+	// Nobody reads now: appliers must neither block nor fail, the watcher is cut.
+	apply(limit + 5)
 	got := drainUntilClosed(t, w)
 	for i, ev := range got {
-		if ev.Revision != store.Revision(i+1) {
+		if ev.Revision != store.Revision(limit+i+1) {
 			t.Fatalf("event %d has revision %d: events before the cut must be gap-free", i, ev.Revision)
 		}
 	}
