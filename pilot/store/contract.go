@@ -14,6 +14,14 @@ import (
 // unbounded transaction (one `meshctl apply -f dir/` of a large mesh fits easily).
 const MaxMutationsPerApply = 10_000
 
+// MaxObjectBytes bounds one stored object as encoded by the backend (JSON), the
+// same bound the decoder puts on one document.
+const MaxObjectBytes = resource.MaxObjectBytes
+
+// MaxApplyBytes bounds the encoded objects of one Apply, so one transaction (and
+// the memory it takes) stays bounded even at MaxMutationsPerApply.
+const MaxApplyBytes = 64 << 20
+
 // ErrWatchOverflow is a watcher's Err when it fell more than the backend's watch
 // buffer behind and was cut off so that appliers never wait for it. The consumer
 // should Watch again from the last revision it processed.

@@ -40,6 +40,7 @@ type config struct {
 	watchBuffer int
 	logger      hclog.Logger
 	catchUp     int // revisions per catch-up read; tests lower it to cross chunk edges
+	applyBytes  int // store.MaxApplyBytes; tests lower it
 }
 
 // Option sets an optional setting of Open.
@@ -104,7 +105,7 @@ var (
 // Open opens (creating if needed) the store in dir/store.db and loads the current
 // objects. It fails after the lock timeout if another process has the file open.
 func Open(dir string, opts ...Option) (*Store, error) {
-	cfg := config{lockTimeout: DefaultLockTimeout, watchBuffer: DefaultWatchBuffer, logger: hclog.NewNullLogger(), catchUp: defaultCatchUp}
+	cfg := config{lockTimeout: DefaultLockTimeout, watchBuffer: DefaultWatchBuffer, logger: hclog.NewNullLogger(), catchUp: defaultCatchUp, applyBytes: store.MaxApplyBytes}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -286,6 +287,7 @@ func (s *Store) Apply(ctx context.Context, muts []store.Mutation) (store.ApplyRe
 	now := time.Now().UTC().Round(0) // no monotonic reading: equal before and after a JSON round trip
 	res := store.ApplyResult{Revision: cur, Objects: make([]*resource.Object, len(muts))}
 	changes := make([]change, 0, len(muts))
+	total := 0
 	for i, m := range muts {
 		c, unchanged, err := plan(m, s.objects, next, now)
 		if err != nil {
@@ -294,6 +296,9 @@ func (s *Store) Apply(ctx context.Context, muts []store.Mutation) (store.ApplyRe
 		if unchanged != nil {
 			res.Objects[i] = unchanged
 			continue
+		}
+		if total += len(c.data); total > s.cfg.applyBytes {
+			return store.ApplyResult{}, fmt.Errorf("%w: apply encodes to more than %d bytes (at %s)", store.ErrInvalid, s.cfg.applyBytes, m.Object.Key())
 		}
 		res.Objects[i] = c.event.Object
 		changes = append(changes, c)
@@ -344,6 +349,9 @@ func plan(m store.Mutation, objects map[string]entry, next store.Revision, now t
 	data, err := encodeObject(&resource.Object{APIVersion: apiVersion, Kind: m.Object.Kind, Metadata: md, Spec: m.Object.Spec})
 	if err != nil {
 		return change{}, nil, fmt.Errorf("%w: %w", store.ErrInvalid, err)
+	}
+	if len(data) > store.MaxObjectBytes {
+		return change{}, nil, fmt.Errorf("%w: %s: encoded object is %d bytes, limit is %d", store.ErrInvalid, key, len(data), store.MaxObjectBytes)
 	}
 	// Decode what was encoded: the stored object shares nothing with the caller's
 	// and is exactly what a restart will load.

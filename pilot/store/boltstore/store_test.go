@@ -240,3 +240,33 @@ func TestListKindNames(t *testing.T) {
 		t.Fatalf("List of an unknown kind: %v", err)
 	}
 }
+
+func TestApplyBytesLimit(t *testing.T) {
+	s := openT(t, t.TempDir())
+	defer func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	one, err := encodeObject(storetest.Service("default", "s0", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cfg.applyBytes = 3*len(one) + len(one)/2 // room for three objects, not four
+	muts := make([]store.Mutation, 4)
+	for i := range muts {
+		muts[i] = store.Mutation{Op: store.OpPut, Object: storetest.Service("default", fmt.Sprintf("s%d", i), 0)}
+	}
+	ctx := context.Background()
+	_, err = s.Apply(ctx, muts)
+	want := fmt.Sprintf("invalid: apply encodes to more than %d bytes (at Service/default/s3)", s.cfg.applyBytes)
+	if !errors.Is(err, store.ErrInvalid) || err.Error() != want {
+		t.Fatalf("Apply over the byte limit: %v, want %q", err, want)
+	}
+	if rev, _ := s.Revision(ctx); rev != 0 {
+		t.Fatalf("revision %d after rejected apply, want 0", rev)
+	}
+	if _, err := s.Apply(ctx, muts[:3]); err != nil {
+		t.Fatalf("Apply within the byte limit: %v", err)
+	}
+}

@@ -257,6 +257,8 @@ func testInvalid(t *testing.T, fresh func(*testing.T) store.Store) {
 	nilSpec.Spec = nil
 	nsOnClusterKind := meshConfig()
 	nsOnClusterKind.Metadata.Namespace = "default"
+	huge := Service("default", "huge", 0)
+	huge.Metadata.Annotations = map[string]string{"blob": strings.Repeat("x", store.MaxObjectBytes)}
 	tooMany := make([]store.Mutation, store.MaxMutationsPerApply+1)
 	for i := range tooMany {
 		tooMany[i] = put(Service("default", fmt.Sprintf("s%d", i), 0))
@@ -275,6 +277,7 @@ func testInvalid(t *testing.T, fresh func(*testing.T) store.Store) {
 		{"nil spec", []store.Mutation{put(nilSpec)}, "Service/default/a: spec"},
 		{"bad op", []store.Mutation{{Op: "PATCH", Object: Service("default", "a", 0)}}, `Service/default/a: op "PATCH"`},
 		{"duplicate key", []store.Mutation{put(Service("default", "a", 0)), put(Service("default", "a", 1))}, "Service/default/a: appears more than once"},
+		{"object too large", []store.Mutation{put(huge)}, "Service/default/huge: encoded object is "},
 		{"too many mutations", tooMany, fmt.Sprintf("apply has %d mutations, limit is %d", len(tooMany), store.MaxMutationsPerApply)},
 	}
 	for _, tc := range tests {
