@@ -334,13 +334,9 @@ func TestReconnect(t *testing.T) {
 			}
 
 			srv2 := startServer(t, cache, srv.addr)
-			eventually(t, "reconnected", func() bool {
-				return srv2.rec.has(func(e event) bool { return e.first })
-			})
-			lds := srv2.rec.find(func(e event) bool { return e.typeURL == TypeListener && e.nonce == "" })
-			if len(lds) == 0 {
-				t.Fatal("no initial LDS request after reconnect")
-			}
+			initialLDS := func(e event) bool { return e.typeURL == TypeListener && e.nonce == "" }
+			eventually(t, "LDS resubscribed after reconnect", func() bool { return srv2.rec.has(initialLDS) })
+			lds := srv2.rec.find(initialLDS)
 			if mode == Delta {
 				if diff := cmp.Diff(held, lds[0].initial); diff != "" {
 					t.Fatalf("initial_resource_versions (-held +sent):\n%s", diff)
