@@ -32,6 +32,18 @@ func openT(t *testing.T, dir string, opts ...Option) *Store {
 	return s
 }
 
+// openTemp opens a store in a temporary directory, closed when the test ends.
+func openTemp(t *testing.T) *Store {
+	t.Helper()
+	s := openT(t, t.TempDir())
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
 func TestContract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return openT(t, t.TempDir()) })
 }
@@ -121,12 +133,7 @@ func TestOpenCreatesDataDir(t *testing.T) {
 // TestWatchCatchUpInChunks crosses catch-up read boundaries, including multi-event
 // revisions, and checks the sequence against the applies.
 func TestWatchCatchUpInChunks(t *testing.T) {
-	s := openT(t, t.TempDir())
-	defer func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	}()
+	s := openTemp(t)
 	s.cfg.catchUp = 3 // set before any watcher exists
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -176,12 +183,7 @@ func TestWatchCatchUpInChunks(t *testing.T) {
 // TestCompactDuringCatchUp: history compacted while a watcher is still reading it
 // ends the watch with ErrCompacted instead of skipping revisions.
 func TestCompactDuringCatchUp(t *testing.T) {
-	s := openT(t, t.TempDir())
-	defer func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	}()
+	s := openTemp(t)
 	s.cfg.catchUp = 1 // set before any watcher exists
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -219,12 +221,7 @@ func TestCompactDuringCatchUp(t *testing.T) {
 }
 
 func TestListKindNames(t *testing.T) {
-	s := openT(t, t.TempDir())
-	defer func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	}()
+	s := openTemp(t)
 	ctx := context.Background()
 	if _, err := s.Apply(ctx, []store.Mutation{{Op: store.OpPut, Object: storetest.Service("default", "a", 0)}}); err != nil {
 		t.Fatalf("Apply: %v", err)
@@ -242,12 +239,7 @@ func TestListKindNames(t *testing.T) {
 }
 
 func TestApplyBytesLimit(t *testing.T) {
-	s := openT(t, t.TempDir())
-	defer func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	}()
+	s := openTemp(t)
 	one, err := encodeObject(storetest.Service("default", "s0", 0))
 	if err != nil {
 		t.Fatal(err)
