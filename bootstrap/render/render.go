@@ -152,24 +152,19 @@ func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, err
 
 // overriddenBy returns the file with the explicitly set flags of cmd applied.
 func (f File) overriddenBy(cmd File, set map[string]bool) File {
-	pick := func(name string, dst *string, v string) {
+	for name, v := range map[string][2]*string{
+		"node-id": {&f.NodeID, &cmd.NodeID}, "namespace": {&f.Namespace, &cmd.Namespace},
+		"service-account": {&f.ServiceAccount, &cmd.ServiceAccount}, "address": {&f.Address, &cmd.Address},
+		"locality": {&f.Locality, &cmd.Locality}, "publisher-key": {&f.PublisherKey, &cmd.PublisherKey},
+		"state-dir": {&f.StateDir, &cmd.StateDir}, "admin-addr": {&f.AdminAddr, &cmd.AdminAddr},
+		"outbound-addr": {&f.OutboundAddr, &cmd.OutboundAddr}, "inbound-addr": {&f.InboundAddr, &cmd.InboundAddr},
+		"ready-addr": {&f.ReadyAddr, &cmd.ReadyAddr}, "app-address": {&f.AppAddress, &cmd.AppAddress},
+		"xds-mode": {&f.XDSMode, &cmd.XDSMode},
+	} {
 		if set[name] {
-			*dst = v
+			*v[0] = *v[1]
 		}
 	}
-	pick("node-id", &f.NodeID, cmd.NodeID)
-	pick("namespace", &f.Namespace, cmd.Namespace)
-	pick("service-account", &f.ServiceAccount, cmd.ServiceAccount)
-	pick("address", &f.Address, cmd.Address)
-	pick("locality", &f.Locality, cmd.Locality)
-	pick("publisher-key", &f.PublisherKey, cmd.PublisherKey)
-	pick("state-dir", &f.StateDir, cmd.StateDir)
-	pick("admin-addr", &f.AdminAddr, cmd.AdminAddr)
-	pick("outbound-addr", &f.OutboundAddr, cmd.OutboundAddr)
-	pick("inbound-addr", &f.InboundAddr, cmd.InboundAddr)
-	pick("ready-addr", &f.ReadyAddr, cmd.ReadyAddr)
-	pick("app-address", &f.AppAddress, cmd.AppAddress)
-	pick("xds-mode", &f.XDSMode, cmd.XDSMode)
 	if set["labels"] {
 		f.Labels = cmd.Labels
 	}

@@ -45,10 +45,10 @@ func (e event) isNACK() bool { return e.nonce != "" && e.nack != "" }
 
 // recorder collects server-side events.
 type recorder struct {
-	mu        sync.Mutex
-	events    []event
-	seen      map[int64]bool
-	sent      map[int64]map[string]string // stream -> nonce -> version sent
+	mu     sync.Mutex
+	events []event
+	seen   map[int64]bool
+	sent   map[int64]map[string]string // stream -> nonce -> version sent
 }
 
 func newRecorder() *recorder {

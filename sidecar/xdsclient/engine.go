@@ -45,16 +45,16 @@ type typeState struct {
 // calls Decode/Apply. One goroutine owns it (the stream loop); it is not safe for
 // concurrent use. Its observable state is published as immutable TypeStatus values.
 type engine struct {
-	cfg     Config
-	log     hclog.Logger
-	named   map[string]bool
-	types   map[string]*typeState
-	order   []*typeState
-	state   *Update             // committed
-	refs    map[string][]string // names the committed state references, per named type
-	sendNode bool               // the next request is the first of its stream
-	unknown uint64              // responses for a type we did not subscribe to
-	lastAck time.Time
+	cfg      Config
+	log      hclog.Logger
+	named    map[string]bool
+	types    map[string]*typeState
+	order    []*typeState
+	state    *Update             // committed
+	refs     map[string][]string // names the committed state references, per named type
+	sendNode bool                // the next request is the first of its stream
+	unknown  uint64              // responses for a type we did not subscribe to
+	lastAck  time.Time
 }
 
 func newEngine(cfg Config) *engine {

@@ -172,7 +172,9 @@ func TestDeltaResponses(t *testing.T) {
 		want func(t *testing.T) outcome
 	}{
 		{"upsert keeps what is absent",
-			func(t *testing.T) *discovery.DeltaDiscoveryResponse { return deltaResp(t, TypeListener, "n2", nil, listener("l2")) },
+			func(t *testing.T) *discovery.DeltaDiscoveryResponse {
+				return deltaResp(t, TypeListener, "n2", nil, listener("l2"))
+			},
 			func(*testing.T) outcome { return outcome{Requests: 1, Nonce: "n2", Listeners: []string{"l1", "l2"}} }},
 		{"removal",
 			func(t *testing.T) *discovery.DeltaDiscoveryResponse {

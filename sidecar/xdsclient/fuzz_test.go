@@ -6,91 +6,106 @@ import (
 	"testing"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 )
+
+// answer summarises the requests an engine sent back for one response.
+type answer struct {
+	n       int
+	typeURL string
+	nonce   string
+	nack    bool
+	version string // SotW version_info of the first request
+}
+
+type request interface {
+	GetTypeUrl() string
+	GetResponseNonce() string
+	GetErrorDetail() *statuspb.Status
+}
+
+func summarize[R request](reqs []R, version func(R) string) answer {
+	a := answer{n: len(reqs)}
+	if len(reqs) > 0 {
+		a.typeURL, a.nonce, a.nack, a.version = reqs[0].GetTypeUrl(), reqs[0].GetResponseNonce(), reqs[0].GetErrorDetail() != nil, version(reqs[0])
+	}
+	return a
+}
 
 // FuzzHandleResponse feeds raw DiscoveryResponse (sotw) or DeltaDiscoveryResponse
 // (delta) bytes to an engine holding a committed state, and checks the protocol
 // invariants: an accepted response gets exactly one ACK or NACK first, carrying its
 // nonce and type; a NACK leaves the committed state untouched (nothing half
-// applied); an ACK commits exactly what Apply accepted.
+// applied) and, in SotW, carries the last good version; an ACK commits exactly what
+// Apply accepted.
 func FuzzHandleResponse(f *testing.F) {
 	f.Add([]byte{}, false)
 	f.Fuzz(func(t *testing.T, raw []byte, delta bool) {
 		ctx := context.Background()
 		var accepted *Update
-		ap := func(_ context.Context, u *Update) error {
+		cfg := testConfig(t, SotW, &applier{})
+		cfg.Apply = func(_ context.Context, u *Update) error {
 			if _, ok := u.Resources[TypeListener]["reject"]; ok {
 				return errors.New("rejected")
 			}
 			accepted = u
 			return nil
 		}
-		cfg := testConfig(t, SotW, &applier{})
-		cfg.Apply = ap
 		cfg.MaxResourcesPerResponse = 50
 		if delta {
 			cfg.Mode = Delta
 		}
 		e := newEngine(cfg.withDefaults())
 		e.startStream()
-		// Seed a committed state through the normal path.
 		var typeURL, nonce string
-		var handle func() int
+		var handle func() answer
 		if delta {
 			e.initialDelta()
-			if reqs := e.handleDelta(ctx, deltaResp(t, TypeListener, "seed", nil, listener("l1", "r1"))); reqs[0].ErrorDetail != nil {
-				t.Fatal(reqs[0].ErrorDetail)
-			}
+			e.handleDelta(ctx, deltaResp(t, TypeListener, "seed", nil, listener("l1", "r1")))
 			var resp discovery.DeltaDiscoveryResponse
 			if proto.Unmarshal(raw, &resp) != nil {
 				return
 			}
 			typeURL, nonce = resp.TypeUrl, resp.Nonce
-			handle = func() int {
-				reqs := e.handleDelta(ctx, &resp)
-				checkFirst(t, len(reqs), func() (string, string, bool) {
-					return reqs[0].TypeUrl, reqs[0].ResponseNonce, reqs[0].ErrorDetail != nil
-				}, typeURL, nonce)
-				if len(reqs) > 0 && reqs[0].ErrorDetail != nil {
-					return -1
-				}
-				return len(reqs)
+			handle = func() answer {
+				return summarize(e.handleDelta(ctx, &resp), func(*discovery.DeltaDiscoveryRequest) string { return "" })
 			}
 		} else {
 			e.initialSotW()
-			if reqs := e.handleSotW(ctx, sotwResp(t, TypeListener, "v0", "seed", listener("l1", "r1"))); reqs[0].ErrorDetail != nil {
-				t.Fatal(reqs[0].ErrorDetail)
-			}
+			e.handleSotW(ctx, sotwResp(t, TypeListener, "v0", "seed", listener("l1", "r1")))
 			var resp discovery.DiscoveryResponse
 			if proto.Unmarshal(raw, &resp) != nil {
 				return
 			}
 			typeURL, nonce = resp.TypeUrl, resp.Nonce
-			handle = func() int {
-				reqs := e.handleSotW(ctx, &resp)
-				checkFirst(t, len(reqs), func() (string, string, bool) {
-					return reqs[0].TypeUrl, reqs[0].ResponseNonce, reqs[0].ErrorDetail != nil
-				}, typeURL, nonce)
-				if len(reqs) > 0 && reqs[0].ErrorDetail != nil {
-					if want := e.state.Versions[typeURL]; reqs[0].VersionInfo != want {
-						t.Fatalf("NACK version_info %q, want last good %q", reqs[0].VersionInfo, want)
-					}
-					return -1
-				}
-				return len(reqs)
+			handle = func() answer {
+				return summarize(e.handleSotW(ctx, &resp), (*discovery.DiscoveryRequest).GetVersionInfo)
 			}
 		}
+		if e.types[TypeListener].acks != 1 {
+			t.Fatal("seed state not committed")
+		}
 		before := e.state
+		lastGood := before.Versions[typeURL]
 		accepted = nil
-		switch n := handle(); {
-		case n < 0: // NACK
+		a := handle()
+		known := e.types[typeURL] != nil
+		switch {
+		case !known || nonce == "" || nonce == "seed":
+			if a.n != 0 || e.state != before {
+				t.Fatalf("ignored response answered (%d requests) or changed state", a.n)
+			}
+		case a.n == 0:
+			t.Fatal("response neither ACKed nor NACKed")
+		case a.typeURL != typeURL || a.nonce != nonce:
+			t.Fatalf("first request for %s/%s, want %s/%s", a.typeURL, a.nonce, typeURL, nonce)
+		case a.nack:
 			if e.state != before {
 				t.Fatal("NACK changed the committed state")
 			}
-		case n == 0: // ignored
-			if e.state != before {
-				t.Fatal("ignored response changed the committed state")
+			if !delta && a.version != lastGood {
+				t.Fatalf("NACK version_info %q, want last good %q", a.version, lastGood)
 			}
 		default:
 			if e.state != accepted {
@@ -98,25 +113,4 @@ func FuzzHandleResponse(f *testing.F) {
 			}
 		}
 	})
-}
-
-// checkFirst: a response that is not ignored is answered first by its own ACK/NACK.
-func checkFirst(t *testing.T, n int, first func() (typeURL, nonce string, nack bool), typeURL, nonce string) {
-	t.Helper()
-	known := false
-	for _, tu := range allTypes {
-		known = known || tu == typeURL
-	}
-	if !known || nonce == "" || nonce == "seed" {
-		if n != 0 {
-			t.Fatalf("%d requests for an ignored response", n)
-		}
-		return
-	}
-	if n == 0 {
-		t.Fatal("response neither ACKed nor NACKed")
-	}
-	if tu, nn, _ := first(); tu != typeURL || nn != nonce {
-		t.Fatalf("first request for %s/%s, want %s/%s", tu, nn, typeURL, nonce)
-	}
 }
