@@ -69,7 +69,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	d := cfg.withDefaults()
 	d.Logger = cfg.Logger.Named("xdsclient")
-	c := &Client{cfg: d, log: d.Logger, eng: newEngine(d)}
+	c := &Client{cfg: d, log: d.Logger, eng: newEngine(d), confirmedAt: d.InitialConfirmed}
 	c.state.Store(c.eng.state)
 	c.publish("", false)
 	return c, nil

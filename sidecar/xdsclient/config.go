@@ -117,6 +117,10 @@ type Config struct {
 	// Initial state the client already holds (last-known-good from disk); it is
 	// announced to the server (initial_resource_versions / version_info).
 	Initial *Update
+	// InitialConfirmed is when Initial was last confirmed by a server (persisted
+	// with it); LastConfirmed reports it until a stream confirms anew, so age counts
+	// from then and not from the restart.
+	InitialConfirmed time.Time
 	// Now is the clock; default time.Now. Tests pass a fake.
 	Now func() time.Time
 }
@@ -185,6 +189,9 @@ func (c *Config) check() error {
 		if v < 0 {
 			return bad("%s: negative", name)
 		}
+	}
+	if !c.InitialConfirmed.IsZero() && c.Initial == nil {
+		return bad("initialConfirmed: set without initial")
 	}
 	if c.Initial != nil {
 		for t := range c.Initial.Resources {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/google/go-cmp/cmp"
@@ -390,6 +391,7 @@ func TestConfigErrors(t *testing.T) {
 			c.Types = []string{TypeListener}
 			c.Initial = &Update{Resources: map[string]map[string]Resource{TypeCluster: {}}}
 		}, "xdsclient: invalid config: initial: type " + TypeCluster + " is not in types"},
+		{"confirmed without initial", func(c *Config) { c.InitialConfirmed = time.Unix(1, 0) }, "xdsclient: invalid config: initialConfirmed: set without initial"},
 		{"bad node", func(c *Config) { c.Node.Address = "nope" }, `xdsclient: invalid config: node sidecar-1: address: "nope" is not an IP literal`},
 	}
 	for _, tc := range tests {
@@ -472,5 +474,42 @@ func TestRunTwice(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// TestLastConfirmedClock: the confirmation clock starts at InitialConfirmed, runs
+// only while a stream is up long enough with nothing rejected, and stops when the
+// stream ends.
+func TestLastConfirmedClock(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg := testConfig(t, Delta, &applier{})
+	cfg.Initial = &Update{Resources: map[string]map[string]Resource{TypeListener: {"l1": {Name: "l1", Version: "h"}}}}
+	cfg.InitialConfirmed = t0
+	cfg.ConfirmAfter = time.Second
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	steps := []struct {
+		name string
+		do   func()
+		now  time.Time
+		want time.Time
+	}{
+		{"from disk", func() {}, at(time.Hour), t0},
+		{"stream just up", func() { c.streamUp(at(time.Hour)) }, at(time.Hour + 999*time.Millisecond), t0},
+		{"stream up ConfirmAfter", func() {}, at(time.Hour + time.Second), at(time.Hour + time.Second)},
+		{"keeps confirming", func() {}, at(2 * time.Hour), at(2 * time.Hour)},
+		{"NACK stops it", func() { c.mu.Lock(); c.nacked = true; c.mu.Unlock() }, at(3 * time.Hour), t0},
+		{"recovered", func() { c.mu.Lock(); c.nacked = false; c.mu.Unlock() }, at(3 * time.Hour), at(3 * time.Hour)},
+		{"stream down freezes", func() { c.streamDown(at(4 * time.Hour)) }, at(9 * time.Hour), at(4 * time.Hour)},
+		{"short stream confirms nothing", func() { c.streamUp(at(10 * time.Hour)); c.streamDown(at(10*time.Hour + 500*time.Millisecond)) }, at(11 * time.Hour), at(4 * time.Hour)},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := c.LastConfirmed(s.now); !got.Equal(s.want) {
+			t.Fatalf("%s: LastConfirmed = %v, want %v", s.name, got, s.want)
+		}
 	}
 }
