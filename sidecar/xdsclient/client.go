@@ -210,6 +210,7 @@ func (c *Client) stream(ctx context.Context, srv string) (ok bool, err error) {
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.cfg.MaxRecvBytes)),
+		grpc.WithKeepaliveParams(c.cfg.Keepalive),
 	}, c.cfg.DialOptions...)
 	cc, err := grpc.NewClient(srv, opts...)
 	if err != nil {

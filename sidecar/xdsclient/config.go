@@ -23,6 +23,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
@@ -104,6 +105,11 @@ type Config struct {
 	// DialOptions are added to every connection; without transport credentials the
 	// connection is plaintext.
 	DialOptions []grpc.DialOption
+	// Keepalive detects a server that vanished without closing the connection;
+	// until it does, the stream would look healthy and keep confirming the state.
+	// Default: ping after 5m idle (the most a default grpc-go server tolerates),
+	// 20s to answer. Pilot may allow shorter; set it here then.
+	Keepalive keepalive.ClientParameters
 	// ConnectTimeout bounds how long one server may take to accept a connection
 	// before the next is tried. Default 5s.
 	ConnectTimeout time.Duration
@@ -128,6 +134,8 @@ type Config struct {
 // Limits and defaults.
 const (
 	DefaultConnectTimeout          = 5 * time.Second
+	DefaultKeepaliveTime           = 5 * time.Minute
+	DefaultKeepaliveTimeout        = 20 * time.Second
 	DefaultConfirmAfter            = 2 * time.Second
 	DefaultMaxResourcesPerResponse = 10000
 	DefaultMaxRecvBytes            = 64 << 20
@@ -210,6 +218,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.Backoff.Max == 0 {
 		d.Backoff.Max = max(DefaultBackoffMax, d.Backoff.Initial)
+	}
+	if d.Keepalive == (keepalive.ClientParameters{}) {
+		d.Keepalive = keepalive.ClientParameters{Time: DefaultKeepaliveTime, Timeout: DefaultKeepaliveTimeout}
 	}
 	if d.ConnectTimeout == 0 {
 		d.ConnectTimeout = DefaultConnectTimeout
