@@ -71,6 +71,9 @@ func (m *msg) get(lname string) (string, bool) {
 }
 
 func equalFoldLower(b []byte, lower string) bool {
+	if len(b) != len(lower) {
+		return false
+	}
 	for i := 0; i < len(b); i++ {
 		c := b[i]
 		if 'A' <= c && c <= 'Z' {
@@ -245,7 +248,7 @@ func (m *msg) parseFraming() error {
 		case 17:
 			if equalFoldLower(n, "transfer-encoding") {
 				v := m.value(i)
-				if !equalFoldLower(v, "chunked") || len(v) != 7 {
+				if !equalFoldLower(v, "chunked") {
 					return errUnsupportedTE
 				}
 				m.chunked = true
@@ -305,8 +308,10 @@ func hopByHop(n []byte) bool {
 		return equalFoldLower(n, "proxy-connection")
 	case 17:
 		return equalFoldLower(n, "transfer-encoding")
+	case 18:
+		return equalFoldLower(n, "proxy-authenticate")
 	case 19:
-		return equalFoldLower(n, "proxy-authorization") || equalFoldLower(n, "proxy-authenticate")
+		return equalFoldLower(n, "proxy-authorization")
 	}
 	return false
 }

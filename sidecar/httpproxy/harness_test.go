@@ -1,0 +1,139 @@
+package httpproxy_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.uber.org/goleak"
+
+	"github.com/weft-mesh/weft/sidecar/cluster"
+	"github.com/weft-mesh/weft/sidecar/dataplane"
+	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
+	"github.com/weft-mesh/weft/sidecar/httpproxy"
+	"github.com/weft-mesh/weft/sidecar/listener"
+	"github.com/weft-mesh/weft/sidecar/tcpproxy"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// sidecar is one running data plane: a listener, both proxies and an upstream pool.
+type sidecar struct {
+	Addr netip.AddrPort
+	snap atomic.Pointer[dataplane.Config]
+}
+
+type sidecarOpts struct {
+	name     string // listener name, default "outbound"
+	degraded httpproxy.DegradedFunc
+}
+
+// listen reserves a loopback port so configs can name it before the sidecar starts.
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+func addrOf(ln net.Listener) netip.AddrPort { return netip.MustParseAddrPort(ln.Addr().String()) }
+
+// startSidecar serves res on ln until the test ends.
+func startSidecar(t *testing.T, ln net.Listener, res dt.Resources, o sidecarOpts) *sidecar {
+	t.Helper()
+	if o.name == "" {
+		o.name = "outbound"
+	}
+	cfg, err := res.Compile(dataplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sidecar{Addr: addrOf(ln)}
+	s.snap.Store(cfg)
+	log := hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn, Output: testWriter{t}})
+	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 16, IdleTimeout: time.Minute, BufferSize: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp, err := httpproxy.New(httpproxy.Config{Logger: log, Pool: pool, Degraded: o.degraded})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := tcpproxy.New(tcpproxy.Config{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := listener.New(listener.Config{Name: o.name, Logger: log, Snapshot: &s.snap, HTTP: hp, TCP: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ctx, ln); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		hp.Close()
+		pool.Close()
+	})
+	return s
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
+
+// app is an HTTP/1.1 test application counting connections and requests.
+type app struct {
+	*httptest.Server
+	conns atomic.Int64
+	reqs  atomic.Int64
+}
+
+func startApp(t *testing.T, h http.HandlerFunc) *app {
+	t.Helper()
+	a := &app{}
+	a.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.reqs.Add(1)
+		h(w, r)
+	}))
+	a.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			a.conns.Add(1)
+		}
+	}
+	a.Start()
+	t.Cleanup(a.Close)
+	return a
+}
+
+func (a *app) ap() netip.AddrPort { return netip.MustParseAddrPort(a.Listener.Addr().String()) }
+
+// client is an HTTP/1.1 client that closes its idle connections at test end.
+func client(t *testing.T) *http.Client {
+	tr := &http.Transport{MaxIdleConnsPerHost: 8, DisableCompression: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+// h2cClient speaks prior-knowledge HTTP/2 over plaintext.
+func h2cClient(t *testing.T) *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &p}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
