@@ -1,0 +1,431 @@
+// Package runtime owns what a sidecar serves with: it activates a candidate xDS
+// state only when it is whole (matched by the manifest pilot signed for this
+// node), swaps the compiled *dataplane.Config in with one atomic store, persists
+// it as the signed last-known-good, reuses that snapshot on a start without
+// pilot, and turns the age of the state into per-class staleness verdicts the
+// request path reads with one atomic load.
+//
+// The xDS client calls Decode and Apply from its stream goroutine; the sidecar's
+// ticker calls Tick; the request path calls Load and Degraded. Everything the
+// admin endpoints show comes from Dump, an immutable value.
+package runtime
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/weft-mesh/weft/certs/manifest"
+	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
+	"github.com/weft-mesh/weft/sidecar/dataplane"
+	"github.com/weft-mesh/weft/sidecar/runtime/lkg"
+	"github.com/weft-mesh/weft/sidecar/runtime/staleness"
+	"github.com/weft-mesh/weft/sidecar/xdsclient"
+	"github.com/weft-mesh/weft/sidecar/xdsresource"
+)
+
+// Defaults.
+const (
+	DefaultPersistEvery = 30 * time.Second
+)
+
+// Sources of an active configuration.
+const (
+	SourceXDS = "xds"
+	SourceLKG = "last-known-good"
+)
+
+// ErrConfig wraps every configuration error from New.
+var ErrConfig = errors.New("runtime: invalid config")
+
+// Config of a Runtime; checked by New.
+type Config struct {
+	NodeID string
+	// PublisherKey verifies manifests; required unless InsecureSkipManifest.
+	PublisherKey ed25519.PublicKey
+	// InsecureSkipManifest activates every complete candidate without a signed
+	// manifest (interop with plain xDS servers). Nothing is persisted then: an
+	// unsigned snapshot could not be trusted again after a restart.
+	InsecureSkipManifest bool
+	// StateDir holds the last-known-good snapshot.
+	StateDir string
+	// Staleness is the per-class policy; nil means staleness.Defaults().
+	Staleness staleness.Set
+	Logger    hclog.Logger
+	// Metrics, if set, is updated on activations, refusals and ticks.
+	Metrics *Metrics
+	// PersistEvery bounds how often a newer lastConfirmed alone is written to disk
+	// (every activation is written at once). Default 30s.
+	PersistEvery time.Duration
+	// Compile builds a candidate; nil means dataplane.Compile.
+	Compile func(state map[string]map[string]any) (*dataplane.Config, error)
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Runtime holds the active configuration. Create with New.
+type Runtime struct {
+	cfg  Config
+	log  hclog.Logger
+	seed uint64
+
+	// Read by the request path and admin, written under mu.
+	active   atomic.Pointer[dataplane.Config]
+	dump     atomic.Pointer[Dump]
+	degraded atomic.Pointer[string] // reason when routing fails closed; nil otherwise
+
+	// mu serialises Apply, Tick and the last-known-good start; it guards the fields
+	// below, which only those hold.
+	mu            sync.Mutex
+	cur           *activeState // what is active; nil before the first activation
+	lastConfirmed time.Time    // latest confirmation of cur (stream, activation or file)
+	pending       string       // why the latest candidate is not active
+	notReady      string       // why nothing is active
+	lkgInfo       LKGInfo
+	lkgCand       *lkgCandidate // verified persisted snapshot, not yet activated
+	savedConfirm  time.Time     // lastConfirmed written with the last save
+	states        []staleness.State
+	counters      Counters
+}
+
+// activeState is the active configuration with what identifies it.
+type activeState struct {
+	cfg       *dataplane.Config
+	digest    string // over every (type, name, content hash) except the manifest
+	versions  map[string]string
+	resources []lkg.Resource
+	signed    *manifestpb.SignedManifest // nil in insecure mode
+	m         *manifest.Manifest
+	source    string
+	at        time.Time
+}
+
+type lkgCandidate struct {
+	state  *activeState
+	update *xdsclient.Update
+}
+
+// New checks cfg.
+func New(cfg Config) (*Runtime, error) {
+	switch {
+	case cfg.NodeID == "":
+		return nil, fmt.Errorf("%w: NodeID required", ErrConfig)
+	case cfg.Logger == nil:
+		return nil, fmt.Errorf("%w: Logger required", ErrConfig)
+	case cfg.StateDir == "":
+		return nil, fmt.Errorf("%w: StateDir required", ErrConfig)
+	case !cfg.InsecureSkipManifest && len(cfg.PublisherKey) != ed25519.PublicKeySize:
+		return nil, fmt.Errorf("%w: PublisherKey: %d bytes, want %d (or InsecureSkipManifest)", ErrConfig, len(cfg.PublisherKey), ed25519.PublicKeySize)
+	case cfg.PersistEvery < 0:
+		return nil, fmt.Errorf("%w: PersistEvery %s is negative", ErrConfig, cfg.PersistEvery)
+	}
+	if cfg.Staleness == nil {
+		cfg.Staleness = staleness.Defaults()
+	}
+	for _, c := range staleness.Classes() {
+		if _, ok := cfg.Staleness[c]; !ok {
+			return nil, fmt.Errorf("%w: Staleness: no policy for %s", ErrConfig, c)
+		}
+	}
+	if cfg.PersistEvery == 0 {
+		cfg.PersistEvery = DefaultPersistEvery
+	}
+	if cfg.Compile == nil {
+		cfg.Compile = dataplane.Compile
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	r := &Runtime{cfg: cfg, log: cfg.Logger, seed: staleness.Seed(cfg.NodeID),
+		notReady: "no configuration yet: waiting for pilot"}
+	r.lkgInfo.Path = lkgPath(cfg.StateDir)
+	r.publishLocked()
+	return r, nil
+}
+
+// Load returns the active configuration, nil before the first activation. The
+// request path calls it once per request or connection.
+func (r *Runtime) Load() *dataplane.Config { return r.active.Load() }
+
+// Degraded reports whether routing must fail closed and why (one atomic load); it
+// is the request path's httpproxy.DegradedFunc.
+func (r *Runtime) Degraded() (string, bool) {
+	if p := r.degraded.Load(); p != nil {
+		return *p, true
+	}
+	return "", false
+}
+
+// Types lists the xDS types the sidecar subscribes to, in push order: the manifest
+// last, unless manifests are skipped.
+func (r *Runtime) Types() []string {
+	ts := []string{xdsclient.TypeCluster, xdsclient.TypeEndpoint, xdsclient.TypeListener, xdsclient.TypeRoute}
+	if !r.cfg.InsecureSkipManifest {
+		ts = append(ts, manifest.TypeURL)
+	}
+	return ts
+}
+
+// Manifest is a decoded and verified manifest resource as the xDS client holds it.
+type Manifest struct {
+	Signed   *manifestpb.SignedManifest
+	Verified *manifest.Manifest // nil in insecure mode
+}
+
+// Decode is the xDS client's DecodeFunc: Envoy types through xdsresource, the
+// manifest verified against the publisher key, node and validity (a failure is a
+// NACK naming the check).
+func (r *Runtime) Decode(typeURL string, a *anypb.Any) (string, any, error) {
+	if typeURL != manifest.TypeURL {
+		return xdsresource.Decode(typeURL, a)
+	}
+	if n := len(a.GetValue()); n > manifest.MaxBytes {
+		return manifest.Name, nil, fmt.Errorf("manifest: %w: %d bytes exceeds %d", manifest.ErrMalformed, n, manifest.MaxBytes)
+	}
+	var sm manifestpb.SignedManifest
+	if err := proto.Unmarshal(a.GetValue(), &sm); err != nil {
+		return manifest.Name, nil, fmt.Errorf("manifest: %w: %v", manifest.ErrMalformed, err)
+	}
+	if r.cfg.InsecureSkipManifest {
+		return manifest.Name, &Manifest{Signed: &sm}, nil
+	}
+	m, err := manifest.Verify(r.cfg.PublisherKey, &sm, r.cfg.NodeID, r.cfg.Now())
+	if err != nil {
+		return manifest.Name, nil, fmt.Errorf("manifest refused (%s): %w", Check(err), err)
+	}
+	return manifest.Name, &Manifest{Signed: &sm, Verified: m}, nil
+}
+
+// Apply is the xDS client's ApplyFunc. A candidate that the signed manifest does
+// not (yet) cover is accepted but not activated: it is an intermediate step of a
+// push and the manifest, sent last, completes it. A covered candidate is compiled
+// and swapped in; a compile failure is a NACK and the old configuration keeps
+// serving. The already active content is a no-op.
+func (r *Runtime) Apply(_ context.Context, u *xdsclient.Update) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.cfg.Now()
+	digest, hashes, raw := content(u)
+	var mv *Manifest
+	if !r.cfg.InsecureSkipManifest {
+		res, ok := u.Resources[manifest.TypeURL][manifest.Name]
+		if !ok {
+			r.setPendingLocked("waiting for the signed manifest")
+			return nil
+		}
+		mv, _ = res.Value.(*Manifest)
+		if mv == nil || mv.Verified == nil {
+			return fmt.Errorf("manifest: %w: value is %T", manifest.ErrMalformed, res.Value)
+		}
+		if !now.Before(mv.Verified.ValidUntil) {
+			// Verified when it arrived, expired since: pilot should have re-signed.
+			r.setPendingLocked(fmt.Sprintf("manifest revision %d expired at %s; waiting for a new one", mv.Verified.Revision, mv.Verified.ValidUntil.UTC().Format(time.RFC3339)))
+			return nil
+		}
+		if err := mv.Verified.Match(hashes, manifest.TypeURL); err != nil {
+			r.setPendingLocked(fmt.Sprintf("candidate not yet covered by manifest revision %d: %v", mv.Verified.Revision, err))
+			return nil
+		}
+	} else if missing := missingNames(u); missing != "" {
+		r.setPendingLocked("warming: waiting for " + missing)
+		return nil
+	}
+	if cur := r.cur; cur != nil && cur.digest == digest {
+		if mv == nil || proto.Equal(cur.signed, mv.Signed) {
+			r.counters.NoOps++
+			r.lastConfirmed = now
+			r.pending = ""
+			r.publishLocked()
+			return nil
+		}
+		// Same resources, re-signed manifest (new validity): keep the compiled config,
+		// record and persist the new manifest.
+		next := *cur
+		next.signed, next.m, next.versions = mv.Signed, mv.Verified, copyVersions(u.Versions)
+		r.cur, r.lastConfirmed, r.pending = &next, now, ""
+		r.counters.NoOps++
+		r.persistLocked(now)
+		r.publishLocked()
+		return nil
+	}
+	state := make(map[string]map[string]any, len(u.Resources))
+	for typ, byName := range u.Resources {
+		if typ == manifest.TypeURL {
+			continue
+		}
+		m := make(map[string]any, len(byName))
+		for n, res := range byName {
+			m[n] = res.Value
+		}
+		state[typ] = m
+	}
+	cfg, err := r.cfg.Compile(state)
+	if err != nil {
+		r.counters.Rejected++
+		if r.cfg.Metrics != nil {
+			r.cfg.Metrics.rejected.Inc()
+		}
+		r.log.Warn("candidate refused, previous configuration keeps serving", "error", err)
+		r.publishLocked()
+		return fmt.Errorf("activation: %w", err)
+	}
+	st := &activeState{cfg: cfg, digest: digest, versions: copyVersions(u.Versions), resources: raw, source: SourceXDS, at: now}
+	if mv != nil {
+		st.signed, st.m = mv.Signed, mv.Verified
+	}
+	r.activateLocked(st, now)
+	r.persistLocked(now)
+	r.publishLocked()
+	return nil
+}
+
+// activateLocked swaps st in. The old *dataplane.Config is retired by the garbage
+// collector once the last request or connection that loaded it finishes: nothing
+// in it needs closing (upstream pools outlive configs).
+func (r *Runtime) activateLocked(st *activeState, confirmed time.Time) {
+	r.active.Store(st.cfg)
+	r.cur = st
+	r.lkgCand = nil
+	if confirmed.After(r.lastConfirmed) {
+		r.lastConfirmed = confirmed
+	}
+	r.pending, r.notReady = "", ""
+	r.counters.Activations++
+	if r.cfg.Metrics != nil {
+		r.cfg.Metrics.activations.WithLabelValues(st.source).Inc()
+	}
+	rev := int64(0)
+	if st.m != nil {
+		rev = st.m.Revision
+	}
+	r.log.Info("configuration activated", "source", st.source, "revision", rev, "resources", len(st.resources))
+	r.evaluateLocked(r.cfg.Now())
+}
+
+func (r *Runtime) setPendingLocked(why string) {
+	if r.pending != why {
+		r.log.Debug("candidate accepted, not activated", "reason", why)
+	}
+	r.pending = why
+	r.publishLocked()
+}
+
+// persistLocked writes the active state as last-known-good; a failure is logged
+// and shown, not fatal (the configuration is active either way).
+func (r *Runtime) persistLocked(now time.Time) {
+	if r.cur == nil || r.cur.signed == nil {
+		return
+	}
+	s := &lkg.Snapshot{NodeID: r.cfg.NodeID, Resources: r.cur.resources, Manifest: r.cur.signed, LastConfirmed: r.lastConfirmed}
+	if err := lkg.Save(r.cfg.StateDir, s); err != nil {
+		r.lkgInfo.LastError = err.Error()
+		r.log.Error("persist last-known-good", "error", err)
+		return
+	}
+	r.lkgInfo.SavedAt, r.lkgInfo.LastError = now, ""
+	r.savedConfirm = r.lastConfirmed
+}
+
+// content returns the candidate's digest (every non-manifest resource's type, name
+// and content hash), the hashes by type and name, and the raw resources to persist.
+func content(u *xdsclient.Update) (string, map[string]map[string][32]byte, []lkg.Resource) {
+	hashes := make(map[string]map[string][32]byte, len(u.Resources))
+	var raw []lkg.Resource
+	for typ, byName := range u.Resources {
+		if typ == manifest.TypeURL {
+			continue
+		}
+		m := make(map[string][32]byte, len(byName))
+		for n, res := range byName {
+			v := res.Raw.GetValue()
+			m[n] = manifest.Hash(v)
+			raw = append(raw, lkg.Resource{TypeURL: typ, Name: n, Version: res.Version, Value: v})
+		}
+		hashes[typ] = m
+	}
+	for _, res := range u.Resources[manifest.TypeURL] {
+		raw = append(raw, lkg.Resource{TypeURL: manifest.TypeURL, Name: res.Name, Version: res.Version, Value: res.Raw.GetValue()})
+	}
+	sort.Slice(raw, func(i, j int) bool {
+		if raw[i].TypeURL != raw[j].TypeURL {
+			return raw[i].TypeURL < raw[j].TypeURL
+		}
+		return raw[i].Name < raw[j].Name
+	})
+	h := sha256.New()
+	for _, res := range raw {
+		if res.TypeURL == manifest.TypeURL {
+			continue
+		}
+		sum := hashes[res.TypeURL][res.Name]
+		h.Write([]byte(res.TypeURL))
+		h.Write([]byte{0})
+		h.Write([]byte(res.Name))
+		h.Write([]byte{0})
+		h.Write(sum[:])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12]), hashes, raw
+}
+
+func missingNames(u *xdsclient.Update) string {
+	var out []string
+	for typ, names := range u.Missing {
+		for _, n := range names {
+			out = append(out, xdsclient.ShortName(typ)+" "+n)
+		}
+	}
+	slices.Sort(out)
+	if len(out) > 5 {
+		out = append(out[:5], fmt.Sprintf("and %d more", len(out)-5))
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return fmt.Sprint(out)
+}
+
+func copyVersions(v map[string]string) map[string]string {
+	out := make(map[string]string, len(v))
+	for k, s := range v {
+		out[k] = s
+	}
+	return out
+}
+
+// Check names the check a manifest or last-known-good error failed, for the one
+// log line and the readiness body.
+func Check(err error) string {
+	switch {
+	case errors.Is(err, lkg.ErrNoSnapshot):
+		return "no snapshot"
+	case errors.Is(err, manifest.ErrKey):
+		return "publisher key"
+	case errors.Is(err, manifest.ErrSignature):
+		return "signature"
+	case errors.Is(err, manifest.ErrNode):
+		return "node"
+	case errors.Is(err, manifest.ErrExpired), errors.Is(err, manifest.ErrNotYet):
+		return "validity"
+	case errors.Is(err, manifest.ErrMismatch):
+		return "resource hashes"
+	case errors.Is(err, manifest.ErrMalformed):
+		return "format"
+	case errors.Is(err, errStale):
+		return "staleness"
+	case errors.Is(err, xdsresource.ErrInvalid), errors.Is(err, dataplane.ErrInvalid):
+		return "content"
+	}
+	return "read"
+}

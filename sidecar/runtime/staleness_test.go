@@ -1,0 +1,129 @@
+package runtime
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-mesh/weft/sidecar/runtime/staleness"
+)
+
+func TestStalenessFailsClosedAndRecovers(t *testing.T) {
+	e := newEnv(t)
+	r := e.runtime(func(c *Config) {
+		c.Staleness = overrides(t, "routes=1s/3s/failClosed", "endpoints=1s/2s/serveStale")
+	})
+	if _, bad := r.Degraded(); bad {
+		t.Fatal("degraded before anything is active")
+	}
+	res := mesh("127.0.0.1:9001")
+	if err := r.Apply(context.Background(), e.update(r, res, "v1", e.sign(res, signOpts{}))); err != nil {
+		t.Fatal(err)
+	}
+	level := func(st []staleness.State, c staleness.Class) staleness.Level {
+		for _, s := range st {
+			if s.Class == c {
+				return s.Level
+			}
+		}
+		t.Fatalf("no state for %s", c)
+		return 0
+	}
+	tests := []struct {
+		name      string
+		now       time.Time
+		confirmed time.Time // xDS client's LastConfirmed
+		routes    staleness.Level
+		endpoints staleness.Level
+		degraded  string
+	}{
+		{"fresh", t0.Add(500 * time.Millisecond), time.Time{}, staleness.Fresh, staleness.Fresh, ""},
+		{"warn", t0.Add(2 * time.Second), time.Time{}, staleness.Warn, staleness.Expired, ""}, // endpoints serve stale
+		{"expired", t0.Add(4 * time.Second), time.Time{}, staleness.Expired, staleness.Expired, "routes expired (age 4s > expireAfter 3s)"},
+		{"still expired", t0.Add(5 * time.Second), time.Time{}, staleness.Expired, staleness.Expired, "routes expired (age 5s > expireAfter 3s)"},
+		{"stream confirms again", t0.Add(6 * time.Second), t0.Add(6 * time.Second), staleness.Fresh, staleness.Fresh, ""},
+	}
+	for _, tc := range tests {
+		st := r.Tick(tc.now, tc.confirmed)
+		if got := level(st, staleness.Routes); got != tc.routes {
+			t.Errorf("%s: routes %s, want %s", tc.name, got, tc.routes)
+		}
+		if got := level(st, staleness.Endpoints); got != tc.endpoints {
+			t.Errorf("%s: endpoints %s, want %s", tc.name, got, tc.endpoints)
+		}
+		reason, bad := r.Degraded()
+		if reason != tc.degraded || bad != (tc.degraded != "") {
+			t.Errorf("%s: Degraded = %q %v, want %q", tc.name, reason, bad, tc.degraded)
+		}
+		ok, body := r.Ready()
+		if wantReady := tc.degraded == ""; ok != wantReady {
+			t.Errorf("%s: Ready = %v %q", tc.name, ok, body)
+		}
+		if !ok && body != "routing fails closed: "+tc.degraded {
+			t.Errorf("%s: readiness body %q", tc.name, body)
+		}
+		d := r.Dump()
+		if len(d.Staleness) != len(staleness.Classes()) {
+			t.Errorf("%s: dump has %d classes", tc.name, len(d.Staleness))
+		}
+	}
+	// Readiness lists the classes that are not fresh.
+	r.Tick(t0.Add(8*time.Second), time.Time{})
+	if ok, body := r.Ready(); !ok || !strings.HasPrefix(body, "ready\nroutes: age 2s reached warnAfter 1s") {
+		t.Fatalf("Ready = %v %q", ok, body)
+	}
+}
+
+func TestConfirmationIgnoredWhilePending(t *testing.T) {
+	e := newEnv(t)
+	r := e.runtime(func(c *Config) { c.Staleness = overrides(t, "routes=1s/3s") })
+	ctx := context.Background()
+	res := mesh("127.0.0.1:9001")
+	if err := r.Apply(ctx, e.update(r, res, "v1", e.sign(res, signOpts{}))); err != nil {
+		t.Fatal(err)
+	}
+	// A newer push arrives but its manifest never does: the stream's confirmations
+	// are of a state that is not the one serving.
+	next := mesh("127.0.0.1:9002")
+	if err := r.Apply(ctx, e.update(r, next, "v2", e.sign(res, signOpts{}))); err != nil {
+		t.Fatal(err)
+	}
+	r.Tick(t0.Add(4*time.Second), t0.Add(4*time.Second))
+	if _, bad := r.Degraded(); !bad {
+		t.Fatal("pending candidate's confirmation kept the active config fresh")
+	}
+}
+
+func TestParseOverrides(t *testing.T) {
+	tests := []struct {
+		in   []string
+		want string // error; "" for success
+	}{
+		{[]string{"routes=1s/3s"}, ""},
+		{[]string{"routes=0/3s/failClosed", "endpoints=1m/0/serveStale"}, ""},
+		{[]string{"routes"}, `staleness[0]: "routes": want CLASS=WARN/EXPIRE[/ONEXPIRE]`},
+		{[]string{"routes=1s"}, `staleness[0]: "routes=1s": want CLASS=WARN/EXPIRE[/ONEXPIRE]`},
+		{[]string{"routes=1s/2s/x/y"}, `staleness[0]: "routes=1s/2s/x/y": want CLASS=WARN/EXPIRE[/ONEXPIRE]`},
+		{make([]string, MaxOverrides+1), "staleness: 17 overrides, limit 16"},
+	}
+	for _, tc := range tests {
+		s, err := ParseOverrides(tc.in)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v", tc.in, err)
+		case tc.want != "" && (err == nil || err.Error() != tc.want):
+			t.Errorf("%v: err %v, want %q", tc.in, err, tc.want)
+		case tc.want == "" && s[staleness.Routes].Jitter != 0:
+			t.Errorf("%v: override kept jitter %d", tc.in, s[staleness.Routes].Jitter)
+		}
+	}
+	// Bad values are reported by the staleness rule parser.
+	if _, err := ParseOverrides([]string{"routes=1s/2s/explode"}); err == nil || !strings.HasPrefix(err.Error(), "staleness: ") {
+		t.Errorf("bad onExpire: %v", err)
+	}
+	s, err := ParseOverrides([]string{"routes=1s/3s/failClosed"})
+	if err != nil || s[staleness.Routes].ExpireAfter != 3*time.Second || s[staleness.Routes].OnExpire != staleness.FailClosed {
+		t.Errorf("routes policy = %+v, %v", s[staleness.Routes], err)
+	}
+}

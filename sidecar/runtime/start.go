@@ -1,0 +1,155 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/weft-mesh/weft/certs/manifest"
+	"github.com/weft-mesh/weft/sidecar/runtime/lkg"
+	"github.com/weft-mesh/weft/sidecar/runtime/staleness"
+	"github.com/weft-mesh/weft/sidecar/xdsclient"
+)
+
+// errStale refuses a persisted snapshot whose routing state has expired.
+var errStale = errors.New("routing state expired")
+
+func lkgPath(dir string) string { return filepath.Join(dir, lkg.FileName) }
+
+// LoadLastKnownGood reads the persisted snapshot and checks it completely: the
+// signature against the publisher key, the node binding, the manifest's validity
+// and every resource hash (lkg.Load), then that every resource decodes, the whole
+// compiles, and no routing class has expired with its age counted from the file's
+// lastConfirmed (not from this start). On success the snapshot is held ready for
+// ActivateLastKnownGood and returned as the state to seed the xDS client with
+// (xdsclient.Config.Initial). A refusal is logged once, naming the failed check,
+// and becomes the readiness reason.
+func (r *Runtime) LoadLastKnownGood() (*xdsclient.Update, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	u, st, err := r.loadLKG(r.cfg.Now())
+	if err != nil {
+		check := Check(err)
+		r.lkgInfo.Loaded = "refused (" + check + "): " + err.Error()
+		if errors.Is(err, lkg.ErrNoSnapshot) {
+			r.lkgInfo.Loaded = "none"
+			r.log.Info("no last-known-good snapshot; waiting for pilot", "path", r.lkgInfo.Path)
+		} else {
+			r.notReady = fmt.Sprintf("last-known-good refused (%s check failed): %v; waiting for pilot", check, err)
+			r.log.Error("last-known-good refused", "check", check, "path", r.lkgInfo.Path, "error", err)
+		}
+		r.publishLocked()
+		return nil, err
+	}
+	r.lkgInfo.Loaded = "verified"
+	r.lkgCand = &lkgCandidate{state: st, update: u}
+	r.notReady = "last-known-good verified, not yet active: waiting briefly for pilot"
+	r.publishLocked()
+	return u, nil
+}
+
+func (r *Runtime) loadLKG(now time.Time) (*xdsclient.Update, *activeState, error) {
+	if r.cfg.InsecureSkipManifest {
+		return nil, nil, fmt.Errorf("%w: manifests are skipped (--insecure-skip-manifest), nothing is persisted", lkg.ErrNoSnapshot)
+	}
+	snap, m, err := lkg.Load(r.cfg.StateDir, r.cfg.PublisherKey, r.cfg.NodeID, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, s := range r.cfg.Staleness.EvaluateAll(snap.LastConfirmed, nil, now, r.seed) {
+		if routing(s.Class) && s.Level == staleness.Expired && s.Action != staleness.ServeStale {
+			return nil, nil, fmt.Errorf("%w: %s (last confirmed %s)", errStale, s.Reason, snap.LastConfirmed.UTC().Format(time.RFC3339))
+		}
+	}
+	u := &xdsclient.Update{Resources: map[string]map[string]xdsclient.Resource{}, Versions: map[string]string{}}
+	versions := map[string]map[string]bool{}
+	for _, res := range snap.Resources {
+		name, v, err := r.Decode(res.TypeURL, res.Any())
+		if err != nil {
+			return nil, nil, fmt.Errorf("last-known-good: %s %q: %w", res.TypeURL, res.Name, err)
+		}
+		if name != res.Name {
+			return nil, nil, fmt.Errorf("last-known-good: %w: %s %q decodes as %q", manifest.ErrMismatch, res.TypeURL, res.Name, name)
+		}
+		if u.Resources[res.TypeURL] == nil {
+			u.Resources[res.TypeURL] = map[string]xdsclient.Resource{}
+			versions[res.TypeURL] = map[string]bool{}
+		}
+		u.Resources[res.TypeURL][name] = xdsclient.Resource{Name: name, Version: res.Version, Value: v, Raw: res.Any()}
+		versions[res.TypeURL][res.Version] = true
+	}
+	// A SotW type's resources share the response's version_info; announce it only
+	// then (delta uses the per-resource versions).
+	for typ, vs := range versions {
+		if len(vs) == 1 {
+			for v := range vs {
+				u.Versions[typ] = v
+			}
+		}
+	}
+	// The manifest in the file must be the one that was active with the resources.
+	mres, ok := u.Resources[manifest.TypeURL][manifest.Name]
+	if !ok {
+		return nil, nil, fmt.Errorf("last-known-good: %w: manifest resource missing", manifest.ErrMismatch)
+	}
+	if mv, _ := mres.Value.(*Manifest); mv == nil || mv.Verified == nil || mv.Verified.Revision != m.Revision || !mv.Verified.IssuedAt.Equal(m.IssuedAt) {
+		return nil, nil, fmt.Errorf("last-known-good: %w: manifest resource differs from the file's manifest", manifest.ErrMismatch)
+	}
+	digest, _, raw := content(u)
+	state := make(map[string]map[string]any, len(u.Resources))
+	for typ, byName := range u.Resources {
+		if typ == manifest.TypeURL {
+			continue
+		}
+		state[typ] = make(map[string]any, len(byName))
+		for n, res := range byName {
+			state[typ][n] = res.Value
+		}
+	}
+	cfg, err := r.cfg.Compile(state)
+	if err != nil {
+		return nil, nil, fmt.Errorf("last-known-good: %w", err)
+	}
+	st := &activeState{cfg: cfg, digest: digest, versions: u.Versions, resources: raw, signed: snap.Manifest, m: m, source: SourceLKG}
+	// lastConfirmed travels in at (overwritten with the activation time later).
+	st.at = snap.LastConfirmed
+	return u, st, nil
+}
+
+// ActivateLastKnownGood activates the snapshot LoadLastKnownGood verified, unless
+// pilot already delivered a configuration. It reports whether it activated.
+// The snapshot's staleness is judged again at activation: it may have expired
+// while the sidecar waited for pilot.
+func (r *Runtime) ActivateLastKnownGood() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.lkgCand
+	if c == nil || r.cur != nil {
+		return false
+	}
+	now := r.cfg.Now()
+	confirmed := c.state.at
+	for _, s := range r.cfg.Staleness.EvaluateAll(confirmed, nil, now, r.seed) {
+		if routing(s.Class) && s.Level == staleness.Expired && s.Action != staleness.ServeStale {
+			err := fmt.Errorf("%w: %s", errStale, s.Reason)
+			r.lkgCand = nil
+			r.lkgInfo.Loaded = "refused (staleness): " + err.Error()
+			r.notReady = "last-known-good refused (staleness check failed): " + err.Error() + "; waiting for pilot"
+			r.log.Error("last-known-good refused", "check", "staleness", "path", r.lkgInfo.Path, "error", err)
+			r.publishLocked()
+			return false
+		}
+	}
+	st := *c.state
+	st.at = now
+	r.savedConfirm = confirmed
+	r.activateLocked(&st, confirmed)
+	r.publishLocked()
+	return true
+}
+
+// routing reports whether c is a class whose expiry fails requests closed.
+func routing(c staleness.Class) bool {
+	return c == staleness.Listeners || c == staleness.Routes || c == staleness.Clusters
+}

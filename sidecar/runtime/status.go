@@ -1,0 +1,232 @@
+package runtime
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weft-mesh/weft/sidecar/runtime/staleness"
+)
+
+// Dump is an immutable picture of the runtime for /config_dump and readiness.
+type Dump struct {
+	NodeID string `json:"nodeId"`
+	Ready  bool   `json:"ready"`
+	// Reason says why the sidecar is not ready; empty when ready.
+	Reason string      `json:"reason,omitempty"`
+	Active *ActiveInfo `json:"active,omitempty"`
+	// Pending says why the latest accepted candidate is not active (an intermediate
+	// push step waiting for its manifest); empty when the active state is current.
+	Pending       string       `json:"pending,omitempty"`
+	LastConfirmed time.Time    `json:"lastConfirmed,omitzero"`
+	Staleness     []ClassState `json:"staleness"`
+	LastKnownGood LKGInfo      `json:"lastKnownGood"`
+	Counters      Counters     `json:"counters"`
+}
+
+// ActiveInfo describes the active configuration.
+type ActiveInfo struct {
+	Source      string            `json:"source"` // SourceXDS or SourceLKG
+	ActivatedAt time.Time         `json:"activatedAt"`
+	Digest      string            `json:"digest"` // over every resource's type, name and content hash
+	Revision    int64             `json:"revision"`
+	Versions    map[string]string `json:"versions"`  // type URL -> version of the accepted response
+	Resources   map[string]int    `json:"resources"` // type URL -> count
+	Manifest    *ManifestInfo     `json:"manifest,omitempty"`
+}
+
+// ManifestInfo describes the signed manifest covering the active configuration.
+type ManifestInfo struct {
+	Revision   int64     `json:"revision"`
+	IssuedAt   time.Time `json:"issuedAt"`
+	ValidUntil time.Time `json:"validUntil"`
+	KeyID      string    `json:"keyId"`
+	Resources  int       `json:"resources"`
+}
+
+// LKGInfo describes the persisted last-known-good snapshot.
+type LKGInfo struct {
+	Path      string    `json:"path"`
+	SavedAt   time.Time `json:"savedAt,omitzero"`
+	LastError string    `json:"lastError,omitempty"`
+	// Loaded is the verdict on the file found at start: "verified", "none" or
+	// "refused (<check>): <error>".
+	Loaded string `json:"loaded,omitempty"`
+}
+
+// ClassState is one class's staleness verdict.
+type ClassState struct {
+	Class      string    `json:"class"`
+	Level      string    `json:"level"`
+	Age        string    `json:"age"`
+	AgeSeconds float64   `json:"ageSeconds"`
+	ExpiresAt  time.Time `json:"expiresAt,omitzero"`
+	Action     string    `json:"action,omitempty"`
+	Reason     string    `json:"reason"`
+}
+
+// Counters count activation outcomes since start.
+type Counters struct {
+	Activations uint64 `json:"activations"`
+	Rejected    uint64 `json:"rejected"` // candidates that failed to compile (NACKed)
+	NoOps       uint64 `json:"noOps"`    // candidates equal to the active configuration
+}
+
+// Dump returns the latest picture (never nil).
+func (r *Runtime) Dump() *Dump { return r.dump.Load() }
+
+// Ready reports readiness and its reason: not ready until a configuration is
+// active, and not ready while routing fails closed on expiry.
+func (r *Runtime) Ready() (bool, string) {
+	d := r.dump.Load()
+	if !d.Ready {
+		return false, d.Reason
+	}
+	var b strings.Builder
+	b.WriteString("ready")
+	for _, s := range d.Staleness {
+		if s.Level != staleness.Fresh.String() {
+			b.WriteString("\n" + s.Reason)
+		}
+	}
+	return true, b.String()
+}
+
+// Tick re-judges staleness at now. confirmed is the xDS client's LastConfirmed:
+// it counts only while the active configuration is the client's current state
+// (nothing pending), since a confirmation of a state not yet active says nothing
+// about the one serving. Tests drive now directly.
+func (r *Runtime) Tick(now, confirmed time.Time) []staleness.State {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur != nil && r.pending == "" && confirmed.After(r.lastConfirmed) {
+		r.lastConfirmed = confirmed
+	}
+	r.evaluateLocked(now)
+	if r.cur != nil && r.lastConfirmed.Sub(r.savedConfirm) >= r.cfg.PersistEvery {
+		r.persistLocked(now)
+	}
+	r.publishLocked()
+	return r.states
+}
+
+// evaluateLocked judges every class and publishes the routing verdict for the
+// request path.
+func (r *Runtime) evaluateLocked(now time.Time) {
+	if r.cur == nil {
+		r.states = nil
+		r.degraded.Store(nil)
+		return
+	}
+	r.states = r.cfg.Staleness.EvaluateAll(r.lastConfirmed, nil, now, r.seed)
+	var reason *string
+	for _, s := range r.states {
+		if routing(s.Class) && s.Level == staleness.Expired && s.Action != staleness.ServeStale {
+			why := DegradedReason(s, r.cfg.Staleness[s.Class].EffectiveExpireAfter(r.seed))
+			reason = &why
+			break
+		}
+	}
+	if old := r.degraded.Load(); (old == nil) != (reason == nil) {
+		if reason != nil {
+			r.log.Warn("routing fails closed", "reason", *reason)
+		} else {
+			r.log.Info("routing restored")
+		}
+	}
+	r.degraded.Store(reason)
+	if m := r.cfg.Metrics; m != nil {
+		for _, s := range r.states {
+			m.age.WithLabelValues(string(s.Class)).Set(s.Age.Seconds())
+			m.level.WithLabelValues(string(s.Class)).Set(float64(s.Level))
+		}
+	}
+}
+
+// DegradedReason is the x-weft-degraded header value for an expired class:
+// "routes expired (age 2.1s > expireAfter 2s)".
+func DegradedReason(s staleness.State, expireAfter time.Duration) string {
+	if expireAfter > 0 && s.Age >= expireAfter {
+		return fmt.Sprintf("%s expired (age %v > expireAfter %v)", s.Class, s.Age.Round(time.Millisecond), expireAfter)
+	}
+	return fmt.Sprintf("%s expired (%s)", s.Class, s.Reason)
+}
+
+// publishLocked stores a new Dump.
+func (r *Runtime) publishLocked() {
+	d := &Dump{
+		NodeID:        r.cfg.NodeID,
+		Pending:       r.pending,
+		LastConfirmed: r.lastConfirmed,
+		LastKnownGood: r.lkgInfo,
+		Counters:      r.counters,
+		Staleness:     []ClassState{},
+	}
+	for _, s := range r.states {
+		d.Staleness = append(d.Staleness, ClassState{Class: string(s.Class), Level: s.Level.String(), Age: s.Age.Round(time.Millisecond).String(),
+			AgeSeconds: s.Age.Seconds(), ExpiresAt: s.ExpiresAt, Action: string(s.Action), Reason: s.Reason})
+	}
+	if c := r.cur; c != nil {
+		a := &ActiveInfo{Source: c.source, ActivatedAt: c.at, Digest: c.digest, Versions: c.versions, Resources: map[string]int{}}
+		for _, res := range c.resources {
+			a.Resources[res.TypeURL]++
+		}
+		if c.m != nil {
+			a.Revision = c.m.Revision
+			a.Manifest = &ManifestInfo{Revision: c.m.Revision, IssuedAt: c.m.IssuedAt, ValidUntil: c.m.ValidUntil,
+				KeyID: c.signed.GetKeyId(), Resources: len(c.m.Resources)}
+		}
+		d.Active = a
+	}
+	switch {
+	case r.cur == nil:
+		d.Reason = r.notReady
+	case r.degraded.Load() != nil:
+		d.Reason = "routing fails closed: " + *r.degraded.Load()
+	default:
+		d.Ready = true
+	}
+	if m := r.cfg.Metrics; m != nil {
+		if d.Ready {
+			m.ready.Set(1)
+		} else {
+			m.ready.Set(0)
+		}
+		if d.Active != nil && d.Active.Manifest != nil {
+			m.validUntil.Set(float64(d.Active.Manifest.ValidUntil.Unix()))
+		}
+	}
+	r.dump.Store(d)
+}
+
+// Metrics are the runtime's Prometheus series.
+type Metrics struct {
+	activations *prometheus.CounterVec
+	rejected    prometheus.Counter
+	age         *prometheus.GaugeVec
+	level       *prometheus.GaugeVec
+	ready       prometheus.Gauge
+	validUntil  prometheus.Gauge
+}
+
+// NewMetrics registers the runtime's series on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		activations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "weft_sidecar_activations_total", Help: "Configurations activated, by source (xds, last-known-good)."}, []string{"source"}),
+		rejected:    prometheus.NewCounter(prometheus.CounterOpts{Name: "weft_sidecar_activation_rejected_total", Help: "Candidates that failed to compile and were NACKed."}),
+		age:         prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "weft_sidecar_staleness_age_seconds", Help: "Age of each class of state since pilot last confirmed it."}, []string{"class"}),
+		level:       prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "weft_sidecar_staleness_level", Help: "Staleness level per class: 0 fresh, 1 warn, 2 restricted, 3 expired."}, []string{"class"}),
+		ready:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "weft_sidecar_ready", Help: "1 when a valid configuration is active and routing is not failed closed."}),
+		validUntil:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "weft_sidecar_manifest_valid_until_seconds", Help: "Unix time the active manifest's validity ends."}),
+	}
+	for _, c := range []prometheus.Collector{m.activations, m.rejected, m.age, m.level, m.ready, m.validUntil} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register runtime metrics: %w", err)
+		}
+	}
+	m.activations.WithLabelValues(SourceXDS)
+	m.activations.WithLabelValues(SourceLKG)
+	return m, nil
+}
