@@ -513,3 +513,27 @@ func TestLastConfirmedClock(t *testing.T) {
 		}
 	}
 }
+
+// TestNoncesPerType: nonces are per type on a shared ADS stream. A response whose
+// nonce sorts before another type's is not stale; each ACK and subscription update
+// carries its own type's latest nonce.
+func TestNoncesPerType(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEngine(t, SotW, &applier{}, nil)
+	e.initialSotW()
+	reqs := e.handleSotW(ctx, sotwResp(t, TypeListener, "v1", "9", listener("l1", "r1")))
+	if got := sotwSummary(reqs); !cmp.Equal(got, []string{"Listener nonce=9 v=v1 []", "RouteConfiguration nonce= v= [r1]"}) {
+		t.Fatalf("after LDS: %v", got)
+	}
+	reqs = e.handleSotW(ctx, sotwResp(t, TypeCluster, "v1", "3", cluster("c1")))
+	if got := sotwSummary(reqs); !cmp.Equal(got, []string{"Cluster nonce=3 v=v1 []", "ClusterLoadAssignment nonce= v= [c1]"}) {
+		t.Fatalf("after CDS with a lower nonce: %v", got)
+	}
+	reqs = e.handleSotW(ctx, sotwResp(t, TypeRoute, "v1", "1", route("r1")))
+	if got := sotwSummary(reqs); !cmp.Equal(got, []string{"RouteConfiguration nonce=1 v=v1 [r1]"}) {
+		t.Fatalf("after RDS: %v", got)
+	}
+	if a := e.types[TypeListener].acks + e.types[TypeCluster].acks + e.types[TypeRoute].acks; a != 3 {
+		t.Fatalf("%d ACKs, want 3", a)
+	}
+}

@@ -10,8 +10,8 @@ import (
 
 // Limits on rules from pilot.
 const (
-	MaxJitter   = 50                   // percent: more would make expiry meaningless
-	MaxDuration = 365 * 24 * time.Hour // any threshold
+	MaxJitter   = 100                       // percent, as pilot validates it
+	MaxDuration = 10 * 365 * 24 * time.Hour // any threshold; keeps time arithmetic sane
 	MaxRuleSize = 64 << 10             // bytes of one encoded rule set
 )
 
@@ -67,7 +67,7 @@ type Rule struct {
 	RestrictAfter string `json:"restrictAfter,omitempty"`
 	ExpireAfter   string `json:"expireAfter,omitempty"`
 	OnExpire      string `json:"onExpire,omitempty"`
-	Jitter        *int   `json:"jitter,omitempty"`
+	Jitter        *float64 `json:"jitter,omitempty"`
 }
 
 // Spec is StalenessPolicy.spec as far as the sidecar needs it.
@@ -152,19 +152,20 @@ func (r Rule) policy() (Policy, error) {
 	}
 	if r.Jitter != nil {
 		if *r.Jitter < 0 || *r.Jitter > MaxJitter {
-			return Policy{}, fmt.Errorf("jitter: %d out of range [0, %d]", *r.Jitter, MaxJitter)
+			return Policy{}, fmt.Errorf("jitter: %v out of range [0, %d]", *r.Jitter, MaxJitter)
 		}
 		p.Jitter = *r.Jitter
 	}
-	// Thresholds that are set must come in order.
+	// Thresholds that are set must not come before the one they escalate from
+	// (equal is allowed, as pilot's validation allows it).
 	order := []struct {
 		name string
 		d    time.Duration
 	}{{"warnAfter", p.WarnAfter}, {"restrictAfter", p.RestrictAfter}, {"expireAfter", p.ExpireAfter}}
 	for i := range order {
 		for j := i + 1; j < len(order); j++ {
-			if order[i].d > 0 && order[j].d > 0 && order[i].d >= order[j].d {
-				return Policy{}, fmt.Errorf("%s: %v must be less than %s %v", order[i].name, order[i].d, order[j].name, order[j].d)
+			if order[i].d > 0 && order[j].d > 0 && order[i].d > order[j].d {
+				return Policy{}, fmt.Errorf("%s: %v is after %s %v", order[i].name, order[i].d, order[j].name, order[j].d)
 			}
 		}
 	}
