@@ -331,8 +331,8 @@ func (m *msg) writeFields(w *bufio.Writer) {
 		w.WriteString("Transfer-Encoding: chunked\r\n")
 	case m.contentLength >= 0:
 		w.WriteString("Content-Length: ")
-		var b [20]byte
-		w.Write(appendInt(b[:0], m.contentLength))
+		// AvailableBuffer keeps the digits in w's buffer: no allocation.
+		w.Write(appendInt(w.AvailableBuffer(), m.contentLength))
 		w.WriteString("\r\n")
 	}
 }

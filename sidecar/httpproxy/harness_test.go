@@ -49,6 +49,15 @@ func addrOf(ln net.Listener) netip.AddrPort { return netip.MustParseAddrPort(ln.
 // startSidecar serves res on ln until the test ends.
 func startSidecar(t *testing.T, ln net.Listener, res dt.Resources, o sidecarOpts) *sidecar {
 	t.Helper()
+	return startSidecarTB(t, ln, res, o)
+}
+
+func startSidecarB(b *testing.B, ln net.Listener, res dt.Resources) *sidecar {
+	return startSidecarTB(b, ln, res, sidecarOpts{})
+}
+
+func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOpts) *sidecar {
+	t.Helper()
 	if o.name == "" {
 		o.name = "outbound"
 	}
@@ -92,7 +101,7 @@ func startSidecar(t *testing.T, ln net.Listener, res dt.Resources, o sidecarOpts
 	return s
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
 
