@@ -67,7 +67,16 @@ type Settings struct {
 	ReadyAddr    netip.AddrPort
 	AppAddress   netip.Addr
 	XDSMode      string // "delta" or "sotw"
+	// InsecureSkipManifest lets PublisherKey be empty: activation then does not wait
+	// for a signed manifest (interop with plain xDS servers) and nothing is persisted.
+	InsecureSkipManifest bool
+	// Staleness holds operator overrides "CLASS=WARN/EXPIRE[/ONEXPIRE]" (the sidecar
+	// parses them), in effect until pilot delivers a StalenessPolicy.
+	Staleness []string
 }
+
+// MaxStalenessOverrides bounds --staleness.
+const MaxStalenessOverrides = 16
 
 // File is the bootstrap file's shape; keys are the flag names.
 type File struct {
@@ -86,6 +95,9 @@ type File struct {
 	ReadyAddr      string            `json:"ready-addr,omitempty"`
 	AppAddress     string            `json:"app-address,omitempty"`
 	XDSMode        string            `json:"xds-mode,omitempty"`
+	// InsecureSkipManifest and Staleness: see Settings.
+	InsecureSkipManifest bool     `json:"insecure-skip-manifest,omitempty"`
+	Staleness            []string `json:"staleness,omitempty"`
 }
 
 // ErrUsage wraps every error Parse returns, so cmd/sidecar can exit 2.
@@ -96,6 +108,7 @@ var ErrUsage = errors.New("sidecar settings")
 func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, error) {
 	var f File
 	var labels, pilot, bootstrap string
+	var stale stringList
 	fs := flag.NewFlagSet("sidecar", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&bootstrap, "bootstrap", "", "bootstrap file (YAML or JSON); flags override it")
@@ -114,6 +127,8 @@ func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, err
 	fs.StringVar(&f.ReadyAddr, "ready-addr", "", "readiness IP:PORT (default <address>:15021)")
 	fs.StringVar(&f.AppAddress, "app-address", "", "application IP (default "+DefaultAppAddress+")")
 	fs.StringVar(&f.XDSMode, "xds-mode", "", "delta|sotw (default delta)")
+	fs.BoolVar(&f.InsecureSkipManifest, "insecure-skip-manifest", false, "activate without pilot's signed manifest (plain xDS servers); allows no publisher-key")
+	fs.Var(&stale, "staleness", "operator override CLASS=WARN/EXPIRE[/ONEXPIRE], repeatable")
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
@@ -132,6 +147,7 @@ func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, err
 	if set["pilot"] {
 		f.Pilot = strings.Split(pilot, ",")
 	}
+	f.Staleness = stale
 	if bootstrap != "" {
 		data, err := readFile(bootstrap)
 		if err != nil {
@@ -210,7 +226,11 @@ func ParseLabels(s string) (map[string]string, error) {
 
 // Settings validates the file's values and applies defaults.
 func (f File) Settings() (*Settings, error) {
-	s := &Settings{PublisherKey: f.PublisherKey, StateDir: f.StateDir, XDSMode: f.XDSMode}
+	s := &Settings{PublisherKey: f.PublisherKey, StateDir: f.StateDir, XDSMode: f.XDSMode,
+		InsecureSkipManifest: f.InsecureSkipManifest, Staleness: append([]string(nil), f.Staleness...)}
+	if len(f.Staleness) > MaxStalenessOverrides {
+		return nil, fmt.Errorf("staleness: %d overrides, limit %d", len(f.Staleness), MaxStalenessOverrides)
+	}
 	if err := checkID("node-id", f.NodeID, MaxIDBytes); err != nil {
 		return nil, err
 	}
@@ -234,7 +254,7 @@ func (f File) Settings() (*Settings, error) {
 	if s.Pilot, err = checkPilots(f.Pilot); err != nil {
 		return nil, err
 	}
-	if f.PublisherKey == "" {
+	if f.PublisherKey == "" && !f.InsecureSkipManifest {
 		return nil, errors.New("publisher-key: required")
 	}
 	if f.StateDir == "" {
@@ -380,3 +400,9 @@ func checkPilots(ps []string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }

@@ -1,0 +1,47 @@
+package render
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+// Flags the sidecar runtime added: --insecure-skip-manifest and --staleness.
+func TestParseRuntimeFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want *Settings
+		err  string
+	}{
+		{"insecure without key", without("--publisher-key", "--insecure-skip-manifest"),
+			want(func(s *Settings) { s.PublisherKey, s.InsecureSkipManifest = "", true }), ""},
+		{"no key, not insecure", without("--publisher-key"), nil, "sidecar settings: publisher-key: required"},
+		{"staleness overrides", with("--staleness", "routes=1s/3s", "--staleness", "clusters=1s/3s/failClosed"),
+			want(func(s *Settings) { s.Staleness = []string{"routes=1s/3s", "clusters=1s/3s/failClosed"} }), ""},
+		{"too many overrides", with("--staleness", "a", "--staleness", "a", "--staleness", "a", "--staleness", "a", "--staleness", "a",
+			"--staleness", "a", "--staleness", "a", "--staleness", "a", "--staleness", "a", "--staleness", "a", "--staleness", "a",
+			"--staleness", "a", "--staleness", "a", "--staleness", "a", "--staleness", "a", "--staleness", "a", "--staleness", "a"),
+			nil, "sidecar settings: staleness: 17 overrides, limit 16"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Parse(tc.args, readFile)
+			if tc.err != "" {
+				if err == nil || err.Error() != tc.err {
+					t.Fatalf("err = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := cmp.Options{cmpopts.EquateEmpty(), cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b }), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })}
+			if d := cmp.Diff(tc.want, got, opts); d != "" {
+				t.Fatalf("(-want +got)\n%s", d)
+			}
+		})
+	}
+}
