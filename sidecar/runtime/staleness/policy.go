@@ -60,14 +60,14 @@ func (s Set) EvaluateAll(lastConfirmed time.Time, deadlines map[Class]time.Time,
 }
 
 // Rule is one StalenessPolicy rule as pilot delivers it (the API's field names;
-// durations as Go duration strings).
+// durations as Go duration strings; jitter a whole percent).
 type Rule struct {
 	Resource      string `json:"resource"`
 	WarnAfter     string `json:"warnAfter,omitempty"`
 	RestrictAfter string `json:"restrictAfter,omitempty"`
 	ExpireAfter   string `json:"expireAfter,omitempty"`
 	OnExpire      string `json:"onExpire,omitempty"`
-	Jitter        *float64 `json:"jitter,omitempty"`
+	Jitter        *int   `json:"jitter,omitempty"`
 }
 
 // Spec is StalenessPolicy.spec as far as the sidecar needs it.
@@ -152,7 +152,7 @@ func (r Rule) policy() (Policy, error) {
 	}
 	if r.Jitter != nil {
 		if *r.Jitter < 0 || *r.Jitter > MaxJitter {
-			return Policy{}, fmt.Errorf("jitter: %v out of range [0, %d]", *r.Jitter, MaxJitter)
+			return Policy{}, fmt.Errorf("jitter: %d out of range [0, %d]", *r.Jitter, MaxJitter)
 		}
 		p.Jitter = *r.Jitter
 	}

@@ -22,8 +22,8 @@ func TestParse(t *testing.T) {
 			map[Class]Policy{Endpoints: {Class: Endpoints, WarnAfter: 30 * time.Second, ExpireAfter: 2 * time.Hour, OnExpire: ServeStale}}, ""},
 		{"revocation keeps its grace", `{"rules":[{"resource":"revocation","onExpire":"drop","jitter":0}]}`,
 			map[Class]Policy{Revocation: {Class: Revocation, OnExpire: Drop, Grace: time.Hour}}, ""},
-		{"equal bounds allowed, fractional jitter", `{"rules":[{"resource":"authorization","restrictAfter":"1h","expireAfter":"1h","jitter":12.5}]}`,
-			map[Class]Policy{Authorization: {Class: Authorization, RestrictAfter: time.Hour, ExpireAfter: time.Hour, OnExpire: FailClosed, Jitter: 12.5}}, ""},
+		{"equal bounds allowed, full jitter", `{"rules":[{"resource":"authorization","restrictAfter":"1h","expireAfter":"1h","jitter":100}]}`,
+			map[Class]Policy{Authorization: {Class: Authorization, RestrictAfter: time.Hour, ExpireAfter: time.Hour, OnExpire: FailClosed, Jitter: 100}}, ""},
 		{"two classes", `{"rules":[{"resource":"listeners","expireAfter":"1h"},{"resource":"clusters","warnAfter":"1m"}]}`,
 			map[Class]Policy{Listeners: {Class: Listeners, ExpireAfter: time.Hour, OnExpire: FailClosed, Jitter: 10}, Clusters: {Class: Clusters, WarnAfter: time.Minute, OnExpire: FailClosed, Jitter: 10}}, ""},
 		{"unknown field", `{"rules":[{"resource":"routes","warnAfterr":"5m"}]}`, nil, `staleness policy: json: unknown field "warnAfterr"`},
@@ -37,14 +37,15 @@ func TestParse(t *testing.T) {
 		{"negative duration", `{"rules":[{"resource":"routes","restrictAfter":"-1m"}]}`, nil, "staleness policy: rules[0]: restrictAfter: -1m0s out of range (0, 87600h0m0s]"},
 		{"too long", `{"rules":[{"resource":"routes","expireAfter":"90000h"}]}`, nil, "staleness policy: rules[0]: expireAfter: 90000h0m0s out of range (0, 87600h0m0s]"},
 		{"bad onExpire", `{"rules":[{"resource":"routes","onExpire":"panic"}]}`, nil, `staleness policy: rules[0]: onExpire: "panic" unknown, want serveStale, failClosed or drop`},
-		{"jitter too high", `{"rules":[{"resource":"routes","jitter":100.5}]}`, nil, "staleness policy: rules[0]: jitter: 100.5 out of range [0, 100]"},
+		{"jitter too high", `{"rules":[{"resource":"routes","jitter":101}]}`, nil, "staleness policy: rules[0]: jitter: 101 out of range [0, 100]"},
+		{"fractional jitter", `{"rules":[{"resource":"routes","jitter":12.5}]}`, nil, "staleness policy: json: cannot unmarshal number 12.5 into Go struct field Rule.rules.jitter of type int"},
 		{"jitter negative", `{"rules":[{"resource":"routes","jitter":-1}]}`, nil, "staleness policy: rules[0]: jitter: -1 out of range [0, 100]"},
 		{"warn after expire", `{"rules":[{"resource":"routes","warnAfter":"2h","expireAfter":"1h"}]}`, nil, "staleness policy: rules[0]: warnAfter: 2h0m0s is after expireAfter 1h0m0s"},
 		{"warn after restrict", `{"rules":[{"resource":"routes","warnAfter":"2h","restrictAfter":"1h"}]}`, nil, "staleness policy: rules[0]: warnAfter: 2h0m0s is after restrictAfter 1h0m0s"},
 		{"restrict after expire", `{"rules":[{"resource":"routes","restrictAfter":"2h","expireAfter":"1h"}]}`, nil, "staleness policy: rules[0]: restrictAfter: 2h0m0s is after expireAfter 1h0m0s"},
 		{"too many rules", `{"rules":[` + strings.Repeat(`{"resource":"routes"},`, 7) + `{"resource":"routes"}]}`, nil, "staleness policy: rules: 8 rules, limit 7 (one per resource class)"},
 		{"too big", `{"rules":[],"selector":{"a":"` + strings.Repeat("x", MaxRuleSize) + `"}}`, nil, "staleness policy: 65568 bytes, limit 65536"},
-		{"wrong type", `{"rules":[{"resource":"routes","jitter":"10"}]}`, nil, "staleness policy: json: cannot unmarshal string into Go struct field Rule.rules.jitter of type float64"},
+		{"wrong type", `{"rules":[{"resource":"routes","jitter":"10"}]}`, nil, "staleness policy: json: cannot unmarshal string into Go struct field Rule.rules.jitter of type int"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

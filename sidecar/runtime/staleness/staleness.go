@@ -92,7 +92,7 @@ type Policy struct {
 	RestrictAfter time.Duration
 	ExpireAfter   time.Duration
 	OnExpire      Action
-	Jitter        float64       // percent, 0..MaxJitter
+	Jitter        int           // percent, 0..MaxJitter
 	Grace         time.Duration // added to an absolute deadline
 }
 
@@ -135,7 +135,7 @@ func (p Policy) EffectiveExpireAfter(seed uint64) time.Duration {
 	if p.ExpireAfter <= 0 || p.Jitter <= 0 {
 		return p.ExpireAfter
 	}
-	cut := time.Duration(float64(p.ExpireAfter) * min(p.Jitter, MaxJitter) / 100 * jitterFraction(seed, p.Class))
+	cut := time.Duration(float64(p.ExpireAfter) * float64(min(p.Jitter, MaxJitter)) / 100 * jitterFraction(seed, p.Class))
 	return p.ExpireAfter - cut
 }
 
