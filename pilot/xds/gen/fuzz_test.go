@@ -3,8 +3,8 @@ package gen
 import (
 	"fmt"
 	"runtime"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/pilot/compile"
