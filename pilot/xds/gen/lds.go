@@ -12,7 +12,6 @@ import (
 	origdstv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
-	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/pilot/ir"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	"google.golang.org/protobuf/proto"
@@ -188,13 +187,10 @@ type inboundSet struct {
 // route to the inbound cluster; TCP ports a tcp_proxy. When two services use the
 // same target port, the first (by namespace/name) decides its protocol. A node
 // that backs no Service gets no inbound listener.
-func inbound(mesh *ir.Mesh, n *node.Node) (*inboundSet, error) {
+func inbound(c class) (*inboundSet, error) {
 	seen := map[uint32]bool{}
 	var ports []*ir.Port
-	for _, svc := range mesh.Scopes[n.Namespace] {
-		if svc.Namespace != n.Namespace || !ir.Selects(svc.Selector, n.Labels) {
-			continue
-		}
+	for _, svc := range c.backs {
 		for _, p := range svc.Ports {
 			if !seen[p.TargetPort] {
 				seen[p.TargetPort] = true
@@ -207,10 +203,7 @@ func inbound(mesh *ir.Mesh, n *node.Node) (*inboundSet, error) {
 		return set, nil
 	}
 	slices.SortFunc(ports, func(a, b *ir.Port) int { return int(a.TargetPort) - int(b.TargetPort) })
-	lp := n.InboundPort
-	if lp == 0 {
-		lp = InboundPort
-	}
+	lp := c.inboundPort
 	lis := &listenerv3.Listener{
 		Name:            InboundListenerName,
 		Address:         socketAddress(InboundAddress, lp),
