@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -237,4 +239,19 @@ func FuzzDecodeFile(f *testing.F) {
 			t.Fatalf("xds mode %q", s.XDSMode)
 		}
 	})
+}
+
+// TestParseRealFile goes through os.ReadFile, as cmd/sidecar does.
+func TestParseRealFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bootstrap.yaml")
+	if err := os.WriteFile(path, []byte(files["full.yaml"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Parse([]string{"--bootstrap", path, "--state-dir", "/state/b"}, os.ReadFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.StateDir != "/state/b" || got.Node.ID != "reviews-v1-a" || got.XDSMode != "sotw" {
+		t.Fatalf("got %+v", got)
+	}
 }

@@ -68,7 +68,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	d := cfg.withDefaults()
-	d.Logger = cfg.Logger.Named("xdsclient")
+	d.Logger = cfg.Logger.Named("xdsclient").With("node", cfg.Node.ID)
 	c := &Client{cfg: d, log: d.Logger, eng: newEngine(d), confirmedAt: d.InitialConfirmed}
 	c.state.Store(c.eng.state)
 	c.publish("", false)
