@@ -341,6 +341,12 @@ func TestReconnect(t *testing.T) {
 				if diff := cmp.Diff(held, lds[0].initial); diff != "" {
 					t.Fatalf("initial_resource_versions (-held +sent):\n%s", diff)
 				}
+				// Named types are resubscribed by name, with their versions too.
+				initialRDS := func(e event) bool { return e.typeURL == TypeRoute && e.nonce == "" }
+				eventually(t, "RDS resubscribed", func() bool { return srv2.rec.has(initialRDS) })
+				if got, want := srv2.rec.find(initialRDS)[0].initial, map[string]string{"r1": c.State().Resources[TypeRoute]["r1"].Version}; !cmp.Equal(got, want) {
+					t.Fatalf("RDS initial_resource_versions %v, want %v", got, want)
+				}
 			} else if lds[0].version != "v1" {
 				t.Fatalf("SotW reconnect version_info %q, want v1", lds[0].version)
 			}
