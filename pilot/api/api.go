@@ -163,6 +163,11 @@ func (a *API) routes(metricsHandler http.Handler) {
 	m.HandleFunc("GET "+Prefix+"/namespaces/{ns}/{plural}/{name}/history", a.history)
 }
 
+// Handle serves h on pattern (http.ServeMux syntax) behind the same
+// authorisation, body limit and request metrics as the resource endpoints.
+// pilot/server mounts the xDS status API this way. Call it before serving.
+func (a *API) Handle(pattern string, h http.Handler) { a.mux.Handle(pattern, h) }
+
 // ServeHTTP authorises the request, bounds its body and dispatches it.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}

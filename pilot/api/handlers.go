@@ -68,15 +68,26 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 	a.answer(w, r, http.StatusOK, int64(rev), objs, ListResponse{Revision: int64(rev), Items: objs})
 }
 
-func (a *API) get(w http.ResponseWriter, r *http.Request) {
+// keyAndRevision resolves the object path and reads the store revision before the
+// object is read (callers raise it to the object's if that is newer). On error it
+// has already answered.
+func (a *API) keyAndRevision(w http.ResponseWriter, r *http.Request) (resource.Key, store.Revision, bool) {
 	key, err := keyFor(r)
 	if err != nil {
 		a.fail(w, r, err)
-		return
+		return key, 0, false
 	}
 	rev, err := a.store.Revision(r.Context())
 	if err != nil {
 		a.fail(w, r, fmt.Errorf("reading store revision: %w", err))
+		return key, 0, false
+	}
+	return key, rev, true
+}
+
+func (a *API) get(w http.ResponseWriter, r *http.Request) {
+	key, rev, ok := a.keyAndRevision(w, r)
+	if !ok {
 		return
 	}
 	o, err := a.store.Get(r.Context(), key)
@@ -95,14 +106,8 @@ func (a *API) history(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, fmt.Errorf("%w: no such path %s", store.ErrNotFound, r.URL.Path))
 		return
 	}
-	key, err := keyFor(r)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	rev, err := a.store.Revision(r.Context())
-	if err != nil {
-		a.fail(w, r, fmt.Errorf("reading store revision: %w", err))
+	key, rev, ok := a.keyAndRevision(w, r)
+	if !ok {
 		return
 	}
 	evs, err := a.store.History(r.Context(), key)
