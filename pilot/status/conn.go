@@ -35,7 +35,7 @@ type typeRec struct {
 	rejectErr       string
 	pendingSince    time.Time // zero when nothing is pending
 	sent            *snapshot.Snapshot
-	names           []string // resources the proxy holds from sent; nil = all of that type
+	only            map[string]struct{} // names the proxy holds from sent; nil = all of that type
 }
 
 func (r *typeRec) status() Status {
@@ -58,7 +58,9 @@ type Sent struct {
 	Revision int64 // store revision of the snapshot it came from
 	Bytes    int
 	Snapshot *snapshot.Snapshot // what the proxy holds from after this response
-	Names    []string           // names it holds from Snapshot; nil = every resource of Type
+	// Only lists the names it holds from Snapshot; nil = every resource of Type.
+	// The map is kept, not copied: the caller must never modify it afterwards.
+	Only map[string]struct{}
 }
 
 func (c *Conn) rec(typ string) *typeRec {
@@ -91,7 +93,7 @@ func (c *Conn) Sent(s Sent, now time.Time) {
 	c.mu.Lock()
 	r := c.rec(s.Type)
 	r.versionSent, r.nonce, r.revisionSent = s.Version, s.Nonce, s.Revision
-	r.sent, r.names = s.Snapshot, s.Names
+	r.sent, r.only = s.Snapshot, s.Only
 	if r.pendingSince.IsZero() {
 		r.pendingSince = now
 	}
@@ -103,11 +105,11 @@ func (c *Conn) Sent(s Sent, now time.Time) {
 
 // Unchanged records that revision rev needed no response for typ: what the proxy
 // holds (or was last sent) is already rev's content.
-func (c *Conn) Unchanged(typ string, rev int64, snap *snapshot.Snapshot, names []string, now time.Time) {
+func (c *Conn) Unchanged(typ string, rev int64, snap *snapshot.Snapshot, only map[string]struct{}, now time.Time) {
 	c.update(now, func() {
 		r := c.rec(typ)
 		r.revisionSent = rev
-		r.sent, r.names = snap, names
+		r.sent, r.only = snap, only
 		if st := r.status(); st == Synced || st == NotSent {
 			r.revisionAcked = rev
 		}

@@ -97,15 +97,11 @@ func (c *Conn) ConfigDump() ConfigDump {
 	for _, it := range items {
 		td := TypeConfigDump{Type: TypeName(it.typ), Version: it.rec.versionSent, Revision: it.rec.revisionSent, Resources: []json.RawMessage{}}
 		if s := it.rec.sent; s != nil {
-			names := it.rec.names
-			if names == nil {
-				names = s.Names(it.typ)
-			}
-			for _, n := range names {
-				res, ok := s.Resources[it.typ][n]
-				if !ok {
+			for _, n := range s.Names(it.typ) {
+				if _, ok := it.rec.only[n]; it.rec.only != nil && !ok {
 					continue
 				}
+				res := s.Resources[it.typ][n]
 				b, err := protojson.Marshal(res.Any)
 				if err != nil {
 					b, _ = json.Marshal(map[string]string{"name": n, "error": err.Error()})

@@ -102,13 +102,17 @@ func TestTypeLifecycle(t *testing.T) {
 	}{
 		{"subscribed", func() { c.Subscribed(cds, at(0)) }, NotSent, 0,
 			TypeStatus{Type: "CDS", TypeURL: cds, Status: NotSent}},
-		{"sent v1", func() { c.Sent(Sent{Type: cds, Version: "v1", Nonce: "1", Revision: 1, Bytes: 10, Snapshot: s1}, at(1)) }, PendingAck, 0,
+		{"sent v1", func() {
+			c.Sent(Sent{Type: cds, Version: "v1", Nonce: "1", Revision: 1, Bytes: 10, Snapshot: s1}, at(1))
+		}, PendingAck, 0,
 			TypeStatus{Type: "CDS", TypeURL: cds, Status: PendingAck, VersionSent: "v1", Nonce: "1", RevisionSent: 1, PendingSince: ptr(at(1))}},
 		{"stale ack ignored", func() { c.Acked(cds, "0", at(2)) }, PendingAck, 0,
 			TypeStatus{Type: "CDS", TypeURL: cds, Status: PendingAck, VersionSent: "v1", Nonce: "1", RevisionSent: 1, PendingSince: ptr(at(1))}},
 		{"ack v1", func() { c.Acked(cds, "1", at(3)) }, Synced, 1,
 			TypeStatus{Type: "CDS", TypeURL: cds, Status: Synced, VersionSent: "v1", Nonce: "1", RevisionSent: 1, VersionAcked: "v1", RevisionAcked: 1}},
-		{"sent v2", func() { c.Sent(Sent{Type: cds, Version: "v2", Nonce: "2", Revision: 2, Bytes: 20, Snapshot: s2}, at(4)) }, PendingAck, 1,
+		{"sent v2", func() {
+			c.Sent(Sent{Type: cds, Version: "v2", Nonce: "2", Revision: 2, Bytes: 20, Snapshot: s2}, at(4))
+		}, PendingAck, 1,
 			TypeStatus{Type: "CDS", TypeURL: cds, Status: PendingAck, VersionSent: "v2", Nonce: "2", RevisionSent: 2, VersionAcked: "v1", RevisionAcked: 1, PendingSince: ptr(at(4))}},
 		{"nack v2", func() { c.Nacked(cds, "2", "bad cluster b", at(5)) }, Nacked, 1,
 			TypeStatus{Type: "CDS", TypeURL: cds, Status: Nacked, VersionSent: "v2", Nonce: "2", RevisionSent: 2, VersionAcked: "v1", RevisionAcked: 1, VersionRejected: "v2", NonceRejected: "2", Error: "bad cluster b"}},
@@ -262,7 +266,7 @@ func TestHandler(t *testing.T) {
 	tr, _ := newTracker(t, clk)
 	tr.RevisionWritten(7, t0)
 	c := tr.Connect(&node.Node{ID: "sc/1", Namespace: "shop"}, t0.Add(-time.Second))
-	c.Sent(Sent{Type: snapshot.ClusterType, Version: "v", Nonce: "1", Revision: 7, Snapshot: snap(t, 7, "x", "y"), Names: []string{"y", "gone"}}, t0)
+	c.Sent(Sent{Type: snapshot.ClusterType, Version: "v", Nonce: "1", Revision: 7, Snapshot: snap(t, 7, "x", "y"), Only: map[string]struct{}{"y": {}, "gone": {}}}, t0)
 	c.Nacked(snapshot.ClusterType, "1", "no", t0)
 	srv := httptest.NewServer(tr.Handler())
 	defer srv.Close()

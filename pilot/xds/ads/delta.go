@@ -1,0 +1,301 @@
+package ads
+
+import (
+	"sort"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/weft-mesh/weft/pilot/status"
+	"github.com/weft-mesh/weft/pilot/xds/ads/acktrack"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+)
+
+// deltaType is one type's state on a delta stream. What the client holds is
+// described compactly: after every push it holds synced's resources for the names
+// it subscribes to, so the next push only looks at the names that differ between
+// synced and the latest snapshot (a shared, cached diff).
+type deltaType struct {
+	ack     acktrack.State
+	synced  *snapshot.Snapshot  // the client holds this snapshot's subscribed resources; nil before the first push
+	initial bool                // the first push is still to come
+	known   map[string]string   // initial_resource_versions, used by the first push only
+	force   map[string]struct{} // names to answer at the next push even if unchanged
+	wild    bool                // the wildcard was just added: answer every resource
+}
+
+type deltaStream struct {
+	*stream
+	types map[string]*deltaType
+}
+
+// DeltaAggregatedResources serves an incremental ADS stream.
+func (s *Server) DeltaAggregatedResources(gs discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	ctx := gs.Context()
+	reqs := make(chan *discoveryv3.DeltaDiscoveryRequest, s.cfg.RecvQueue)
+	errc := make(chan error, 1)
+	go recvLoop(ctx, gs.Recv, reqs, errc)
+
+	var first *discoveryv3.DeltaDiscoveryRequest
+	select {
+	case first = <-reqs:
+	case err := <-errc:
+		return endErr(err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	send := func(m proto.Message) error { return gs.Send(m.(*discoveryv3.DeltaDiscoveryResponse)) }
+	base, err := s.open(ctx, first.GetNode(), send, "delta")
+	if err != nil {
+		return err
+	}
+	st := &deltaStream{stream: base, types: map[string]*deltaType{}}
+	err = st.run(first, reqs, errc)
+	st.close(err)
+	return endErr(err)
+}
+
+func (st *deltaStream) run(first *discoveryv3.DeltaDiscoveryRequest, reqs <-chan *discoveryv3.DeltaDiscoveryRequest, errc <-chan error) error {
+	if err := st.handle(first); err != nil {
+		return err
+	}
+	for {
+		select {
+		case req := <-reqs:
+			if err := st.handle(req); err != nil {
+				return err
+			}
+		case <-st.watch.Changed():
+			if err := st.pushAll(); err != nil {
+				return err
+			}
+		case err := <-errc:
+			return err
+		case <-st.ctx.Done():
+			return st.ctx.Err()
+		}
+	}
+}
+
+func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) error {
+	now := st.s.cfg.Clock()
+	if err := st.checkNode(req.GetNode()); err != nil {
+		return err
+	}
+	typ := req.GetTypeUrl()
+	if err := st.checkType(typ); err != nil {
+		return err
+	}
+	st.conn.Seen(now)
+	if !served(typ) {
+		st.log.Debug("ignoring request for a type pilot does not serve", "type", typ)
+		return nil
+	}
+	t, ok := st.types[typ]
+	if !ok {
+		t = &deltaType{initial: true}
+		st.types[typ] = t
+	}
+	r := acktrack.ClassifyDelta(t.ack, req, now)
+	if n := len(r.State.Subscribed); n > st.s.cfg.MaxSubscriptions {
+		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: %s subscribes to %d resource names, limit %d", status.TypeName(typ), n, st.s.cfg.MaxSubscriptions)
+	}
+	if n := len(r.Initial); n > st.s.cfg.MaxSubscriptions {
+		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: %s sends %d initial_resource_versions, limit %d", status.TypeName(typ), n, st.s.cfg.MaxSubscriptions)
+	}
+	if r.Answer != acktrack.NoAnswer {
+		st.answered(typ, r.Nonce)
+	}
+	switch r.Answer {
+	case acktrack.AckAnswer:
+		st.conn.Acked(typ, r.Nonce, now)
+	case acktrack.NackAnswer:
+		st.log.Warn("NACK", "type", typ, "nonce", r.Nonce, "error", r.ErrorDetail.GetMessage())
+		st.conn.Nacked(typ, r.Nonce, r.ErrorDetail.GetMessage(), now)
+	}
+	t.ack = r.State
+	switch {
+	case r.Kind == acktrack.Initial:
+		st.conn.Subscribed(typ, now)
+		t.known = r.Initial
+		for n := range r.State.Subscribed {
+			if _, has := t.known[n]; !has {
+				t.addForce(n) // answer it, or say it does not exist
+			}
+		}
+	default:
+		for _, n := range r.Added {
+			if n == acktrack.Wildcard {
+				t.wild = true
+			} else {
+				t.addForce(n)
+			}
+		}
+		if r.State.Wildcard {
+			// An explicit name dropped while the wildcard still covers it must
+			// be answered (xDS protocol, "Unsubscribing from Resources").
+			for _, n := range r.Removed {
+				if n != acktrack.Wildcard {
+					t.addForce(n)
+				}
+			}
+		}
+	}
+	if !t.initial && len(t.force) == 0 && !t.wild {
+		return nil
+	}
+	// Answer through pushAll so that, if the snapshot moved on meanwhile, the
+	// other types are brought along first in push order.
+	return st.pushAll()
+}
+
+func (t *deltaType) addForce(n string) {
+	if t.force == nil {
+		t.force = map[string]struct{}{}
+	}
+	t.force[n] = struct{}{}
+}
+
+// pushAll sends what changed for every subscribed type: additions and updates
+// first in CDS, EDS, LDS, RDS order, then removals in the reverse order, so a
+// proxy never holds a reference to something it does not have.
+func (st *deltaStream) pushAll() error {
+	latest := st.watch.Snapshot()
+	if latest == nil {
+		return nil
+	}
+	var rms []*discoveryv3.DeltaDiscoveryResponse
+	for _, typ := range snapshot.PushOrder {
+		t, ok := st.types[typ]
+		if !ok {
+			continue
+		}
+		add, rm := st.build(typ, t, latest)
+		if err := st.sendResp(typ, t, latest, add); err != nil {
+			return err
+		}
+		rms = append(rms, rm)
+	}
+	for i := len(rms) - 1; i >= 0; i-- {
+		if rms[i] == nil {
+			continue
+		}
+		if err := st.sendResp(rms[i].TypeUrl, st.types[rms[i].TypeUrl], latest, rms[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// build computes the responses that bring the client from what it holds to
+// latest: one with resources to add or update, one with names to remove (either
+// may be nil). It records that the client will hold latest, and if nothing is to
+// be sent reports the type unchanged at latest's revision.
+func (st *deltaStream) build(typ string, t *deltaType, latest *snapshot.Snapshot) (add, rm *discoveryv3.DeltaDiscoveryResponse) {
+	if !t.initial && t.synced == latest && len(t.force) == 0 && !t.wild {
+		return nil, nil
+	}
+	cur := latest.Resources[typ]
+	var candidates []string
+	var have func(string) (string, bool)
+	switch {
+	case t.initial || t.synced == nil:
+		set := map[string]struct{}{}
+		if t.ack.Wildcard {
+			for n := range cur {
+				set[n] = struct{}{}
+			}
+		}
+		for _, m := range []map[string]struct{}{t.ack.Subscribed, t.force} {
+			for n := range m {
+				set[n] = struct{}{}
+			}
+		}
+		for n := range t.known {
+			set[n] = struct{}{}
+		}
+		candidates = sortedKeys(set)
+		have = func(n string) (string, bool) { v, ok := t.known[n]; return v, ok }
+	default:
+		candidates = st.s.diffs.names(t.synced, latest, typ)
+		if len(t.force) > 0 || t.wild {
+			set := map[string]struct{}{}
+			for _, n := range candidates {
+				set[n] = struct{}{}
+			}
+			for n := range t.force {
+				set[n] = struct{}{}
+			}
+			if t.wild {
+				for n := range cur {
+					set[n] = struct{}{}
+				}
+			}
+			candidates = sortedKeys(set)
+		}
+		prev := t.synced.Resources[typ]
+		have = func(n string) (string, bool) { r, ok := prev[n]; return r.Version, ok }
+	}
+	var resources []*discoveryv3.Resource
+	var removed []string
+	for _, n := range candidates {
+		if !t.ack.IsSubscribed(n) {
+			continue
+		}
+		_, forced := t.force[n]
+		hv, has := have(n)
+		if r, ok := cur[n]; ok {
+			if forced || t.wild || !has || hv != r.Version {
+				resources = append(resources, &discoveryv3.Resource{Name: n, Version: r.Version, Resource: r.Any})
+			}
+		} else if has || forced {
+			removed = append(removed, n)
+		}
+	}
+	// The first answer to a wildcard subscription is sent even when empty, so
+	// the client knows the set is complete.
+	emptyInitial := t.initial && t.ack.Wildcard && len(resources) == 0 && len(removed) == 0
+	t.synced, t.initial, t.known, t.force, t.wild = latest, false, nil, nil, false
+	if len(resources) > 0 || emptyInitial {
+		add = &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typ, Resources: resources}
+	}
+	if len(removed) > 0 {
+		rm = &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typ, RemovedResources: removed}
+	}
+	if add == nil && rm == nil {
+		sel := selectFor(latest, typ, t.ack)
+		st.conn.Unchanged(typ, latest.Revision, latest, sel.only, st.s.cfg.Clock())
+	}
+	return add, rm
+}
+
+func (st *deltaStream) sendResp(typ string, t *deltaType, latest *snapshot.Snapshot, resp *discoveryv3.DeltaDiscoveryResponse) error {
+	if resp == nil {
+		return nil
+	}
+	nonce, err := st.nextNonce(typ)
+	if err != nil {
+		return err
+	}
+	sel := selectFor(latest, typ, t.ack)
+	resp.Nonce, resp.SystemVersionInfo = nonce, sel.version
+	if err := st.sendMsg(resp); err != nil {
+		return err
+	}
+	t.ack = t.ack.Sent(nonce)
+	st.conn.Sent(status.Sent{Type: typ, Version: sel.version, Nonce: nonce, Revision: latest.Revision, Bytes: proto.Size(resp),
+		Snapshot: latest, Only: sel.only}, st.s.cfg.Clock())
+	st.log.Trace("sent", "type", typ, "version", sel.version, "nonce", nonce, "resources", len(resp.Resources), "removed", len(resp.RemovedResources))
+	return nil
+}
+
+func sortedKeys(m map[string]struct{}) []string {
+	out := make([]string, 0, len(m))
+	for n := range m {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}

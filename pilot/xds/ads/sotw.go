@@ -1,0 +1,253 @@
+package ads
+
+import (
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/weft-mesh/weft/pilot/status"
+	"github.com/weft-mesh/weft/pilot/xds/ads/acktrack"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+)
+
+// sotwType is one type's state on a SotW stream.
+type sotwType struct {
+	ack     acktrack.State
+	sent    *snapshot.Snapshot // snapshot the latest response was built from
+	version string             // version_info of the latest response ("" = none sent)
+	sentSel selection          // what the latest response selected
+	force   bool               // answer at the next push even if unchanged (new subscription)
+}
+
+type sotwStream struct {
+	*stream
+	types map[string]*sotwType
+}
+
+// fullSet reports whether every response of typ carries the whole subscribed
+// set, so that absence means deletion (LDS and CDS).
+func fullSet(typ string) bool { return typ == snapshot.ListenerType || typ == snapshot.ClusterType }
+
+// StreamAggregatedResources serves a state-of-the-world ADS stream.
+func (s *Server) StreamAggregatedResources(gs discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	ctx := gs.Context()
+	reqs := make(chan *discoveryv3.DiscoveryRequest, s.cfg.RecvQueue)
+	errc := make(chan error, 1)
+	go recvLoop(ctx, gs.Recv, reqs, errc)
+
+	var first *discoveryv3.DiscoveryRequest
+	select {
+	case first = <-reqs:
+	case err := <-errc:
+		return endErr(err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	send := func(m proto.Message) error { return gs.Send(m.(*discoveryv3.DiscoveryResponse)) }
+	base, err := s.open(ctx, first.GetNode(), send, "sotw")
+	if err != nil {
+		return err
+	}
+	st := &sotwStream{stream: base, types: map[string]*sotwType{}}
+	err = st.run(first, reqs, errc)
+	st.close(err)
+	return endErr(err)
+}
+
+func (st *sotwStream) run(first *discoveryv3.DiscoveryRequest, reqs <-chan *discoveryv3.DiscoveryRequest, errc <-chan error) error {
+	if err := st.handle(first); err != nil {
+		return err
+	}
+	for {
+		select {
+		case req := <-reqs:
+			if err := st.handle(req); err != nil {
+				return err
+			}
+		case <-st.watch.Changed():
+			if err := st.pushAll(); err != nil {
+				return err
+			}
+		case err := <-errc:
+			return err
+		case <-st.ctx.Done():
+			return st.ctx.Err()
+		}
+	}
+}
+
+func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
+	now := st.s.cfg.Clock()
+	if err := st.checkNode(req.GetNode()); err != nil {
+		return err
+	}
+	typ := req.GetTypeUrl()
+	if err := st.checkType(typ); err != nil {
+		return err
+	}
+	st.conn.Seen(now)
+	if !served(typ) {
+		st.log.Debug("ignoring request for a type pilot does not serve", "type", typ)
+		return nil
+	}
+	if n := len(req.GetResourceNames()); n > st.s.cfg.MaxSubscriptions {
+		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: %s requests %d resource names, limit %d", status.TypeName(typ), n, st.s.cfg.MaxSubscriptions)
+	}
+	t, ok := st.types[typ]
+	if !ok {
+		t = &sotwType{}
+		st.types[typ] = t
+	}
+	r := acktrack.ClassifySotW(t.ack, req, now)
+	if r.Answer != acktrack.NoAnswer {
+		st.answered(typ, r.Nonce)
+	}
+	switch r.Answer {
+	case acktrack.AckAnswer:
+		st.conn.Acked(typ, r.Nonce, now)
+	case acktrack.NackAnswer:
+		st.log.Warn("NACK", "type", typ, "version", t.version, "nonce", r.Nonce, "error", r.ErrorDetail.GetMessage())
+		st.conn.Nacked(typ, r.Nonce, r.ErrorDetail.GetMessage(), now)
+	}
+	if r.Kind == acktrack.Stale {
+		return nil
+	}
+	t.ack = r.State
+	if r.Kind == acktrack.Initial {
+		st.conn.Subscribed(typ, now)
+	}
+	if len(r.Removed) > 0 && t.sent != nil {
+		// The client dropped names: it now holds the rest of the last response.
+		t.sentSel = selectFor(t.sent, typ, t.ack)
+		t.version = t.sentSel.version
+	}
+	// A new or grown subscription is answered even if nothing changed. It goes
+	// through pushAll so that, if the snapshot moved on meanwhile, the other
+	// types are brought along first in push order. Anything else waits for the
+	// next snapshot.
+	if r.Kind == acktrack.Initial || len(r.Added) > 0 {
+		t.force = true
+		return st.pushAll()
+	}
+	return nil
+}
+
+// pushAll sends whatever changed in the latest snapshot in make-before-break
+// order: CDS, EDS, LDS, RDS; clusters being removed go last. When a CDS update both
+// adds and removes clusters, a first CDS response carries the union (new set plus
+// the clusters still referenced by the old routes) and the final set follows RDS.
+func (st *sotwStream) pushAll() error {
+	latest := st.watch.Snapshot()
+	if latest == nil {
+		return nil
+	}
+	deferCDS := false
+	if t, ok := st.types[snapshot.ClusterType]; ok && t.sent != nil {
+		if union, removing := st.cdsUnion(t, latest); removing {
+			deferCDS = true
+			if union.version != t.version {
+				if err := st.sendSel(snapshot.ClusterType, t, latest, union, func(n string) snapshot.Resource {
+					if r, ok := latest.Resources[snapshot.ClusterType][n]; ok {
+						return r
+					}
+					return t.sent.Resources[snapshot.ClusterType][n]
+				}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, typ := range snapshot.PushOrder {
+		if typ == snapshot.ClusterType && deferCDS {
+			continue
+		}
+		if err := st.push(typ, latest); err != nil {
+			return err
+		}
+	}
+	if deferCDS {
+		return st.push(snapshot.ClusterType, latest)
+	}
+	return nil
+}
+
+// cdsUnion returns the selection of latest's clusters plus the ones the last
+// response had that latest drops, and whether any are dropped.
+func (st *sotwStream) cdsUnion(t *sotwType, latest *snapshot.Snapshot) (selection, bool) {
+	typ := snapshot.ClusterType
+	cur := latest.Resources[typ]
+	var removed []string
+	for _, n := range t.sentSel.all(t.sent, typ) {
+		if _, ok := cur[n]; !ok {
+			removed = append(removed, n)
+		}
+	}
+	if len(removed) == 0 {
+		return selection{}, false
+	}
+	sel := selectFor(latest, typ, t.ack)
+	names := append(append([]string(nil), sel.all(latest, typ)...), removed...)
+	sortStrings(names)
+	rs := make(map[string]snapshot.Resource, len(names))
+	for _, n := range names {
+		if r, ok := cur[n]; ok {
+			rs[n] = r
+		} else {
+			rs[n] = t.sent.Resources[typ][n]
+		}
+	}
+	only := map[string]struct{}{}
+	for _, n := range names {
+		only[n] = struct{}{}
+	}
+	return selection{names: names, only: only, version: namesVersion(rs, names)}, true
+}
+
+// push sends typ from latest if the subscription's content changed since the last
+// response (or a new subscription forces an answer). A rejected version is never
+// resent: only content that differs from the last response goes out.
+func (st *sotwStream) push(typ string, latest *snapshot.Snapshot) error {
+	t, ok := st.types[typ]
+	if !ok || !t.ack.Started {
+		return nil
+	}
+	force := t.force
+	t.force = false
+	sel := selectFor(latest, typ, t.ack)
+	empty := len(sel.all(latest, typ)) == 0
+	// RDS and EDS have no deletion in SotW: an empty response means nothing, so
+	// none is sent; LDS and CDS always answer (empty = delete all).
+	if (!force && sel.version == t.version) || (empty && !fullSet(typ)) {
+		t.sent, t.sentSel = latest, sel
+		if empty && !fullSet(typ) {
+			t.version = sel.version
+		}
+		st.conn.Unchanged(typ, latest.Revision, latest, sel.only, st.s.cfg.Clock())
+		return nil
+	}
+	return st.sendSel(typ, t, latest, sel, func(n string) snapshot.Resource { return latest.Resources[typ][n] })
+}
+
+func (st *sotwStream) sendSel(typ string, t *sotwType, from *snapshot.Snapshot, sel selection, get func(string) snapshot.Resource) error {
+	names := sel.all(from, typ)
+	anys := make([]*anypb.Any, 0, len(names))
+	for _, n := range names {
+		anys = append(anys, get(n).Any)
+	}
+	nonce, err := st.nextNonce(typ)
+	if err != nil {
+		return err
+	}
+	resp := &discoveryv3.DiscoveryResponse{VersionInfo: sel.version, Resources: anys, TypeUrl: typ, Nonce: nonce}
+	if err := st.sendMsg(resp); err != nil {
+		return err
+	}
+	t.ack = t.ack.Sent(nonce)
+	t.sent, t.sentSel, t.version = from, sel, sel.version
+	st.conn.Sent(status.Sent{Type: typ, Version: sel.version, Nonce: nonce, Revision: from.Revision, Bytes: proto.Size(resp),
+		Snapshot: from, Only: sel.only}, st.s.cfg.Clock())
+	st.log.Trace("sent", "type", typ, "version", sel.version, "nonce", nonce, "resources", len(anys))
+	return nil
+}
