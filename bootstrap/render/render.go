@@ -187,6 +187,12 @@ func (f File) overriddenBy(cmd File, set map[string]bool) File {
 	if set["pilot"] {
 		f.Pilot = cmd.Pilot
 	}
+	if set["staleness"] {
+		f.Staleness = cmd.Staleness
+	}
+	if set["insecure-skip-manifest"] {
+		f.InsecureSkipManifest = cmd.InsecureSkipManifest
+	}
 	return f
 }
 

@@ -128,6 +128,12 @@ func TestParse(t *testing.T) {
 				s.InboundAddr = netip.MustParseAddrPort("127.0.0.30:15006")
 				s.ReadyAddr = netip.MustParseAddrPort("127.0.0.30:15021")
 			}), ""},
+		{"runtime flags override the file", []string{"--bootstrap", "full.yaml", "--insecure-skip-manifest", "--staleness", "routes=1s/3s"},
+			want(func(s *Settings) {
+				fromFile(s)
+				s.InsecureSkipManifest = true
+				s.Staleness = []string{"routes=1s/3s"}
+			}), ""},
 		{"empty labels", without("--labels", "--labels", ""), want(func(s *Settings) { s.Node.Labels = map[string]string{} }), ""},
 
 		{"unknown flag", with("--nope"), nil, "sidecar settings: flag provided but not defined: -nope"},
