@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -107,12 +108,40 @@ func workloadClass(mesh *ir.Mesh, n *node.Node) class {
 	if c.inboundPort == 0 {
 		c.inboundPort = InboundPort
 	}
-	for _, svc := range mesh.Scopes[n.Namespace] {
-		if svc.Namespace == n.Namespace && ir.Selects(svc.Selector, n.Labels) {
-			c.backs = append(c.backs, svc)
+	if len(n.Labels) == 0 {
+		return c // an empty label set matches no selector
+	}
+	ix := selectorIndexOf(mesh, n.Namespace)
+	for k, v := range n.Labels {
+		for _, svc := range ix[k+"="+v] {
+			if ir.Selects(svc.Selector, n.Labels) {
+				c.backs = append(c.backs, svc)
+			}
 		}
 	}
+	slices.SortFunc(c.backs, func(a, b *ir.Service) int { return strings.Compare(a.Name, b.Name) })
 	return c
+}
+
+type selectorIndexKey string
+
+// selectorIndexOf maps "key=value" to the services of namespace ns whose
+// selector's smallest key is that pair. Each service is listed once, so a
+// node's candidates are found from its own labels without scanning every
+// service of a large namespace.
+func selectorIndexOf(mesh *ir.Mesh, ns string) map[string][]*ir.Service {
+	ix, _ := derive(mesh, selectorIndexKey(ns), func() (map[string][]*ir.Service, error) {
+		ix := map[string][]*ir.Service{}
+		for _, svc := range mesh.Scopes[ns] {
+			if svc.Namespace != ns || len(svc.Selector) == 0 {
+				continue
+			}
+			k := ir.SortedKeys(svc.Selector)[0]
+			ix[k+"="+svc.Selector[k]] = append(ix[k+"="+svc.Selector[k]], svc)
+		}
+		return ix, nil
+	})
+	return ix
 }
 
 func (c class) key() classKey {
