@@ -182,6 +182,11 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil {
 		r.Body = http.MaxBytesReader(rec, r.Body, a.maxBody)
 	}
+	// A first value for answers no handler sets (405, /metrics); handlers replace
+	// it with the revision their answer was read or written at.
+	if rev, err := a.store.Revision(r.Context()); err == nil {
+		rec.Header().Set(RevisionHeader, strconv.FormatInt(int64(rev), 10))
+	}
 	a.mux.ServeHTTP(rec, r)
 }
 

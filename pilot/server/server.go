@@ -1,6 +1,6 @@
-// Package server wires pilot together: the embedded store, the admin HTTP API,
-// metrics and (once it exists) the xDS gRPC server, and runs them until the
-// context ends.
+// Package server wires pilot together: the embedded store, the admin HTTP API
+// (with the xDS status API mounted under /apis/status/v1/), metrics and the xDS
+// gRPC server, and runs them until the context ends.
 package server
 
 import (
@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/weft-mesh/weft/pilot/api"
-	"github.com/weft-mesh/weft/pilot/store"
+	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/store/boltstore"
 )
 
@@ -32,11 +32,11 @@ const (
 // DefaultShutdownTimeout bounds graceful shutdown of in-flight admin requests.
 const DefaultShutdownTimeout = 10 * time.Second
 
-// XDSFunc serves xDS on lis until ctx ends, reading desired state from st and
-// registering its metrics on reg. It owns lis (closes it on return) and returns
-// nil when ctx ended normally. This is the hook the xDS server plugs into:
-// pilot's main sets Config.XDS; when nil, pilot does not listen on XDSAddr.
-type XDSFunc func(ctx context.Context, st store.Store, lis net.Listener, reg *prometheus.Registry, log hclog.Logger) error
+// XDSFunc serves xDS on env.Listener until ctx ends. It owns the listener
+// (closes it on return) and returns nil when ctx ended normally. pilot's main
+// sets Config.XDS to ServeADS; tests plug in fakes; when nil, pilot does not
+// listen on XDSAddr.
+type XDSFunc func(ctx context.Context, env XDSEnv) error
 
 // Config configures Run. DataDir and Logger are required.
 type Config struct {
@@ -57,6 +57,23 @@ type Config struct {
 	// OnReady, when set, is called once every listener is bound, with the admin
 	// address actually bound (useful with port 0 in tests).
 	OnReady func(adminAddr net.Addr)
+	// OnXDSReady, when set and XDS is set, is called with the bound xDS address.
+	OnXDSReady func(xdsAddr net.Addr)
+
+	// Status bounds the xDS status tracker; zero means DefaultStatusLimits.
+	Status StatusLimits
+}
+
+// StatusLimits bound what the xDS status tracker remembers.
+type StatusLimits struct {
+	Retention       time.Duration // how long a DISCONNECTED proxy stays listed
+	MaxDisconnected int           // DISCONNECTED proxies kept at most
+	MaxRevisions    int           // store revisions whose write time is kept
+}
+
+// DefaultStatusLimits are the status tracker's production limits.
+func DefaultStatusLimits() StatusLimits {
+	return StatusLimits{Retention: 10 * time.Minute, MaxDisconnected: 10_000, MaxRevisions: 1024}
 }
 
 func (c *Config) check() error {
@@ -81,6 +98,9 @@ func (c *Config) check() error {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Status == (StatusLimits{}) {
+		c.Status = DefaultStatusLimits()
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("pilot config: %w", err)
@@ -139,6 +159,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return fmt.Errorf("registering go metrics: %w", err)
 	}
+	tracker, err := status.New(status.Config{
+		Logger: log.Named("status"), Registerer: reg, Retention: cfg.Status.Retention,
+		MaxDisconnected: cfg.Status.MaxDisconnected, MaxRevisions: cfg.Status.MaxRevisions,
+	})
+	if err != nil {
+		return fmt.Errorf("xDS status: %w", err)
+	}
 	handler, err := api.New(api.Config{
 		Store:       st,
 		Logger:      log.Named("api"),
@@ -149,6 +176,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	handler.Handle("/apis/status/v1/", tracker.Handler())
 
 	adminLis, err := net.Listen("tcp", cfg.AdminAddr)
 	if err != nil {
@@ -181,13 +209,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if xdsLis != nil {
 		wg.Go(func() {
 			log.Info("xDS listening", "addr", xdsLis.Addr().String())
-			if err := cfg.XDS(ctx, st, xdsLis, reg, log.Named("xds")); err != nil {
+			env := XDSEnv{Store: st, Listener: xdsLis, Registry: reg, Status: tracker, DataDir: cfg.DataDir, Logger: log.Named("xds")}
+			if err := cfg.XDS(ctx, env); err != nil {
 				errc <- fmt.Errorf("xDS: %w", err)
 			}
 		})
 	}
 	if cfg.OnReady != nil {
 		cfg.OnReady(adminLis.Addr())
+	}
+	if cfg.OnXDSReady != nil && xdsLis != nil {
+		cfg.OnXDSReady(xdsLis.Addr())
 	}
 
 	var runErr error

@@ -13,11 +13,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/weft-mesh/weft/pilot/server"
-	"github.com/weft-mesh/weft/pilot/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -71,12 +69,12 @@ func TestRunServesAndStops(t *testing.T) {
 		XDSAddr:   "127.0.0.1:0",
 		Logger:    hclog.NewNullLogger(),
 		OnReady:   func(a net.Addr) { ready <- a },
-		XDS: func(ctx context.Context, st store.Store, lis net.Listener, reg *prometheus.Registry, _ hclog.Logger) error {
-			defer lis.Close()
-			if st == nil || reg == nil {
-				return errors.New("xDS hook got a nil store or registry")
+		XDS: func(ctx context.Context, env server.XDSEnv) error {
+			defer env.Listener.Close()
+			if env.Store == nil || env.Registry == nil || env.Status == nil || env.DataDir == "" {
+				return errors.New("xDS hook got a nil store, registry or status, or no data dir")
 			}
-			xdsGot <- lis.Addr().String()
+			xdsGot <- env.Listener.Addr().String()
 			<-ctx.Done()
 			return nil
 		},
@@ -130,8 +128,8 @@ func TestXDSFailureStopsPilot(t *testing.T) {
 	boom := errors.New("boom")
 	err := server.Run(ctx, server.Config{
 		DataDir: t.TempDir(), AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", Logger: hclog.NewNullLogger(),
-		XDS: func(_ context.Context, _ store.Store, lis net.Listener, _ *prometheus.Registry, _ hclog.Logger) error {
-			lis.Close()
+		XDS: func(_ context.Context, env server.XDSEnv) error {
+			env.Listener.Close()
 			return boom
 		},
 	})

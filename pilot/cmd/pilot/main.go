@@ -23,9 +23,16 @@ func run() int {
 	var cfg server.Config
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory of the embedded store (required)")
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", server.DefaultAdminAddr, "admin HTTP API address")
-	fs.StringVar(&cfg.XDSAddr, "xds-addr", server.DefaultXDSAddr, "xDS gRPC address (served once the xDS server exists)")
+	fs.StringVar(&cfg.XDSAddr, "xds-addr", server.DefaultXDSAddr, "xDS (ADS) gRPC address")
 	fs.BoolVar(&cfg.AdminAllowRemote, "admin-allow-remote", false, "accept admin requests from non-loopback clients (requires --admin-token-file)")
 	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the bearer token every admin request must carry")
+	lim := server.DefaultXDSLimits()
+	fs.DurationVar(&lim.Debounce, "xds-debounce", lim.Debounce, "quiet period after a store change before pushing")
+	fs.DurationVar(&lim.MaxDelay, "xds-max-delay", lim.MaxDelay, "a burst of store changes is pushed at most this late")
+	fs.IntVar(&lim.GenWorkers, "xds-gen-workers", lim.GenWorkers, "concurrent snapshot generations")
+	fs.IntVar(&lim.MaxUnacked, "xds-max-unacked", lim.MaxUnacked, "responses a proxy may leave unanswered before its stream is cut")
+	fs.DurationVar(&lim.SendTimeout, "xds-send-timeout", lim.SendTimeout, "a proxy that does not read a response within this is cut")
+	fs.DurationVar(&lim.ManifestValidity, "manifest-validity", lim.ManifestValidity, "validity of each sidecar's signed manifest (re-signed at half)")
 	level := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	jsonLogs := fs.Bool("log-json", false, "log as JSON")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -41,6 +48,8 @@ func run() int {
 		return 2
 	}
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "pilot", Level: lvl, JSONFormat: *jsonLogs, Output: os.Stderr})
+
+	cfg.XDS = server.ServeADS(lim)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -1,0 +1,254 @@
+package server
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/pilot/ir"
+	"github.com/weft-mesh/weft/pilot/status"
+	"github.com/weft-mesh/weft/pilot/xds/ads"
+	"github.com/weft-mesh/weft/pilot/xds/meshcache"
+	"github.com/weft-mesh/weft/pilot/xds/sign"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+	"github.com/weft-mesh/weft/sidecar/dataplane"
+	"github.com/weft-mesh/weft/sidecar/xdsresource"
+)
+
+// sourceConfig configures the ADS source that sits between meshcache and ads.
+type sourceConfig struct {
+	Logger   hclog.Logger
+	Status   *status.Tracker
+	Key      ed25519.PrivateKey // publisher key signing every sidecar's manifest
+	Validity time.Duration      // manifest validity; re-signed at half of it
+	Clock    func() time.Time   // nil = time.Now
+	// ReportGenError shows a proxy's failed (msg != "") or recovered (msg == "")
+	// generation in its status.
+	ReportGenError func(nodeID string, rev int64, msg string)
+}
+
+// source adds to meshcache what is per node rather than per scope: the signed
+// manifest of a Weft sidecar, and the report of a snapshot that failed the
+// sidecar's validation to every proxy of its scope.
+type source struct {
+	cfg   sourceConfig
+	cache *meshcache.Cache // set once before the first Connect
+
+	mu     sync.Mutex                     // guards scopes and errs
+	scopes map[string]map[*watch]struct{} // scope key -> open watches
+	errs   map[string]scopeErr            // scope key -> latest generation outcome, when it failed
+}
+
+type scopeErr struct {
+	rev int64
+	msg string
+}
+
+func newSource(cfg sourceConfig) *source {
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	return &source{cfg: cfg, scopes: map[string]map[*watch]struct{}{}, errs: map[string]scopeErr{}}
+}
+
+// generate wraps gen.Proxy: a Weft sidecar's snapshot must also pass the sidecar's
+// own decoding and compile (sidecar/xdsresource, sidecar/dataplane), so a push the
+// sidecar would NACK is caught here, logged and not sent. meshcache calls it once
+// per scope per compiled mesh, so the check is shared like the snapshot.
+func (s *source) generate(g func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error)) func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error) {
+	return func(m *ir.Mesh, n *node.Node) (*snapshot.Snapshot, error) {
+		snap, err := g(m, n)
+		if err == nil && n.Registers() {
+			if verr := checkSidecar(snap); verr != nil {
+				err = fmt.Errorf("snapshot for %s at revision %d fails sidecar validation, not sent: %w", n.ID, m.Revision, verr)
+			}
+		}
+		s.recordGen(meshcache.DefaultScopeKey(n), m.Revision, err)
+		return snap, err
+	}
+}
+
+// checkSidecar runs a snapshot through exactly what a Weft sidecar runs before
+// activating it.
+func checkSidecar(snap *snapshot.Snapshot) error {
+	state := map[string]map[string]any{}
+	for _, typ := range []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.ListenerType, snapshot.RouteType} {
+		byName := map[string]any{}
+		for name, r := range snap.Resources[typ] {
+			got, v, err := xdsresource.Decode(typ, r.Any)
+			if err != nil {
+				return fmt.Errorf("%s %q: %w", status.TypeName(typ), name, err)
+			}
+			byName[got] = v
+		}
+		state[typ] = byName
+	}
+	if _, err := dataplane.Compile(state); err != nil {
+		return fmt.Errorf("compile: %w", err)
+	}
+	return nil
+}
+
+// recordGen remembers a scope's failed generation (or clears it) and wakes the
+// scope's streams so each reports it for its proxy.
+func (s *source) recordGen(key string, rev int64, err error) {
+	s.mu.Lock()
+	prev, had := s.errs[key]
+	if had && rev < prev.rev {
+		s.mu.Unlock()
+		return
+	}
+	var ws []*watch
+	if err != nil {
+		s.errs[key] = scopeErr{rev: rev, msg: err.Error()}
+		s.cfg.Logger.Error("generated snapshot refused", "revision", rev, "error", err)
+	} else {
+		delete(s.errs, key)
+	}
+	if err != nil || had {
+		for w := range s.scopes[key] {
+			ws = append(ws, w)
+		}
+	}
+	s.mu.Unlock()
+	for _, w := range ws {
+		w.poke()
+	}
+}
+
+func (s *source) scopeError(key string) scopeErr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.errs[key]
+}
+
+// Connect implements ads.Source.
+func (s *source) Connect(n *node.Node) (ads.Watch, error) {
+	p, err := s.cache.Connect(n)
+	if err != nil {
+		return nil, err
+	}
+	w := &watch{s: s, p: p, n: n, key: meshcache.DefaultScopeKey(n), changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	s.mu.Lock()
+	if s.scopes[w.key] == nil {
+		s.scopes[w.key] = map[*watch]struct{}{}
+	}
+	s.scopes[w.key][w] = struct{}{}
+	s.mu.Unlock()
+	go w.forward()
+	w.poke() // the first Snapshot call reports a generation error that predates the stream
+	return w, nil
+}
+
+// watch is one stream's view: meshcache's snapshot, plus the sidecar's manifest.
+type watch struct {
+	s       *source
+	p       *meshcache.Proxy
+	n       *node.Node
+	key     string
+	changed chan struct{} // 1-buffered: meshcache changed, a re-sign is due, or a generation failed
+	stop    chan struct{}
+	done    chan struct{}
+
+	mu       sync.Mutex // guards the fields below (Snapshot runs on the stream's owner goroutine, timers elsewhere)
+	base     *snapshot.Snapshot
+	signed   *snapshot.Snapshot
+	timer    *time.Timer
+	reported string // generation error last reported to status
+	closed   bool
+}
+
+func (w *watch) forward() {
+	defer close(w.done)
+	for {
+		select {
+		case <-w.p.Changed():
+			w.poke()
+		case <-w.stop:
+			return
+		}
+	}
+}
+
+func (w *watch) poke() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Changed implements ads.Watch.
+func (w *watch) Changed() <-chan struct{} { return w.changed }
+
+// Snapshot implements ads.Watch: the latest generated snapshot, with this node's
+// signed manifest added when the node is a Weft sidecar. The manifest is signed
+// again when the content changes and at half its validity.
+func (w *watch) Snapshot() *snapshot.Snapshot {
+	w.reportGenError()
+	base := w.p.Snapshot()
+	if base == nil || !w.n.Registers() {
+		return base
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if base == w.base && w.signed != nil && w.timer != nil {
+		return w.signed
+	}
+	now := w.s.cfg.Clock()
+	signed, err := sign.With(w.s.cfg.Key, w.n.ID, base, now, w.s.cfg.Validity)
+	if err != nil {
+		// Signing only fails on a programming error (bad key, nil snapshot):
+		// keep what the proxy has.
+		w.s.cfg.Logger.Error("signing manifest failed; proxy keeps its snapshot", "node", w.n.ID, "revision", base.Revision, "error", err)
+		return w.signed
+	}
+	w.base, w.signed = base, signed
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	if !w.closed {
+		w.timer = time.AfterFunc(w.s.cfg.Validity/2, func() {
+			w.mu.Lock()
+			w.timer = nil // forces a new signature at the next Snapshot
+			w.mu.Unlock()
+			w.poke()
+		})
+	}
+	return signed
+}
+
+// reportGenError shows (or clears) a failed generation of this proxy's scope in
+// its status.
+func (w *watch) reportGenError() {
+	e := w.s.scopeError(w.key)
+	w.mu.Lock()
+	changed := e.msg != w.reported
+	w.reported = e.msg
+	w.mu.Unlock()
+	if changed {
+		w.s.cfg.ReportGenError(w.n.ID, e.rev, e.msg)
+	}
+}
+
+// Close implements ads.Watch.
+func (w *watch) Close() {
+	w.s.mu.Lock()
+	delete(w.s.scopes[w.key], w)
+	if len(w.s.scopes[w.key]) == 0 {
+		delete(w.s.scopes, w.key)
+	}
+	w.s.mu.Unlock()
+	w.mu.Lock()
+	w.closed = true
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	w.mu.Unlock()
+	close(w.stop)
+	<-w.done
+	w.p.Close()
+}

@@ -1,0 +1,176 @@
+package server
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/weft-mesh/weft/certs/manifest"
+	"github.com/weft-mesh/weft/pilot/status"
+	"github.com/weft-mesh/weft/pilot/store"
+	"github.com/weft-mesh/weft/pilot/xds/ads"
+	"github.com/weft-mesh/weft/pilot/xds/gen"
+	"github.com/weft-mesh/weft/pilot/xds/meshcache"
+	"github.com/weft-mesh/weft/pilot/xds/sign"
+)
+
+// XDSEnv is what Run hands the xDS server: the store, the bound listener (the
+// server owns it), the metrics registry served on /metrics, the status tracker
+// whose API is mounted on the admin server, and pilot's data directory (for the
+// publisher key).
+type XDSEnv struct {
+	Store    store.Store
+	Listener net.Listener
+	Registry *prometheus.Registry
+	Status   *status.Tracker
+	DataDir  string
+	Logger   hclog.Logger
+}
+
+// XDSLimits are every limit of the built-in xDS stack. DefaultXDSLimits holds the
+// production values; every field must be positive.
+type XDSLimits struct {
+	// meshcache
+	Debounce   time.Duration // quiet period after a store change before compiling
+	MaxDelay   time.Duration // a burst of changes is compiled at most this late
+	GenWorkers int           // concurrent snapshot generations per compile
+
+	// ads
+	MaxUnacked       int           // responses unanswered on one stream before it is cut
+	SendTimeout      time.Duration // one Send; a proxy that does not read is cut
+	RecvQueue        int           // requests waiting for a stream's owner
+	MaxSubscriptions int           // explicit names per type per stream
+	DiffCacheEntries int           // shared snapshot-diff cache
+
+	// gRPC
+	MaxRecvMsgBytes      int    // one request from a proxy
+	MaxConcurrentStreams uint32 // per connection
+
+	// ManifestValidity is how long a signed manifest is valid; pilot re-signs at
+	// half of it.
+	ManifestValidity time.Duration
+}
+
+// DefaultXDSLimits are the limits pilot runs with.
+func DefaultXDSLimits() XDSLimits {
+	return XDSLimits{
+		Debounce: 100 * time.Millisecond, MaxDelay: time.Second, GenWorkers: 4,
+		MaxUnacked: 64, SendTimeout: 30 * time.Second, RecvQueue: 16, MaxSubscriptions: 100_000, DiffCacheEntries: 4096,
+		MaxRecvMsgBytes: 4 << 20, MaxConcurrentStreams: 16,
+		ManifestValidity: sign.DefaultValidity,
+	}
+}
+
+func (l XDSLimits) check() error {
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Debounce", l.Debounce}, {"MaxDelay", l.MaxDelay}, {"SendTimeout", l.SendTimeout}, {"ManifestValidity", l.ManifestValidity}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be > 0, got %v", d.name, d.v))
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"GenWorkers", l.GenWorkers}, {"MaxUnacked", l.MaxUnacked}, {"RecvQueue", l.RecvQueue}, {"MaxSubscriptions", l.MaxSubscriptions},
+		{"DiffCacheEntries", l.DiffCacheEntries}, {"MaxRecvMsgBytes", l.MaxRecvMsgBytes}, {"MaxConcurrentStreams", int(l.MaxConcurrentStreams)}} {
+		if n.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be > 0, got %d", n.name, n.v))
+		}
+	}
+	if l.ManifestValidity > sign.MaxValidity {
+		errs = append(errs, fmt.Errorf("ManifestValidity %v exceeds %v", l.ManifestValidity, sign.MaxValidity))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("xDS limits: %w", err)
+	}
+	return nil
+}
+
+// ServeADS returns the built-in xDS server: store watch → compile → gen (checked
+// with the sidecar's own validation for Weft sidecars) → signed manifest per
+// sidecar → ADS (SotW and delta) on env.Listener, reporting into env.Status.
+func ServeADS(lim XDSLimits) XDSFunc {
+	return func(ctx context.Context, env XDSEnv) error {
+		defer env.Listener.Close()
+		if err := lim.check(); err != nil {
+			return err
+		}
+		log := env.Logger
+		priv, err := manifest.LoadOrCreateKey(env.DataDir)
+		if err != nil {
+			return fmt.Errorf("publisher key in %s: %w", env.DataDir, err)
+		}
+		log.Info("publisher key loaded", "key_id", manifest.KeyID(priv.Public().(ed25519.PublicKey)))
+
+		src := newSource(sourceConfig{
+			Logger: log.Named("source"), Status: env.Status, Key: priv, Validity: lim.ManifestValidity,
+			ReportGenError: func(nodeID string, rev int64, msg string) {}, // TODO status
+		})
+		cache, err := meshcache.New(meshcache.Config{
+			Store: env.Store, Logger: log.Named("meshcache"),
+			Debounce: lim.Debounce, MaxDelay: lim.MaxDelay, GenWorkers: lim.GenWorkers,
+			Generate:   src.generate(gen.Proxy),
+			ScopeKey:   meshcache.DefaultScopeKey,
+			OnCompiled: func(rev int64, at time.Time) { env.Status.RevisionWritten(rev, at) },
+		})
+		if err != nil {
+			return err
+		}
+		src.cache = cache
+		srv, err := ads.New(ads.Config{
+			Logger: log.Named("ads"), Source: src, Status: env.Status,
+			MaxUnacked: lim.MaxUnacked, SendTimeout: lim.SendTimeout, RecvQueue: lim.RecvQueue,
+			MaxSubscriptions: lim.MaxSubscriptions, DiffCacheEntries: lim.DiffCacheEntries,
+		})
+		if err != nil {
+			return err
+		}
+		gs := grpc.NewServer(
+			grpc.MaxRecvMsgSize(lim.MaxRecvMsgBytes),
+			grpc.MaxConcurrentStreams(lim.MaxConcurrentStreams),
+			// Proxies keep one long-lived stream; let them ping to keep NATs open.
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		)
+		srv.Register(gs)
+
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		cacheErr := make(chan error, 1)
+		go func() { cacheErr <- cache.Run(ctx) }()
+		serveErr := make(chan error, 1)
+		go func() { serveErr <- gs.Serve(env.Listener) }()
+
+		var runErr error
+		select {
+		case <-ctx.Done():
+		case err := <-cacheErr:
+			cacheErr <- err
+			if err != nil {
+				runErr = fmt.Errorf("mesh cache: %w", err)
+			}
+		case err := <-serveErr:
+			serveErr <- err
+			runErr = fmt.Errorf("gRPC serve: %w", err)
+		}
+		cancel()
+		// ADS streams never end by themselves, so a graceful stop would wait for
+		// every proxy to hang up: cut them (they reconnect to the next pilot).
+		gs.Stop()
+		<-serveErr
+		if err := <-cacheErr; err != nil && runErr == nil {
+			runErr = fmt.Errorf("mesh cache: %w", err)
+		}
+		return runErr
+	}
+}
