@@ -425,7 +425,7 @@ func TestStalenessPolicy(t *testing.T) {
 		{
 			name: "bad_rules",
 			yaml: sp(`{rules: [{resource: pods}, {resource: routes, warnAfter: 2h, restrictAfter: 1h}, {resource: routes, warnAfter: 30h, onExpire: panic, jitter: 150},
-  {resource: clusters, restrictAfter: forever, expireAfter: 1m}]}`),
+  {resource: clusters, restrictAfter: forever, expireAfter: 1m}, {resource: endpoints, warnAfter: 90000h, onExpire: serveStale, jitter: 2.5}]}`),
 			wantErr: []string{
 				`StalenessPolicy/shop/s: spec.rules[0].resource: "pods" is not one of listeners, routes, clusters, endpoints, secrets, revocation, authorization`,
 				`StalenessPolicy/shop/s: spec.rules[0].onExpire: required`,
@@ -436,6 +436,8 @@ func TestStalenessPolicy(t *testing.T) {
 				"StalenessPolicy/shop/s: spec.rules[2].jitter: 150 out of range 0..100",
 				`StalenessPolicy/shop/s: spec.rules[3].restrictAfter: invalid duration "forever"`,
 				"StalenessPolicy/shop/s: spec.rules[3].warnAfter: 5m is after expireAfter 1m",
+				"StalenessPolicy/shop/s: spec.rules[4].warnAfter: 90000h exceeds the limit of 87600h0m0s",
+				"StalenessPolicy/shop/s: spec.rules[4].jitter: 2.5 is not a whole percent",
 			},
 		},
 	})

@@ -35,6 +35,9 @@ const (
 
 	// MaxOverrideTTL bounds Override.ttl: an emergency rule must expire by itself soon.
 	MaxOverrideTTL = time.Hour
+	// MaxDuration bounds every duration field; sidecars refuse longer ones, so pilot
+	// must too (a push the sidecar would NACK is caught here first).
+	MaxDuration = 10 * 365 * 24 * time.Hour
 	// MaxCertificateTTL bounds MeshConfig.certificateTTL.
 	MaxCertificateTTL = 365 * 24 * time.Hour
 )

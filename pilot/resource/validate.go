@@ -244,6 +244,10 @@ func checkDuration(c *collector, p path, d Duration) (time.Duration, bool) {
 		c.add(p, fmt.Sprintf("must be positive, got %q", d))
 		return 0, false
 	}
+	if v > MaxDuration {
+		c.add(p, fmt.Sprintf("%s exceeds the limit of %s", d, MaxDuration))
+		return 0, false
+	}
 	return v, true
 }
 

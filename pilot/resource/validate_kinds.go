@@ -349,6 +349,10 @@ func validateStalenessPolicy(c *collector, s *StalenessPolicySpec) {
 		}
 		checkEnum(c, ip.child("onExpire"), r.OnExpire, "serveStale", "failClosed", "drop")
 		checkPercent(c, ip.child("jitter"), r.Jitter)
+		if r.Jitter != float64(int(r.Jitter)) {
+			// Sidecars apply jitter in whole percents.
+			c.add(ip.child("jitter"), fmt.Sprintf("%v is not a whole percent", r.Jitter))
+		}
 	}
 }
 
