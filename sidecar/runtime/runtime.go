@@ -17,8 +17,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,6 +75,10 @@ type Config struct {
 	Compile func(state map[string]map[string]any) (*dataplane.Config, error)
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// AppAddress, when valid, replaces 127.0.0.1 in the endpoints of inbound
+	// clusters ("inbound|..."): pilot addresses the application on localhost, and
+	// side-by-side workloads on one machine each have their own loopback address.
+	AppAddress netip.Addr
 }
 
 // Runtime holds the active configuration. Create with New.
@@ -189,7 +195,11 @@ type Manifest struct {
 // NACK naming the check).
 func (r *Runtime) Decode(typeURL string, a *anypb.Any) (string, any, error) {
 	if typeURL != manifest.TypeURL {
-		return xdsresource.Decode(typeURL, a)
+		name, v, err := xdsresource.Decode(typeURL, a)
+		if c, ok := v.(*xdsresource.Cluster); ok && err == nil {
+			v = r.localApp(c)
+		}
+		return name, v, err
 	}
 	if n := len(a.GetValue()); n > manifest.MaxBytes {
 		return manifest.Name, nil, fmt.Errorf("manifest: %w: %d bytes exceeds %d", manifest.ErrMalformed, n, manifest.MaxBytes)
@@ -206,6 +216,27 @@ func (r *Runtime) Decode(typeURL string, a *anypb.Any) (string, any, error) {
 		return manifest.Name, nil, fmt.Errorf("manifest refused (%s): %w", Check(err), err)
 	}
 	return manifest.Name, &Manifest{Signed: &sm, Verified: m}, nil
+}
+
+var localhost = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+
+// localApp points an inbound cluster's localhost endpoints at AppAddress. The
+// decoded value is shared and immutable, so it is copied.
+func (r *Runtime) localApp(c *xdsresource.Cluster) *xdsresource.Cluster {
+	app := r.cfg.AppAddress
+	if !app.IsValid() || app == localhost || c.Static == nil || !strings.HasPrefix(c.Name, "inbound|") {
+		return c
+	}
+	out := *c
+	eps := *c.Static
+	eps.Endpoints = append([]xdsresource.Endpoint(nil), c.Static.Endpoints...)
+	for i, e := range eps.Endpoints {
+		if e.Addr.Addr() == localhost {
+			eps.Endpoints[i].Addr = netip.AddrPortFrom(app, e.Addr.Port())
+		}
+	}
+	out.Static = &eps
+	return &out
 }
 
 // Apply is the xDS client's ApplyFunc. A candidate that the signed manifest does

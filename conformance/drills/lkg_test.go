@@ -1,0 +1,85 @@
+package drills
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-mesh/weft/sidecar/runtime/lkg"
+)
+
+// Drill (c): the persisted last-known-good file altered by one byte, taken from
+// another node, or past its validity is refused with one log line naming the
+// check; the sidecar stays not ready and says why.
+func TestDrillLKGRefused(t *testing.T) {
+	tests := []struct {
+		name     string
+		ip       string
+		validity time.Duration
+		alter    func(t *testing.T, w *ws)
+		check    string
+	}{
+		{"one byte altered", "127.77.3.1", 0, func(t *testing.T, w *ws) {
+			path := filepath.Join(w.stateDir, lkg.FileName)
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := bytes.Index(b, []byte(`"Value":"`)) + len(`"Value":"`) + 8
+			if b[i] == 'A' {
+				b[i] = 'B'
+			} else {
+				b[i] = 'A'
+			}
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "resource hashes"},
+		{"another node's file", "127.77.3.2", 0, func(t *testing.T, w *ws) {
+			w.nodeID = "ratings-v1-a" // same state dir, other identity
+		}, "node"},
+		{"past its validity", "127.77.3.3", 2 * time.Second, func(t *testing.T, w *ws) {
+			time.Sleep(2100 * time.Millisecond) // the manifest was signed valid for 2s
+		}, "validity"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			priv := newKey(t)
+			w := newWorkload(t, tc.ip, "reviews-v1-a", priv.Public().(ed25519.PublicKey))
+			startApp(t, tc.ip+":8080", "app")
+			pilot := newRefServer(t, tc.ip+":15010", priv, w.nodeID)
+			pilot.push(meshTo(w, tc.ip+":8080"), 1, tc.validity)
+			sc := startSidecar(t, w, pilot.addr)
+			sc.waitReady(10 * time.Second)
+			eventually(t, 5*time.Second, "last-known-good saved", func() bool { return !sc.configDump().LastKnownGood.SavedAt.IsZero() })
+			sc.stop()
+			pilot.stop()
+
+			tc.alter(t, &w)
+			sc = startSidecar(t, w, pilot.addr)
+			// Well past the 500ms the sidecar gives pilot before using the file.
+			time.Sleep(1500 * time.Millisecond)
+			code, body := sc.ready()
+			want := "last-known-good refused (" + tc.check + " check failed): "
+			if code != http.StatusServiceUnavailable || !strings.HasPrefix(body, want) {
+				t.Fatalf("readiness = %d %q, want 503 %q...", code, body, want)
+			}
+			if n := sc.logs.count("last-known-good refused"); n != 1 {
+				t.Fatalf("%d refusal log lines, want 1:\n%s", n, sc.logs.String())
+			}
+			if !strings.Contains(sc.logs.String(), "check=") || !strings.Contains(sc.logs.String(), tc.check) {
+				t.Fatalf("log does not name check %q:\n%s", tc.check, sc.logs.String())
+			}
+			// Nothing is served either.
+			code, _, _, err := get(hc, w, "reviews", "/")
+			if err == nil && code == http.StatusOK {
+				t.Fatal("refused snapshot served a request")
+			}
+		})
+	}
+}

@@ -1,0 +1,226 @@
+// Package app runs a whole sidecar from validated Settings: the runtime (activation,
+// last-known-good, staleness), the xDS client, the outbound and inbound listeners,
+// the admin endpoints and the readiness probe, until its context ends.
+//
+// Start-up order: every address is bound first (a port in use fails the start
+// before anything runs); the persisted last-known-good snapshot is verified; the
+// xDS stream starts with it as its initial state; if the stream has not activated
+// a configuration within Options.LKGWait, the verified snapshot is activated and
+// the sidecar is ready without pilot.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/weft-mesh/weft/bootstrap/render"
+	"github.com/weft-mesh/weft/certs/manifest"
+	"github.com/weft-mesh/weft/sidecar/admin"
+	"github.com/weft-mesh/weft/sidecar/cluster"
+	"github.com/weft-mesh/weft/sidecar/httpproxy"
+	"github.com/weft-mesh/weft/sidecar/listener"
+	"github.com/weft-mesh/weft/sidecar/runtime"
+	"github.com/weft-mesh/weft/sidecar/tcpproxy"
+	"github.com/weft-mesh/weft/sidecar/xdsclient"
+)
+
+// Defaults of Options.
+const (
+	DefaultTickInterval = time.Second
+	DefaultLKGWait      = 500 * time.Millisecond
+	MaxLKGWait          = 10 * time.Second
+)
+
+// Listener names in pilot's configuration.
+const (
+	OutboundListener = "outbound"
+	InboundListener  = "inbound"
+)
+
+// Options tune Run; the zero value is the production setting.
+type Options struct {
+	// Logger is the root logger; required.
+	Logger hclog.Logger
+	// TickInterval is how often staleness is re-judged. Default 1s.
+	TickInterval time.Duration
+	// LKGWait is how long a verified last-known-good snapshot waits for pilot to
+	// deliver a configuration before it is activated. Default 500ms.
+	LKGWait time.Duration
+	// Backoff bounds xDS reconnects; zero uses the client's defaults.
+	Backoff xdsclient.Backoff
+	// ConfirmAfter: see xdsclient.Config; zero uses the client's default.
+	ConfirmAfter time.Duration
+}
+
+// Run runs the sidecar until ctx ends and everything has stopped. It returns an
+// error if the sidecar could not start or a server failed.
+func Run(ctx context.Context, s *render.Settings, o Options) error {
+	if o.Logger == nil {
+		return errors.New("sidecar: Options.Logger required")
+	}
+	if o.TickInterval <= 0 {
+		o.TickInterval = DefaultTickInterval
+	}
+	if o.LKGWait <= 0 {
+		o.LKGWait = DefaultLKGWait
+	}
+	if o.LKGWait > MaxLKGWait {
+		return fmt.Errorf("sidecar: LKGWait %s exceeds %s", o.LKGWait, MaxLKGWait)
+	}
+	log := o.Logger
+	set, err := runtime.ParseOverrides(s.Staleness)
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	rcfg := runtime.Config{NodeID: s.Node.ID, StateDir: s.StateDir, Staleness: set, Logger: log.Named("runtime"),
+		InsecureSkipManifest: s.InsecureSkipManifest, AppAddress: s.AppAddress}
+	if s.PublisherKey != "" {
+		pub, err := manifest.LoadPublicKey(s.PublisherKey)
+		if err != nil {
+			return fmt.Errorf("sidecar: publisher key: %w", err)
+		}
+		rcfg.PublisherKey = pub
+	}
+	if s.InsecureSkipManifest {
+		log.Warn("manifests are not checked (--insecure-skip-manifest): any complete xDS state is activated and nothing is persisted")
+	}
+	if err := os.MkdirAll(s.StateDir, 0o700); err != nil {
+		return fmt.Errorf("sidecar: state dir: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if rcfg.Metrics, err = runtime.NewMetrics(reg); err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	rt, err := runtime.New(rcfg)
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+
+	// Bind everything before starting anything.
+	addrs := []struct{ name, addr string }{
+		{"outbound", s.OutboundAddr.String()}, {"inbound", s.InboundAddr.String()},
+		{"admin", s.AdminAddr.String()}, {"ready", s.ReadyAddr.String()},
+	}
+	lns := make(map[string]net.Listener, len(addrs))
+	closeAll := func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+	for _, a := range addrs {
+		ln, err := net.Listen("tcp", a.addr)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("sidecar: %s listener: %w", a.name, err)
+		}
+		lns[a.name] = ln
+	}
+
+	initial, _ := rt.LoadLastKnownGood() // a refusal is logged and shown by the runtime
+	xcfg := xdsclient.Config{Node: &s.Node, Servers: s.Pilot, Types: rt.Types(), Decode: rt.Decode, Apply: rt.Apply,
+		Logger: log, Backoff: o.Backoff, ConfirmAfter: o.ConfirmAfter, Initial: initial}
+	if s.XDSMode == "sotw" {
+		xcfg.Mode = xdsclient.SotW
+	}
+	client, err := xdsclient.New(xcfg)
+	if err != nil {
+		closeAll()
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 256, IdleTimeout: 90 * time.Second, BufferSize: 16 << 10})
+	if err != nil {
+		closeAll()
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	defer pool.Close()
+	plog := log.Named("proxy")
+	hp, err := httpproxy.New(httpproxy.Config{Logger: plog, Pool: pool, Degraded: rt.Degraded})
+	if err != nil {
+		closeAll()
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	defer hp.Close()
+	tp, err := tcpproxy.New(tcpproxy.Config{Logger: plog})
+	if err != nil {
+		closeAll()
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	servers := map[string]*listener.Server{}
+	for _, name := range []string{OutboundListener, InboundListener} {
+		srv, err := listener.New(listener.Config{Name: name, Logger: log.Named(name), Snapshot: rt, HTTP: hp, TCP: tp})
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("sidecar: %s listener: %w", name, err)
+		}
+		servers[name] = srv
+	}
+	adm, err := admin.New(admin.Config{Logger: log.Named("admin"), Runtime: rt, XDS: client.Status, Gatherer: reg})
+	if err != nil {
+		closeAll()
+		return fmt.Errorf("sidecar: %w", err)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	run := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && ctx.Err() == nil {
+				errc <- fmt.Errorf("sidecar: %s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	run("outbound", func() error { return servers[OutboundListener].Serve(ctx, lns["outbound"]) })
+	run("inbound", func() error { return servers[InboundListener].Serve(ctx, lns["inbound"]) })
+	run("admin", func() error { return admin.Serve(ctx, lns["admin"], adm.Handler(), log.Named("admin")) })
+	run("ready", func() error { return admin.Serve(ctx, lns["ready"], adm.ReadyHandler(), log.Named("ready")) })
+	run("xds", func() error {
+		if err := client.Run(ctx); !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	})
+	run("staleness", func() error {
+		lkgTimer := time.NewTimer(o.LKGWait)
+		defer lkgTimer.Stop()
+		tick := time.NewTicker(o.TickInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-lkgTimer.C:
+				if rt.ActivateLastKnownGood() {
+					log.Info("serving the signed last-known-good snapshot until pilot answers")
+				}
+			case now := <-tick.C:
+				rt.Tick(now, client.LastConfirmed(now))
+			}
+		}
+	})
+	log.Info("sidecar started", "node", s.Node.ID, "outbound", s.OutboundAddr, "inbound", s.InboundAddr,
+		"admin", s.AdminAddr, "ready", s.ReadyAddr, "pilot", s.Pilot, "xds", s.XDSMode)
+	<-ctx.Done()
+	wg.Wait()
+	close(errc)
+	var errs []error
+	for err := range errc {
+		errs = append(errs, err)
+	}
+	log.Info("sidecar stopped")
+	return errors.Join(errs...)
+}
