@@ -1,0 +1,197 @@
+// Package grpcxds checks pilot against a real, independent xDS client: grpc-go's
+// proxyless xDS resolver and balancers (google.golang.org/grpc/xds). grpc-go
+// speaks state of the world only; delta is covered by pilot/xds/ads's protocol
+// tests and conformance/nack.
+package grpcxds
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/xds"
+
+	"github.com/weft-mesh/weft/pilot/server/servertest"
+	"github.com/weft-mesh/weft/pilot/status"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	ns      = "rpc"
+	svc     = "greeter"
+	svcPort = 50051
+	target  = "xds:///greeter.rpc.svc.cluster.local:50051"
+	nodeID  = "grpc-client-1"
+)
+
+// backend is a real gRPC server that answers UnaryCall with its own id.
+type backend struct {
+	testgrpc.UnimplementedTestServiceServer
+	id   string
+	port int
+	gs   *grpc.Server
+	done chan struct{}
+}
+
+func (b *backend) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	return &testgrpc.SimpleResponse{ServerId: b.id}, nil
+}
+
+func startBackend(t *testing.T, id string) *backend {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &backend{id: id, port: lis.Addr().(*net.TCPAddr).Port, gs: grpc.NewServer(), done: make(chan struct{})}
+	testgrpc.RegisterTestServiceServer(b.gs, b)
+	go func() {
+		defer close(b.done)
+		_ = b.gs.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		b.gs.Stop()
+		<-b.done
+	})
+	return b
+}
+
+func meshYAML(backends ...*backend) string {
+	y := fmt.Sprintf(`apiVersion: mesh.weft.dev/v1alpha1
+kind: Service
+metadata: {name: %s, namespace: %s}
+spec:
+  selector: {app: greeter}
+  ports:
+  - {name: grpc, port: %d, protocol: GRPC}
+`, svc, ns, svcPort)
+	for _, b := range backends {
+		y += fmt.Sprintf(`---
+apiVersion: mesh.weft.dev/v1alpha1
+kind: Workload
+metadata: {name: %s, namespace: %s, labels: {app: greeter}}
+spec: {address: 127.0.0.1, serviceAccount: greeter, locality: local/a, ports: {grpc: %d}}
+`, b.id, ns, b.port)
+	}
+	return y
+}
+
+func bootstrap(xdsAddr string) []byte {
+	return []byte(`{
+  "xds_servers": [{"server_uri": "` + xdsAddr + `", "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+  "node": {"id": "` + nodeID + `", "cluster": "conformance", "locality": {"zone": "a"}}
+}`)
+}
+
+// TestGRPCClient: calls through pilot's xDS reach both backends; deleting one
+// Workload moves every later call to the other within a second; grpc-go ACKs
+// every version, so pilot's status says SYNCED for CDS, EDS, LDS and RDS.
+func TestGRPCClient(t *testing.T) {
+	p := servertest.Start(t, servertest.Options{})
+	b1, b2 := startBackend(t, "backend-1"), startBackend(t, "backend-2")
+	p.Apply(t, meshYAML(b1, b2))
+
+	rb, err := xds.NewXDSResolverWithConfigForTesting(bootstrap(p.XDSAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(target, grpc.WithResolvers(rb), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	client := testgrpc.NewTestServiceClient(cc)
+	call := func() (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{})
+		if err != nil {
+			return "", err
+		}
+		return r.GetServerId(), nil
+	}
+
+	// Both backends answer (round robin; allow a few calls while EDS settles).
+	seen := map[string]int{}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(seen) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("calls did not reach both backends within 20s: %v", seen)
+		}
+		id, err := call()
+		if err != nil {
+			t.Logf("call: %v", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		seen[id]++
+	}
+	t.Logf("reached both backends: %v", seen)
+
+	rev := p.Apply(t, meshYAML(b1, b2)) // unchanged: same revision
+	waitSynced(t, p, rev)
+
+	// Delete backend-1: every call from one second after the delete on reaches backend-2.
+	start := time.Now()
+	rev = p.Delete(t, "workloads", ns, b1.id)
+	var lastB1 time.Time
+	for time.Since(start) < 3*time.Second {
+		id, err := call()
+		if err != nil {
+			t.Fatalf("call after delete: %v", err)
+		}
+		if id == b1.id {
+			lastB1 = time.Now()
+		}
+	}
+	moved := time.Duration(0)
+	if !lastB1.IsZero() {
+		moved = lastB1.Sub(start)
+	}
+	t.Logf("last call to the deleted backend %v after the delete", moved)
+	if moved > time.Second {
+		t.Errorf("a call reached the deleted backend %v after the delete, want <= 1s", moved)
+	}
+	waitSynced(t, p, rev)
+}
+
+// waitSynced waits until grpc-go has ACKed rev for all four types.
+func waitSynced(t *testing.T, p *servertest.Pilot, rev int64) {
+	t.Helper()
+	var last status.ProxyStatus
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ps, ok := p.Proxy(t, nodeID)
+		last = ps
+		if ok && synced(ps, rev) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("proxy %s not SYNCED at revision %d for CDS, EDS, LDS, RDS within 10s: %+v", nodeID, rev, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func synced(ps status.ProxyStatus, rev int64) bool {
+	want := map[string]bool{"CDS": false, "EDS": false, "LDS": false, "RDS": false}
+	for _, ts := range ps.Types {
+		if _, ok := want[ts.Type]; ok && ts.Status == status.Synced {
+			want[ts.Type] = true
+		}
+	}
+	for _, ok := range want {
+		if !ok {
+			return false
+		}
+	}
+	return ps.Status == status.Synced && ps.EffectiveRevision >= rev
+}
+
