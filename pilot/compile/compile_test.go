@@ -298,14 +298,23 @@ func TestRoutes(t *testing.T) {
 			warning: `has no subset "v9"`,
 		},
 		{
-			name: "own-namespace route wins over another namespace's",
+			name: "another namespace's route does not become the service's route",
 			routes: []*resource.Object{
 				route("aaa", "first", []string{"reviews.shop"}, resource.HTTPRoute{Route: []resource.RouteDestination{to("reviews.shop", "v1", 0, 100)}}),
 				route("shop", "zzz", []string{"reviews"}, resource.HTTPRoute{Route: []resource.RouteDestination{to("reviews", "v2", 0, 100)}}),
 			},
-			source:  "shop/zzz",
-			want:    []*ir.Rule{{Destinations: []ir.WeightedCluster{{Cluster: v2, Weight: 100}}}},
-			warning: "Route/aaa/first: ignored for Service shop/reviews: Route/shop/zzz already routes it",
+			source: "shop/zzz",
+			want:   []*ir.Rule{{Destinations: []ir.WeightedCluster{{Cluster: v2, Weight: 100}}}},
+		},
+		{
+			name: "second route of the same namespace is ignored",
+			routes: []*resource.Object{
+				route("shop", "a", []string{"reviews"}, resource.HTTPRoute{Route: []resource.RouteDestination{to("reviews", "v1", 0, 100)}}),
+				route("shop", "b", []string{"reviews"}, resource.HTTPRoute{Route: []resource.RouteDestination{to("reviews", "v2", 0, 100)}}),
+			},
+			source:  "shop/a",
+			want:    []*ir.Rule{{Destinations: []ir.WeightedCluster{{Cluster: v1, Weight: 100}}}},
+			warning: "Route/shop/b: ignored for Service shop/reviews: Route/shop/a already routes it for namespace shop",
 		},
 		{
 			name: "host not found is a warning",
@@ -334,6 +343,38 @@ func TestRoutes(t *testing.T) {
 				t.Errorf("TCP port got rules: %v", db.Ports[0].Rules)
 			}
 		})
+	}
+}
+
+// TestConsumerRoutes: a Route written in namespace aaa for shop/reviews shapes
+// only aaa's traffic; shop's own Route (or the default) applies to everybody
+// else, proxyless clients included.
+func TestConsumerRoutes(t *testing.T) {
+	app := map[string]string{"app": "reviews"}
+	objs := []*resource.Object{
+		service("shop", "reviews", app, httpPort(9080)),
+		policy("shop", "reviews", "reviews", resource.Subset{Name: "v1", Labels: map[string]string{"version": "v1"}}, resource.Subset{Name: "v2", Labels: map[string]string{"version": "v2"}}),
+		route("aaa", "mine", []string{"reviews.shop"}, resource.HTTPRoute{Route: []resource.RouteDestination{to("reviews.shop", "v1", 0, 100)}}),
+		route("aaa", "zzz", []string{"reviews.shop"}, resource.HTTPRoute{Route: []resource.RouteDestination{to("reviews.shop", "v2", 0, 100)}}),
+		route("shop", "own", []string{"reviews"}, resource.HTTPRoute{Route: []resource.RouteDestination{to("reviews", "v2", 0, 100)}}),
+	}
+	m := mustCompile(t, Input{Objects: objs})
+	svc := m.Service("shop", "reviews")
+	v1 := []*ir.Rule{{Destinations: []ir.WeightedCluster{{Cluster: "outbound|9080|v1|reviews.shop.svc.cluster.local", Weight: 100}}}}
+	v2 := []*ir.Rule{{Destinations: []ir.WeightedCluster{{Cluster: "outbound|9080|v2|reviews.shop.svc.cluster.local", Weight: 100}}}}
+	for _, tt := range []struct {
+		ns   string
+		want []*ir.Rule
+	}{{"aaa", v1}, {"shop", v2}, {"other", v2}, {"", v2}} {
+		if diff := cmp.Diff(tt.want, svc.RulesFor(tt.ns, svc.Ports[0])); diff != "" {
+			t.Errorf("RulesFor(%q) (-want +got):\n%s", tt.ns, diff)
+		}
+	}
+	if got := svc.Consumers["aaa"].Source; got != "aaa/mine" {
+		t.Errorf("consumer source = %q", got)
+	}
+	if !hasWarning(m, "Route/aaa/zzz: ignored for Service shop/reviews: Route/aaa/mine already routes it for namespace aaa") {
+		t.Errorf("warnings %q lack the conflict", m.Warnings)
 	}
 }
 

@@ -103,8 +103,8 @@ func (c *compiler) security() error {
 // scopes computes, per namespace, the services a sidecar in that namespace may
 // need: every Service of its own namespace, every Service a Route of its
 // namespace names (hosts, destinations, fallbacks), and then, transitively, every
-// Service the effective routes of those Services send to (so each route a proxy
-// holds only references clusters it also holds). Sidecars never get the other
+// Service the routes those Services have for that namespace (ir.Service.RulesFor)
+// send to, so each route a proxy holds only references clusters it also holds. Sidecars never get the other
 // namespaces' services otherwise; proxyless clients get the whole mesh.
 func (c *compiler) scopes() {
 	seeds := map[string]map[*ir.Service]bool{}
@@ -148,7 +148,7 @@ func (c *compiler) scopes() {
 			s := queue[len(queue)-1]
 			queue = queue[:len(queue)-1]
 			for _, p := range s.Ports {
-				for _, r := range p.Rules {
+				for _, r := range s.RulesFor(ns, p) {
 					for _, name := range ruleClusters(r) {
 						cl := c.mesh.Cluster(name)
 						if cl == nil {

@@ -10,57 +10,62 @@ import (
 	"github.com/weft-mesh/weft/pilot/resource"
 )
 
-// routes attaches each Route's rules to the Services it names. A Service has at
-// most one Route: a Route in the Service's own namespace wins over Routes in other
-// namespaces, then the lowest namespace/name wins; the others get a warning. The
-// rules apply to every HTTP-family port of the Service (TCP ports are not routed).
+// routes attaches each Route's rules to the Services it names. A Route in the
+// Service's own namespace is the Service's route for every client (and for
+// proxyless clients); a Route in another namespace is that namespace's
+// consumer route and applies only to its own sidecars, before the Service's own
+// Route. Per (client namespace, Service) the lowest Route name wins; the others
+// get a warning. Rules apply to every HTTP-family port (TCP ports are not
+// routed).
 func (c *compiler) routes() error {
-	type claim struct {
-		obj  *resource.Object
-		spec *resource.RouteSpec
-	}
-	claims := map[*ir.Service][]claim{}
 	for _, o := range c.byKind[resource.KindRoute] {
 		s, err := specOf[resource.RouteSpec](o)
 		if err != nil {
 			return err
 		}
+		ns := o.Metadata.Namespace
+		src := ns + "/" + o.Metadata.Name
 		for i, h := range s.Hosts {
-			svc := c.lookupService(o.Metadata.Namespace, h)
+			svc := c.lookupService(ns, h)
 			if svc == nil {
 				c.warnf("%s: spec.hosts[%d]: Service %q not found; host ignored", o, i, h)
 				continue
 			}
-			if n := len(claims[svc]); n > 0 && claims[svc][n-1].obj == o {
+			var winner string
+			switch {
+			case svc.Namespace == ns && svc.RouteSource == src, svc.Consumers[ns] != nil && svc.Consumers[ns].Source == src:
 				continue // the same Route names the service twice
+			case svc.Namespace == ns && svc.RouteSource != "":
+				winner = svc.RouteSource
+			case svc.Namespace != ns && svc.Consumers[ns] != nil:
+				winner = svc.Consumers[ns].Source
 			}
-			claims[svc] = append(claims[svc], claim{obj: o, spec: s})
-		}
-	}
-	for _, svc := range c.mesh.Services {
-		cl := claims[svc]
-		if len(cl) == 0 {
-			continue
-		}
-		// Objects are already sorted by namespace/name; a stable sort keeps that
-		// order within "own namespace first".
-		sort.SliceStable(cl, func(i, j int) bool {
-			return cl[i].obj.Metadata.Namespace == svc.Namespace && cl[j].obj.Metadata.Namespace != svc.Namespace
-		})
-		win := cl[0]
-		for _, lost := range cl[1:] {
-			c.warnf("%s: ignored for Service %s/%s: %s already routes it", lost.obj, svc.Namespace, svc.Name, win.obj)
-		}
-		svc.RouteSource = win.obj.Metadata.Namespace + "/" + win.obj.Metadata.Name
-		for _, port := range svc.Ports {
-			if !port.Protocol.IsHTTP() {
+			if winner != "" {
+				c.warnf("%s: ignored for Service %s/%s: Route/%s already routes it for namespace %s", o, svc.Namespace, svc.Name, winner, ns)
 				continue
 			}
-			rules, err := c.rules(win.obj, win.spec, port)
-			if err != nil {
-				return err
+			byPort := map[uint32][]*ir.Rule{}
+			for _, port := range svc.Ports {
+				if !port.Protocol.IsHTTP() {
+					continue
+				}
+				rules, err := c.rules(o, s, port)
+				if err != nil {
+					return err
+				}
+				byPort[port.Port] = rules
 			}
-			port.Rules = rules
+			if svc.Namespace == ns {
+				svc.RouteSource = src
+				for _, port := range svc.Ports {
+					port.Rules = byPort[port.Port]
+				}
+				continue
+			}
+			if svc.Consumers == nil {
+				svc.Consumers = map[string]*ir.ConsumerRoute{}
+			}
+			svc.Consumers[ns] = &ir.ConsumerRoute{Source: src, Rules: byPort}
 		}
 	}
 	return nil

@@ -94,9 +94,31 @@ type Service struct {
 	Selector  map[string]string // empty selects nothing
 	Ports     []*Port           // in spec order
 	Policy    *DestinationPolicy
-	// RouteSource is the Route object ("ns/name") that supplied Ports[*].Rules;
-	// "" when the service uses its default route.
+	// RouteSource is the Route object ("ns/name") of the Service's own
+	// namespace that supplied Ports[*].Rules; "" when it has none.
 	RouteSource string
+	// Consumers holds, per client namespace, the Route that namespace wrote for
+	// this Service. It applies only to sidecars of that namespace, before the
+	// Service's own Route: another namespace can shape its own traffic to a
+	// Service but never anybody else's.
+	Consumers map[string]*ConsumerRoute
+}
+
+// ConsumerRoute is one client namespace's Route for a Service of another
+// namespace.
+type ConsumerRoute struct {
+	Source string             // the Route object, "ns/name"
+	Rules  map[uint32][]*Rule // by service port; every HTTP-family port is present
+}
+
+// RulesFor returns the rules a sidecar of namespace ns uses for port p of s:
+// its own namespace's Route for s if any, else s's own Route (p.Rules). nil
+// means the default route. Proxyless clients (no namespace) pass "".
+func (s *Service) RulesFor(ns string, p *Port) []*Rule {
+	if c, ok := s.Consumers[ns]; ok && ns != "" {
+		return c.Rules[p.Port]
+	}
+	return p.Rules
 }
 
 // PortByNumber returns the port with that service port number, or nil.
@@ -119,8 +141,9 @@ type Port struct {
 	Cluster string
 	// Subsets are the subset clusters for this port, in policy order.
 	Subsets []string
-	// Rules are the ordered HTTP rules for this host:port; nil means one default
-	// rule sending everything to Cluster. Always nil for TCP ports.
+	// Rules are the ordered HTTP rules of the Service's own Route for this
+	// host:port; nil means one default rule sending everything to Cluster.
+	// Always nil for TCP ports. Clients read them through Service.RulesFor.
 	Rules []*Rule
 }
 

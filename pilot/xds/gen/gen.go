@@ -298,7 +298,7 @@ func wholeMesh(mesh *ir.Mesh) (*bundle, error) {
 			if err := b.add(snapshot.ListenerType, name, apiListener(name)); err != nil {
 				return nil, err
 			}
-			rc := routeConfig(name, []vhostSpec{{svc: svc, port: p, shortNames: true}})
+			rc := routeConfig(name, []vhostSpec{{svc: svc, port: p, rules: p.Rules, shortNames: true}})
 			if err := b.add(snapshot.RouteType, name, rc); err != nil {
 				return nil, err
 			}

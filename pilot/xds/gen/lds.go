@@ -98,7 +98,7 @@ func outbound(mesh *ir.Mesh, ns string, scope []*ir.Service) (*listenerv3.Listen
 				groups[p.Port] = g
 			}
 			if p.Protocol.IsHTTP() {
-				g.http = append(g.http, vhostSpec{svc: svc, port: p, shortNames: svc.Namespace == ns})
+				g.http = append(g.http, vhostSpec{svc: svc, port: p, rules: svc.RulesFor(ns, p), shortNames: svc.Namespace == ns})
 			} else {
 				g.tcp = append(g.tcp, svc)
 			}

@@ -23,6 +23,7 @@ const FallbackMetadataKey = "weft.fallback"
 type vhostSpec struct {
 	svc        *ir.Service
 	port       *ir.Port
+	rules      []*ir.Rule // what svc.RulesFor says for the client
 	shortNames bool
 }
 
@@ -32,7 +33,7 @@ func routeConfig(name string, vhosts []vhostSpec) *routev3.RouteConfiguration {
 		rc.VirtualHosts = append(rc.VirtualHosts, &routev3.VirtualHost{
 			Name:    APIListenerName(v.svc.Host, v.port.Port),
 			Domains: domains(v.svc, v.port.Port, v.shortNames),
-			Routes:  routes(v.port),
+			Routes:  routes(v.port, v.rules),
 		})
 	}
 	return rc
@@ -52,18 +53,18 @@ func domains(svc *ir.Service, port uint32, shortNames bool) []string {
 	return out
 }
 
-// routes renders a port's rules in order; a port without rules gets one default
-// route to its cluster. Envoy routes have no OR of matches, so a rule with n
+// routes renders a port's rules in order; nil rules give one default route to
+// the port's cluster. Envoy routes have no OR of matches, so a rule with n
 // matches becomes n routes with the same action.
-func routes(p *ir.Port) []*routev3.Route {
-	if p.Rules == nil {
+func routes(p *ir.Port, rules []*ir.Rule) []*routev3.Route {
+	if rules == nil {
 		return []*routev3.Route{{
 			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: p.Cluster}, Timeout: durationpb.New(0)}},
 		}}
 	}
 	var out []*routev3.Route
-	for _, r := range p.Rules {
+	for _, r := range rules {
 		matches := r.Matches
 		if len(matches) == 0 {
 			matches = []ir.Match{{}}
