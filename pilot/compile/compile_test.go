@@ -307,6 +307,18 @@ func TestRoutes(t *testing.T) {
 			want:   []*ir.Rule{{Destinations: []ir.WeightedCluster{{Cluster: v2, Weight: 100}}}},
 		},
 		{
+			name: "destinations naming one cluster are merged; fallback deduplicated",
+			routes: []*resource.Object{route("shop", "r", []string{"reviews"}, resource.HTTPRoute{
+				Route:    []resource.RouteDestination{to("reviews", "v1", 9080, 30), to("reviews", "v2", 0, 40), to("reviews.shop", "v1", 0, 30)},
+				Fallback: []resource.FallbackDestination{{Destination: resource.Destination{Service: "backup"}}, {Destination: resource.Destination{Service: "backup", Port: 9080}}},
+			})},
+			source: "shop/r",
+			want: []*ir.Rule{{
+				Destinations: []ir.WeightedCluster{{Cluster: v1, Weight: 60}, {Cluster: v2, Weight: 40}},
+				Fallback:     []string{backup},
+			}},
+		},
+		{
 			name: "second route of the same namespace is ignored",
 			routes: []*resource.Object{
 				route("shop", "a", []string{"reviews"}, resource.HTTPRoute{Route: []resource.RouteDestination{to("reviews", "v1", 0, 100)}}),

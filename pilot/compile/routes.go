@@ -96,13 +96,20 @@ func (c *compiler) rules(o *resource.Object, s *resource.RouteSpec, port *ir.Por
 				continue // a zero-weight destination receives nothing; leave it out
 			}
 			name, ok := c.destination(o, dfield+".destination", d.Destination, port)
-			if ok {
-				r.Destinations = append(r.Destinations, ir.WeightedCluster{Cluster: name, Weight: uint32(w)})
+			if !ok {
+				continue
 			}
+			// Two destinations naming one cluster (e.g. with and without the
+			// port) are one weighted cluster; clients reject duplicates.
+			if k := slices.IndexFunc(r.Destinations, func(wc ir.WeightedCluster) bool { return wc.Cluster == name }); k >= 0 {
+				r.Destinations[k].Weight += uint32(w)
+				continue
+			}
+			r.Destinations = append(r.Destinations, ir.WeightedCluster{Cluster: name, Weight: uint32(w)})
 		}
 		for j, f := range h.Fallback {
 			name, ok := c.destination(o, fmt.Sprintf("%s.fallback[%d].destination", field, j), f.Destination, port)
-			if ok {
+			if ok && !slices.Contains(r.Fallback, name) {
 				r.Fallback = append(r.Fallback, name)
 			}
 		}

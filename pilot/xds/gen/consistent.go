@@ -10,11 +10,14 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+	"google.golang.org/protobuf/proto"
 )
 
 // Consistent checks a snapshot's cross references: every route configuration a
 // listener names exists, every cluster a route, fallback chain or tcp_proxy names
-// exists, and every EDS cluster has a ClusterLoadAssignment of its name. It
+// exists, and every EDS cluster has a ClusterLoadAssignment of its name. It also
+// checks what Envoy rejects within one resource: a domain in two virtual hosts
+// of a route configuration, two filter chains with the same match. It
 // decodes every resource, so it is for tests and debugging, not the push path.
 func Consistent(s *snapshot.Snapshot) error {
 	var errs []error
@@ -25,7 +28,14 @@ func Consistent(s *snapshot.Snapshot) error {
 		}
 	}
 	checkRC := func(from string, rc *routev3.RouteConfiguration) {
+		domains := map[string]string{}
 		for _, vh := range rc.GetVirtualHosts() {
+			for _, d := range vh.GetDomains() {
+				if other, dup := domains[d]; dup {
+					errs = append(errs, fmt.Errorf("%s: domain %q is in virtual hosts %q and %q", from, d, other, vh.GetName()))
+				}
+				domains[d] = vh.GetName()
+			}
 			for _, r := range vh.GetRoutes() {
 				ra := r.GetRoute()
 				if c := ra.GetCluster(); c != "" {
@@ -68,7 +78,12 @@ func Consistent(s *snapshot.Snapshot) error {
 				checkHCM(from, h)
 			}
 		}
-		for _, fc := range l.GetFilterChains() {
+		for i, fc := range l.GetFilterChains() {
+			for _, prev := range l.GetFilterChains()[:i] {
+				if proto.Equal(prev.GetFilterChainMatch(), fc.GetFilterChainMatch()) {
+					errs = append(errs, fmt.Errorf("%s: filter chains %q and %q have the same match", from, prev.GetName(), fc.GetName()))
+				}
+			}
 			for _, f := range fc.GetFilters() {
 				switch m, err := f.GetTypedConfig().UnmarshalNew(); {
 				case err != nil:

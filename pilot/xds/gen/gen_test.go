@@ -279,14 +279,15 @@ func TestInboundIsOwnNamespaceOnly(t *testing.T) {
 
 func TestConsistentDetects(t *testing.T) {
 	lis := &listenerv3.Listener{Name: "l", ApiListener: &listenerv3.ApiListener{ApiListener: mustAny(rdsHCM("l", "missing-rc"))}}
-	rc := &routev3.RouteConfiguration{Name: "rc", VirtualHosts: []*routev3.VirtualHost{{Name: "v", Domains: []string{"*"}, Routes: []*routev3.Route{{
+	lis2 := &listenerv3.Listener{Name: "l2", FilterChains: []*listenerv3.FilterChain{{Name: "a", FilterChainMatch: portMatch(80)}, {Name: "b", FilterChainMatch: portMatch(80)}}}
+	rc := &routev3.RouteConfiguration{Name: "rc", VirtualHosts: []*routev3.VirtualHost{{Name: "w", Domains: []string{"x"}}, {Name: "v", Domains: []string{"*", "x"}, Routes: []*routev3.Route{{
 		Match:    &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 		Action:   &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: "missing-cluster"}}},
 		Metadata: fallbackMetadata([]string{"missing-fallback"}),
 	}}}}}
 	cl := outboundCluster(&ir.Cluster{Name: "c", Policy: ir.ClusterPolicy{LB: ir.LBRoundRobin}}, false)
 	s, err := snapshot.New(1, map[string]map[string]proto.Message{
-		snapshot.ListenerType: {"l": lis},
+		snapshot.ListenerType: {"l": lis, "l2": lis2},
 		snapshot.RouteType:    {"rc": rc, "renamed": &routev3.RouteConfiguration{Name: "other"}},
 		snapshot.ClusterType:  {"c": cl},
 	})
@@ -299,6 +300,8 @@ func TestConsistentDetects(t *testing.T) {
 		`route configuration rc fallback references cluster "missing-fallback", which the snapshot lacks`,
 		`route configuration "renamed": carries name "other"`,
 		`EDS cluster "c" has no ClusterLoadAssignment "c"`,
+		`route configuration rc: domain "x" is in virtual hosts "w" and "v"`,
+		`listener l2: filter chains "a" and "b" have the same match`,
 	}
 	err = Consistent(s)
 	if err == nil {
