@@ -68,6 +68,11 @@ func (st *deltaStream) run(first *discoveryv3.DeltaDiscoveryRequest, reqs <-chan
 				return err
 			}
 		case <-st.watch.Changed():
+			// Answers already received count before a new push: a proxy that
+			// keeps up is never cut for responses it has in fact answered.
+			if err := drain(reqs, st.handle); err != nil {
+				return err
+			}
 			if err := st.pushAll(); err != nil {
 				return err
 			}

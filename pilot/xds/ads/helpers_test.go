@@ -393,3 +393,7 @@ func nameOf(t *testing.T, typ string, b []byte) string {
 	}
 	return name()
 }
+
+func contextWithCancel() (context.Context, context.CancelFunc) {
+	return context.WithCancel(context.Background())
+}

@@ -160,6 +160,20 @@ func recvLoop[T any](ctx context.Context, recv func() (T, error), out chan<- T, 
 	}
 }
 
+// drain handles every request already queued, without waiting.
+func drain[T any](reqs <-chan T, handle func(T) error) error {
+	for {
+		select {
+		case req := <-reqs:
+			if err := handle(req); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
 // open validates the first request's node and connects it to the source and the
 // status tracker.
 func (s *Server) open(ctx context.Context, p *corev3.Node, send func(proto.Message) error, kind string) (*stream, error) {

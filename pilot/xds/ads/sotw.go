@@ -67,6 +67,11 @@ func (st *sotwStream) run(first *discoveryv3.DiscoveryRequest, reqs <-chan *disc
 				return err
 			}
 		case <-st.watch.Changed():
+			// Answers already received count before a new push: a proxy that
+			// keeps up is never cut for responses it has in fact answered.
+			if err := drain(reqs, st.handle); err != nil {
+				return err
+			}
 			if err := st.pushAll(); err != nil {
 				return err
 			}
