@@ -72,51 +72,60 @@ func TestKillDuringApply(t *testing.T) {
 	if err != nil {
 		t.Fatalf("first apply: %v", err)
 	}
-	p.kill(t)
 	want := state{iter: 0, gen: 1, rev: rev}
+	p.verify(t, hc, want, *objects)
+	p.kill(t)
 	t.Logf("bulk apply of %d objects took %v", *objects, applyDur)
 
+	// Each iteration restarts pilot, checks the previous kill left the whole old
+	// or the whole new set, then fires the next apply and kills pilot during it.
 	var sawOld, sawNew int
-	for i := 1; i <= *iterations; i++ {
+	var prev killed // the apply the last kill interrupted (none before iteration 1)
+	for i := 1; i <= *iterations+1; i++ {
 		p := startPilot(t, bin, dataDir, i)
+		if prev.iter > 0 {
+			got := p.read(t, hc, *objects)
+			old, next := want, state{iter: prev.iter, gen: want.gen + 1, rev: want.rev + 1}
+			switch got {
+			case old:
+				sawOld++
+				if prev.applyErr == nil {
+					t.Fatalf("iteration %d: apply succeeded but the store is still at the old state %+v", prev.iter, old)
+				}
+			case next:
+				sawNew++
+				want = next
+			default:
+				t.Fatalf("iteration %d (kill after %v): store is %+v, want all old %+v or all new %+v\nlog:\n%s",
+					prev.iter, prev.delay, got, old, next, p.log())
+			}
+		}
 		p.verify(t, hc, want, *objects)
+		if i > *iterations {
+			// The last start ends with SIGTERM: the graceful path must exit 0.
+			p.stop(t)
+			break
+		}
 
 		// Kill somewhere in [0, 1.2*applyDur]: mostly mid-apply, sometimes just after.
-		delay := time.Duration(rng.Int64N(int64(applyDur)*6/5 + 1))
+		prev = killed{iter: i, delay: time.Duration(rng.Int64N(int64(applyDur)*6/5 + 1))}
 		done := make(chan error, 1)
 		go func() {
 			_, err := bulkApply(hc, p.url, i, *objects)
 			done <- err
 		}()
-		time.Sleep(delay) // the random kill moment is the point of the test
+		time.Sleep(prev.delay) // the random kill moment is the point of the test
 		p.kill(t)
-		applyErr := <-done
-
-		// Restart and find out which side of the apply we are on.
-		p = startPilot(t, bin, dataDir, i)
-		got := p.read(t, hc, *objects)
-		old, next := want, state{iter: i, gen: want.gen + 1, rev: want.rev + 1}
-		switch got {
-		case old:
-			sawOld++
-			if applyErr == nil {
-				t.Fatalf("iteration %d: apply succeeded but the store is still at the old state %+v", i, old)
-			}
-		case next:
-			sawNew++
-			want = next
-		default:
-			t.Fatalf("iteration %d (kill after %v): store is %+v, want all old %+v or all new %+v", i, delay, got, old, next)
-		}
-		p.verify(t, hc, want, *objects)
-		p.kill(t)
+		prev.applyErr = <-done
 	}
 	t.Logf("%d iterations: %d ended at the old revision, %d at the new one", *iterations, sawOld, sawNew)
+}
 
-	// A last start ends with SIGTERM: the graceful path must exit 0.
-	p = startPilot(t, bin, dataDir, *iterations+1)
-	p.verify(t, hc, want, *objects)
-	p.stop(t)
+// killed records an apply that was interrupted by SIGKILL.
+type killed struct {
+	iter     int
+	delay    time.Duration
+	applyErr error
 }
 
 func buildPilot(t *testing.T, dir string) string {
