@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Runs the benchmarks of every package that has a Benchmark function. Later issues
 # add steps below (e.g. data-plane load tests); keep each step bounded.
+# Usage: tools/bench/run.sh [./pkg ...]   (default: every package with a benchmark)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 BENCHTIME="${BENCHTIME:-1s}"
 
-mapfile -t pkgs < <(grep -rl --include='*_test.go' '^func Benchmark' . | xargs -r -n1 dirname | sort -u)
+if [ "$#" -gt 0 ]; then
+  pkgs=("$@")
+else
+  mapfile -t pkgs < <(grep -rl --include='*_test.go' '^func Benchmark' . | xargs -r -n1 dirname | sort -u)
+fi
 if [ "${#pkgs[@]}" -eq 0 ]; then
   echo "no benchmarks found"
   exit 0
