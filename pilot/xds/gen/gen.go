@@ -93,6 +93,22 @@ func Proxy(mesh *ir.Mesh, n *node.Node) (*snapshot.Snapshot, error) {
 	return snap, nil
 }
 
+// ScopeKey returns a key such that, for any one mesh, nodes with equal keys get
+// the same snapshot from Proxy: it is everything of the node Proxy reads. A
+// node that does not register reads nothing (every such node shares one key);
+// a sidecar reads its namespace, labels and inbound port, not its ID, address,
+// service account or locality. Callers may generate once per key.
+func ScopeKey(n *node.Node) string {
+	if !n.Registers() {
+		return "proxyless"
+	}
+	port := n.InboundPort
+	if port == 0 {
+		port = InboundPort
+	}
+	return "sidecar\x00" + n.Namespace + "\x00" + strconv.FormatUint(uint64(port), 10) + "\x00" + node.LabelString(n.Labels)
+}
+
 // class is what a sidecar's snapshot depends on.
 type class struct {
 	namespace   string
@@ -325,7 +341,7 @@ func namespaceBundle(mesh *ir.Mesh, ns string) (*bundle, error) {
 			}
 		}
 	}
-	lis, rcs := outbound(mesh, ns, scope)
+	lis, rcs := outbound(ns, scope)
 	if lis != nil {
 		if err := b.add(snapshot.ListenerType, lis.Name, lis); err != nil {
 			return nil, err

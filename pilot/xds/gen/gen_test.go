@@ -330,3 +330,41 @@ func TestDeterministicAcrossMeshes(t *testing.T) {
 		}
 	}
 }
+
+// TestScopeKey: nodes with equal ScopeKey get the same snapshot; nodes whose
+// keys differ in what Proxy reads may not.
+func TestScopeKey(t *testing.T) {
+	m, _ := meshFromFile(t, "testdata/sidecar-endpoints.input.yaml")
+	app := map[string]string{"app": "reviews"}
+	base := &node.Node{ID: "a", Namespace: "shop", Address: "10.1.0.1", Labels: app}
+	same := []*node.Node{
+		{ID: "b", Namespace: "shop", Address: "10.1.0.2", Labels: map[string]string{"app": "reviews"}, ServiceAccount: "x", Locality: node.Locality{Region: "r"}},
+		{ID: "c", Namespace: "shop", Address: "10.1.0.3", Labels: app, InboundPort: InboundPort},
+	}
+	different := []*node.Node{
+		{ID: "d", Namespace: "shop", Address: "10.1.0.4", Labels: app, InboundPort: 16006},
+		{ID: "e", Namespace: "other", Address: "10.1.0.5", Labels: app},
+		{ID: "f", Namespace: "shop", Address: "10.1.0.6", Labels: map[string]string{"app": "x"}},
+		{ID: "g"},
+	}
+	want := mustProxy(t, m, base)
+	for _, n := range same {
+		if ScopeKey(n) != ScopeKey(base) {
+			t.Errorf("%s: key %q, want %q", n.ID, ScopeKey(n), ScopeKey(base))
+		}
+		got := mustProxy(t, m, n)
+		for _, typ := range snapshot.PushOrder {
+			if got.Version(typ) != want.Version(typ) {
+				t.Errorf("%s: same key, different %s", n.ID, typ)
+			}
+		}
+	}
+	for _, n := range different {
+		if ScopeKey(n) == ScopeKey(base) {
+			t.Errorf("%s: same key as base", n.ID)
+		}
+	}
+	if ScopeKey(&node.Node{ID: "x"}) != ScopeKey(&node.Node{ID: "y", Labels: app}) {
+		t.Errorf("non-registering nodes must share a key")
+	}
+}

@@ -1,11 +1,9 @@
 package gen
 
 import (
-	"net/netip"
 	"slices"
 	"strconv"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -77,17 +75,18 @@ func portMatch(p uint32) *listenerv3.FilterChainMatch {
 // picked by original destination port:
 //   - a port with HTTP-family services: one HTTP chain whose route configuration
 //     "outbound|<port>" has a virtual host per such service (by Host header);
-//   - a port with exactly one TCP service and no HTTP service: one tcp_proxy chain;
-//   - otherwise each TCP service gets a chain narrowed by destination IP to its
-//     endpoints' addresses (there are no service VIPs); an address already taken
-//     by an earlier service on that port, or a service with no endpoints, gets no
-//     chain.
+//   - otherwise one tcp_proxy chain to the port's TCP service.
 //
-// It returns nil when the scope is empty.
-func outbound(mesh *ir.Mesh, ns string, scope []*ir.Service) (*listenerv3.Listener, []*routev3.RouteConfiguration) {
+// Services have no VIPs, so a TCP service cannot be told apart from another
+// service on the same port: when a port is shared, HTTP wins, then the TCP
+// service of the sidecar's own namespace, then the first in scope order; the
+// others are not reachable through outbound capture on that port. (Envoy could
+// narrow chains by destination IP with prefix_ranges, but our sidecar accepts
+// only destination_port matches.) It returns nil when the scope is empty.
+func outbound(ns string, scope []*ir.Service) (*listenerv3.Listener, []*routev3.RouteConfiguration) {
 	type portGroup struct {
 		http []vhostSpec
-		tcp  []*ir.Service
+		tcp  *ir.Service
 	}
 	groups := map[uint32]*portGroup{}
 	for _, svc := range scope {
@@ -97,10 +96,11 @@ func outbound(mesh *ir.Mesh, ns string, scope []*ir.Service) (*listenerv3.Listen
 				g = &portGroup{}
 				groups[p.Port] = g
 			}
-			if p.Protocol.IsHTTP() {
+			switch {
+			case p.Protocol.IsHTTP():
 				g.http = append(g.http, vhostSpec{svc: svc, port: p, rules: svc.RulesFor(ns, p), shortNames: svc.Namespace == ns})
-			} else {
-				g.tcp = append(g.tcp, svc)
+			case g.tcp == nil || g.tcp.Namespace != ns && svc.Namespace == ns:
+				g.tcp = svc
 			}
 		}
 	}
@@ -120,7 +120,6 @@ func outbound(mesh *ir.Mesh, ns string, scope []*ir.Service) (*listenerv3.Listen
 	var rcs []*routev3.RouteConfiguration
 	for _, port := range ports {
 		g := groups[port]
-		ps := strconv.FormatUint(uint64(port), 10)
 		if len(g.http) > 0 {
 			name := OutboundRouteName(port)
 			rcs = append(rcs, routeConfig(name, g.http))
@@ -129,50 +128,16 @@ func outbound(mesh *ir.Mesh, ns string, scope []*ir.Service) (*listenerv3.Listen
 				FilterChainMatch: portMatch(port),
 				Filters:          []*listenerv3.Filter{networkFilter(hcmFilterName, rdsHCM(name, name))},
 			})
-		}
-		if len(g.tcp) == 1 && len(g.http) == 0 {
-			svc := g.tcp[0]
-			cl := svc.PortByNumber(port).Cluster
-			lis.FilterChains = append(lis.FilterChains, &listenerv3.FilterChain{
-				Name:             "outbound|" + ps + "|tcp|" + svc.Host,
-				FilterChainMatch: portMatch(port),
-				Filters:          []*listenerv3.Filter{tcpProxy(cl, cl)},
-			})
 			continue
 		}
-		taken := map[string]bool{}
-		for _, svc := range g.tcp {
-			cl := svc.PortByNumber(port).Cluster
-			m := portMatch(port)
-			if c := mesh.Cluster(cl); c != nil {
-				for _, ep := range c.Endpoints {
-					if taken[ep.Address] {
-						continue
-					}
-					taken[ep.Address] = true
-					m.PrefixRanges = append(m.PrefixRanges, cidr(ep.Address))
-				}
-			}
-			if len(m.PrefixRanges) == 0 {
-				continue
-			}
-			lis.FilterChains = append(lis.FilterChains, &listenerv3.FilterChain{
-				Name:             "outbound|" + ps + "|tcp|" + svc.Host,
-				FilterChainMatch: m,
-				Filters:          []*listenerv3.Filter{tcpProxy(cl, cl)},
-			})
-		}
+		cl := g.tcp.PortByNumber(port).Cluster
+		lis.FilterChains = append(lis.FilterChains, &listenerv3.FilterChain{
+			Name:             "outbound|" + strconv.FormatUint(uint64(port), 10) + "|tcp",
+			FilterChainMatch: portMatch(port),
+			Filters:          []*listenerv3.Filter{tcpProxy(cl, cl)},
+		})
 	}
 	return lis, rcs
-}
-
-func cidr(addr string) *corev3.CidrRange {
-	a, err := netip.ParseAddr(addr)
-	bits := uint32(32)
-	if err == nil && a.Is6() {
-		bits = 128
-	}
-	return &corev3.CidrRange{AddressPrefix: addr, PrefixLen: wrapperspb.UInt32(bits)}
 }
 
 // inboundSet is the per-node part of a sidecar's snapshot.
