@@ -151,3 +151,13 @@ func TestManifestRejects(t *testing.T) {
 		})
 	}
 }
+
+// ADS serves only snapshot.PushOrder types: the manifest must be one of them, last.
+func TestManifestTypeIsPushedLast(t *testing.T) {
+	if snapshot.ManifestType != manifest.TypeURL {
+		t.Fatalf("snapshot.ManifestType %q != manifest.TypeURL %q", snapshot.ManifestType, manifest.TypeURL)
+	}
+	if last := snapshot.PushOrder[len(snapshot.PushOrder)-1]; last != manifest.TypeURL {
+		t.Fatalf("last pushed type is %q, want the manifest", last)
+	}
+}

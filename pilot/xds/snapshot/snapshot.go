@@ -21,10 +21,14 @@ const (
 	ListenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
 	RouteType    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 	SecretType   = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+	// ManifestType is the signed manifest (certs/manifest.TypeURL) pilot adds for each
+	// Weft sidecar. It goes last: a sidecar activates a push once the manifest that
+	// covers it has arrived.
+	ManifestType = "type.googleapis.com/weft.manifest.v1.SignedManifest"
 )
 
 // PushOrder is the order in which types are sent.
-var PushOrder = []string{ClusterType, EndpointType, ListenerType, RouteType, SecretType}
+var PushOrder = []string{ClusterType, EndpointType, ListenerType, RouteType, SecretType, ManifestType}
 
 // Resource is one named xDS resource with its content hash as version.
 type Resource struct {
