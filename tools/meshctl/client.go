@@ -85,8 +85,14 @@ func (c *client) do(ctx context.Context, method, path string, body []byte, hdr m
 	}
 	r := &reply{status: resp.StatusCode, header: resp.Header, body: b}
 	if r.status/100 != 2 {
-		var er api.ErrorResponse
-		if jerr := json.Unmarshal(b, &er); jerr != nil || len(er.Errors) == 0 {
+		var er struct {
+			api.ErrorResponse
+			Error string `json:"error"` // the xDS status API's shape
+		}
+		if jerr := json.Unmarshal(b, &er); jerr == nil && len(er.Errors) == 0 && er.Error != "" {
+			er.Errors = []string{er.Error}
+		}
+		if len(er.Errors) == 0 {
 			er.Errors = []string{strings.TrimSpace(string(b))}
 			if er.Errors[0] == "" {
 				er.Errors = nil

@@ -42,8 +42,15 @@ commands:
   delete KIND NAME [-n NS] [--if-match GEN]
   history KIND NAME [-n NS]               one line per revision: REV  OP  GENERATION  TIME
   validate -f PATH                        validate offline, one line per error
+  proxy-status                            one row per proxy: each xDS type SYNCED, PENDING_ACK,
+                                          NACKED, NOT_SENT or DISCONNECTED; effective revision
+  rollout status [REV] [--wait] [--timeout D]
+                                          how far store revision REV (default: current) has
+                                          rolled out; exit 0 effective on every connected proxy,
+                                          1 a proxy rejected it, 2 not yet / timed out
+  config-dump NODE                        what pilot last sent NODE, as JSON
 
-exit codes: 0 ok, 1 invalid input, 2 other error, 3 If-Match conflict, 4 not found
+exit codes: 0 ok, 1 invalid input (rollout: rejected), 2 other error, 3 If-Match conflict, 4 not found
 `
 
 // cliError is an error with the exit code it maps to. lines, when set, are
@@ -86,7 +93,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "validate":
 		err = e.validate(rest)
-	case "apply", "get", "delete", "history":
+	case "apply", "get", "delete", "history", "proxy-status", "rollout", "config-dump":
 		c, cerr := newClient(*pilot, *tokenFile, *timeout)
 		if cerr != nil {
 			return report(stderr, cerr)
@@ -102,6 +109,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			err = e.delete(ctx, rest)
 		case "history":
 			err = e.history(ctx, rest)
+		case "proxy-status":
+			err = e.proxyStatus(ctx, rest)
+		case "rollout":
+			err = e.rolloutStatus(ctx, rest)
+		case "config-dump":
+			err = e.configDump(ctx, rest)
 		}
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
