@@ -210,3 +210,11 @@ func MustAddr(s string) netip.AddrPort {
 	}
 	return ap
 }
+
+// TCPChainIdle is TCPChain with an idle timeout.
+func TCPChainIdle(port uint32, cluster string, idle time.Duration) *listenerv3.FilterChain {
+	t := &tcpv3.TcpProxy{StatPrefix: "tcp", ClusterSpecifier: &tcpv3.TcpProxy_Cluster{Cluster: cluster}, IdleTimeout: durationpb.New(idle)}
+	fc := TCPChain(port, cluster)
+	fc.Filters[0].ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: Any(t)}
+	return fc
+}
