@@ -3,6 +3,7 @@ package gen
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -78,9 +79,13 @@ func Consistent(s *snapshot.Snapshot) error {
 				checkHCM(from, h)
 			}
 		}
-		for i, fc := range l.GetFilterChains() {
-			for _, prev := range l.GetFilterChains()[:i] {
-				if proto.Equal(prev.GetFilterChainMatch(), fc.GetFilterChainMatch()) {
+		chains := l.GetFilterChains()
+		if d := l.GetDefaultFilterChain(); d != nil {
+			chains = append(slices.Clone(chains), d)
+		}
+		for i, fc := range chains {
+			for _, prev := range chains[:i] {
+				if fc != l.GetDefaultFilterChain() && proto.Equal(prev.GetFilterChainMatch(), fc.GetFilterChainMatch()) {
 					errs = append(errs, fmt.Errorf("%s: filter chains %q and %q have the same match", from, prev.GetName(), fc.GetName()))
 				}
 			}

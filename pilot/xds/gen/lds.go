@@ -146,12 +146,16 @@ type inboundSet struct {
 }
 
 // inbound renders the node's inbound listener (0.0.0.0:<inboundPort>) with one
-// filter chain per target port of the Services of the node's own namespace whose
-// selector matches the node's labels, and one STATIC "inbound|<targetPort>||"
-// cluster per chain. HTTP-family ports get a connection manager with an inline
-// route to the inbound cluster; TCP ports a tcp_proxy. When two services use the
-// same target port, the first (by namespace/name) decides its protocol. A node
-// that backs no Service gets no inbound listener.
+// filter chain per target port of the Services it backs (c.backs), matched by
+// original destination port, and one STATIC "inbound|<targetPort>||" cluster
+// per chain. HTTP-family ports get a connection manager with an inline route to
+// the inbound cluster; TCP ports a tcp_proxy. When two services use the same
+// target port, the first (by name) decides its protocol.
+//
+// Peers' sidecars connect to this listener directly (the endpoint of a
+// registered sidecar is address:inboundPort), so the original destination port
+// is the listener's own: the default_filter_chain serves those connections,
+// see inboundDirect. A node that backs no Service gets no inbound listener.
 func inbound(c class) (*inboundSet, error) {
 	seen := map[uint32]bool{}
 	var ports []*ir.Port
@@ -168,31 +172,17 @@ func inbound(c class) (*inboundSet, error) {
 		return set, nil
 	}
 	slices.SortFunc(ports, func(a, b *ir.Port) int { return int(a.TargetPort) - int(b.TargetPort) })
-	lp := c.inboundPort
 	lis := &listenerv3.Listener{
-		Name:            InboundListenerName,
-		Address:         socketAddress(InboundAddress, lp),
-		ListenerFilters: []*listenerv3.ListenerFilter{originalDst},
+		Name:               InboundListenerName,
+		Address:            socketAddress(InboundAddress, c.inboundPort),
+		ListenerFilters:    []*listenerv3.ListenerFilter{originalDst},
+		DefaultFilterChain: inboundDirect(c),
 	}
 	for _, p := range ports {
 		cl := ir.InboundClusterName(p.TargetPort)
 		chain := &listenerv3.FilterChain{Name: cl, FilterChainMatch: portMatch(p.TargetPort)}
 		if p.Protocol.IsHTTP() {
-			chain.Filters = []*listenerv3.Filter{networkFilter(hcmFilterName, &hcmv3.HttpConnectionManager{
-				StatPrefix: cl,
-				RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
-					Name: cl,
-					VirtualHosts: []*routev3.VirtualHost{{
-						Name:    cl,
-						Domains: []string{"*"},
-						Routes: []*routev3.Route{{
-							Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-							Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cl}, Timeout: durationpb.New(0)}},
-						}},
-					}},
-				}},
-				HttpFilters: []*hcmv3.HttpFilter{routerFilter},
-			})}
+			chain.Filters = []*listenerv3.Filter{inboundHCM(cl, []*routev3.VirtualHost{inboundVhost(cl, []string{"*"}, cl)})}
 		} else {
 			chain.Filters = []*listenerv3.Filter{tcpProxy(cl, cl)}
 		}
@@ -209,4 +199,82 @@ func inbound(c class) (*inboundSet, error) {
 	}
 	set.listeners[InboundListenerName] = r
 	return set, nil
+}
+
+// inboundDirect is the chain for connections made to the inbound listener
+// itself. There is no original port to go by, so:
+//   - HTTP: route by Host header. With one HTTP target port everything goes
+//     there; otherwise each backed service port gets a virtual host with its
+//     port-qualified names ("reviews:9080", "reviews.shop:9080", ...), and the
+//     bare names go to the service's first HTTP-family port.
+//   - no HTTP port and exactly one TCP target port: tcp_proxy to it.
+//   - no HTTP port and several TCP ports: nil (ambiguous; only intercepted
+//     connections, matched by port, reach them).
+func inboundDirect(c class) *listenerv3.FilterChain {
+	type httpPort struct {
+		svc   *ir.Service
+		port  *ir.Port
+		first bool
+	}
+	var https []httpPort
+	var tcps []uint32
+	for _, svc := range c.backs {
+		first := true
+		for _, p := range svc.Ports {
+			if !p.Protocol.IsHTTP() {
+				if !slices.Contains(tcps, p.TargetPort) {
+					tcps = append(tcps, p.TargetPort)
+				}
+				continue
+			}
+			https = append(https, httpPort{svc: svc, port: p, first: first})
+			first = false
+		}
+	}
+	const name = "inbound|direct"
+	targets := map[uint32]bool{}
+	for _, h := range https {
+		targets[h.port.TargetPort] = true
+	}
+	switch {
+	case len(https) == 0 && len(tcps) == 1:
+		cl := ir.InboundClusterName(tcps[0])
+		return &listenerv3.FilterChain{Name: name, Filters: []*listenerv3.Filter{tcpProxy(cl, cl)}}
+	case len(https) == 0:
+		return nil
+	case len(targets) == 1:
+		cl := ir.InboundClusterName(https[0].port.TargetPort)
+		return &listenerv3.FilterChain{Name: name, Filters: []*listenerv3.Filter{inboundHCM(name, []*routev3.VirtualHost{inboundVhost(name, []string{"*"}, cl)})}}
+	}
+	vhosts := make([]*routev3.VirtualHost, 0, len(https))
+	for _, h := range https {
+		all := domains(h.svc, h.port.Port, true)
+		var ds []string
+		for i, d := range all {
+			if i%2 == 1 || h.first { // odd entries are the ":<port>" forms
+				ds = append(ds, d)
+			}
+		}
+		vhosts = append(vhosts, inboundVhost(APIListenerName(h.svc.Host, h.port.Port), ds, ir.InboundClusterName(h.port.TargetPort)))
+	}
+	return &listenerv3.FilterChain{Name: name, Filters: []*listenerv3.Filter{inboundHCM(name, vhosts)}}
+}
+
+func inboundHCM(name string, vhosts []*routev3.VirtualHost) *listenerv3.Filter {
+	return networkFilter(hcmFilterName, &hcmv3.HttpConnectionManager{
+		StatPrefix:     name,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{Name: name, VirtualHosts: vhosts}},
+		HttpFilters:    []*hcmv3.HttpFilter{routerFilter},
+	})
+}
+
+func inboundVhost(name string, domains []string, cluster string) *routev3.VirtualHost {
+	return &routev3.VirtualHost{
+		Name:    name,
+		Domains: domains,
+		Routes: []*routev3.Route{{
+			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster}, Timeout: durationpb.New(0)}},
+		}},
+	}
 }
