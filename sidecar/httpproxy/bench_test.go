@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
-	"sync"
 	"testing"
 
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
@@ -16,58 +15,26 @@ import (
 // rawApp answers every request head with a fixed 1 KiB response, allocation-free, so
 // a benchmark's allocations are the proxy's.
 func rawApp(tb testing.TB) netip.AddrPort {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
 	body := bytes.Repeat([]byte("x"), 1024)
 	resp := append([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"), body...)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	return dt.ServeTCP(tb, func(c net.Conn) {
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			// Requests in this benchmark have no body: read to the blank line.
+			for {
+				l, err := br.ReadSlice('\n')
+				if err != nil {
+					return
+				}
+				if len(l) <= 2 {
+					break
+				}
+			}
+			if _, err := c.Write(resp); err != nil {
 				return
 			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				br := bufio.NewReader(c)
-				for {
-					// Requests in this benchmark have no body: read to the blank line.
-					for {
-						l, err := br.ReadSlice('\n')
-						if err != nil {
-							return
-						}
-						if len(l) <= 2 {
-							break
-						}
-					}
-					if _, err := c.Write(resp); err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
-	tb.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
 	})
-	return netip.MustParseAddrPort(ln.Addr().String())
 }
 
 // BenchmarkHTTP1Proxy measures one keep-alive request through the HTTP/1.1 fast path

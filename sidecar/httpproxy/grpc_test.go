@@ -168,26 +168,12 @@ func TestHTTPThroughTwoSidecars(t *testing.T) {
 }
 
 func TestTCPProxy(t *testing.T) {
-	echoLn := listen(t)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := echoLn.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() { defer wg.Done(); defer c.Close(); _, _ = io.Copy(c, c) }()
-		}
-	}()
-	t.Cleanup(func() { echoLn.Close(); wg.Wait() })
+	echoAddr := dt.ServeTCP(t, dt.Echo)
 	ln := listen(t)
 	res := dt.Resources{}
 	res.Add(xdsresource.ListenerType, dt.Listener("tcp", addrOf(ln), dt.TCPChain(0, "db")))
 	res.Add(xdsresource.ClusterType, dt.EDSCluster("db", dt.ClusterOpts{}))
-	res.Add(xdsresource.EndpointType, dt.Endpoints("db", addrOf(echoLn)))
+	res.Add(xdsresource.EndpointType, dt.Endpoints("db", echoAddr))
 	s := startSidecar(t, ln, res, sidecarOpts{name: "tcp"})
 	c, err := net.Dial("tcp", s.Addr.String())
 	if err != nil {

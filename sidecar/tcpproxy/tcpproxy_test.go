@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,27 +48,7 @@ func newProxy(t *testing.T) *tcpproxy.Proxy {
 }
 
 // echoServer echoes until the peer half-closes.
-func echoServer(t *testing.T) netip.AddrPort {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() { defer wg.Done(); defer c.Close(); _, _ = io.Copy(c, c) }()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	return netip.MustParseAddrPort(ln.Addr().String())
-}
+func echoServer(t *testing.T) netip.AddrPort { return dt.ServeTCP(t, dt.Echo) }
 
 func TestConnectFailureNamesCluster(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")

@@ -190,37 +190,39 @@ func decodeHeader(e errs, f string, h *routev3.HeaderMatcher) (HeaderMatch, erro
 	if hm.Name == "" {
 		return hm, e.at(f+".name", "must not be empty")
 	}
+	// Legacy specifiers are rewritten as the StringMatcher they mean.
+	var sm *matcherv3.StringMatcher
+	field := f + ".string_match"
 	switch s := h.GetHeaderMatchSpecifier().(type) {
 	case *routev3.HeaderMatcher_ExactMatch:
-		hm.Kind, hm.Value = StringExact, s.ExactMatch
+		sm = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: s.ExactMatch}}
 	case *routev3.HeaderMatcher_PrefixMatch:
-		hm.Kind, hm.Value = StringPrefix, s.PrefixMatch
+		sm = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: s.PrefixMatch}}
 	case *routev3.HeaderMatcher_SuffixMatch:
-		hm.Kind, hm.Value = StringSuffix, s.SuffixMatch
+		sm = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Suffix{Suffix: s.SuffixMatch}}
 	case *routev3.HeaderMatcher_ContainsMatch:
-		hm.Kind, hm.Value = StringContains, s.ContainsMatch
+		sm = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Contains{Contains: s.ContainsMatch}}
+	case *routev3.HeaderMatcher_SafeRegexMatch:
+		sm = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: s.SafeRegexMatch}}
+		field = f + ".safe_regex_match"
+	case *routev3.HeaderMatcher_StringMatch:
+		sm = s.StringMatch
 	case *routev3.HeaderMatcher_PresentMatch:
 		hm.Kind = StringPresent
 		if !s.PresentMatch {
 			hm.Invert = !hm.Invert
 		}
-	case *routev3.HeaderMatcher_SafeRegexMatch:
-		re, err := compileRE2(e, f+".safe_regex_match", s.SafeRegexMatch.GetRegex())
-		if err != nil {
-			return hm, err
-		}
-		hm.Kind, hm.Value, hm.Regex = StringRegex, s.SafeRegexMatch.GetRegex(), re
-	case *routev3.HeaderMatcher_StringMatch:
-		return decodeStringMatch(e, f+".string_match", hm, s.StringMatch)
+		return hm, nil
 	case nil:
-		// Envoy: no specifier means "present".
-		hm.Kind = StringPresent
+		hm.Kind = StringPresent // Envoy: no specifier means "present"
+		return hm, nil
 	default:
 		return hm, e.at(f, "unsupported header matcher %T", s)
 	}
-	return hm, nil
+	return decodeStringMatch(e, field, hm, sm)
 }
 
+// decodeStringMatch fills hm from sm; f is the matcher's field path.
 func decodeStringMatch(e errs, f string, hm HeaderMatch, sm *matcherv3.StringMatcher) (HeaderMatch, error) {
 	if sm.GetIgnoreCase() {
 		return hm, e.at(f+".ignore_case", "not supported")
@@ -235,7 +237,11 @@ func decodeStringMatch(e errs, f string, hm HeaderMatch, sm *matcherv3.StringMat
 	case *matcherv3.StringMatcher_Contains:
 		hm.Kind, hm.Value = StringContains, p.Contains
 	case *matcherv3.StringMatcher_SafeRegex:
-		re, err := compileRE2(e, f+".safe_regex", p.SafeRegex.GetRegex())
+		rf := f + ".safe_regex"
+		if strings.HasSuffix(f, ".safe_regex_match") {
+			rf = f
+		}
+		re, err := compileRE2(e, rf, p.SafeRegex.GetRegex())
 		if err != nil {
 			return hm, err
 		}
