@@ -81,4 +81,3 @@ func BenchmarkHTTP1Proxy(b *testing.B) {
 		}
 	})
 }
-

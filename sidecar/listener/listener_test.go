@@ -31,7 +31,9 @@ func (d fixedDest) Destination(c net.Conn) (netip.AddrPort, error) {
 
 type failDest struct{}
 
-func (failDest) Destination(net.Conn) (netip.AddrPort, error) { return netip.AddrPort{}, errors.New("no original destination") }
+func (failDest) Destination(net.Conn) (netip.AddrPort, error) {
+	return netip.AddrPort{}, errors.New("no original destination")
+}
 
 func setup(t *testing.T) (*httpproxy.Proxy, *tcpproxy.Proxy, hclog.Logger) {
 	t.Helper()

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	_ "net/http/pprof" // served only when -pprof is set
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
