@@ -120,6 +120,44 @@ func nonNeg(o *resource.Object, field string, v int32) (uint32, error) {
 	return uint32(v), nil
 }
 
+// count is one non-negative integer field to convert; dur one duration field.
+type (
+	count struct {
+		name string
+		v    int32
+		dst  *uint32
+	}
+	dur struct {
+		name string
+		v    resource.Duration
+		dst  *time.Duration
+	}
+)
+
+// counts converts each field (named prefix+name in errors) or fails on the first bad one.
+func counts(o *resource.Object, prefix string, fs ...count) error {
+	for _, f := range fs {
+		v, err := nonNeg(o, prefix+f.name, f.v)
+		if err != nil {
+			return err
+		}
+		*f.dst = v
+	}
+	return nil
+}
+
+// durations parses each field (named prefix+name in errors) or fails on the first bad one.
+func durations(o *resource.Object, prefix string, fs ...dur) error {
+	for _, f := range fs {
+		v, err := duration(o, prefix+f.name, f.v)
+		if err != nil {
+			return err
+		}
+		*f.dst = v
+	}
+	return nil
+}
+
 func copyLabels(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return nil
@@ -270,20 +308,13 @@ func clusterPolicy(o *resource.Object, s *resource.DestinationPolicySpec) (ir.Cl
 	}
 	if cp := s.ConnectionPool; cp != nil {
 		pool := &ir.ConnectionPool{}
-		var err error
-		for _, f := range []struct {
-			name string
-			v    int32
-			dst  *uint32
-		}{
-			{"maxConnections", cp.MaxConnections, &pool.MaxConnections},
-			{"maxPendingRequests", cp.MaxPendingRequests, &pool.MaxPendingRequests},
-			{"maxRequests", cp.MaxRequests, &pool.MaxRequests},
-			{"maxRetries", cp.MaxRetries, &pool.MaxRetries},
-		} {
-			if *f.dst, err = nonNeg(o, "spec.connectionPool."+f.name, f.v); err != nil {
-				return p, err
-			}
+		if err := counts(o, "spec.connectionPool.",
+			count{"maxConnections", cp.MaxConnections, &pool.MaxConnections},
+			count{"maxPendingRequests", cp.MaxPendingRequests, &pool.MaxPendingRequests},
+			count{"maxRequests", cp.MaxRequests, &pool.MaxRequests},
+			count{"maxRetries", cp.MaxRetries, &pool.MaxRetries},
+		); err != nil {
+			return p, err
 		}
 		if rb := cp.RetryBudget; rb != nil {
 			if rb.Percent < 0 || rb.Percent > 100 {
@@ -336,32 +367,19 @@ func percent(o *resource.Object, field string, v float64) error {
 func outlier(o *resource.Object, od *resource.OutlierDetection) (*ir.OutlierDetection, error) {
 	const f = "spec.outlierDetection."
 	out := &ir.OutlierDetection{}
-	var err error
-	for _, u := range []struct {
-		name string
-		v    int32
-		dst  *uint32
-	}{
-		{"consecutive5xx", od.Consecutive5xx, &out.Consecutive5xx},
-		{"consecutiveGatewayErrors", od.ConsecutiveGatewayErrors, &out.ConsecutiveGatewayErrors},
-		{"consecutiveLocalOriginFailures", od.ConsecutiveLocalOriginFailures, &out.ConsecutiveLocalOriginFailures},
-	} {
-		if *u.dst, err = nonNeg(o, f+u.name, u.v); err != nil {
-			return nil, err
-		}
+	if err := counts(o, f,
+		count{"consecutive5xx", od.Consecutive5xx, &out.Consecutive5xx},
+		count{"consecutiveGatewayErrors", od.ConsecutiveGatewayErrors, &out.ConsecutiveGatewayErrors},
+		count{"consecutiveLocalOriginFailures", od.ConsecutiveLocalOriginFailures, &out.ConsecutiveLocalOriginFailures},
+	); err != nil {
+		return nil, err
 	}
-	for _, d := range []struct {
-		name string
-		v    resource.Duration
-		dst  *time.Duration
-	}{
-		{"interval", od.Interval, &out.Interval},
-		{"baseEjectionTime", od.BaseEjectionTime, &out.BaseEjectionTime},
-		{"maxEjectionTime", od.MaxEjectionTime, &out.MaxEjectionTime},
-	} {
-		if *d.dst, err = duration(o, f+d.name, d.v); err != nil {
-			return nil, err
-		}
+	if err := durations(o, f,
+		dur{"interval", od.Interval, &out.Interval},
+		dur{"baseEjectionTime", od.BaseEjectionTime, &out.BaseEjectionTime},
+		dur{"maxEjectionTime", od.MaxEjectionTime, &out.MaxEjectionTime},
+	); err != nil {
+		return nil, err
 	}
 	if err := percent(o, f+"maxEjectionPercent", od.MaxEjectionPercent); err != nil {
 		return nil, err

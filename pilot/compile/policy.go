@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/weft-mesh/weft/pilot/ir"
 	"github.com/weft-mesh/weft/pilot/resource"
@@ -59,18 +58,12 @@ func (c *compiler) security() error {
 		for i, r := range s.Rules {
 			f := fmt.Sprintf("spec.rules[%d].", i)
 			rule := ir.StalenessRule{Resource: r.Resource, OnExpire: r.OnExpire, Jitter: r.Jitter}
-			for _, d := range []struct {
-				name string
-				v    resource.Duration
-				dst  *time.Duration
-			}{
-				{"warnAfter", r.WarnAfter, &rule.WarnAfter},
-				{"restrictAfter", r.RestrictAfter, &rule.RestrictAfter},
-				{"expireAfter", r.ExpireAfter, &rule.ExpireAfter},
-			} {
-				if *d.dst, err = duration(o, f+d.name, d.v); err != nil {
-					return err
-				}
+			if err := durations(o, f,
+				dur{"warnAfter", r.WarnAfter, &rule.WarnAfter},
+				dur{"restrictAfter", r.RestrictAfter, &rule.RestrictAfter},
+				dur{"expireAfter", r.ExpireAfter, &rule.ExpireAfter},
+			); err != nil {
+				return err
 			}
 			if err := percent(o, f+"jitter", r.Jitter); err != nil {
 				return err
