@@ -111,9 +111,6 @@ func mustMesh(b *testing.B, in compile.Input) *ir.Mesh {
 // without warnings and every kind of proxy gets a consistent snapshot of the
 // expected size.
 func TestBenchInputConsistent(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a 1,000-service mesh; run without -short")
-	}
 	m, err := compile.Compile(benchInput(1000, 10))
 	if err != nil {
 		t.Fatal(err)
