@@ -212,7 +212,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 			}
 		}
 	})
-	log.Info("sidecar started", "node", s.Node.ID, "outbound", s.OutboundAddr, "inbound", s.InboundAddr,
+	log.Info("sidecar started", "outbound", s.OutboundAddr, "inbound", s.InboundAddr,
 		"admin", s.AdminAddr, "ready", s.ReadyAddr, "pilot", s.Pilot, "xds", s.XDSMode)
 	<-ctx.Done()
 	wg.Wait()
