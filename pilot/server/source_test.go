@@ -1,0 +1,101 @@
+package server
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/pilot/ir"
+	"github.com/weft-mesh/weft/pilot/xds/meshcache"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+)
+
+// TestMain is in server_test.go (one per test binary).
+
+var sidecar = &node.Node{ID: "reviews-1", Namespace: "shop", ServiceAccount: "reviews", Labels: map[string]string{"app": "reviews"},
+	Address: "127.0.0.5", InboundPort: 15006}
+
+// TestGenerateChecksSidecarSnapshots: a Weft sidecar's snapshot that the
+// sidecar's own decoder rejects is refused at pilot with the node, revision and
+// the sidecar's reason; a plain xDS client's snapshot is not checked (it is not
+// our sidecar); a later good generation clears the error.
+func TestGenerateChecksSidecarSnapshots(t *testing.T) {
+	badCluster := &clusterv3.Cluster{Name: "outbound|80||x.shop.svc.cluster.local",
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STRICT_DNS}}
+	bad, err := snapshot.New(7, map[string]map[string]proto.Message{snapshot.ClusterType: {badCluster.Name: badCluster}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := snapshot.New(8, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reported []string
+	s := newSource(sourceConfig{Logger: hclog.NewNullLogger(), Key: testKey(t), Validity: time.Hour,
+		ReportGenError: func(id string, rev int64, msg string) { reported = append(reported, msg) }})
+	tests := []struct {
+		name    string
+		snap    *snapshot.Snapshot
+		n       *node.Node
+		rev     int64
+		wantErr string
+	}{
+		{"sidecar, bad cluster", bad, sidecar, 7,
+			`snapshot for reviews-1 at revision 7 fails sidecar validation, not sent: CDS "outbound|80||x.shop.svc.cluster.local": ` +
+				`cluster "outbound|80||x.shop.svc.cluster.local": type: unsupported discovery type STRICT_DNS (want EDS or STATIC)`},
+		{"plain client, same snapshot", bad, &node.Node{ID: "grpc-client"}, 7, ""},
+		{"sidecar, good snapshot", good, sidecar, 8, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := s.generate(func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error) { return tt.snap, nil })
+			_, err := g(&ir.Mesh{Revision: tt.rev}, tt.n)
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tt.wantErr {
+				t.Errorf("error\n%s\nwant\n%s", got, tt.wantErr)
+			}
+			if e := s.scopeError(meshcache.DefaultScopeKey(tt.n)); e.msg != tt.wantErr || (e.msg != "" && e.rev != tt.rev) {
+				t.Errorf("scope error %+v, want %q at %d", e, tt.wantErr, tt.rev)
+			}
+		})
+	}
+	// An older generation finishing late does not overwrite a newer outcome.
+	g := s.generate(func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error) { return bad, nil })
+	if _, err := g(&ir.Mesh{Revision: 9}, sidecar); err == nil {
+		t.Fatal("want an error at revision 9")
+	}
+	g = s.generate(func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error) { return good, nil })
+	if _, err := g(&ir.Mesh{Revision: 3}, sidecar); err != nil {
+		t.Fatal(err)
+	}
+	if e := s.scopeError(meshcache.DefaultScopeKey(sidecar)); e.rev != 9 {
+		t.Errorf("scope error %+v, want the revision 9 failure kept", e)
+	}
+	// A generator's own error passes through unchanged.
+	boom := errors.New("boom")
+	g = s.generate(func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error) { return nil, boom })
+	if _, err := g(&ir.Mesh{Revision: 10}, sidecar); !errors.Is(err, boom) {
+		t.Errorf("error %v, want boom", err)
+	}
+	if len(reported) != 0 {
+		t.Errorf("reported %q with no open watch", reported)
+	}
+}
+
+func testKey(t *testing.T) ed25519.PrivateKey {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return priv
+}
