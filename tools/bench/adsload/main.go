@@ -1,0 +1,506 @@
+// Command adsload is pilot's ADS load test: N simulated delta-ADS clients (one
+// goroutine and one stream each, over real gRPC on loopback) against a pilot
+// child process (store + meshcache + status + ADS) serving S services. For each N
+// it reports the time from one endpoint change (the store write) to each proxy's
+// ACK (p50/p99/max), bytes sent per proxy for that change under delta and under
+// SotW, and pilot RSS per connected proxy.
+//
+//	go run ./tools/bench/adsload -proxies 1000,10000 -services 1000
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+)
+
+func main() {
+	role := flag.String("role", "driver", "driver | pilot (internal: the child process)")
+	proxies := flag.String("proxies", "1000,10000", "comma-separated client counts, one run each")
+	services := flag.Int("services", 1000, "services in the mesh (2 endpoints each)")
+	perConn := flag.Int("streams-per-conn", 10, "ADS streams sharing one gRPC connection")
+	sotwN := flag.Int("sotw", 20, "SotW clients used to measure SotW bytes for the same kind of change")
+	debounce := flag.Duration("debounce", 50*time.Millisecond, "meshcache debounce window (max delay is 10x)")
+	conc := flag.Int("connect-concurrency", 200, "clients connecting at once")
+	timeout := flag.Duration("timeout", 10*time.Minute, "bound on one run")
+	flag.Parse()
+	if *role == "pilot" {
+		if err := runPilot(pilotConfig{services: *services, debounce: *debounce}); err != nil {
+			fmt.Fprintln(os.Stderr, "pilot:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	for _, s := range strings.Split(*proxies, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "-proxies: %q is not a positive count\n", s)
+			os.Exit(2)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+		r, err := run(ctx, runConfig{proxies: n, services: *services, perConn: *perConn, sotw: *sotwN, debounce: *debounce, conc: *conc})
+		cancel()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "run with %d proxies: %v\n", n, err)
+			os.Exit(1)
+		}
+		r.print(os.Stdout)
+	}
+}
+
+type runConfig struct {
+	proxies, services, perConn, sotw, conc int
+	debounce                               time.Duration
+}
+
+type result struct {
+	cfg                   runConfig
+	connectTime           time.Duration
+	p50, p99, max         time.Duration
+	serverConvergence     float64
+	deltaBytes, sotwBytes float64
+	rssBefore, rssAfter   int64
+	rssFreed              int64 // after returning freed memory to the OS
+	heapBefore, heapAfter int64
+	goroutines            int
+}
+
+func (r result) print(w io.Writer) {
+	perProxyRSS := float64(r.rssAfter-r.rssBefore) / float64(r.cfg.proxies)
+	perProxyHeap := float64(r.heapAfter-r.heapBefore) / float64(r.cfg.proxies)
+	fmt.Fprintf(w, "adsload proxies=%d services=%d streams/conn=%d debounce=%v\n", r.cfg.proxies, r.cfg.services, r.cfg.perConn, r.cfg.debounce)
+	fmt.Fprintf(w, "  connect+initial sync of all proxies: %v\n", r.connectTime.Round(time.Millisecond))
+	fmt.Fprintf(w, "  endpoint change -> ACK (client side): p50=%v p99=%v max=%v; pilot-side last ACK %.3fs after the store write\n",
+		r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.max.Round(time.Millisecond), r.serverConvergence)
+	fmt.Fprintf(w, "  bytes per proxy for the change: delta=%.0f B, SotW=%.0f B, delta/SotW=%.3f%%\n", r.deltaBytes, r.sotwBytes, 100*r.deltaBytes/r.sotwBytes)
+	perProxyFreed := float64(r.rssFreed-r.rssBefore) / float64(r.cfg.proxies)
+	fmt.Fprintf(w, "  pilot RSS %.1f MiB idle -> %.1f MiB after sync: %.1f KiB per proxy (includes garbage of the initial full sync)\n",
+		float64(r.rssBefore)/(1<<20), float64(r.rssAfter)/(1<<20), perProxyRSS/1024)
+	fmt.Fprintf(w, "  pilot RSS after GC + returning free pages: %.1f MiB: %.1f KiB per proxy; Go heap in use %.1f KiB per proxy; %d goroutines\n",
+		float64(r.rssFreed)/(1<<20), perProxyFreed/1024, perProxyHeap/1024, r.goroutines)
+}
+
+// child is the pilot process.
+type child struct {
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	adsAddr  string
+	httpBase string
+}
+
+func startPilot(cfg runConfig) (*child, error) {
+	cmd := exec.Command(os.Args[0], "-role=pilot", "-services", strconv.Itoa(cfg.services), "-debounce", cfg.debounce.String())
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	f := strings.Fields(line)
+	if err != nil || len(f) != 3 || f[0] != "READY" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("pilot child did not start: %q %v", line, err)
+	}
+	return &child{cmd: cmd, stdin: stdin, adsAddr: f[1], httpBase: "http://" + f[2]}, nil
+}
+
+func (c *child) stop() {
+	c.stdin.Close()
+	done := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func (c *child) rss() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			f := strings.Fields(l)
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+func (c *child) getJSON(path string, v any) error {
+	resp, err := http.Get(c.httpBase + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, b)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+type revStatus struct {
+	Revision           int64      `json:"revision"`
+	WrittenAt          *time.Time `json:"writtenAt"`
+	Connected          int        `json:"connected"`
+	Converged          bool       `json:"converged"`
+	ConvergenceSeconds *float64   `json:"convergenceSeconds"`
+}
+
+// waitConverged polls the pilot's status API until revision rev ("latest" if 0)
+// is effective on want connected proxies.
+func (c *child) waitConverged(ctx context.Context, rev int64, want int) (revStatus, error) {
+	path := "/apis/status/v1/revisions/latest"
+	if rev > 0 {
+		path = fmt.Sprintf("/apis/status/v1/revisions/%d", rev)
+	}
+	for {
+		var rs revStatus
+		err := c.getJSON(path, &rs)
+		if err == nil && rs.Converged && rs.Connected == want && rs.WrittenAt != nil && (want == 0 || rs.ConvergenceSeconds != nil || rev == 0) {
+			return rs, nil
+		}
+		select {
+		case <-ctx.Done():
+			return rs, fmt.Errorf("revision %s not converged on %d proxies: last %+v, %v", path, want, rs, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (c *child) memstats(free bool) (heap int64, goroutines int) {
+	var m struct {
+		HeapInuse  int64 `json:"heapInuse"`
+		Goroutines int   `json:"goroutines"`
+	}
+	path := "/memstats"
+	if free {
+		path += "?free=1"
+	}
+	_ = c.getJSON(path, &m)
+	return m.HeapInuse, m.Goroutines
+}
+
+func (c *child) change(svc int, addr string) (rev int64, cluster string, err error) {
+	resp, err := http.Post(fmt.Sprintf("%s/change?svc=%d&addr=%s", c.httpBase, svc, addr), "", nil)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Revision int64  `json:"revision"`
+		Cluster  string `json:"cluster"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return 0, "", fmt.Errorf("change: %s: %s", resp.Status, b)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&out)
+	return out.Revision, out.Cluster, err
+}
+
+// measure is shared by all clients of a run: which change is being timed.
+type measure struct {
+	active atomic.Bool
+	target atomic.Pointer[string] // cluster whose endpoints change
+}
+
+// client is one simulated proxy.
+type client struct {
+	m     *measure
+	ready chan struct{} // closed once every subscribed type was received
+	seen  int
+	bytes atomic.Int64 // bytes received while measuring
+	ackAt atomic.Int64 // unix nanos of the ACK of the measured change
+}
+
+var allTypes = []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.ListenerType, snapshot.RouteType}
+
+func typeBit(t string) int {
+	for i, x := range allTypes {
+		if x == t {
+			return 1 << i
+		}
+	}
+	return 0
+}
+
+func (c *client) runDelta(ctx context.Context, conn *grpc.ClientConn, id string) error {
+	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	for i, t := range allTypes {
+		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, ResourceNamesSubscribe: []string{"*"}}
+		if i == 0 {
+			req.Node = &corev3.Node{Id: id, Cluster: "bench"}
+		}
+		if err := s.Send(req); err != nil {
+			return err
+		}
+	}
+	for {
+		r, err := s.Recv()
+		if err != nil {
+			return err
+		}
+		hit := false
+		if c.m.active.Load() {
+			c.bytes.Add(int64(proto.Size(r)))
+			target := *c.m.target.Load()
+			for _, res := range r.Resources {
+				if res.Name == target {
+					hit = true
+				}
+			}
+		}
+		if err := s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce}); err != nil {
+			return err
+		}
+		if hit {
+			c.ackAt.Store(time.Now().UnixNano())
+		}
+		c.markSeen(r.TypeUrl)
+	}
+}
+
+func (c *client) markSeen(typ string) {
+	if c.seen == 0xf {
+		return
+	}
+	c.seen |= typeBit(typ)
+	if c.seen == 0xf {
+		close(c.ready)
+	}
+}
+
+func (c *client) runSotW(ctx context.Context, conn *grpc.ClientConn, id string, clusters []string) error {
+	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	names := map[string][]string{snapshot.EndpointType: clusters, snapshot.RouteType: {"outbound"}}
+	for i, t := range allTypes {
+		req := &discoveryv3.DiscoveryRequest{TypeUrl: t, ResourceNames: names[t]}
+		if i == 0 {
+			req.Node = &corev3.Node{Id: id, Cluster: "bench"}
+		}
+		if err := s.Send(req); err != nil {
+			return err
+		}
+	}
+	for {
+		r, err := s.Recv()
+		if err != nil {
+			return err
+		}
+		measuring := c.m.active.Load()
+		if measuring {
+			c.bytes.Add(int64(proto.Size(r)))
+		}
+		if err := s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: r.TypeUrl, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce, ResourceNames: names[r.TypeUrl]}); err != nil {
+			return err
+		}
+		if measuring && r.TypeUrl == snapshot.EndpointType {
+			c.ackAt.Store(time.Now().UnixNano())
+		}
+		c.markSeen(r.TypeUrl)
+	}
+}
+
+type fleet struct {
+	conns   []*grpc.ClientConn
+	clients []*client
+	wg      sync.WaitGroup
+	cancel  context.CancelFunc
+	errs    chan error
+}
+
+func (f *fleet) stop() {
+	f.cancel()
+	f.wg.Wait()
+	for _, c := range f.conns {
+		c.Close()
+	}
+}
+
+// startFleet connects n clients (delta unless clusters != nil: then SotW) and
+// waits until each has received every type.
+func startFleet(ctx context.Context, addr string, n, perConn, conc int, m *measure, prefix string, clusters []string) (*fleet, error) {
+	cctx, cancel := context.WithCancel(context.Background())
+	f := &fleet{cancel: cancel, errs: make(chan error, n)}
+	sem := make(chan struct{}, conc)
+	for i := range n {
+		if i%perConn == 0 {
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+			if err != nil {
+				f.stop()
+				return nil, err
+			}
+			f.conns = append(f.conns, conn)
+		}
+		conn := f.conns[len(f.conns)-1]
+		c := &client{m: m, ready: make(chan struct{})}
+		f.clients = append(f.clients, c)
+		sem <- struct{}{}
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			id := fmt.Sprintf("%s-%d", prefix, i)
+			var err error
+			if clusters != nil {
+				err = c.runSotW(cctx, conn, id, clusters)
+			} else {
+				err = c.runDelta(cctx, conn, id)
+			}
+			if cctx.Err() == nil {
+				f.errs <- fmt.Errorf("client %s: %w", id, err)
+			}
+		}()
+		go func() {
+			// Release the slot once this client is in sync (or gone).
+			select {
+			case <-c.ready:
+			case <-cctx.Done():
+			}
+			<-sem
+		}()
+	}
+	for _, c := range f.clients {
+		select {
+		case <-c.ready:
+		case err := <-f.errs:
+			f.stop()
+			return nil, err
+		case <-ctx.Done():
+			f.stop()
+			return nil, ctx.Err()
+		}
+	}
+	return f, nil
+}
+
+func run(ctx context.Context, cfg runConfig) (result, error) {
+	r := result{cfg: cfg}
+	p, err := startPilot(cfg)
+	if err != nil {
+		return r, err
+	}
+	defer p.stop()
+	if _, err := p.waitConverged(ctx, 0, 0); err != nil {
+		return r, err
+	}
+	r.rssBefore = p.rss()
+	r.heapBefore, _ = p.memstats(true)
+	r.rssBefore = p.rss()
+
+	m := &measure{}
+	empty := ""
+	m.target.Store(&empty)
+	start := time.Now()
+	f, err := startFleet(ctx, p.adsAddr, cfg.proxies, cfg.perConn, cfg.conc, m, "delta", nil)
+	if err != nil {
+		return r, err
+	}
+	defer f.stop()
+	if _, err := p.waitConverged(ctx, 0, cfg.proxies); err != nil {
+		return r, err
+	}
+	r.connectTime = time.Since(start)
+	r.rssAfter = p.rss()
+	r.heapAfter, r.goroutines = p.memstats(true)
+	r.rssFreed = p.rss()
+
+	// The measured change: one endpoint of one service moves.
+	m.active.Store(true)
+	rev, cluster, err := p.change(cfg.services/2, "10.200.0.1")
+	if err != nil {
+		return r, err
+	}
+	m.target.Store(&cluster)
+	rs, err := p.waitConverged(ctx, rev, cfg.proxies)
+	if err != nil {
+		return r, err
+	}
+	m.active.Store(false)
+	lat := make([]time.Duration, 0, cfg.proxies)
+	var bytes int64
+	for _, c := range f.clients {
+		at := c.ackAt.Load()
+		if at == 0 {
+			return r, fmt.Errorf("a client converged per pilot but saw no update of %s", cluster)
+		}
+		lat = append(lat, time.Duration(at-rs.WrittenAt.UnixNano()))
+		bytes += c.bytes.Load()
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	r.p50, r.p99, r.max = lat[len(lat)/2], lat[(len(lat)*99)/100], lat[len(lat)-1]
+	r.serverConvergence = *rs.ConvergenceSeconds
+	r.deltaBytes = float64(bytes) / float64(cfg.proxies)
+
+	// SotW: the same kind of change seen by SotW clients subscribed to the same
+	// resources (CDS and LDS wildcard, EDS for every cluster, the route).
+	clusters := make([]string, cfg.services)
+	for i := range clusters {
+		clusters[i] = clusterName(svcName(i))
+	}
+	ms := &measure{}
+	ms.target.Store(&empty)
+	sf, err := startFleet(ctx, p.adsAddr, cfg.sotw, cfg.perConn, cfg.conc, ms, "sotw", clusters)
+	if err != nil {
+		return r, err
+	}
+	defer sf.stop()
+	if _, err := p.waitConverged(ctx, 0, cfg.proxies+cfg.sotw); err != nil {
+		return r, err
+	}
+	ms.active.Store(true)
+	rev, _, err = p.change(cfg.services/3, "10.200.0.2")
+	if err != nil {
+		return r, err
+	}
+	if _, err := p.waitConverged(ctx, rev, cfg.proxies+cfg.sotw); err != nil {
+		return r, err
+	}
+	ms.active.Store(false)
+	bytes = 0
+	for _, c := range sf.clients {
+		bytes += c.bytes.Load()
+	}
+	r.sotwBytes = float64(bytes) / float64(cfg.sotw)
+	return r, nil
+}
