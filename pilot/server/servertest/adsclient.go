@@ -69,6 +69,8 @@ type ClientOptions struct {
 	Types []string
 	Names map[string][]string
 	Judge Judge // nil accepts everything
+	// Initial is the delta initial_resource_versions per type (a reconnect).
+	Initial map[string]map[string]string
 	// Silent records responses and never answers them (a proxy stuck applying).
 	Silent bool
 }
@@ -99,7 +101,8 @@ func Dial(t testing.TB, addr string, o ClientOptions) *Client {
 			n = o.Node
 		}
 		if o.Delta {
-			err = c.sendDelta(&discoveryv3.DeltaDiscoveryRequest{Node: n, TypeUrl: typ, ResourceNamesSubscribe: o.Names[typ]})
+			err = c.sendDelta(&discoveryv3.DeltaDiscoveryRequest{Node: n, TypeUrl: typ, ResourceNamesSubscribe: o.Names[typ],
+				InitialResourceVersions: o.Initial[typ]})
 		} else {
 			err = c.sendSotW(&discoveryv3.DiscoveryRequest{Node: n, TypeUrl: typ, ResourceNames: o.Names[typ]})
 		}
