@@ -347,3 +347,36 @@ func TestMaxRequestsOverflow(t *testing.T) {
 		t.Errorf("first request: %d", code)
 	}
 }
+
+// TestExplicitModeChains: pilot's outbound listener has one chain per service port and
+// no default; a client of the explicit listener names the port in Host. The inbound
+// listener's default chain serves connections made to its own port.
+func TestExplicitModeChains(t *testing.T) {
+	a := startApp(t, echo)
+	b := startApp(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "port80") })
+	ln := listen(t)
+	res := dt.Resources{}
+	res.Add(xdsresource.ListenerType, dt.Listener("outbound", addrOf(ln), dt.HTTPChain(9080, "9080"), dt.HTTPChain(80, "80")))
+	res.Add(xdsresource.RouteType,
+		dt.RouteConfig("9080", dt.VirtualHost("svc", []string{"svc:9080"}, dt.PrefixRoute("/", "a", 0))),
+		dt.RouteConfig("80", dt.VirtualHost("web", []string{"web", "web:80"}, dt.PrefixRoute("/", "b", 0))))
+	res.Add(xdsresource.ClusterType, dt.EDSCluster("a", dt.ClusterOpts{}), dt.EDSCluster("b", dt.ClusterOpts{}))
+	res.Add(xdsresource.EndpointType, dt.Endpoints("a", a.ap()), dt.Endpoints("b", b.ap()))
+	s := startSidecar(t, ln, res, sidecarOpts{})
+	c := client(t)
+	tests := []struct {
+		host   string
+		status int
+		body   string
+	}{
+		{"svc:9080", 200, "GET / body="},
+		{"web", 200, "port80"},
+		{"svc:1234", 404, "no HTTP filter chain\n"},
+	}
+	for _, tc := range tests {
+		resp, body := do(t, c, "GET", "http://"+s.Addr.String()+"/", tc.host, "")
+		if resp.StatusCode != tc.status || body != tc.body {
+			t.Errorf("Host %s: %d %q, want %d %q", tc.host, resp.StatusCode, body, tc.status, tc.body)
+		}
+	}
+}

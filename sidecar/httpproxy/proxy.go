@@ -278,16 +278,13 @@ func (p *Proxy) resolve(cfg *dataplane.Config, t *Target, host, path string, h d
 	if l == nil {
 		return routeResult{status: http.StatusServiceUnavailable, reason: "listener " + t.Listener + " not configured"}
 	}
-	var fc *dataplane.FilterChain
-	// Explicit mode: the connection came to the listener's own port, so the service
-	// port is the one in Host (inbound chains are keyed by service port).
-	if t.Dest.Port() == l.Addr.Port() {
-		if port, ok := hostPort(host); ok {
-			fc = l.Chain(port)
-		}
-	}
-	if fc == nil || fc.HTTP == nil {
-		fc = l.Chain(t.Dest.Port())
+	// Chains are matched by original destination port. A connection made to the
+	// listener's own port (explicit mode) has none: the inbound listener then has a
+	// default chain (pilot routes it by Host); the outbound listener has only
+	// per-service-port chains, so the port in Host (80 if absent) picks one.
+	fc := l.Chain(t.Dest.Port())
+	if fc == nil && t.Dest.Port() == l.Addr.Port() {
+		fc = l.Chain(hostPort(host))
 	}
 	if fc == nil || fc.HTTP == nil {
 		return routeResult{status: http.StatusNotFound, reason: "no HTTP filter chain"}
@@ -303,18 +300,21 @@ func (p *Proxy) resolve(cfg *dataplane.Config, t *Target, host, path string, h d
 	return routeResult{route: r}
 }
 
-func hostPort(host string) (uint16, bool) {
+// hostPort is the port in a Host header, 80 when it names none.
+func hostPort(host string) uint16 {
 	for i := len(host) - 1; i >= 0; i-- {
 		c := host[i]
 		if c == ':' {
-			n, err := strconv.ParseUint(host[i+1:], 10, 16)
-			return uint16(n), err == nil && n > 0
+			if n, err := strconv.ParseUint(host[i+1:], 10, 16); err == nil && n > 0 {
+				return uint16(n)
+			}
+			return 0
 		}
 		if c < '0' || c > '9' {
-			return 0, false
+			break
 		}
 	}
-	return 0, false
+	return 80
 }
 
 // requestHash computes the ring-hash key for a route's hash policy.
