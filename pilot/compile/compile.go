@@ -11,6 +11,22 @@
 // a missing subset, a second Route for the same host, a sidecar that does not match
 // anything) is a warning in Mesh.Warnings, and the piece is left out, so one bad
 // reference never stops the whole mesh from compiling.
+//
+// The rules, in one place:
+//   - Endpoints: a Service's endpoints are the Workloads of its namespace and the
+//     registered sidecars (node.Registers) of its namespace whose labels match
+//     its selector; an empty selector selects nothing. A Workload endpoint is
+//     address:targetPort (or the Workload's port override by port name); a
+//     sidecar endpoint is address:inboundPort, the sidecar's inbound listener.
+//   - Identity: a sidecar may only register the identity it connected with. Its
+//     endpoint carries exactly the node's namespace, service account and labels,
+//     and it only joins Services of its own namespace. Today that identity is the
+//     node metadata it presents; the identity work binds it to its certificate.
+//   - Duplicates: one address:port per cluster (the first by source wins).
+//   - Policies: one DestinationPolicy per Service, from the Service's namespace.
+//   - Routes: see routes (own-namespace Route for everyone; another namespace's
+//     Route only for that namespace's sidecars).
+//   - Scope: see scopes.
 package compile
 
 import (
