@@ -20,3 +20,9 @@ for p in "${pkgs[@]}"; do
   echo "== go test -bench $p"
   go test -run '^$' -bench . -benchmem -benchtime "$BENCHTIME" "$p"
 done
+
+# Data-plane side-by-side (issue #4): direct, one sidecar, two sidecars and nginx,
+# fortio fixed-rate and wrk max-rate, interleaved rounds (installs nginx/wrk/fortio).
+if [ "$#" -eq 0 ] && [ -z "${SKIP_PROXY_BENCH:-}" ]; then
+  bash tools/bench/proxy/run.sh "${PROXY_BENCH_ROUNDS:-3}"
+fi
