@@ -117,6 +117,10 @@ func (e *engine) sotwRequest(t *typeState) *discovery.DiscoveryRequest {
 	if t.named {
 		req.ResourceNames = slices.Clone(e.refs[t.url])
 		t.subscribed = req.ResourceNames
+	} else if t.url != TypeListener && t.url != TypeCluster {
+		// Only LDS and CDS keep the legacy "no names = wildcard"; any other wildcard
+		// type must name "*" (xDS protocol), or a strict server sends nothing.
+		req.ResourceNames = []string{wildcard}
 	}
 	t.sent = true
 	return req
