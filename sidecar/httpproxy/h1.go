@@ -149,20 +149,18 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 	var last outcome
 	for {
 		var res outcome
-		var retryOf *cluster.Cluster // holds a retry token in this cluster's breaker
 		for attempt := 0; ; attempt++ {
-			res = p.exchangeH1(ctx, br, bw, st, t, route, c, deadline, attempt < retries)
-			if retryOf != nil {
-				retryOf.Breaker.Release(circuitbreak.Retries)
-				retryOf = nil
+			// Take the retry token before the attempt, so a retryable answer is only
+			// dropped when a retry is certain to follow.
+			retry := attempt < retries && c.Breaker.Acquire(circuitbreak.Retries)
+			res = p.exchangeH1(ctx, br, bw, st, t, route, c, deadline, retry)
+			again := retry && res != done && res != failBodySent && p.shouldRetry(route, res)
+			if retry {
+				c.Breaker.Release(circuitbreak.Retries)
 			}
-			if res == done || res == failBodySent || attempt >= retries || !p.shouldRetry(route, res) {
+			if !again {
 				break
 			}
-			if !c.Breaker.Acquire(circuitbreak.Retries) {
-				break
-			}
-			retryOf = c
 		}
 		last = res
 		if res == done {
