@@ -97,6 +97,7 @@ type env struct {
 	src     *fakeSource
 	tracker *status.Tracker
 	client  discoveryv3.AggregatedDiscoveryServiceClient
+	addr    string // the ADS listener
 }
 
 func testConfig() Config {
@@ -139,6 +140,7 @@ func start(t *testing.T, edit func(*Config), opts ...grpc.DialOption) *env {
 		<-served
 	})
 	e.client = discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
+	e.addr = lis.Addr().String()
 	return e
 }
 
