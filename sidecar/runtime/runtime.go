@@ -284,7 +284,7 @@ func (r *Runtime) Apply(_ context.Context, u *xdsclient.Update) error {
 		// Same resources, re-signed manifest (new validity): keep the compiled config,
 		// record and persist the new manifest.
 		next := *cur
-		next.signed, next.m, next.versions = mv.Signed, mv.Verified, copyVersions(u.Versions)
+		next.signed, next.m, next.versions, next.resources = mv.Signed, mv.Verified, copyVersions(u.Versions), raw
 		r.cur, r.lastConfirmed, r.pending = &next, now, ""
 		r.counters.NoOps++
 		r.persistLocked(now)

@@ -135,6 +135,12 @@ func TestSameContentIsNoOpAndResignExtendsValidity(t *testing.T) {
 	if _, m, err := lkg.Load(e.dir, e.pub, nodeID, t0.Add(24*time.Hour+time.Minute)); err != nil || !m.ValidUntil.Equal(t0.Add(25*time.Hour)) {
 		t.Fatalf("lkg after re-sign = %v, %v", m, err)
 	}
+	// And a restart can use it: the file's manifest and its manifest resource agree.
+	e.clock.Set(t0.Add(24*time.Hour + time.Minute))
+	r2 := e.runtime(func(c *Config) { c.Staleness = overrides(t, "routes=1h/48h", "listeners=1h/48h", "clusters=1h/48h") })
+	if _, err := r2.LoadLastKnownGood(); err != nil || !r2.ActivateLastKnownGood() {
+		t.Fatalf("restart after re-sign: %v", err)
+	}
 }
 
 func TestCompileFailureNACKsAndKeepsOld(t *testing.T) {
