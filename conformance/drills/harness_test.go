@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 var buildOnce sync.Once
 var buildErr error
 
-// sidecarBin builds bin/sidecar once per test binary.
+// sidecarBin builds bin/sidecar and bin/pilot once per test binary.
 func sidecarBin(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -59,9 +59,12 @@ func sidecarBin(t *testing.T) string {
 		if buildErr != nil {
 			return
 		}
-		out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, "sidecar"), "github.com/weft-mesh/weft/sidecar/cmd/sidecar").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build sidecar: %v\n%s", err, out)
+		for _, cmd := range []string{"sidecar/cmd/sidecar", "pilot/cmd/pilot"} {
+			out, err := exec.Command("go", "build", "-o", binDir, "github.com/weft-mesh/weft/"+cmd).CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", cmd, err, out)
+				return
+			}
 		}
 	})
 	if buildErr != nil {
@@ -113,7 +116,7 @@ type sidecar struct {
 
 func startSidecar(t *testing.T, w ws, pilot string, extra ...string) *sidecar {
 	t.Helper()
-	args := []string{"--node-id", w.nodeID, "--namespace", "shop", "--service-account", "reviews", "--labels", "app=reviews",
+	args := []string{"--node-id", w.nodeID, "--namespace", "shop", "--service-account", "productpage", "--labels", "app=productpage",
 		"--address", w.ip, "--pilot", pilot, "--publisher-key", w.keyFile, "--state-dir", w.stateDir,
 		"--admin-addr", w.admin(), "--outbound-addr", w.outbound(), "--xds-mode", "sotw"}
 	args = append(args, extra...)

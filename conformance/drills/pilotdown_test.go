@@ -1,7 +1,6 @@
 package drills
 
 import (
-	"crypto/ed25519"
 	"fmt"
 	"net/http"
 	"strings"
@@ -43,7 +42,7 @@ func runLoad(w ws, rate int, want string, stop <-chan struct{}) (*loadgen, *sync
 			lg.sent.Add(1)
 			go func() {
 				defer inflight.Done()
-				code, body, _, err := get(client, w, "reviews", "/load")
+				code, body, _, err := get(client, w, "reviews:9080", "/load")
 				if err != nil || code != http.StatusOK || body != want {
 					lg.failed.Add(1)
 					lg.mu.Lock()
@@ -71,113 +70,111 @@ func classAge(sc *sidecar, class string) float64 {
 // Drill (a): pilot killed while a load generator sends requests through the
 // sidecar: zero failed requests, and the staleness age grows in /config_dump.
 func TestDrillPilotKilledUnderLoad(t *testing.T) {
-	const ip = "127.77.1.1"
-	priv := newKey(t)
-	w := newWorkload(t, ip, "reviews-v1-a", priv.Public().(ed25519.PublicKey))
-	startApp(t, ip+":8080", "v1")
-	pilot := newRefServer(t, ip+":15010", priv, w.nodeID)
-	pilot.push(meshTo(w, ip+":8080"), 1, 0)
-	sc := startSidecar(t, w, pilot.addr)
-	sc.waitReady(10 * time.Second)
+	for i, kind := range controlPlanes {
+		t.Run(kind, func(t *testing.T) {
+			w, cp := setup(t, kind, fmt.Sprintf("127.77.1%d", i))
+			sc := startSidecar(t, w, cp.addr())
+			sc.waitReady(10 * time.Second)
 
-	stop := make(chan struct{})
-	lg, wg := runLoad(w, 200, "v1 /load", stop)
-	time.Sleep(time.Second)
-	pilot.stop()
-	killed := time.Now()
-	eventually(t, 5*time.Second, "xDS stream noticed down", func() bool { return !sc.configDump().XDS.Connected })
-	age1 := classAge(sc, "routes")
-	time.Sleep(2 * time.Second)
-	age2 := classAge(sc, "routes")
-	close(stop)
-	wg.Wait()
+			stop := make(chan struct{})
+			lg, wg := runLoad(w, 200, "v1 /load", stop)
+			time.Sleep(time.Second)
+			cp.down()
+			killed := time.Now()
+			eventually(t, 5*time.Second, "xDS stream noticed down", func() bool { return !sc.configDump().XDS.Connected })
+			age1 := classAge(sc, "routes")
+			time.Sleep(2 * time.Second)
+			age2 := classAge(sc, "routes")
+			close(stop)
+			wg.Wait()
 
-	t.Logf("sent %d requests at 200/s, %d failed; routes age %.1fs then %.1fs after pilot was killed %.1fs ago",
-		lg.sent.Load(), lg.failed.Load(), age1, age2, time.Since(killed).Seconds())
-	if lg.failed.Load() != 0 {
-		t.Fatalf("%d of %d requests failed, first: %s", lg.failed.Load(), lg.sent.Load(), lg.firstErr)
-	}
-	if lg.sent.Load() < 400 {
-		t.Fatalf("only %d requests sent", lg.sent.Load())
-	}
-	if age2 < age1+1.5 {
-		t.Fatalf("routes age did not grow: %.2fs then %.2fs", age1, age2)
-	}
-	if code, body := sc.ready(); code != http.StatusOK {
-		t.Fatalf("not ready while serving stale within bounds: %d %q", code, body)
+			t.Logf("%s: %d requests at 200/s, %d failed; routes age %.1fs then %.1fs; pilot killed %.1fs before",
+				kind, lg.sent.Load(), lg.failed.Load(), age1, age2, time.Since(killed).Seconds())
+			if lg.failed.Load() != 0 {
+				t.Fatalf("%d of %d requests failed, first: %s", lg.failed.Load(), lg.sent.Load(), lg.firstErr)
+			}
+			if lg.sent.Load() < 400 {
+				t.Fatalf("only %d requests sent", lg.sent.Load())
+			}
+			if age2 < age1+1.5 {
+				t.Fatalf("routes age did not grow: %.2fs then %.2fs", age1, age2)
+			}
+			if code, body := sc.ready(); code != http.StatusOK {
+				t.Fatalf("not ready while serving stale within bounds: %d %q", code, body)
+			}
+		})
 	}
 }
 
 // Drill (b): the sidecar restarted while pilot is down is ready within 1s from the
 // signed snapshot and serves the same routes.
 func TestDrillRestartWithoutPilot(t *testing.T) {
-	const ip = "127.77.2.1"
-	priv := newKey(t)
-	w := newWorkload(t, ip, "reviews-v1-a", priv.Public().(ed25519.PublicKey))
-	startApp(t, ip+":8080", "v1")
-	pilot := newRefServer(t, ip+":15010", priv, w.nodeID)
-	pilot.push(meshTo(w, ip+":8080"), 4, 0)
-	sc := startSidecar(t, w, pilot.addr)
-	sc.waitReady(10 * time.Second)
-	_, before, _, err := get(hc, w, "reviews", "/same")
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 5*time.Second, "last-known-good saved", func() bool { return !sc.configDump().LastKnownGood.SavedAt.IsZero() })
-	sc.stop()
-	pilot.stop()
+	for i, kind := range controlPlanes {
+		t.Run(kind, func(t *testing.T) {
+			w, cp := setup(t, kind, fmt.Sprintf("127.77.2%d", i))
+			sc := startSidecar(t, w, cp.addr())
+			sc.waitReady(10 * time.Second)
+			code, before, _, err := get(hc, w, "reviews:9080", "/same")
+			if err != nil || code != http.StatusOK {
+				t.Fatalf("before: %d %v", code, err)
+			}
+			rev := sc.configDump().Revision
+			eventually(t, 5*time.Second, "last-known-good saved", func() bool { return !sc.configDump().LastKnownGood.SavedAt.IsZero() })
+			sc.stop()
+			cp.down()
 
-	sc = startSidecar(t, w, pilot.addr)
-	took := sc.waitReady(time.Second)
-	t.Logf("ready %s after start, pilot down", took.Round(time.Millisecond))
-	code, after, _, err := get(hc, w, "reviews", "/same")
-	if err != nil || code != http.StatusOK || after != before {
-		t.Fatalf("after restart: %d %q %v, before: %q", code, after, err, before)
-	}
-	cd := sc.configDump()
-	if cd.Active == nil || cd.Active.Source != runtime.SourceLKG || cd.Revision != 4 {
-		t.Fatalf("active = %+v", cd.Active)
+			sc = startSidecar(t, w, cp.addr())
+			took := sc.waitReady(time.Second)
+			t.Logf("%s: ready %s after start with pilot down", kind, took.Round(time.Millisecond))
+			code, after, _, err := get(hc, w, "reviews:9080", "/same")
+			if err != nil || code != http.StatusOK || after != before {
+				t.Fatalf("after restart: %d %q %v, before: %q", code, after, err, before)
+			}
+			cd := sc.configDump()
+			if cd.Active == nil || cd.Active.Source != runtime.SourceLKG || cd.Revision != rev {
+				t.Fatalf("active = %+v, revision %d want %d", cd.Active, cd.Revision, rev)
+			}
+		})
 	}
 }
 
 // Drill (e): routing expiry reached (short expireAfter) answers 503 with the
 // reason header; service resumes when pilot returns.
 func TestDrillRoutingExpiry(t *testing.T) {
-	const ip = "127.77.5.1"
-	priv := newKey(t)
-	w := newWorkload(t, ip, "reviews-v1-a", priv.Public().(ed25519.PublicKey))
-	startApp(t, ip+":8080", "v1")
-	pilot := newRefServer(t, ip+":15010", priv, w.nodeID)
-	pilot.push(meshTo(w, ip+":8080"), 1, 0)
-	sc := startSidecar(t, w, pilot.addr, "--staleness", "routes=500ms/2s/failClosed")
-	sc.waitReady(10 * time.Second)
+	for i, kind := range controlPlanes {
+		t.Run(kind, func(t *testing.T) {
+			w, cp := setup(t, kind, fmt.Sprintf("127.77.5%d", i))
+			sc := startSidecar(t, w, cp.addr(), "--staleness", "routes=500ms/2s/failClosed")
+			sc.waitReady(10 * time.Second)
 
-	pilot.stop()
-	var hdr string
-	eventually(t, 10*time.Second, "503 with x-weft-degraded", func() bool {
-		code, _, h, err := get(hc, w, "reviews", "/")
-		if err != nil || code != http.StatusServiceUnavailable {
-			return false
-		}
-		hdr = h.Get("x-weft-degraded")
-		return true
-	})
-	if !strings.HasPrefix(hdr, "routes expired (age ") || !strings.HasSuffix(hdr, " > expireAfter 2s)") {
-		t.Fatalf("x-weft-degraded = %q", hdr)
-	}
-	if code, body := sc.ready(); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "routing fails closed: routes expired") {
-		t.Fatalf("readiness while expired = %d %q", code, body)
-	}
-	t.Logf("expired: %s", hdr)
+			cp.down()
+			var hdr string
+			eventually(t, 10*time.Second, "503 with x-weft-degraded", func() bool {
+				code, _, h, err := get(hc, w, "reviews:9080", "/")
+				if err != nil || code != http.StatusServiceUnavailable {
+					return false
+				}
+				hdr = h.Get("x-weft-degraded")
+				return true
+			})
+			if !strings.HasPrefix(hdr, "routes expired (age ") || !strings.HasSuffix(hdr, " > expireAfter 2s)") {
+				t.Fatalf("x-weft-degraded = %q", hdr)
+			}
+			if code, body := sc.ready(); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "routing fails closed: routes expired") {
+				t.Fatalf("readiness while expired = %d %q", code, body)
+			}
+			t.Logf("%s: expired: %s", kind, hdr)
 
-	pilot.start()
-	start := time.Now()
-	eventually(t, 40*time.Second, "service resumes after pilot returns", func() bool {
-		code, body, _, err := get(hc, w, "reviews", "/")
-		return err == nil && code == http.StatusOK && body == "v1 /"
-	})
-	t.Logf("service resumed %s after pilot returned", time.Since(start).Round(time.Millisecond))
-	if code, body := sc.ready(); code != http.StatusOK {
-		t.Fatalf("readiness after recovery = %d %q", code, body)
+			cp.up()
+			start := time.Now()
+			eventually(t, 40*time.Second, "service resumes after pilot returns", func() bool {
+				code, body, _, err := get(hc, w, "reviews:9080", "/")
+				return err == nil && code == http.StatusOK && body == "v1 /"
+			})
+			t.Logf("%s: service resumed %s after pilot returned", kind, time.Since(start).Round(time.Millisecond))
+			if code, body := sc.ready(); code != http.StatusOK {
+				t.Fatalf("readiness after recovery = %d %q", code, body)
+			}
+		})
 	}
 }

@@ -1,0 +1,159 @@
+package drills
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weft-mesh/weft/tools/meshctl"
+)
+
+// controlPlane is what a drill does to the xDS server: go-control-plane in-process
+// (the interop referee) or the real bin/pilot process.
+type controlPlane interface {
+	addr() string
+	down() // killed: streams cut at once
+	up()
+}
+
+type refCP struct{ *refServer }
+
+func (r refCP) addr() string { return r.refServer.addr }
+func (r refCP) down()        { r.stop() }
+func (r refCP) up()          { r.start() }
+
+// pilotProc is a real bin/pilot.
+type pilotProc struct {
+	t       *testing.T
+	ip      string
+	dataDir string
+	cmd     *exec.Cmd
+	logs    *syncBuf
+	exited  chan struct{}
+}
+
+func pilotBin(t *testing.T) string {
+	t.Helper()
+	sidecarBin(t) // builds both
+	return filepath.Join(binDir, "pilot")
+}
+
+func startPilot(t *testing.T, ip string) *pilotProc {
+	t.Helper()
+	p := &pilotProc{t: t, ip: ip, dataDir: filepath.Join(t.TempDir(), "pilot"), logs: &syncBuf{}}
+	p.up()
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("pilot log:\n%s", p.logs.String())
+		}
+	})
+	return p
+}
+
+func (p *pilotProc) addr() string    { return p.ip + ":15010" }
+func (p *pilotProc) url() string     { return "http://" + p.ip + ":15014" }
+func (p *pilotProc) keyFile() string { return filepath.Join(p.dataDir, "publisher.pub") }
+
+func (p *pilotProc) up() {
+	p.t.Helper()
+	cmd := exec.Command(pilotBin(p.t), "--data-dir", p.dataDir, "--admin-addr", p.ip+":15014", "--xds-addr", p.addr(),
+		"--log-level", "info", "--xds-debounce", "10ms")
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
+	if err := cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.cmd, p.exited = cmd, make(chan struct{})
+	exited := p.exited
+	go func() { cmd.Wait(); close(exited) }()
+	eventually(p.t, 20*time.Second, "pilot healthy", func() bool {
+		resp, err := hc.Get(p.url() + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// down kills pilot with SIGKILL.
+func (p *pilotProc) down() {
+	p.cmd.Process.Kill()
+	<-p.exited
+}
+
+func (p *pilotProc) stop() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(15 * time.Second):
+		p.down()
+	}
+}
+
+// apply applies YAML with meshctl.
+func (p *pilotProc) apply(yaml string) {
+	p.t.Helper()
+	f := filepath.Join(p.t.TempDir(), "mesh.yaml")
+	if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
+		p.t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := meshctl.Run(context.Background(), []string{"--pilot", p.url(), "apply", "-f", f}, &out, &errb); code != 0 {
+		p.t.Fatalf("meshctl apply: %d %s %s", code, out.String(), errb.String())
+	}
+}
+
+// meshYAML: Service reviews (port 9080 -> the app's 8080) with one static Workload
+// at the application's address.
+func meshYAML(appIP string) string {
+	return fmt.Sprintf(`apiVersion: mesh.weft.dev/v1alpha1
+kind: Service
+metadata: {name: reviews, namespace: shop}
+spec:
+  selector: {app: reviews}
+  ports: [{name: http, port: 9080, targetPort: 8080, protocol: HTTP}]
+---
+apiVersion: mesh.weft.dev/v1alpha1
+kind: Workload
+metadata: {name: reviews-a, namespace: shop, labels: {app: reviews}}
+spec:
+  address: %s
+  serviceAccount: reviews
+`, appIP)
+}
+
+// setup starts an application "v1" and a control plane serving a sidecar
+// workload on ip base.1 (the app on base.2) and returns them; kind is "pilot" or
+// "go-control-plane".
+func setup(t *testing.T, kind, base string) (ws, controlPlane) {
+	t.Helper()
+	sidecarIP, appIP := base+".1", base+".2"
+	startApp(t, appIP+":8080", "v1")
+	if kind == "pilot" {
+		p := startPilot(t, sidecarIP)
+		p.apply(meshYAML(appIP))
+		w := ws{ip: sidecarIP, nodeID: "productpage-a", stateDir: filepath.Join(t.TempDir(), "state"), keyFile: p.keyFile()}
+		return w, p
+	}
+	priv := newKey(t)
+	w := newWorkload(t, sidecarIP, "productpage-a", priv.Public().(ed25519.PublicKey))
+	ref := newRefServer(t, sidecarIP+":15010", priv, w.nodeID)
+	ref.push(meshTo(w, appIP+":8080"), 1, 0)
+	return w, refCP{ref}
+}
+
+var controlPlanes = []string{"pilot", "go-control-plane"}
