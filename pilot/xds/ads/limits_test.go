@@ -9,7 +9,6 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/google/go-cmp/cmp"
-	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
@@ -46,7 +45,6 @@ func TestConfigCheck(t *testing.T) {
 	if _, err := New(ok); err != nil {
 		t.Fatal(err)
 	}
-	_ = hclog.NewNullLogger
 }
 
 // A proxy that reads responses but never answers them is cut once MaxUnacked
