@@ -1,8 +1,11 @@
-// Command demo is `make demo`: it starts pilot on a temporary data directory and
-// a free loopback port, walks through apply / get / change / history / stale
-// If-Match with meshctl, explaining each step, then stops pilot and cleans up.
-// It expects bin/pilot and bin/meshctl (make build) and exits non-zero if any
-// step does not behave as described.
+// Command demo is `make demo`. Part one starts pilot on a temporary data directory
+// and a free loopback port, walks through apply / get / change / history / stale
+// If-Match with meshctl, explaining each step, then stops pilot. Part two (mesh.go)
+// runs a real mesh on loopback addresses: pilot serving xDS and three workloads,
+// each an application and a sidecar; a weighted route, a route change converging,
+// pilot killed with traffic still flowing, proxy-status after pilot restarts.
+// It expects bin/pilot, bin/sidecar and bin/meshctl (make build), cleans up after
+// itself and exits non-zero if any step does not behave as described.
 package main
 
 import (
@@ -50,6 +53,12 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := run(ctx, *bin, *examples)
+	if err == nil {
+		var abs string
+		if abs, err = filepath.Abs(*bin); err == nil {
+			err = runMesh(ctx, abs)
+		}
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
