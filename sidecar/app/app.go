@@ -29,6 +29,7 @@ import (
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/sidecar/listener"
 	"github.com/weft-mesh/weft/sidecar/runtime"
+	"github.com/weft-mesh/weft/sidecar/runtime/staleness"
 	"github.com/weft-mesh/weft/sidecar/tcpproxy"
 	"github.com/weft-mesh/weft/sidecar/xdsclient"
 )
@@ -197,7 +198,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	run("staleness", func() error {
 		lkgTimer := time.NewTimer(o.LKGWait)
 		defer lkgTimer.Stop()
-		tick := time.NewTicker(o.TickInterval)
+		tick := time.NewTimer(o.TickInterval)
 		defer tick.Stop()
 		for {
 			select {
@@ -208,7 +209,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 					log.Info("serving the signed last-known-good snapshot until pilot answers")
 				}
 			case now := <-tick.C:
-				rt.Tick(now, client.LastConfirmed(now))
+				tick.Reset(nextTick(now, rt.Tick(now, client.LastConfirmed(now)), o.TickInterval))
 			}
 		}
 	})
@@ -223,4 +224,17 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	log.Info("sidecar stopped")
 	return errors.Join(errs...)
+}
+
+// nextTick is the delay to the next staleness evaluation: the tick interval, or
+// sooner when some class changes level before that (so expiry is on time, not up
+// to one interval late). Never less than a millisecond.
+func nextTick(now time.Time, states []staleness.State, interval time.Duration) time.Duration {
+	d := interval
+	for _, s := range states {
+		if !s.Next.IsZero() && s.Next.After(now) && s.Next.Sub(now) < d {
+			d = s.Next.Sub(now)
+		}
+	}
+	return max(d, time.Millisecond)
 }
