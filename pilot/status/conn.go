@@ -190,6 +190,20 @@ func (c *Conn) Disconnect(now time.Time) {
 	t.mu.Unlock()
 }
 
+// rollup is what per-revision counts need: whether the stream ended, its
+// effective revision, and whether any type is NACKED.
+func (c *Conn) rollup() (disconnected bool, effective int64, nacked bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.types {
+		if r.status() == Nacked {
+			nacked = true
+			break
+		}
+	}
+	return !c.disconnected.IsZero(), c.effective, nacked
+}
+
 // TypeStatus is one xDS type of one proxy.
 type TypeStatus struct {
 	Type            string     `json:"type"`

@@ -256,16 +256,18 @@ func (t *Tracker) Revision(rev int64) RevisionStatus {
 	}
 	t.mu.Unlock()
 	for _, c := range t.conns() {
-		ps := c.Status()
-		if ps.Status == Disconnected {
+		// rollup is allocation-free: this runs over every proxy on each poll.
+		gone, effective, nacked := c.rollup()
+		if gone {
 			continue
 		}
 		rs.Connected++
 		switch {
-		case ps.EffectiveRevision >= rev:
+		case effective >= rev:
 			rs.Effective++
-		case ps.Status == Nacked:
+		case nacked:
 			rs.Rejected++
+			ps := c.Status()
 			for _, ts := range ps.Types {
 				if ts.Status == Nacked {
 					rs.Rejections = append(rs.Rejections, Rejection{Node: ps.Node, Type: ts.Type, Version: ts.VersionRejected, Nonce: ts.NonceRejected, Error: ts.Error})

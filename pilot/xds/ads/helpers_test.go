@@ -399,3 +399,5 @@ func nameOf(t *testing.T, typ string, b []byte) string {
 func contextWithCancel() (context.Context, context.CancelFunc) {
 	return context.WithCancel(context.Background())
 }
+
+func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
