@@ -69,7 +69,7 @@ func (l *logBuf) lines(substr string) []string {
 }
 
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	priv  ed25519.PrivateKey
 	pub   ed25519.PublicKey
 	clock *clock
@@ -77,7 +77,7 @@ type env struct {
 	logs  *logBuf
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	seed := make([]byte, ed25519.SeedSize)
 	seed[0] = 42
@@ -189,7 +189,7 @@ func (e *env) sign(res dt.Resources, o signOpts) *anypb.Any {
 	return &anypb.Any{TypeUrl: manifest.TypeURL, Value: b}
 }
 
-func nameOf(t *testing.T, typ string, a *anypb.Any) string {
+func nameOf(t testing.TB, typ string, a *anypb.Any) string {
 	t.Helper()
 	r := &Runtime{cfg: Config{InsecureSkipManifest: true}}
 	name, _, err := r.Decode(typ, a)
