@@ -1,0 +1,146 @@
+package app
+
+import (
+	"context"
+	"crypto/ed25519"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.uber.org/goleak"
+
+	"github.com/weft-mesh/weft/bootstrap/render"
+	"github.com/weft-mesh/weft/certs/manifest"
+	"github.com/weft-mesh/weft/sidecar/runtime/staleness"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func TestNextTick(t *testing.T) {
+	tests := []struct {
+		name   string
+		states []staleness.State
+		want   time.Duration
+	}{
+		{"nothing due", nil, time.Second},
+		{"change sooner", []staleness.State{{Next: t0.Add(300 * time.Millisecond)}, {Next: t0.Add(700 * time.Millisecond)}}, 300 * time.Millisecond},
+		{"change later", []staleness.State{{Next: t0.Add(5 * time.Second)}}, time.Second},
+		{"past is ignored", []staleness.State{{Next: t0.Add(-time.Second)}}, time.Second},
+		{"at least 1ms", []staleness.State{{Next: t0.Add(time.Microsecond)}}, time.Millisecond},
+	}
+	for _, tc := range tests {
+		if got := nextTick(t0, tc.states, time.Second); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// settings for a sidecar on ip whose pilot (a closed port) never answers.
+func settings(t *testing.T, ip string, extra ...string) *render.Settings {
+	t.Helper()
+	dir := t.TempDir()
+	key := filepath.Join(dir, "publisher.pub")
+	pub, _, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := manifest.WritePublicKey(key, pub); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--node-id", "n1", "--namespace", "shop", "--service-account", "sa", "--address", ip,
+		"--pilot", ip + ":1", "--publisher-key", key, "--state-dir", filepath.Join(dir, "state"),
+		"--admin-addr", ip + ":15000", "--outbound-addr", ip + ":15001"}, extra...)
+	s, err := render.Parse(args, func(string) ([]byte, error) { return nil, io.EOF })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestRunRefusesToStart(t *testing.T) {
+	log := hclog.NewNullLogger()
+	busy, err := net.Listen("tcp", "127.77.9.2:15001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	tests := []struct {
+		name string
+		s    *render.Settings
+		o    Options
+		want string
+	}{
+		{"no logger", settings(t, "127.77.9.1"), Options{}, "sidecar: Options.Logger required"},
+		{"LKG wait too long", settings(t, "127.77.9.1"), Options{Logger: log, LKGWait: time.Minute}, "sidecar: LKGWait 1m0s exceeds 10s"},
+		{"bad override", settings(t, "127.77.9.1", "--staleness", "routes=1s"), Options{Logger: log}, `sidecar: staleness[0]: "routes=1s": want CLASS=WARN/EXPIRE[/ONEXPIRE]`},
+		{"port in use", settings(t, "127.77.9.2"), Options{Logger: log}, "sidecar: outbound listener: listen tcp 127.77.9.2:15001: bind: address already in use"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Run(context.Background(), tc.s, tc.o)
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("Run = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	s := settings(t, "127.77.9.1")
+	s.PublisherKey = filepath.Join(t.TempDir(), "missing.pub")
+	if err := Run(context.Background(), s, Options{Logger: log}); err == nil || !strings.HasPrefix(err.Error(), "sidecar: publisher key: ") {
+		t.Fatalf("missing key: %v", err)
+	}
+}
+
+// Without pilot and without a snapshot the sidecar runs, says why it is not ready,
+// refuses requests with a reason, and stops cleanly when its context ends.
+func TestRunNotReadyWithoutPilot(t *testing.T) {
+	s := settings(t, "127.77.9.3")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, s, Options{Logger: hclog.NewNullLogger(), TickInterval: 50 * time.Millisecond})
+	}()
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	var code int
+	var body string
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := hc.Get("http://" + netip.AddrPortFrom(s.ReadyAddr.Addr(), s.ReadyAddr.Port()).String() + "/healthz/ready")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			code, body = resp.StatusCode, string(b)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code != http.StatusServiceUnavailable || body != "no configuration yet: waiting for pilot\n" {
+		t.Fatalf("ready = %d %q", code, body)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+s.OutboundAddr.String()+"/", nil)
+	req.Host = "reviews:9080"
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("request without config = %d", resp.StatusCode)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
