@@ -184,18 +184,37 @@ func sidecarSnapshot(mesh *ir.Mesh, c class) (*snapshot.Snapshot, error) {
 	sets := b.sets()
 	if len(in.clusters) > 0 {
 		// The shared maps are never written; the inbound pieces go into copies
-		// of the two types they add to.
-		sets[snapshot.ClusterType] = snapshot.NewSet(merged(b.clusters.Resources, in.clusters))
+		// of the two types they add to. Inbound clusters depend only on target
+		// ports and protocols, which many classes of a namespace have in
+		// common, so the (large) merged cluster set is shared between them.
+		names := ir.SortedKeys(in.clusters)
+		var sig strings.Builder
+		sig.WriteString(c.namespace)
+		for _, n := range names {
+			sig.WriteByte(0)
+			sig.WriteString(n)
+			sig.WriteByte(0)
+			sig.WriteString(in.clusters[n].Version)
+		}
+		cs, err := derive(mesh, clusterSetKey(sig.String()), func() (snapshot.Set, error) {
+			return snapshot.NewSet(merged(b.clusters.Resources, in.clusters)), nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		sets[snapshot.ClusterType] = cs
 		sets[snapshot.ListenerType] = snapshot.NewSet(merged(b.listeners.Resources, in.listeners))
 	}
 	return snapshot.FromSets(mesh.Revision, sets), nil
 }
 
+// Memo keys, one type per kind of derived value.
 type (
-	meshKey     struct{}
-	meshSnapKey struct{}
-	nsKey       string
-	allKey      struct{}
+	meshKey       struct{}
+	meshSnapKey   struct{}
+	nsKey         string
+	allKey        struct{}
+	clusterSetKey string // namespace and inbound clusters (name, version)
 )
 
 func derive[T any](mesh *ir.Mesh, key any, build func() (T, error)) (T, error) {
