@@ -33,70 +33,17 @@ type deltaStream struct {
 
 // DeltaAggregatedResources serves an incremental ADS stream.
 func (s *Server) DeltaAggregatedResources(gs discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	ctx := gs.Context()
-	reqs := make(chan *discoveryv3.DeltaDiscoveryRequest, s.cfg.RecvQueue)
-	errc := make(chan error, 1)
-	go recvLoop(ctx, gs.Recv, reqs, errc)
-
-	var first *discoveryv3.DeltaDiscoveryRequest
-	select {
-	case first = <-reqs:
-	case err := <-errc:
-		return endErr(err)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 	send := func(m proto.Message) error { return gs.Send(m.(*discoveryv3.DeltaDiscoveryResponse)) }
-	base, err := s.open(ctx, first.GetNode(), send, "delta")
-	if err != nil {
-		return err
-	}
-	st := &deltaStream{stream: base, types: map[string]*deltaType{}}
-	err = st.run(first, reqs, errc)
-	st.close(err)
-	return endErr(err)
-}
-
-func (st *deltaStream) run(first *discoveryv3.DeltaDiscoveryRequest, reqs <-chan *discoveryv3.DeltaDiscoveryRequest, errc <-chan error) error {
-	if err := st.handle(first); err != nil {
-		return err
-	}
-	for {
-		select {
-		case req := <-reqs:
-			if err := st.handle(req); err != nil {
-				return err
-			}
-		case <-st.watch.Changed():
-			// Answers already received count before a new push: a proxy that
-			// keeps up is never cut for responses it has in fact answered.
-			if err := drain(reqs, st.handle); err != nil {
-				return err
-			}
-			if err := st.pushAll(); err != nil {
-				return err
-			}
-		case err := <-errc:
-			return err
-		case <-st.ctx.Done():
-			return st.ctx.Err()
-		}
-	}
+	return serve(s, gs.Context(), "delta", gs.Recv, send, func(base *stream) owner[*discoveryv3.DeltaDiscoveryRequest] {
+		return &deltaStream{stream: base, types: map[string]*deltaType{}}
+	})
 }
 
 func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) error {
 	now := st.s.cfg.Clock()
-	if err := st.checkNode(req.GetNode()); err != nil {
+	typ, ok, err := st.admit(req, now)
+	if !ok {
 		return err
-	}
-	typ := req.GetTypeUrl()
-	if err := st.checkType(typ); err != nil {
-		return err
-	}
-	st.conn.Seen(now)
-	if !served(typ) {
-		st.log.Debug("ignoring request for a type pilot does not serve", "type", typ)
-		return nil
 	}
 	t, ok := st.types[typ]
 	if !ok {

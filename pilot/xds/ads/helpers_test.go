@@ -177,23 +177,31 @@ func mkSnap(t *testing.T, rev int64, r res) *snapshot.Snapshot {
 
 func nodeProto(id string) *corev3.Node { return &corev3.Node{Id: id} }
 
-// sotwClient drives a SotW stream by hand; a reader goroutine queues responses.
-type sotwClient struct {
+// client drives one ADS stream by hand; a reader goroutine queues responses.
+type client[Req, Resp any] struct {
 	t      *testing.T
-	stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
-	resps  chan *discoveryv3.DiscoveryResponse
+	stream interface {
+		Send(Req) error
+		Recv() (Resp, error)
+		CloseSend() error
+	}
+	resps  chan Resp
 	done   chan error
 	exited chan struct{} // closed when the reader goroutine returns
 }
 
-func (e *env) sotw(t *testing.T) *sotwClient {
+func newClient[Req, Resp any, S interface {
+	Send(Req) error
+	Recv() (Resp, error)
+	CloseSend() error
+}](t *testing.T, open func(context.Context, ...grpc.CallOption) (S, error)) *client[Req, Resp] {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := e.client.StreamAggregatedResources(ctx)
+	s, err := open(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &sotwClient{t: t, stream: s, resps: make(chan *discoveryv3.DiscoveryResponse, 100), done: make(chan error, 1), exited: make(chan struct{})}
+	c := &client[Req, Resp]{t: t, stream: s, resps: make(chan Resp, 100), done: make(chan error, 1), exited: make(chan struct{})}
 	go func() {
 		defer close(c.exited)
 		for {
@@ -216,14 +224,14 @@ func (e *env) sotw(t *testing.T) *sotwClient {
 	return c
 }
 
-func (c *sotwClient) send(req *discoveryv3.DiscoveryRequest) {
+func (c *client[Req, Resp]) send(req Req) {
 	c.t.Helper()
 	if err := c.stream.Send(req); err != nil {
 		c.t.Fatalf("send: %v", err)
 	}
 }
 
-func (c *sotwClient) recv() *discoveryv3.DiscoveryResponse {
+func (c *client[Req, Resp]) recv() Resp {
 	c.t.Helper()
 	select {
 	case r := <-c.resps:
@@ -233,15 +241,12 @@ func (c *sotwClient) recv() *discoveryv3.DiscoveryResponse {
 	case <-time.After(5 * time.Second):
 		c.t.Fatal("no response within 5s")
 	}
-	return nil
+	var zero Resp
+	return zero
 }
 
-// ack answers r as accepted.
-func (c *sotwClient) ack(r *discoveryv3.DiscoveryResponse, names ...string) {
-	c.send(&discoveryv3.DiscoveryRequest{TypeUrl: r.TypeUrl, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce, ResourceNames: names})
-}
-
-func (c *sotwClient) endErr() error {
+// endErr waits for the stream to end, skipping responses, and returns why.
+func (c *client[Req, Resp]) endErr() error {
 	c.t.Helper()
 	for {
 		select {
@@ -255,65 +260,28 @@ func (c *sotwClient) endErr() error {
 	}
 }
 
+type sotwClient struct {
+	*client[*discoveryv3.DiscoveryRequest, *discoveryv3.DiscoveryResponse]
+}
+
+func (e *env) sotw(t *testing.T) sotwClient {
+	return sotwClient{newClient[*discoveryv3.DiscoveryRequest, *discoveryv3.DiscoveryResponse](t, e.client.StreamAggregatedResources)}
+}
+
+// ack answers r as accepted.
+func (c sotwClient) ack(r *discoveryv3.DiscoveryResponse, names ...string) {
+	c.send(&discoveryv3.DiscoveryRequest{TypeUrl: r.TypeUrl, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce, ResourceNames: names})
+}
+
 type deltaClient struct {
-	t      *testing.T
-	stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
-	resps  chan *discoveryv3.DeltaDiscoveryResponse
-	done   chan error
-	exited chan struct{} // closed when the reader goroutine returns
+	*client[*discoveryv3.DeltaDiscoveryRequest, *discoveryv3.DeltaDiscoveryResponse]
 }
 
-func (e *env) delta(t *testing.T) *deltaClient {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := e.client.DeltaAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &deltaClient{t: t, stream: s, resps: make(chan *discoveryv3.DeltaDiscoveryResponse, 100), done: make(chan error, 1), exited: make(chan struct{})}
-	go func() {
-		defer close(c.exited)
-		for {
-			r, err := s.Recv()
-			if err != nil {
-				c.done <- err
-				return
-			}
-			select {
-			case c.resps <- r:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-c.exited
-	})
-	return c
+func (e *env) delta(t *testing.T) deltaClient {
+	return deltaClient{newClient[*discoveryv3.DeltaDiscoveryRequest, *discoveryv3.DeltaDiscoveryResponse](t, e.client.DeltaAggregatedResources)}
 }
 
-func (c *deltaClient) send(req *discoveryv3.DeltaDiscoveryRequest) {
-	c.t.Helper()
-	if err := c.stream.Send(req); err != nil {
-		c.t.Fatalf("send: %v", err)
-	}
-}
-
-func (c *deltaClient) recv() *discoveryv3.DeltaDiscoveryResponse {
-	c.t.Helper()
-	select {
-	case r := <-c.resps:
-		return r
-	case err := <-c.done:
-		c.t.Fatalf("stream ended: %v", err)
-	case <-time.After(5 * time.Second):
-		c.t.Fatal("no response within 5s")
-	}
-	return nil
-}
-
-func (c *deltaClient) ack(r *discoveryv3.DeltaDiscoveryResponse) {
+func (c deltaClient) ack(r *discoveryv3.DeltaDiscoveryResponse) {
 	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce})
 }
 

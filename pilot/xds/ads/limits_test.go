@@ -61,7 +61,7 @@ func TestUnackedLimitCutsStream(t *testing.T) {
 			c.recv()
 		}
 	}
-	err := endErr2(t, c)
+	err := c.endErr()
 	if st, _ := grpcstatus.FromError(err); st.Code() != codes.ResourceExhausted ||
 		st.Message() != "ads: node slow has 3 responses unanswered (limit 3); closing the stream so it resyncs" {
 		t.Fatalf("err = %v, want ResourceExhausted", err)
@@ -200,19 +200,5 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("%s: not reached within 10s", what)
 		}
 		time.Sleep(2 * time.Millisecond)
-	}
-}
-
-func endErr2(t *testing.T, c *deltaClient) error {
-	t.Helper()
-	for {
-		select {
-		case <-c.resps:
-		case err := <-c.done:
-			return err
-		case <-time.After(10 * time.Second):
-			t.Fatal("stream did not end within 10s")
-			return nil
-		}
 	}
 }

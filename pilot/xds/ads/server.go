@@ -143,6 +143,69 @@ type stream struct {
 	unacked     int                 // total of outstanding
 }
 
+// request is what the shared stream code reads of either request type.
+type request interface {
+	GetNode() *corev3.Node
+	GetTypeUrl() string
+}
+
+// owner is the protocol-specific half of a stream (SotW or delta).
+type owner[R request] interface {
+	handle(req R) error
+	pushAll() error
+}
+
+// serve runs one ADS stream: a receiving goroutine forwards requests, the
+// calling goroutine owns all state (mk builds it from the first request's node).
+func serve[R request](s *Server, ctx context.Context, kind string, recv func() (R, error), send func(proto.Message) error, mk func(*stream) owner[R]) error {
+	reqs := make(chan R, s.cfg.RecvQueue)
+	errc := make(chan error, 1)
+	go recvLoop(ctx, recv, reqs, errc)
+	var first R
+	select {
+	case first = <-reqs:
+	case err := <-errc:
+		return endErr(err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	base, err := s.open(ctx, first.GetNode(), send, kind)
+	if err != nil {
+		return err
+	}
+	err = run(base, mk(base), first, reqs, errc)
+	base.close(err)
+	return endErr(err)
+}
+
+// run is the owner loop: requests, then snapshot changes, until the stream ends.
+func run[R request](st *stream, o owner[R], first R, reqs <-chan R, errc <-chan error) error {
+	if err := o.handle(first); err != nil {
+		return err
+	}
+	for {
+		select {
+		case req := <-reqs:
+			if err := o.handle(req); err != nil {
+				return err
+			}
+		case <-st.watch.Changed():
+			// Answers already received count before a new push: a proxy that
+			// keeps up is never cut for responses it has in fact answered.
+			if err := drain(reqs, o.handle); err != nil {
+				return err
+			}
+			if err := o.pushAll(); err != nil {
+				return err
+			}
+		case err := <-errc:
+			return err
+		case <-st.ctx.Done():
+			return st.ctx.Err()
+		}
+	}
+}
+
 // recvLoop forwards requests to the owner until the stream ends. It is the only
 // other goroutine touching the stream, and only through Recv.
 func recvLoop[T any](ctx context.Context, recv func() (T, error), out chan<- T, errc chan<- error) {
@@ -212,11 +275,22 @@ func (st *stream) checkNode(p *corev3.Node) error {
 	return nil
 }
 
-func (st *stream) checkType(typ string) error {
-	if typ == "" {
-		return grpcstatus.Error(codes.InvalidArgument, "ads: request without type_url")
+// admit runs the checks every request passes: same node, a type URL, and a type
+// pilot serves (others are ignored: ok=false with a nil error).
+func (st *stream) admit(req request, now time.Time) (typ string, ok bool, err error) {
+	if err := st.checkNode(req.GetNode()); err != nil {
+		return "", false, err
 	}
-	return nil
+	typ = req.GetTypeUrl()
+	if typ == "" {
+		return "", false, grpcstatus.Error(codes.InvalidArgument, "ads: request without type_url")
+	}
+	st.conn.Seen(now)
+	if !served(typ) {
+		st.log.Debug("ignoring request for a type pilot does not serve", "type", typ)
+		return typ, false, nil
+	}
+	return typ, true, nil
 }
 
 // nextNonce issues a nonce and counts it outstanding; past MaxUnacked the stream

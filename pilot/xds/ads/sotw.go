@@ -32,70 +32,17 @@ func fullSet(typ string) bool { return typ == snapshot.ListenerType || typ == sn
 
 // StreamAggregatedResources serves a state-of-the-world ADS stream.
 func (s *Server) StreamAggregatedResources(gs discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	ctx := gs.Context()
-	reqs := make(chan *discoveryv3.DiscoveryRequest, s.cfg.RecvQueue)
-	errc := make(chan error, 1)
-	go recvLoop(ctx, gs.Recv, reqs, errc)
-
-	var first *discoveryv3.DiscoveryRequest
-	select {
-	case first = <-reqs:
-	case err := <-errc:
-		return endErr(err)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 	send := func(m proto.Message) error { return gs.Send(m.(*discoveryv3.DiscoveryResponse)) }
-	base, err := s.open(ctx, first.GetNode(), send, "sotw")
-	if err != nil {
-		return err
-	}
-	st := &sotwStream{stream: base, types: map[string]*sotwType{}}
-	err = st.run(first, reqs, errc)
-	st.close(err)
-	return endErr(err)
-}
-
-func (st *sotwStream) run(first *discoveryv3.DiscoveryRequest, reqs <-chan *discoveryv3.DiscoveryRequest, errc <-chan error) error {
-	if err := st.handle(first); err != nil {
-		return err
-	}
-	for {
-		select {
-		case req := <-reqs:
-			if err := st.handle(req); err != nil {
-				return err
-			}
-		case <-st.watch.Changed():
-			// Answers already received count before a new push: a proxy that
-			// keeps up is never cut for responses it has in fact answered.
-			if err := drain(reqs, st.handle); err != nil {
-				return err
-			}
-			if err := st.pushAll(); err != nil {
-				return err
-			}
-		case err := <-errc:
-			return err
-		case <-st.ctx.Done():
-			return st.ctx.Err()
-		}
-	}
+	return serve(s, gs.Context(), "sotw", gs.Recv, send, func(base *stream) owner[*discoveryv3.DiscoveryRequest] {
+		return &sotwStream{stream: base, types: map[string]*sotwType{}}
+	})
 }
 
 func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 	now := st.s.cfg.Clock()
-	if err := st.checkNode(req.GetNode()); err != nil {
+	typ, ok, err := st.admit(req, now)
+	if !ok {
 		return err
-	}
-	typ := req.GetTypeUrl()
-	if err := st.checkType(typ); err != nil {
-		return err
-	}
-	st.conn.Seen(now)
-	if !served(typ) {
-		st.log.Debug("ignoring request for a type pilot does not serve", "type", typ)
-		return nil
 	}
 	if n := len(req.GetResourceNames()); n > st.s.cfg.MaxSubscriptions {
 		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: %s requests %d resource names, limit %d", status.TypeName(typ), n, st.s.cfg.MaxSubscriptions)

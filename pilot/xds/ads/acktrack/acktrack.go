@@ -137,13 +137,7 @@ func ClassifySotW(st State, req *discoveryv3.DiscoveryRequest, now time.Time) Re
 	if len(r.Added) == 0 && len(r.Removed) == 0 {
 		next.Subscribed = st.Subscribed // keep sharing the old map
 	}
-	r.State = next
-	r.Answer = answer(st, r.Nonce, req.GetErrorDetail())
-	if r.Answer == NackAnswer {
-		r.ErrorDetail = req.GetErrorDetail()
-	}
-	r.Kind = kindOf(st, r)
-	return r
+	return finish(st, next, r, req.GetErrorDetail())
 }
 
 // ClassifyDelta classifies a DeltaDiscoveryRequest. Subscription changes apply even
@@ -197,10 +191,15 @@ func ClassifyDelta(st State, req *discoveryv3.DeltaDiscoveryRequest, now time.Ti
 	if !st.Started {
 		r.Initial = req.GetInitialResourceVersions()
 	}
+	return finish(st, next, r, req.GetErrorDetail())
+}
+
+// finish fills in the answer and the kind once the subscription change is known.
+func finish(st, next State, r Result, detail *rpcstatus.Status) Result {
 	r.State = next
-	r.Answer = answer(st, r.Nonce, req.GetErrorDetail())
+	r.Answer = answer(st, r.Nonce, detail)
 	if r.Answer == NackAnswer {
-		r.ErrorDetail = req.GetErrorDetail()
+		r.ErrorDetail = detail
 	}
 	r.Kind = kindOf(st, r)
 	return r
