@@ -109,7 +109,7 @@ func mustMesh(b *testing.B, in compile.Input) *ir.Mesh {
 
 // TestBenchInputConsistent keeps the benchmark's mesh honest: it compiles
 // without warnings and every kind of proxy gets a consistent snapshot of the
-// expected size.
+// expected size (for a sidecar, one our sidecar accepts).
 func TestBenchInputConsistent(t *testing.T) {
 	m, err := compile.Compile(benchInput(1000, 10))
 	if err != nil {
@@ -129,6 +129,11 @@ func TestBenchInputConsistent(t *testing.T) {
 		s := mustProxy(t, m, tt.node)
 		if err := Consistent(s); err != nil {
 			t.Errorf("%s: %v", tt.node.ID, err)
+		}
+		if tt.node.Registers() {
+			if err := sidecarAccepts(s); err != nil {
+				t.Errorf("%s: our sidecar rejects it: %v", tt.node.ID, err)
+			}
 		}
 		if got := len(s.Resources["type.googleapis.com/envoy.config.cluster.v3.Cluster"]); got != tt.clusters {
 			t.Errorf("%s: %d clusters, want %d", tt.node.ID, got, tt.clusters)

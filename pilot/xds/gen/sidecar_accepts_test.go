@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -9,33 +10,42 @@ import (
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
 )
 
-// TestSidecarAccepts runs every golden sidecar snapshot through exactly what a
-// Weft sidecar runs before activating a config (its xDS decoders and dataplane
-// compile), so gen never emits what our own sidecar would NACK.
+// sidecarAccepts runs a snapshot through exactly what a Weft sidecar runs before
+// activating a config: its xDS decoders, then dataplane compile.
+func sidecarAccepts(s *snapshot.Snapshot) error {
+	state := map[string]map[string]any{}
+	for _, typ := range []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.ListenerType, snapshot.RouteType} {
+		byName := map[string]any{}
+		for name, r := range s.Resources[typ] {
+			got, v, err := xdsresource.Decode(typ, r.Any)
+			if err != nil {
+				return fmt.Errorf("%s %q: %w", typ, name, err)
+			}
+			byName[got] = v
+		}
+		state[typ] = byName
+	}
+	if _, err := dataplane.Compile(state); err != nil {
+		return fmt.Errorf("dataplane compile: %w", err)
+	}
+	return nil
+}
+
+// TestSidecarAccepts: every golden sidecar snapshot is one our own sidecar
+// accepts, so gen never emits what a Weft sidecar would NACK.
 func TestSidecarAccepts(t *testing.T) {
-	files, _ := filepath.Glob("testdata/*.input.yaml")
+	files, err := filepath.Glob("testdata/*.input.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden inputs: %v", err)
+	}
 	for _, f := range files {
 		m, ps := meshFromFile(t, f)
 		for _, p := range ps {
 			if !p.Registers() {
 				continue
 			}
-			snap := mustProxy(t, m, p)
-			state := map[string]map[string]any{}
-			for _, typ := range []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.ListenerType, snapshot.RouteType} {
-				byName := map[string]any{}
-				for name, r := range snap.Resources[typ] {
-					got, v, err := xdsresource.Decode(typ, r.Any)
-					if err != nil {
-						t.Errorf("%s %s: %s %q: %v", f, p.ID, typ, name, err)
-						continue
-					}
-					byName[got] = v
-				}
-				state[typ] = byName
-			}
-			if _, err := dataplane.Compile(state); err != nil {
-				t.Errorf("%s %s: compile: %v", f, p.ID, err)
+			if err := sidecarAccepts(mustProxy(t, m, p)); err != nil {
+				t.Errorf("%s %s: %v", f, p.ID, err)
 			}
 		}
 	}
