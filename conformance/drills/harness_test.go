@@ -119,6 +119,16 @@ func startSidecar(t *testing.T, w ws, pilot string, extra ...string) *sidecar {
 	args := []string{"--node-id", w.nodeID, "--namespace", "shop", "--service-account", "productpage", "--labels", "app=productpage",
 		"--address", w.ip, "--pilot", pilot, "--publisher-key", w.keyFile, "--state-dir", w.stateDir,
 		"--admin-addr", w.admin(), "--outbound-addr", w.outbound(), "--xds-mode", "sotw"}
+	for _, e := range extra {
+		if e == "--insecure-skip-manifest" { // no key at all, as with a plain xDS server
+			for i := range args {
+				if args[i] == "--publisher-key" {
+					args = append(args[:i:i], args[i+2:]...)
+					break
+				}
+			}
+		}
+	}
 	args = append(args, extra...)
 	cmd := exec.Command(sidecarBin(t), args...)
 	logs := &syncBuf{}
@@ -351,7 +361,7 @@ func (r *refServer) stop() {
 }
 
 // push serves res at revision rev with a manifest signed for the node, valid for
-// validity (0: 24h).
+// validity (0: 24h); validity < 0 serves no manifest (a plain xDS server).
 func (r *refServer) push(res dt.Resources, rev int64, validity time.Duration) {
 	r.t.Helper()
 	msgs := map[string]map[string]proto.Message{}
@@ -363,6 +373,16 @@ func (r *refServer) push(res dt.Resources, rev int64, validity time.Duration) {
 			gcp[typ] = append(gcp[typ], m)
 		}
 	}
+	s, err := cachev3.NewSnapshot(fmt.Sprint(rev), gcp)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.snaps.SetSnapshot(context.Background(), r.nodeID, s); err != nil {
+		r.t.Fatal(err)
+	}
+	if validity < 0 {
+		return
+	}
 	snap, err := snapshot.New(rev, msgs)
 	if err != nil {
 		r.t.Fatal(err)
@@ -373,13 +393,6 @@ func (r *refServer) push(res dt.Resources, rev int64, validity time.Duration) {
 	}
 	sm, err := mres.Any.UnmarshalNew()
 	if err != nil {
-		r.t.Fatal(err)
-	}
-	s, err := cachev3.NewSnapshot(fmt.Sprint(rev), gcp)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	if err := r.snaps.SetSnapshot(context.Background(), r.nodeID, s); err != nil {
 		r.t.Fatal(err)
 	}
 	// The manifest goes last, as pilot sends it.
