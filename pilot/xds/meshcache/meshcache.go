@@ -235,7 +235,9 @@ func (g *generation) snapshot(c *Cache, p *Proxy) (*snapshot.Snapshot, error) {
 // Run lists the store, compiles, then follows the store's watch until ctx ends.
 // A watch that is cut off (it fell behind) is resumed from a fresh list.
 func (c *Cache) Run(ctx context.Context) error {
+	backoff := resyncMin
 	for {
+		start := time.Now()
 		err := c.follow(ctx)
 		if ctx.Err() != nil {
 			return nil
@@ -243,9 +245,24 @@ func (c *Cache) Run(ctx context.Context) error {
 		if err == nil || errors.Is(err, store.ErrClosed) {
 			return err
 		}
-		c.log.Warn("store watch ended, resyncing", "error", err)
+		if time.Since(start) > resyncMax {
+			backoff = resyncMin // it ran fine for a while: a new problem
+		}
+		c.log.Warn("store watch ended, resyncing", "error", err, "after", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, resyncMax)
 	}
 }
+
+// Bounds of the wait between store resyncs, so a failing store is not hammered.
+const (
+	resyncMin = 50 * time.Millisecond
+	resyncMax = 5 * time.Second
+)
 
 // follow is one list+watch cycle. It owns objects and the debounce state.
 func (c *Cache) follow(ctx context.Context) error {

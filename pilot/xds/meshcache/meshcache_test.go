@@ -321,3 +321,39 @@ func TestCompileErrorKeepsSnapshots(t *testing.T) {
 	rev = f.put(t, workload("w3", "10.0.0.1"))
 	waitRev(t, p, rev)
 }
+
+// flakyStore cuts its first watches off at once, like a watcher that fell behind.
+type flakyStore struct {
+	store.Store
+	cuts atomic.Int32
+}
+
+type cutWatcher struct{ ch chan store.Event }
+
+func (w cutWatcher) Events() <-chan store.Event { return w.ch }
+func (w cutWatcher) Err() error                 { return errors.New("watcher fell behind") }
+
+func (f *flakyStore) Watch(ctx context.Context, from store.Revision) (store.Watcher, error) {
+	if f.cuts.Add(-1) >= 0 {
+		ch := make(chan store.Event)
+		close(ch)
+		return cutWatcher{ch}, nil
+	}
+	return f.Store.Watch(ctx, from)
+}
+
+func TestWatchCutResyncs(t *testing.T) {
+	var fs *flakyStore
+	f := start(t, func(c *Config) {
+		fs = &flakyStore{Store: c.Store}
+		fs.cuts.Store(2)
+		c.Store = fs
+	})
+	p, _ := f.cache.Connect(&node.Node{ID: "p", Namespace: "a"})
+	defer p.Close()
+	rev := f.put(t, workload("w1", "10.0.0.1"))
+	waitRev(t, p, rev)
+	if fs.cuts.Load() >= 0 {
+		t.Fatalf("watch was not retried after being cut (%d cuts left)", fs.cuts.Load()+1)
+	}
+}
