@@ -351,9 +351,14 @@ func TestWatchCutResyncs(t *testing.T) {
 	})
 	p, _ := f.cache.Connect(&node.Node{ID: "p", Namespace: "a"})
 	defer p.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for fs.cuts.Load() >= 0 { // two cut watches, then a real one
+		if time.Now().After(deadline) {
+			t.Fatalf("watch was not retried after being cut (%d cuts left)", fs.cuts.Load()+1)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Changes after the resync arrive.
 	rev := f.put(t, workload("w1", "10.0.0.1"))
 	waitRev(t, p, rev)
-	if fs.cuts.Load() >= 0 {
-		t.Fatalf("watch was not retried after being cut (%d cuts left)", fs.cuts.Load()+1)
-	}
 }
