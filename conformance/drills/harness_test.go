@@ -148,18 +148,22 @@ func startSidecar(t *testing.T, w ws, pilot string, extra ...string) *sidecar {
 }
 
 // stop sends SIGTERM and waits (SIGKILL after 10s).
-func (s *sidecar) stop() {
+func (s *sidecar) stop() { stopProc(s.cmd, s.exited, 10*time.Second) }
+
+// stopProc sends SIGTERM unless the process has exited, and waits; SIGKILL after
+// grace.
+func stopProc(cmd *exec.Cmd, exited <-chan struct{}, grace time.Duration) {
 	select {
-	case <-s.exited:
+	case <-exited:
 		return
 	default:
 	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-s.exited:
-	case <-time.After(10 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
+	case <-exited:
+	case <-time.After(grace):
+		cmd.Process.Kill()
+		<-exited
 	}
 }
 

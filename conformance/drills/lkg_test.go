@@ -1,16 +1,15 @@
 package drills
 
 import (
-	"bytes"
 	"crypto/ed25519"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/weft-mesh/weft/sidecar/runtime/lkg"
+	"github.com/weft-mesh/weft/sidecar/runtime/runtimetest"
 )
 
 // Drill (c): the persisted last-known-good file altered by one byte, taken from
@@ -25,18 +24,7 @@ func TestDrillLKGRefused(t *testing.T) {
 		check    string
 	}{
 		{"one byte altered", "127.77.3.1", 0, func(t *testing.T, w *ws) {
-			path := filepath.Join(w.stateDir, lkg.FileName)
-			b, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			i := bytes.Index(b, []byte(`"Value":"`)) + len(`"Value":"`) + 8
-			if b[i] == 'A' {
-				b[i] = 'B'
-			} else {
-				b[i] = 'A'
-			}
-			if err := os.WriteFile(path, b, 0o600); err != nil {
+			if err := runtimetest.AlterOneByte(filepath.Join(w.stateDir, lkg.FileName)); err != nil {
 				t.Fatal(err)
 			}
 		}, "resource hashes"},

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,19 +89,7 @@ func (p *pilotProc) down() {
 	<-p.exited
 }
 
-func (p *pilotProc) stop() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(15 * time.Second):
-		p.down()
-	}
-}
+func (p *pilotProc) stop() { stopProc(p.cmd, p.exited, 15*time.Second) }
 
 // apply applies YAML with meshctl.
 func (p *pilotProc) apply(yaml string) {

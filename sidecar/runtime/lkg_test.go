@@ -1,10 +1,8 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/sidecar/runtime/lkg"
+	"github.com/weft-mesh/weft/sidecar/runtime/runtimetest"
 	"github.com/weft-mesh/weft/sidecar/runtime/staleness"
 )
 
@@ -97,18 +96,7 @@ func TestLastKnownGoodRefusals(t *testing.T) {
 		is    error
 	}{
 		{"one byte altered", func(t *testing.T, e *env, path string) *Runtime {
-			b, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Change one base64 character inside the first resource's value.
-			i := bytes.Index(b, []byte(`"Value":"`)) + len(`"Value":"`) + 4
-			if b[i] == 'A' {
-				b[i] = 'B'
-			} else {
-				b[i] = 'A'
-			}
-			if err := os.WriteFile(path, b, 0o600); err != nil {
+			if err := runtimetest.AlterOneByte(path); err != nil {
 				t.Fatal(err)
 			}
 			return e.runtime()
