@@ -182,3 +182,27 @@ func TestServeShutsDown(t *testing.T) {
 		t.Fatal("Serve did not return")
 	}
 }
+
+func TestXDSCollector(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	status := &xdsclient.Status{Connected: true, UnknownTypeResponses: 2, Types: []xdsclient.TypeStatus{
+		{TypeURL: xdsclient.TypeCluster, ACKs: 3, NACKs: 1, Ignored: 4, Resources: 5}}}
+	var cur atomic.Pointer[xdsclient.Status]
+	reg.MustRegister(NewXDSCollector(cur.Load))
+	a, err := New(Config{Logger: hclog.NewNullLogger(), Runtime: &fakeRuntime{}, Gatherer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, body := get(t, a.Handler(), "/metrics"); strings.Contains(body, "weft_sidecar_xds") {
+		t.Fatalf("series before the client exists:\n%s", body)
+	}
+	cur.Store(status)
+	_, body := get(t, a.Handler(), "/metrics")
+	for _, want := range []string{`weft_sidecar_xds_acks_total{type="Cluster"} 3`, `weft_sidecar_xds_nacks_total{type="Cluster"} 1`,
+		`weft_sidecar_xds_ignored_total{type="Cluster"} 4`, `weft_sidecar_xds_resources{type="Cluster"} 5`,
+		"weft_sidecar_xds_connected 1", "weft_sidecar_xds_unknown_type_responses_total 2"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}

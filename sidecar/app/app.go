@@ -165,6 +165,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		}
 		servers[name] = srv
 	}
+	reg.MustRegister(admin.NewXDSCollector(client.Status))
 	adm, err := admin.New(admin.Config{Logger: log.Named("admin"), Runtime: rt, XDS: client.Status, Gatherer: reg})
 	if err != nil {
 		closeAll()
