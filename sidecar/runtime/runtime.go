@@ -309,6 +309,9 @@ func (r *Runtime) Apply(_ context.Context, u *xdsclient.Update) error {
 			r.cfg.Metrics.rejected.Inc()
 		}
 		r.log.Warn("candidate refused, previous configuration keeps serving", "error", err)
+		// What serves is no longer what pilot wants: confirmations of the stream do
+		// not make it fresh.
+		r.pending = "latest candidate refused: " + err.Error()
 		r.publishLocked()
 		return fmt.Errorf("activation: %w", err)
 	}

@@ -169,6 +169,9 @@ func TestCompileFailureNACKsAndKeepsOld(t *testing.T) {
 	if err == nil || err.Error() != "activation: "+compileErr.Error() || !errors.Is(err, dataplane.ErrInvalid) {
 		t.Fatalf("Apply bad = %v, want activation: %v", err, compileErr)
 	}
+	if got := r.Dump().Pending; got != "latest candidate refused: "+compileErr.Error() {
+		t.Fatalf("pending = %q", got)
+	}
 	if r.Load() != old || r.Dump().Active.Revision != 1 || r.Dump().Counters.Rejected != 1 {
 		t.Fatalf("old config not kept: dump %+v", r.Dump().Active)
 	}
