@@ -519,7 +519,7 @@ func TestMeshConfigAndSecurity(t *testing.T) {
 		Overrides: []*ir.Override{{Namespace: "shop", Name: "block", Revision: 42, TTL: 10 * time.Minute, Reason: "scraper", Action: "DENY", Paths: []string{"/x"}}},
 	}
 	opt := cmpopts.IgnoreFields(ir.Mesh{}, "Revision", "TrustDomain", "DefaultMTLS", "CertTTL", "Services", "Clusters", "Policies", "Scopes", "Warnings")
-	if diff := cmp.Diff(want, m, opt, cmpopts.IgnoreUnexported(ir.Mesh{})); diff != "" {
+	if diff := cmp.Diff(want, m, opt, cmpopts.IgnoreUnexported(ir.Mesh{}, ir.Cluster{})); diff != "" {
 		t.Errorf("policies (-want +got):\n%s", diff)
 	}
 }
@@ -544,8 +544,42 @@ func TestDeterministic(t *testing.T) {
 		r.Shuffle(len(o), func(i, j int) { o[i], o[j] = o[j], o[i] })
 		r.Shuffle(len(p), func(i, j int) { p[i], p[j] = p[j], p[i] })
 		got := mustCompile(t, Input{Revision: 1, Objects: o, Proxies: p})
-		if diff := cmp.Diff(first, got, cmpopts.IgnoreUnexported(ir.Mesh{})); diff != "" {
+		if diff := cmp.Diff(first, got, cmpopts.IgnoreUnexported(ir.Mesh{}, ir.Cluster{})); diff != "" {
 			t.Fatalf("order %d differs (-first +got):\n%s", i, diff)
+		}
+	}
+}
+
+// TestPrevious: with Input.Previous, clusters whose contents did not change are
+// the previous mesh's objects, changed ones are new, and the mesh is otherwise
+// the same as one compiled without Previous.
+func TestPrevious(t *testing.T) {
+	app := map[string]string{"app": "reviews"}
+	objs := func(addr string) []*resource.Object {
+		return []*resource.Object{
+			service("shop", "reviews", app, httpPort(9080)),
+			service("shop", "ratings", map[string]string{"app": "ratings"}, httpPort(9080)),
+			workload("shop", "r1", addr, map[string]string{"app": "reviews", "version": "v1"}),
+			workload("shop", "r2", "10.0.0.2", map[string]string{"app": "reviews", "version": "v2"}),
+			workload("shop", "ra", "10.0.0.3", map[string]string{"app": "ratings"}),
+			policy("shop", "reviews", "reviews", resource.Subset{Name: "v1", Labels: map[string]string{"version": "v1"}}, resource.Subset{Name: "v2", Labels: map[string]string{"version": "v2"}}),
+		}
+	}
+	m1 := mustCompile(t, Input{Revision: 1, Objects: objs("10.0.0.1")})
+	m2 := mustCompile(t, Input{Revision: 2, Objects: objs("10.0.0.9"), Previous: m1})
+	fresh := mustCompile(t, Input{Revision: 2, Objects: objs("10.0.0.9")})
+	if diff := cmp.Diff(fresh, m2, cmpopts.IgnoreUnexported(ir.Mesh{}, ir.Cluster{})); diff != "" {
+		t.Errorf("Previous changed the result (-without +with):\n%s", diff)
+	}
+	reused := map[string]bool{
+		"outbound|9080||ratings.shop.svc.cluster.local":   true,  // untouched
+		"outbound|9080|v2|reviews.shop.svc.cluster.local": true,  // r1 is not in v2
+		"outbound|9080||reviews.shop.svc.cluster.local":   false, // r1 moved
+		"outbound|9080|v1|reviews.shop.svc.cluster.local": false,
+	}
+	for name, want := range reused {
+		if got := m2.Cluster(name) == m1.Cluster(name); got != want {
+			t.Errorf("%s: reused = %v, want %v", name, got, want)
 		}
 	}
 }

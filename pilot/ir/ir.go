@@ -157,6 +157,73 @@ type Cluster struct {
 	Protocol  Protocol
 	Policy    ClusterPolicy
 	Endpoints []Endpoint // sorted by (Locality, Address, Port)
+
+	// memo caches values derived from this cluster alone (gen's marshalled
+	// Cluster and ClusterLoadAssignment). compile hands an unchanged cluster
+	// from the previous mesh to the next one, memo included, so an endpoint
+	// change re-marshals one cluster, not all of them.
+	memo memo
+}
+
+// Derive is Mesh.Derive for values that depend on this cluster alone.
+func (c *Cluster) Derive(key any, build func() (any, error)) (any, error) {
+	return c.memo.derive(key, build)
+}
+
+// Same reports whether c and o have equal contents (everything but the memo).
+func (c *Cluster) Same(o *Cluster) bool {
+	if c == o {
+		return true
+	}
+	if c.Name != o.Name || c.Namespace != o.Namespace || c.Service != o.Service || c.Port != o.Port ||
+		c.Subset != o.Subset || c.Protocol != o.Protocol || !c.Policy.same(&o.Policy) || len(c.Endpoints) != len(o.Endpoints) {
+		return false
+	}
+	for i := range c.Endpoints {
+		if !c.Endpoints[i].same(&o.Endpoints[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *ClusterPolicy) same(o *ClusterPolicy) bool {
+	return p.LB == o.LB && p.ConnectTimeout == o.ConnectTimeout &&
+		samePtr(p.Pool, o.Pool, func(a, b *ConnectionPool) bool {
+			return a.MaxConnections == b.MaxConnections && a.MaxPendingRequests == b.MaxPendingRequests &&
+				a.MaxRequests == b.MaxRequests && a.MaxRetries == b.MaxRetries && samePtr(a.RetryBudget, b.RetryBudget, eq[RetryBudget])
+		}) &&
+		samePtr(p.Outlier, o.Outlier, func(a, b *OutlierDetection) bool {
+			return a.Consecutive5xx == b.Consecutive5xx && a.ConsecutiveGatewayErrors == b.ConsecutiveGatewayErrors &&
+				a.ConsecutiveLocalOriginFailures == b.ConsecutiveLocalOriginFailures &&
+				samePtr(a.SuccessRate, b.SuccessRate, eq[SuccessRate]) &&
+				samePtr(a.FailurePercentage, b.FailurePercentage, eq[FailurePercentage]) &&
+				a.Interval == b.Interval && a.BaseEjectionTime == b.BaseEjectionTime && a.MaxEjectionTime == b.MaxEjectionTime &&
+				a.MaxEjectionPercent == b.MaxEjectionPercent && a.MinHealthPercent == b.MinHealthPercent
+		}) &&
+		samePtr(p.RateLimit, o.RateLimit, eq[LocalRateLimit])
+}
+
+func (e *Endpoint) same(o *Endpoint) bool {
+	if e.Address != o.Address || e.Port != o.Port || e.Namespace != o.Namespace || e.ServiceAccount != o.ServiceAccount ||
+		e.Locality != o.Locality || e.Weight != o.Weight || e.Health != o.Health || e.Source != o.Source || len(e.Labels) != len(o.Labels) {
+		return false
+	}
+	for k, v := range e.Labels {
+		if ov, ok := o.Labels[k]; !ok || ov != v {
+			return false
+		}
+	}
+	return true
+}
+
+func eq[T comparable](a, b *T) bool { return *a == *b }
+
+func samePtr[T any](a, b *T, same func(a, b *T) bool) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return same(a, b)
 }
 
 // ClusterPolicy is what a DestinationPolicy says about one cluster (defaults

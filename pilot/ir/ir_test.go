@@ -2,6 +2,9 @@ package ir
 
 import (
 	"errors"
+	"fmt"
+	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -84,5 +87,102 @@ func TestDerive(t *testing.T) {
 	}
 	if v, _ := m.Derive(struct{}{}, func() (any, error) { return 3, nil }); v != 3 {
 		t.Errorf("distinct key got %v", v)
+	}
+}
+
+// fullCluster returns a cluster with every field set, pointers non-nil and one
+// labelled endpoint, freshly allocated on each call.
+func fullCluster() *Cluster {
+	return &Cluster{
+		Name: "outbound|80|v1|a.b.svc.cluster.local", Namespace: "b", Service: "a", Port: 80, Subset: "v1", Protocol: ProtocolGRPC,
+		Policy: ClusterPolicy{
+			LB: LBRingHash, ConnectTimeout: 1,
+			Pool:      &ConnectionPool{MaxConnections: 1, MaxPendingRequests: 2, MaxRequests: 3, MaxRetries: 4, RetryBudget: &RetryBudget{Percent: 5, MinConcurrency: 6}},
+			Outlier:   &OutlierDetection{Consecutive5xx: 1, ConsecutiveGatewayErrors: 2, ConsecutiveLocalOriginFailures: 3, SuccessRate: &SuccessRate{MinHosts: 1, RequestVolume: 2, StdevFactor: 3}, FailurePercentage: &FailurePercentage{Threshold: 1, MinHosts: 2, RequestVolume: 3}, Interval: 1, BaseEjectionTime: 2, MaxEjectionTime: 3, MaxEjectionPercent: 4, MinHealthPercent: 5},
+			RateLimit: &LocalRateLimit{RequestsPerSecond: 1, Burst: 2},
+		},
+		Endpoints: []Endpoint{{Address: "10.0.0.1", Port: 80, Namespace: "b", ServiceAccount: "sa", Labels: map[string]string{"app": "a"},
+			Locality: Locality{Region: "r", Zone: "z", SubZone: "s"}, Weight: 1, Health: HealthHealthy, Source: "Workload/b/w"}},
+	}
+}
+
+type step struct {
+	kind  reflect.Kind
+	field int
+}
+
+// leaves lists the paths to every exported leaf value of v.
+func leaves(v reflect.Value, path []step, out *[][]step) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		leaves(v.Elem(), append(slices.Clone(path), step{kind: reflect.Pointer}), out)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				leaves(v.Field(i), append(slices.Clone(path), step{kind: reflect.Struct, field: i}), out)
+			}
+		}
+	case reflect.Slice:
+		leaves(v.Index(0), append(slices.Clone(path), step{kind: reflect.Slice}), out)
+	default:
+		*out = append(*out, path)
+	}
+}
+
+func walk(v reflect.Value, path []step) reflect.Value {
+	for _, s := range path {
+		switch s.kind {
+		case reflect.Pointer:
+			v = v.Elem()
+		case reflect.Struct:
+			v = v.Field(s.field)
+		case reflect.Slice:
+			v = v.Index(0)
+		}
+	}
+	return v
+}
+
+// TestClusterSame: Same notices a change in any exported field, so compile can
+// never hand a changed cluster's cached wire form to the next mesh. Adding a
+// field to Cluster (or anything it holds) without teaching Same fails here.
+func TestClusterSame(t *testing.T) {
+	if !fullCluster().Same(fullCluster()) {
+		t.Fatal("equal clusters are not Same")
+	}
+	var paths [][]step
+	leaves(reflect.ValueOf(fullCluster()), nil, &paths)
+	if len(paths) < 40 {
+		t.Fatalf("only %d leaves found; the walk is broken", len(paths))
+	}
+	for _, p := range paths {
+		c := fullCluster()
+		v := walk(reflect.ValueOf(c), p)
+		name := fmt.Sprintf("%v(%s)", p, v.Type())
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString(v.String() + "x")
+		case reflect.Uint32, reflect.Uint64:
+			v.SetUint(v.Uint() + 1)
+		case reflect.Int64, reflect.Int32, reflect.Int:
+			v.SetInt(v.Int() + 1)
+		case reflect.Float64:
+			v.SetFloat(v.Float() + 1)
+		case reflect.Bool:
+			v.SetBool(!v.Bool())
+		case reflect.Map:
+			v.SetMapIndex(reflect.ValueOf("new"), reflect.ValueOf("label"))
+		default:
+			t.Fatalf("%s: no mutation for kind %s", name, v.Kind())
+		}
+		if c.Same(fullCluster()) || fullCluster().Same(c) {
+			t.Errorf("Same misses a change of %s", name)
+		}
+	}
+	// nil vs set pointers differ too.
+	c := fullCluster()
+	c.Policy.Outlier.SuccessRate = nil
+	if c.Same(fullCluster()) {
+		t.Error("Same misses a removed SuccessRate")
 	}
 }

@@ -21,7 +21,11 @@ type memoEntry struct {
 // any caller observes: the Mesh stays immutable in every way that matters. Keys
 // should be unexported types of the calling package so packages cannot collide.
 func (m *Mesh) Derive(key any, build func() (any, error)) (any, error) {
-	e, _ := m.memo.entries.LoadOrStore(key, &memoEntry{})
+	return m.memo.derive(key, build)
+}
+
+func (m *memo) derive(key any, build func() (any, error)) (any, error) {
+	e, _ := m.entries.LoadOrStore(key, &memoEntry{})
 	me := e.(*memoEntry)
 	me.once.Do(func() { me.val, me.err = build() })
 	return me.val, me.err

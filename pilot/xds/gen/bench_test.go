@@ -2,6 +2,7 @@ package gen
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
@@ -154,11 +155,45 @@ func BenchmarkRevision1000Services10000Sidecars(b *testing.B) {
 			Address: fmt.Sprintf("10.%d.%d.%d", 100+i/62500, i/250%250, i%250+1), Labels: map[string]string{"app": fmt.Sprintf("svc-%d", svc)}}
 	}
 	in.Proxies = nodes
-	b.ReportAllocs()
-	for b.Loop() {
-		mesh := mustMesh(b, in)
-		for _, n := range nodes {
-			mustProxy(b, mesh, n)
+	b.Run("full", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			mesh := mustMesh(b, in)
+			for _, n := range nodes {
+				mustProxy(b, mesh, n)
+			}
 		}
-	}
+	})
+	// One Workload's address flips every revision and compile gets the
+	// previous mesh: what the load test's single endpoint change costs.
+	b.Run("one-endpoint-change", func(b *testing.B) {
+		var w *resource.Object
+		for i, o := range in.Objects {
+			if o.Kind == resource.KindWorkload && o.Metadata.Name == "svc-500-0" {
+				cp := *o
+				spec := *o.Spec.(*resource.WorkloadSpec)
+				cp.Spec = &spec
+				w = &cp
+				in.Objects = append(slices.Clone(in.Objects[:i]), append([]*resource.Object{w}, in.Objects[i+1:]...)...)
+				break
+			}
+		}
+		prev := mustMesh(b, in)
+		for _, n := range nodes {
+			mustProxy(b, prev, n)
+		}
+		addrs := [2]string{"10.250.0.1", "10.250.0.2"}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			i++
+			w.Spec.(*resource.WorkloadSpec).Address = addrs[i%2]
+			in.Previous = prev
+			mesh := mustMesh(b, in)
+			for _, n := range nodes {
+				mustProxy(b, mesh, n)
+			}
+			prev = mesh
+		}
+	})
 }

@@ -290,18 +290,40 @@ func sharedClusters(mesh *ir.Mesh) (*shared, error) {
 	return derive(mesh, allKey{}, func() (*shared, error) {
 		s := &shared{clusters: make(map[string]snapshot.Resource, len(mesh.Clusters)), endpoints: make(map[string]snapshot.Resource, len(mesh.Clusters))}
 		for _, c := range mesh.Clusters {
-			r, err := snapshot.NewResource(snapshot.ClusterType, c.Name, outboundCluster(c, false))
+			w, err := clusterWireOf(c)
 			if err != nil {
 				return nil, err
 			}
-			s.clusters[c.Name] = r
-			if r, err = snapshot.NewResource(snapshot.EndpointType, c.Name, loadAssignment(c)); err != nil {
-				return nil, err
-			}
-			s.endpoints[c.Name] = r
+			s.clusters[c.Name], s.endpoints[c.Name] = w.cluster, w.endpoints
 		}
 		return s, nil
 	})
+}
+
+// clusterWire is one cluster's marshalled Cluster and ClusterLoadAssignment.
+type clusterWire struct{ cluster, endpoints snapshot.Resource }
+
+type clusterWireKey struct{}
+
+// clusterWireOf marshals c once per *ir.Cluster: they depend on c alone, and
+// compile carries unchanged clusters (and so this cache) from one mesh to the
+// next.
+func clusterWireOf(c *ir.Cluster) (clusterWire, error) {
+	v, err := c.Derive(clusterWireKey{}, func() (any, error) {
+		cr, err := snapshot.NewResource(snapshot.ClusterType, c.Name, outboundCluster(c, false))
+		if err != nil {
+			return nil, err
+		}
+		er, err := snapshot.NewResource(snapshot.EndpointType, c.Name, loadAssignment(c))
+		if err != nil {
+			return nil, err
+		}
+		return clusterWire{cluster: cr, endpoints: er}, nil
+	})
+	if err != nil {
+		return clusterWire{}, err
+	}
+	return v.(clusterWire), nil
 }
 
 // wholeMesh is what a client without Weft metadata can subscribe to: every

@@ -2,6 +2,7 @@ package gen
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,7 +13,9 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/google/go-cmp/cmp"
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/pilot/compile"
 	"github.com/weft-mesh/weft/pilot/ir"
+	"github.com/weft-mesh/weft/pilot/resource"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	"google.golang.org/protobuf/proto"
 )
@@ -366,5 +369,63 @@ func TestScopeKey(t *testing.T) {
 	}
 	if ScopeKey(&node.Node{ID: "x"}) != ScopeKey(&node.Node{ID: "y", Labels: app}) {
 		t.Errorf("non-registering nodes must share a key")
+	}
+}
+
+// TestPreviousReusesWire: a mesh compiled with Previous gives the same
+// snapshots as one compiled without, and the clusters it carried over reuse
+// their marshalled resources (same *anypb.Any), so an endpoint change costs one
+// cluster's marshalling.
+func TestPreviousReusesWire(t *testing.T) {
+	in, proxies := loadInput(t, "testdata/weighted.input.yaml")
+	m1, err := compile.Compile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := proxyByID(t, proxies, "productpage-1")
+	s1 := mustProxy(t, m1, p)
+
+	// Move reviews-v2 to a new address.
+	in2 := in
+	in2.Objects = slices.Clone(in.Objects)
+	for i, o := range in2.Objects {
+		if o.Metadata.Name == "reviews-v2" {
+			w := *o.Spec.(*resource.WorkloadSpec)
+			w.Address = "10.0.0.99"
+			moved := *o
+			moved.Spec = &w
+			in2.Objects[i] = &moved
+		}
+	}
+	in2.Revision, in2.Previous = 2, m1
+	m2, err := compile.Compile(in2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in2.Previous = nil
+	fresh, err := compile.Compile(in2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, sFresh := mustProxy(t, m2, p), mustProxy(t, fresh, p)
+	for _, typ := range snapshot.PushOrder {
+		if s2.Version(typ) != sFresh.Version(typ) {
+			t.Errorf("%s: version with Previous %s, without %s", typ, s2.Version(typ), sFresh.Version(typ))
+		}
+	}
+	changed := map[string]bool{
+		"outbound|9080||reviews.shop.svc.cluster.local":   true,
+		"outbound|9080|v2|reviews.shop.svc.cluster.local": true,
+	}
+	for _, typ := range []string{snapshot.ClusterType, snapshot.EndpointType} {
+		for name, r := range s2.Resources[typ] {
+			shared := s1.Resources[typ][name].Any == r.Any
+			if typ == snapshot.EndpointType && shared == changed[name] {
+				t.Errorf("%s %s: shared with revision 1 = %v, want %v", typ, name, shared, !changed[name])
+			}
+			if typ == snapshot.ClusterType && !changed[name] && !shared {
+				t.Errorf("%s %s: unchanged cluster re-marshalled", typ, name)
+			}
+		}
 	}
 }
