@@ -239,7 +239,9 @@ func (st *deltaStream) sendResp(typ string, t *deltaType, latest *snapshot.Snaps
 	t.ack = t.ack.Sent(nonce)
 	st.conn.Sent(status.Sent{Type: typ, Version: sel.version, Nonce: nonce, Revision: latest.Revision, Bytes: proto.Size(resp),
 		Snapshot: latest, Only: sel.only}, st.s.cfg.Clock())
-	st.log.Trace("sent", "type", typ, "version", sel.version, "nonce", nonce, "resources", len(resp.Resources), "removed", len(resp.RemovedResources))
+	if st.log.IsTrace() {
+		st.log.Trace("sent", "type", typ, "version", sel.version, "nonce", nonce, "resources", len(resp.Resources), "removed", len(resp.RemovedResources))
+	}
 	return nil
 }
 

@@ -20,7 +20,8 @@ import (
 
 // BenchmarkFanout measures one endpoint change pushed to N delta clients (each its
 // own stream over loopback gRPC, ACKing everything) until every ACK is processed.
-// N comes from ADS_FANOUT_N (default 1000); the mesh has 1000 services.
+// N comes from ADS_FANOUT_N (default 1000), streams per connection from
+// ADS_FANOUT_PER_CONN (default 10); the mesh has 1000 services.
 // tools/bench/adsload is the full load test (store write to ACK, SotW bytes, RSS).
 func BenchmarkFanout(b *testing.B) {
 	n := 1000
@@ -28,6 +29,9 @@ func BenchmarkFanout(b *testing.B) {
 		n = v
 	}
 	perConn := 10
+	if v, err := strconv.Atoi(os.Getenv("ADS_FANOUT_PER_CONN")); err == nil && v > 0 {
+		perConn = v
+	}
 	const services = 1000
 	mk := func(rev int64, changed int) *snapshot.Snapshot {
 		r := res{cds: {}, eds: {}}

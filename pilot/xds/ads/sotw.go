@@ -200,6 +200,8 @@ func (st *sotwStream) sendSel(typ string, t *sotwType, from *snapshot.Snapshot, 
 	t.sent, t.sentSel, t.version = from, sel, sel.version
 	st.conn.Sent(status.Sent{Type: typ, Version: sel.version, Nonce: nonce, Revision: from.Revision, Bytes: proto.Size(resp),
 		Snapshot: from, Only: sel.only}, st.s.cfg.Clock())
-	st.log.Trace("sent", "type", typ, "version", sel.version, "nonce", nonce, "resources", len(anys))
+	if st.log.IsTrace() {
+		st.log.Trace("sent", "type", typ, "version", sel.version, "nonce", nonce, "resources", len(anys))
+	}
 	return nil
 }
