@@ -638,11 +638,13 @@ func (c *compiler) portEndpoints(svc *ir.Service, port *ir.Port, members []candi
 // one of the selector's pairs (the shortest).
 type labelIndex struct {
 	cands    []candidate
-	postings map[string][]int // "key=value" -> indexes into cands, ascending
+	postings map[labelPair][]int // indexes into cands, ascending
 }
 
+type labelPair struct{ key, value string }
+
 func newLabelIndex(cands []candidate) *labelIndex {
-	ix := &labelIndex{postings: map[string][]int{}}
+	ix := &labelIndex{postings: map[labelPair][]int{}}
 	ix.add(cands)
 	return ix
 }
@@ -652,7 +654,7 @@ func (ix *labelIndex) add(cands []candidate) {
 		i := len(ix.cands)
 		ix.cands = append(ix.cands, c)
 		for k, v := range c.labels {
-			ix.postings[k+"="+v] = append(ix.postings[k+"="+v], i)
+			ix.postings[labelPair{k, v}] = append(ix.postings[labelPair{k, v}], i)
 		}
 	}
 }
@@ -666,7 +668,7 @@ func (ix *labelIndex) selectAll(sel map[string]string) []candidate {
 	var best []int
 	first := true
 	for k, v := range sel {
-		p := ix.postings[k+"="+v]
+		p := ix.postings[labelPair{k, v}]
 		if first || len(p) < len(best) {
 			best, first = p, false
 		}
