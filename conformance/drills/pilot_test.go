@@ -81,6 +81,11 @@ func (p *pilotProc) up() {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+	// Pilot writes its publisher key after it answers /healthz; sidecars need it.
+	eventually(p.t, 20*time.Second, "pilot's publisher key", func() bool {
+		_, err := os.Stat(p.keyFile())
+		return err == nil
+	})
 }
 
 // down kills pilot with SIGKILL.
