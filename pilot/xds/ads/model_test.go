@@ -3,6 +3,7 @@ package ads
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"testing"
@@ -210,4 +211,188 @@ func sorted(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// FuzzSotWModel checks the SotW owner against a model client: CDS responses
+// replace the client's whole set (absence deletes), EDS responses update the
+// named resources only. After every step the client must hold the latest
+// snapshot's subscribed resources, and no response may repeat what the client
+// already holds unless it just subscribed to something new.
+func FuzzSotWModel(f *testing.F) {
+	f.Add([]byte{0x10, 0x8f, 0x21, 0xc3, 0x32, 0x00, 0x93, 0xff})
+	f.Add([]byte{0x80, 0xc0, 0x01, 0x02, 0xa5, 0x03, 0x04})
+	f.Add([]byte{0xbf, 0xe1, 0x44, 0x7f, 0x13})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) > 64 {
+			return
+		}
+		src := newFakeSource()
+		base, capt := newModelStream(t, src)
+		st := &sotwStream{stream: base, types: map[string]*sotwType{}}
+		type clientType struct {
+			started       bool
+			names         []string // explicit names; nil with wildcard
+			wildcard      bool
+			cache         map[string]string
+			known         map[string]string // what the server can know the client holds
+			grew          map[string]bool   // subscribed since the last response: may repeat
+			nonce, verion string
+		}
+		cl := map[string]*clientType{cds: {cache: map[string]string{}, known: map[string]string{}}, eds: {cache: map[string]string{}, known: map[string]string{}}}
+		rev := int64(0)
+		for i, op := range ops {
+			var err error
+			switch {
+			case op < 0x80: // publish: low bits pick contents for both types
+				rev++
+				r := res{cds: {}, eds: {}}
+				for j, n := range universe {
+					if c := (op >> j) & 1; c != 0 || j == int(op>>4)&3 {
+						r[cds][n] = fmt.Sprint(op >> 6)
+						r[eds][n] = fmt.Sprint(op&0x30, c)
+					}
+				}
+				src.cur.Store(mkSnap(t, rev, r))
+				err = st.pushAll()
+			default: // (re)subscribe a type to a set of names
+				typ := cds
+				if op&0x40 != 0 {
+					typ = eds
+				}
+				c := cl[typ]
+				if c.grew == nil {
+					c.grew = map[string]bool{}
+				}
+				grew := c.grew
+				var names []string
+				for j, n := range universe {
+					if op&(1<<j) != 0 {
+						names = append(names, n)
+					}
+				}
+				wild := typ == cds && op&0x10 != 0
+				if wild {
+					names = append(names, "*")
+				}
+				old := map[string]bool{}
+				for _, n := range c.names {
+					old[n] = true
+				}
+				for _, n := range names {
+					if !old[n] {
+						grew[n] = true
+						if n == "*" {
+							for _, u := range universe {
+								grew[u] = true
+							}
+						}
+					}
+				}
+				if wild && !c.wildcard {
+					for _, u := range universe {
+						grew[u] = true
+					}
+				}
+				req := &discoveryv3.DiscoveryRequest{TypeUrl: typ, ResourceNames: names, ResponseNonce: c.nonce, VersionInfo: c.verion}
+				if !c.started {
+					grew[""] = true // the first request is answered even if empty
+				}
+				if !c.started && len(names) == 0 && typ == cds {
+					// legacy wildcard on first request
+					wild = true
+					for _, u := range universe {
+						grew[u] = true
+					}
+				}
+				c.started, c.names, c.wildcard = true, names, wild
+				// The client drops what it unsubscribed from.
+				for n := range c.cache {
+					if !c.wildcard && !contains(c.names, n) {
+						delete(c.cache, n)
+						delete(c.known, n)
+					}
+				}
+				err = st.handle(req)
+			}
+			if err != nil {
+				t.Fatalf("op %d (%#x): %v", i, op, err)
+			}
+			for _, m := range capt.take() {
+				r := m.(*discoveryv3.DiscoveryResponse)
+				c := cl[r.TypeUrl]
+				grew := c.grew
+				c.grew = nil
+				got := map[string]string{}
+				for _, a := range r.Resources {
+					n := nameOf(t, r.TypeUrl, a.Value)
+					got[n] = versionOf(a.Value)
+				}
+				same := len(got) > 0 || r.TypeUrl == cds
+				for n, v := range got {
+					if c.known[n] != v || grew[n] {
+						same = false
+					}
+				}
+				if r.TypeUrl == cds && len(got) != len(c.known) {
+					same = false
+				}
+				if same && len(grew) == 0 {
+					t.Fatalf("op %d (%#x): %s response repeats what the client holds", i, op, status.TypeName(r.TypeUrl))
+				}
+				if r.TypeUrl == cds {
+					c.cache, c.known = got, maps.Clone(got)
+				} else {
+					for n, v := range got {
+						c.cache[n], c.known[n] = v, v
+					}
+				}
+				c.nonce, c.verion = r.Nonce, r.VersionInfo
+				// ACK with the current names.
+				if err := st.handle(&discoveryv3.DiscoveryRequest{TypeUrl: r.TypeUrl, ResourceNames: c.names, ResponseNonce: r.Nonce, VersionInfo: r.VersionInfo}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			latest := src.cur.Load()
+			if latest == nil {
+				continue
+			}
+			// SotW cannot delete an endpoint assignment: the client keeps one the
+			// snapshot dropped, and the server cannot know it still does.
+			for n := range cl[eds].known {
+				if _, ok := latest.Resources[eds][n]; !ok {
+					delete(cl[eds].known, n)
+				}
+			}
+			for _, typ := range []string{cds, eds} {
+				c := cl[typ]
+				if !c.started {
+					continue
+				}
+				for n, r := range latest.Resources[typ] {
+					if (c.wildcard || contains(c.names, n)) && c.cache[n] != versionOf(r.Any.Value) {
+						t.Fatalf("op %d (%#x): %s %s: client holds %q, latest %q", i, op, status.TypeName(typ), n, c.cache[n], versionOf(r.Any.Value))
+					}
+				}
+				if typ == cds {
+					for n := range c.cache {
+						if _, ok := latest.Resources[typ][n]; !ok {
+							t.Fatalf("op %d (%#x): CDS: client still holds deleted %s", i, op, n)
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// versionOf identifies resource bytes (the test compares content, not names).
+func versionOf(b []byte) string { return fmt.Sprintf("%x", b) }
+
+func contains(s []string, n string) bool {
+	for _, x := range s {
+		if x == n {
+			return true
+		}
+	}
+	return false
 }

@@ -169,9 +169,15 @@ func (st *sotwStream) push(typ string, latest *snapshot.Snapshot) error {
 	t.force = false
 	sel := selectFor(latest, typ, t.ack)
 	empty := len(sel.all(latest, typ)) == 0
-	// RDS and EDS have no deletion in SotW: an empty response means nothing, so
-	// none is sent; LDS and CDS always answer (empty = delete all).
-	if (!force && sel.version == t.version) || (empty && !fullSet(typ)) {
+	unchanged := !force && sel.version == t.version
+	if !unchanged && !force && !fullSet(typ) && t.sent != nil {
+		// RDS and EDS have no deletion in SotW: a response that only drops
+		// names tells the client nothing, so send only what is new or changed.
+		unchanged = !anyNew(t, latest, typ, sel)
+	}
+	// For the same reason an empty RDS or EDS response is never sent; LDS and
+	// CDS always answer (empty = delete all).
+	if unchanged || (empty && !fullSet(typ)) {
 		t.sent, t.sentSel = latest, sel
 		if empty && !fullSet(typ) {
 			t.version = sel.version
@@ -180,6 +186,19 @@ func (st *sotwStream) push(typ string, latest *snapshot.Snapshot) error {
 		return nil
 	}
 	return st.sendSel(typ, t, latest, sel, func(n string) snapshot.Resource { return latest.Resources[typ][n] })
+}
+
+// anyNew reports whether sel selects a resource the client was not sent, or was
+// sent at another version.
+func anyNew(t *sotwType, latest *snapshot.Snapshot, typ string, sel selection) bool {
+	prev, cur := t.sent.Resources[typ], latest.Resources[typ]
+	for _, n := range sel.all(latest, typ) {
+		p, ok := prev[n]
+		if _, was := t.sentSel.only[n]; !ok || (t.sentSel.only != nil && !was) || p.Version != cur[n].Version {
+			return true
+		}
+	}
+	return false
 }
 
 func (st *sotwStream) sendSel(typ string, t *sotwType, from *snapshot.Snapshot, sel selection, get func(string) snapshot.Resource) error {
