@@ -39,6 +39,8 @@ const (
 	DefaultTickInterval = time.Second
 	DefaultLKGWait      = 500 * time.Millisecond
 	MaxLKGWait          = 10 * time.Second
+	// lkgPoll is how often start-up checks whether pilot turned out unreachable.
+	lkgPoll = 20 * time.Millisecond
 )
 
 // Listener names in pilot's configuration.
@@ -197,8 +199,20 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		return nil
 	})
 	run("staleness", func() error {
+		// The verified snapshot is activated when pilot has had LKGWait to deliver,
+		// or as soon as a connection attempt has failed (pilot unreachable).
 		lkgTimer := time.NewTimer(o.LKGWait)
 		defer lkgTimer.Stop()
+		poll := time.NewTicker(lkgPoll)
+		defer poll.Stop()
+		pollC := poll.C
+		useLKG := func(why string) {
+			pollC = nil
+			lkgTimer.Stop()
+			if rt.ActivateLastKnownGood() {
+				log.Info("serving the signed last-known-good snapshot until pilot answers", "because", why)
+			}
+		}
 		tick := time.NewTimer(o.TickInterval)
 		defer tick.Stop()
 		for {
@@ -206,8 +220,12 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 			case <-ctx.Done():
 				return nil
 			case <-lkgTimer.C:
-				if rt.ActivateLastKnownGood() {
-					log.Info("serving the signed last-known-good snapshot until pilot answers")
+				useLKG(fmt.Sprintf("no configuration from pilot within %s", o.LKGWait))
+			case <-pollC:
+				if st := client.Status(); st.Server != "" && !st.Connected {
+					useLKG("pilot unreachable")
+				} else if rt.Load() != nil {
+					pollC = nil // pilot delivered
 				}
 			case now := <-tick.C:
 				tick.Reset(nextTick(now, rt.Tick(now, client.LastConfirmed(now)), o.TickInterval))
