@@ -1,4 +1,4 @@
-package cluster
+package cluster_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -15,25 +16,27 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
+	"github.com/weft-mesh/weft/sidecar/cluster"
+	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func eps(weights ...uint32) []*Endpoint {
-	out := make([]*Endpoint, len(weights))
+func eps(weights ...uint32) []*cluster.Endpoint {
+	out := make([]*cluster.Endpoint, len(weights))
 	for i, w := range weights {
-		out[i] = NewEndpoint(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), 80), w, true)
+		out[i] = cluster.NewEndpoint(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), 80), w, true)
 	}
 	return out
 }
 
 var limits = circuitbreak.Limits{MaxConnections: 2, MaxPendingRequests: 1, MaxRequests: 10, MaxRetries: 1}
 
-func build(t *testing.T, p Policy, e []*Endpoint, seed uint64) *Cluster {
+func build(t *testing.T, p cluster.Policy, e []*cluster.Endpoint, seed uint64) *cluster.Cluster {
 	t.Helper()
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(seed, seed))
-	c, err := New(Spec{Name: "c", Policy: p, RingMin: 1024, RingMax: 8192, ConnectTimeout: time.Second, Limits: limits, Endpoints: e,
+	c, err := cluster.New(cluster.Spec{Name: "c", Policy: p, RingMin: 1024, RingMax: 8192, ConnectTimeout: time.Second, Limits: limits, Endpoints: e,
 		Rand: func() uint64 { mu.Lock(); defer mu.Unlock(); return rng.Uint64() }})
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +44,7 @@ func build(t *testing.T, p Policy, e []*Endpoint, seed uint64) *Cluster {
 	return c
 }
 
-func shares(t *testing.T, c *Cluster, n int, hash func(int) uint64) map[string]float64 {
+func shares(t *testing.T, c *cluster.Cluster, n int, hash func(int) uint64) map[string]float64 {
 	t.Helper()
 	counts := map[string]int{}
 	for i := range n {
@@ -60,12 +63,12 @@ func shares(t *testing.T, c *Cluster, n int, hash func(int) uint64) map[string]f
 
 func TestPickerWeights(t *testing.T) {
 	tests := []struct {
-		policy Policy
+		policy cluster.Policy
 		tol    float64
 	}{
-		{RoundRobin, 0.001}, // exact over whole schedules
-		{Random, 0.01},
-		{RingHash, 0.03}, // ring points approximate weights
+		{cluster.RoundRobin, 0.001}, // exact over whole schedules
+		{cluster.Random, 0.01},
+		{cluster.RingHash, 0.03}, // ring points approximate weights
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprint(tc.policy), func(t *testing.T) {
@@ -83,7 +86,7 @@ func TestPickerWeights(t *testing.T) {
 }
 
 func TestRoundRobinInterleaves(t *testing.T) {
-	c := build(t, RoundRobin, eps(1, 1, 1), 1)
+	c := build(t, cluster.RoundRobin, eps(1, 1, 1), 1)
 	var seq []string
 	for range 6 {
 		e, _ := c.Pick(0)
@@ -103,7 +106,7 @@ func TestLeastRequestPrefersIdle(t *testing.T) {
 			x.Begin()
 		}
 	}
-	c := build(t, LeastRequest, e, 9)
+	c := build(t, cluster.LeastRequest, e, 9)
 	n := 0
 	for range 1000 {
 		p, _ := c.Pick(0)
@@ -121,11 +124,11 @@ func TestLeastRequestPrefersIdle(t *testing.T) {
 // owned; every other key stays where it was.
 func TestRingHashConsistency(t *testing.T) {
 	all := eps(1, 1, 1, 1, 1)
-	c1 := build(t, RingHash, all, 1)
-	c2 := build(t, RingHash, all[:4], 1)
+	c1 := build(t, cluster.RingHash, all, 1)
+	c2 := build(t, cluster.RingHash, all[:4], 1)
 	moved, owned := 0, 0
 	for i := range 10000 {
-		h := Hash(fmt.Appendf(nil, "user-%d", i))
+		h := cluster.Hash(fmt.Appendf(nil, "user-%d", i))
 		a, _ := c1.Pick(h)
 		b, _ := c2.Pick(h)
 		if a == all[4] {
@@ -143,7 +146,7 @@ func TestRingHashConsistency(t *testing.T) {
 		t.Errorf("removed host owned %d/10000 keys, want about 2000", owned)
 	}
 	// Same key, same host, every time.
-	h := Hash([]byte("jason"))
+	h := cluster.Hash([]byte("jason"))
 	first, _ := c1.Pick(h)
 	for range 100 {
 		if e, _ := c1.Pick(h); e != first {
@@ -155,24 +158,24 @@ func TestRingHashConsistency(t *testing.T) {
 func TestPanicModeAndEmpty(t *testing.T) {
 	e := eps(1, 1)
 	e[0].Healthy, e[1].Healthy = false, false
-	c := build(t, RoundRobin, e, 1)
+	c := build(t, cluster.RoundRobin, e, 1)
 	if _, err := c.Pick(0); err != nil {
 		t.Errorf("all unhealthy should still pick (panic mode): %v", err)
 	}
-	c = build(t, Random, nil, 1)
-	if _, err := c.Pick(0); !errors.Is(err, ErrNoEndpoint) || err.Error() != `cluster "c": no healthy upstream` {
+	c = build(t, cluster.Random, nil, 1)
+	if _, err := c.Pick(0); !errors.Is(err, cluster.ErrNoEndpoint) || err.Error() != `cluster "c": no healthy upstream` {
 		t.Errorf("empty cluster: %v", err)
 	}
 }
 
 func TestNewRejects(t *testing.T) {
-	for _, s := range []Spec{
+	for _, s := range []cluster.Spec{
 		{Name: "", ConnectTimeout: time.Second, Limits: limits},
 		{Name: "c", Limits: limits},
 		{Name: "c", ConnectTimeout: time.Second},
 	} {
-		if _, err := New(s); err == nil {
-			t.Errorf("New(%+v): want error", s)
+		if _, err := cluster.New(s); err == nil {
+			t.Errorf("cluster.New(%+v): want error", s)
 		}
 	}
 }
@@ -180,43 +183,15 @@ func TestNewRejects(t *testing.T) {
 // TestPoolLimits: max connections caps dials, a pending request gets the next released
 // connection, and beyond max pending the pool overflows at once.
 func TestPoolLimits(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var accepted []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			accepted = append(accepted, c)
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		ln.Close()
-		wg.Wait()
-		mu.Lock()
-		for _, c := range accepted {
-			c.Close()
-		}
-		mu.Unlock()
-	}()
-	p, err := NewPool(PoolConfig{MaxIdlePerHost: 4, IdleTimeout: time.Minute, BufferSize: 4096})
+	// Accepted connections stay open and silent until the test ends.
+	ap := dt.ServeTCP(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	p, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 4, IdleTimeout: time.Minute, BufferSize: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	ap := netip.MustParseAddrPort(ln.Addr().String())
-	e := NewEndpoint(ap, 1, true)
-	c, err := New(Spec{Name: "c", ConnectTimeout: 2 * time.Second, Limits: limits, Endpoints: []*Endpoint{e}})
+	e := cluster.NewEndpoint(ap, 1, true)
+	c, err := cluster.New(cluster.Spec{Name: "c", ConnectTimeout: 2 * time.Second, Limits: limits, Endpoints: []*cluster.Endpoint{e}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +208,7 @@ func TestPoolLimits(t *testing.T) {
 		t.Fatalf("connections in use %d, want 2", got)
 	}
 	// Third request waits as pending; a fourth overflows max pending (1) at once.
-	got := make(chan *Conn, 1)
+	got := make(chan *cluster.Conn, 1)
 	errc := make(chan error, 1)
 	go func() {
 		cn, _, err := p.Get(ctx, c, e)
@@ -247,7 +222,7 @@ func TestPoolLimits(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if _, _, err := p.Get(ctx, c, e); !errors.Is(err, ErrOverflow) ||
+	if _, _, err := p.Get(ctx, c, e); !errors.Is(err, cluster.ErrOverflow) ||
 		err.Error() != `cluster "c": upstream overflow: max pending requests` {
 		t.Fatalf("fourth Get: %v, want overflow", err)
 	}
@@ -274,7 +249,7 @@ func TestPoolLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := p.Get(ctx, c, e); !errors.Is(err, ErrOverflow) {
+	if _, _, err := p.Get(ctx, c, e); !errors.Is(err, cluster.ErrOverflow) {
 		t.Errorf("pending past timeout: %v, want overflow", err)
 	}
 	a.Close()
