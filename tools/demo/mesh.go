@@ -151,7 +151,7 @@ func runMesh(ctx context.Context, bin string) (err error) {
 		return err
 	}
 
-	say("15. The frontend calls reviews through its sidecar: frontend sidecar -> reviews sidecar (HTTP/2) -> reviews app")
+	say("15. The frontend calls reviews through its sidecar: frontend sidecar (outbound :15001) -> reviews sidecar (inbound :15006) -> reviews app")
 	fmt.Printf("$ 200 x curl -H 'Host: reviews:9080' http://%s:15001/\n", workloads[0].ip)
 	counts, failed := m.traffic(200)
 	fmt.Printf("answers: %s; failed: %d\n", counts, failed)
