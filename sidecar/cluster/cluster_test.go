@@ -255,3 +255,39 @@ func TestPoolLimits(t *testing.T) {
 	a.Close()
 	b.Close()
 }
+
+func TestPoolReap(t *testing.T) {
+	ap := dt.ServeTCP(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	p, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 4, IdleTimeout: time.Minute, BufferSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	e := cluster.NewEndpoint(ap, 1, true)
+	c, err := cluster.New(cluster.Spec{Name: "c", ConnectTimeout: time.Second, Limits: limits, Endpoints: []*cluster.Endpoint{e}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := p.Get(context.Background(), c, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Put(a)
+	tests := []struct {
+		at       time.Duration
+		wantIdle int
+		wantConn int64
+	}{
+		{30 * time.Second, 1, 1}, // young: kept
+		{2 * time.Minute, 0, 0},  // past IdleTimeout: closed, breaker slot released
+	}
+	for _, tc := range tests {
+		p.Reap(time.Now().Add(tc.at))
+		if got := p.Idle(ap.String()); got != tc.wantIdle {
+			t.Errorf("after %v: idle %d, want %d", tc.at, got, tc.wantIdle)
+		}
+		if got := c.Breaker.InUse(circuitbreak.Connections); got != tc.wantConn {
+			t.Errorf("after %v: connections %d, want %d", tc.at, got, tc.wantConn)
+		}
+	}
+}

@@ -208,6 +208,33 @@ func (p *Pool) Idle(addr string) int {
 	return 0
 }
 
+// Reap closes idle connections unused for IdleTimeout at now and forgets endpoints
+// with nothing left, so endpoint churn does not grow the pool. The owner calls it
+// from its periodic tick; Get also drops stale connections it meets.
+func (p *Pool) Reap(now time.Time) {
+	var stale []*Conn
+	p.mu.Lock()
+	for a, h := range p.hosts {
+		keep := h.idle[:0]
+		for _, c := range h.idle {
+			if now.Sub(c.idleAt) >= p.cfg.IdleTimeout {
+				stale = append(stale, c)
+			} else {
+				keep = append(keep, c)
+			}
+		}
+		clear(h.idle[len(keep):])
+		h.idle = keep
+		if len(h.idle) == 0 && len(h.waiters) == 0 {
+			delete(p.hosts, a)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range stale {
+		c.Close()
+	}
+}
+
 // Close closes every idle connection; later Puts close their connection.
 func (p *Pool) Close() {
 	p.mu.Lock()
