@@ -26,3 +26,11 @@ done
 if [ "$#" -eq 0 ] && [ -z "${SKIP_PROXY_BENCH:-}" ]; then
   bash tools/bench/proxy/run.sh "${PROXY_BENCH_ROUNDS:-3}"
 fi
+
+# Pilot load test (issue #3): N simulated delta-ADS clients over loopback gRPC
+# against the production pilot stack, 1,000 services; skipped when packages are
+# named. ADSLOAD_PROXIES=1000 for a quick run.
+if [ "$#" -eq 0 ]; then
+  echo "== pilot ADS load test (tools/bench/adsload)"
+  go run ./tools/bench/adsload -stack real -proxies "${ADSLOAD_PROXIES:-1000,10000}" -services 1000
+fi

@@ -31,11 +31,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/weft-mesh/weft/pilot/xds/gen"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
 
 func main() {
 	role := flag.String("role", "driver", "driver | pilot (internal: the child process)")
+	stack := flag.String("stack", "real", "real: the production pilot (server.Run + ServeADS: store, compile, gen, validation, signing, ADS); synth: store + meshcache + ADS with a synthetic compile/gen")
 	proxies := flag.String("proxies", "1000,10000", "comma-separated client counts, one run each")
 	services := flag.Int("services", 1000, "services in the mesh (2 endpoints each)")
 	perConn := flag.Int("streams-per-conn", 10, "ADS streams sharing one gRPC connection")
@@ -43,9 +45,18 @@ func main() {
 	debounce := flag.Duration("debounce", 50*time.Millisecond, "meshcache debounce window (max delay is 10x)")
 	conc := flag.Int("connect-concurrency", 200, "clients connecting at once")
 	timeout := flag.Duration("timeout", 10*time.Minute, "bound on one run")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of pilot during the measured delta change to FILE-<proxies>")
 	flag.Parse()
+	if *stack != "real" && *stack != "synth" {
+		fmt.Fprintf(os.Stderr, "-stack: %q is not real or synth\n", *stack)
+		os.Exit(2)
+	}
 	if *role == "pilot" {
-		if err := runPilot(pilotConfig{services: *services, debounce: *debounce}); err != nil {
+		child := runPilot
+		if *stack == "real" {
+			child = runRealPilot
+		}
+		if err := child(pilotConfig{services: *services, debounce: *debounce}); err != nil {
 			fmt.Fprintln(os.Stderr, "pilot:", err)
 			os.Exit(1)
 		}
@@ -58,7 +69,7 @@ func main() {
 			os.Exit(2)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-		r, err := run(ctx, runConfig{proxies: n, services: *services, perConn: *perConn, sotw: *sotwN, debounce: *debounce, conc: *conc})
+		r, err := run(ctx, runConfig{proxies: n, services: *services, perConn: *perConn, sotw: *sotwN, debounce: *debounce, conc: *conc, stack: *stack, cpuprofile: *cpuprofile})
 		cancel()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "run with %d proxies: %v\n", n, err)
@@ -71,6 +82,8 @@ func main() {
 type runConfig struct {
 	proxies, services, perConn, sotw, conc int
 	debounce                               time.Duration
+	stack                                  string
+	cpuprofile                             string
 }
 
 type result struct {
@@ -88,7 +101,7 @@ type result struct {
 func (r result) print(w io.Writer) {
 	perProxyRSS := float64(r.rssAfter-r.rssBefore) / float64(r.cfg.proxies)
 	perProxyHeap := float64(r.heapAfter-r.heapBefore) / float64(r.cfg.proxies)
-	fmt.Fprintf(w, "adsload proxies=%d services=%d streams/conn=%d debounce=%v\n", r.cfg.proxies, r.cfg.services, r.cfg.perConn, r.cfg.debounce)
+	fmt.Fprintf(w, "adsload stack=%s proxies=%d services=%d streams/conn=%d debounce=%v\n", r.cfg.stack, r.cfg.proxies, r.cfg.services, r.cfg.perConn, r.cfg.debounce)
 	fmt.Fprintf(w, "  connect+initial sync of all proxies: %v\n", r.connectTime.Round(time.Millisecond))
 	fmt.Fprintf(w, "  endpoint change -> ACK (client side): p50=%v p99=%v max=%v; pilot-side last ACK %.3fs after the store write\n",
 		r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.max.Round(time.Millisecond), r.serverConvergence)
@@ -109,7 +122,7 @@ type child struct {
 }
 
 func startPilot(cfg runConfig) (*child, error) {
-	cmd := exec.Command(os.Args[0], "-role=pilot", "-services", strconv.Itoa(cfg.services), "-debounce", cfg.debounce.String())
+	cmd := exec.Command(os.Args[0], "-role=pilot", "-stack", cfg.stack, "-services", strconv.Itoa(cfg.services), "-debounce", cfg.debounce.String())
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -199,6 +212,27 @@ func (c *child) waitConverged(ctx context.Context, rev int64, want int) (revStat
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// profile saves a CPU profile of the pilot child over the next secs seconds.
+func (c *child) profile(path string, secs int) error {
+	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", c.httpBase, secs))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func (c *child) memstats(free bool) (heap int64, goroutines int) {
@@ -307,12 +341,11 @@ func (c *client) markSeen(typ string) {
 	}
 }
 
-func (c *client) runSotW(ctx context.Context, conn *grpc.ClientConn, id string, clusters []string) error {
+func (c *client) runSotW(ctx context.Context, conn *grpc.ClientConn, id string, names map[string][]string) error {
 	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		return err
 	}
-	names := map[string][]string{snapshot.EndpointType: clusters, snapshot.RouteType: {"outbound"}}
 	for i, t := range allTypes {
 		req := &discoveryv3.DiscoveryRequest{TypeUrl: t, ResourceNames: names[t]}
 		if i == 0 {
@@ -357,9 +390,9 @@ func (f *fleet) stop() {
 	}
 }
 
-// startFleet connects n clients (delta unless clusters != nil: then SotW) and
+// startFleet connects n clients (delta unless sotw != nil: then SotW subscribed to those names) and
 // waits until each has received every type.
-func startFleet(ctx context.Context, addr string, n, perConn, conc int, m *measure, prefix string, clusters []string) (*fleet, error) {
+func startFleet(ctx context.Context, addr string, n, perConn, conc int, m *measure, prefix string, sotw map[string][]string) (*fleet, error) {
 	cctx, cancel := context.WithCancel(context.Background())
 	f := &fleet{cancel: cancel, errs: make(chan error, n)}
 	sem := make(chan struct{}, conc)
@@ -382,8 +415,8 @@ func startFleet(ctx context.Context, addr string, n, perConn, conc int, m *measu
 			defer f.wg.Done()
 			id := fmt.Sprintf("%s-%d", prefix, i)
 			var err error
-			if clusters != nil {
-				err = c.runSotW(cctx, conn, id, clusters)
+			if sotw != nil {
+				err = c.runSotW(cctx, conn, id, sotw)
 			} else {
 				err = c.runDelta(cctx, conn, id)
 			}
@@ -446,6 +479,12 @@ func run(ctx context.Context, cfg runConfig) (result, error) {
 	r.rssFreed = p.rss()
 
 	// The measured change: one endpoint of one service moves.
+	var prof chan error
+	if cfg.cpuprofile != "" {
+		prof = make(chan error, 1)
+		go func() { prof <- p.profile(fmt.Sprintf("%s-%d", cfg.cpuprofile, cfg.proxies), 2) }()
+		time.Sleep(100 * time.Millisecond) // let the profile start before the change
+	}
 	m.active.Store(true)
 	rev, cluster, err := p.change(cfg.services/2, "10.200.0.1")
 	if err != nil {
@@ -457,6 +496,11 @@ func run(ctx context.Context, cfg runConfig) (result, error) {
 		return r, err
 	}
 	m.active.Store(false)
+	if prof != nil {
+		if err := <-prof; err != nil {
+			return r, fmt.Errorf("cpu profile: %w", err)
+		}
+	}
 	lat := make([]time.Duration, 0, cfg.proxies)
 	var bytes int64
 	for _, c := range f.clients {
@@ -475,12 +519,20 @@ func run(ctx context.Context, cfg runConfig) (result, error) {
 	// SotW: the same kind of change seen by SotW clients subscribed to the same
 	// resources (CDS and LDS wildcard, EDS for every cluster, the route).
 	clusters := make([]string, cfg.services)
+	routes := []string{"outbound"} // synth: one route configuration
+	if cfg.stack == "real" {
+		routes = make([]string, cfg.services) // gen: one per service port, named like its api_listener
+	}
 	for i := range clusters {
 		clusters[i] = clusterName(svcName(i))
+		if cfg.stack == "real" {
+			routes[i] = gen.APIListenerName(svcName(i)+".bench.svc.cluster.local", 80)
+		}
 	}
+	sotwNames := map[string][]string{snapshot.EndpointType: clusters, snapshot.RouteType: routes}
 	ms := &measure{}
 	ms.target.Store(&empty)
-	sf, err := startFleet(ctx, p.adsAddr, cfg.sotw, cfg.perConn, cfg.conc, ms, "sotw", clusters)
+	sf, err := startFleet(ctx, p.adsAddr, cfg.sotw, cfg.perConn, cfg.conc, ms, "sotw", sotwNames)
 	if err != nil {
 		return r, err
 	}

@@ -120,17 +120,7 @@ func runPilot(cfg pilotConfig) error {
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"revision": res.Revision, "cluster": clusterName(svcName(i))})
 	})
-	mux.HandleFunc("GET /memstats", func(w http.ResponseWriter, r *http.Request) {
-		// Twice: pooled buffers survive one GC in sync.Pool's victim cache.
-		runtime.GC()
-		runtime.GC()
-		if r.URL.Query().Get("free") != "" {
-			debug.FreeOSMemory() // return freed pages so RSS shows the live footprint
-		}
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		_ = json.NewEncoder(w).Encode(map[string]any{"heapInuse": ms.HeapInuse, "goroutines": runtime.NumGoroutine()})
-	})
+	mux.HandleFunc("GET /memstats", memstats)
 	hl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -144,4 +134,18 @@ func runPilot(cfg pilotConfig) error {
 	_, _ = os.Stdin.Read(buf) // returns when the driver closes our stdin or exits
 	cancel()
 	return <-cacheDone
+}
+
+// memstats answers the child's heap in use and goroutines after forcing GC;
+// ?free=1 also returns freed pages to the OS so RSS shows the live footprint.
+func memstats(w http.ResponseWriter, r *http.Request) {
+	// Twice: pooled buffers survive one GC in sync.Pool's victim cache.
+	runtime.GC()
+	runtime.GC()
+	if r.URL.Query().Get("free") != "" {
+		debug.FreeOSMemory()
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	_ = json.NewEncoder(w).Encode(map[string]any{"heapInuse": ms.HeapInuse, "goroutines": runtime.NumGoroutine()})
 }
