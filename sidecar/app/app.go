@@ -115,15 +115,16 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		{"admin", s.AdminAddr.String()}, {"ready", s.ReadyAddr.String()},
 	}
 	lns := make(map[string]net.Listener, len(addrs))
-	closeAll := func() {
+	defer func() {
+		// The servers close their listeners when they stop; this covers a failed
+		// start (closing twice is harmless).
 		for _, ln := range lns {
 			ln.Close()
 		}
-	}
+	}()
 	for _, a := range addrs {
 		ln, err := net.Listen("tcp", a.addr)
 		if err != nil {
-			closeAll()
 			return fmt.Errorf("sidecar: %s listener: %w", a.name, err)
 		}
 		lns[a.name] = ln
@@ -137,32 +138,27 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	client, err := xdsclient.New(xcfg)
 	if err != nil {
-		closeAll()
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 256, IdleTimeout: 90 * time.Second, BufferSize: 16 << 10})
 	if err != nil {
-		closeAll()
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	defer pool.Close()
 	plog := log.Named("proxy")
 	hp, err := httpproxy.New(httpproxy.Config{Logger: plog, Pool: pool, Degraded: rt.Degraded})
 	if err != nil {
-		closeAll()
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	defer hp.Close()
 	tp, err := tcpproxy.New(tcpproxy.Config{Logger: plog})
 	if err != nil {
-		closeAll()
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	servers := map[string]*listener.Server{}
 	for _, name := range []string{OutboundListener, InboundListener} {
 		srv, err := listener.New(listener.Config{Name: name, Logger: log.Named(name), Snapshot: rt, HTTP: hp, TCP: tp})
 		if err != nil {
-			closeAll()
 			return fmt.Errorf("sidecar: %s listener: %w", name, err)
 		}
 		servers[name] = srv
@@ -170,7 +166,6 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	reg.MustRegister(admin.NewXDSCollector(client.Status))
 	adm, err := admin.New(admin.Config{Logger: log.Named("admin"), Runtime: rt, XDS: client.Status, Gatherer: reg})
 	if err != nil {
-		closeAll()
 		return fmt.Errorf("sidecar: %w", err)
 	}
 
