@@ -191,17 +191,20 @@ func (c *Conn) Disconnect(now time.Time) {
 }
 
 // rollup is what per-revision counts need: whether the stream ended, its
-// effective revision, and whether any type is NACKED.
-func (c *Conn) rollup() (disconnected bool, effective int64, nacked bool) {
+// effective revision, and the newest revision whose content a NACKED type
+// rejected (-1 if none). A type's sent revision advances while its content is
+// unchanged, so a rejection counts for every revision that carries it, and not
+// for a newer revision the stream has not evaluated yet.
+func (c *Conn) rollup() (disconnected bool, effective, rejected int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	rejected = -1
 	for _, r := range c.types {
-		if r.status() == Nacked {
-			nacked = true
-			break
+		if r.status() == Nacked && r.revisionSent > rejected {
+			rejected = r.revisionSent
 		}
 	}
-	return !c.disconnected.IsZero(), c.effective, nacked
+	return !c.disconnected.IsZero(), c.effective, rejected
 }
 
 // TypeStatus is one xDS type of one proxy.

@@ -215,6 +215,9 @@ type Rejection struct {
 
 // RevisionStatus is how far one store revision has rolled out over the proxies
 // connected now. Converged means every connected proxy has it effective.
+// Rejected counts proxies that NACKed a version carrying this revision's content
+// (a NACK of an older revision leaves a proxy pending for a newer one until its
+// stream has evaluated it).
 type RevisionStatus struct {
 	Revision           int64       `json:"revision"`
 	WrittenAt          *time.Time  `json:"writtenAt,omitempty"`
@@ -257,7 +260,7 @@ func (t *Tracker) Revision(rev int64) RevisionStatus {
 	t.mu.Unlock()
 	for _, c := range t.conns() {
 		// rollup is allocation-free: this runs over every proxy on each poll.
-		gone, effective, nacked := c.rollup()
+		gone, effective, rejected := c.rollup()
 		if gone {
 			continue
 		}
@@ -265,11 +268,11 @@ func (t *Tracker) Revision(rev int64) RevisionStatus {
 		switch {
 		case effective >= rev:
 			rs.Effective++
-		case nacked:
+		case rejected >= rev:
 			rs.Rejected++
 			ps := c.Status()
 			for _, ts := range ps.Types {
-				if ts.Status == Nacked {
+				if ts.Status == Nacked && ts.RevisionSent >= rev {
 					rs.Rejections = append(rs.Rejections, Rejection{Node: ps.Node, Type: ts.Type, Version: ts.VersionRejected, Nonce: ts.NonceRejected, Error: ts.Error})
 				}
 			}

@@ -186,6 +186,16 @@ func TestRevisionRollout(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("revision 4 (-want +got):\n%s", d)
 	}
+	// Revision 5 is written: the NACK was of revision 4's content, so until its
+	// stream evaluates revision 5 the proxy is pending for it, not rejected.
+	tr.RevisionWritten(5, t0.Add(5*time.Second))
+	if got := tr.Revision(5); got.Rejected != 0 || got.Pending != 3 {
+		t.Fatalf("revision 5 before evaluation: %+v, want 3 pending, 0 rejected", got)
+	}
+	nacked.Unchanged(cds, 5, s, nil, t0.Add(6*time.Second)) // revision 5 keeps the rejected content
+	if got := tr.Revision(5); got.Rejected != 1 || len(got.Rejections) != 1 {
+		t.Fatalf("revision 5 carrying the rejected content: %+v, want 1 rejected", got)
+	}
 	pending.Acked(cds, "1", t0.Add(7*time.Second))
 	nacked.Sent(Sent{Type: cds, Version: "v5", Nonce: "2", Revision: 4, Snapshot: s}, t0.Add(7*time.Second))
 	nacked.Acked(cds, "2", t0.Add(8*time.Second))
@@ -196,7 +206,7 @@ func TestRevisionRollout(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("revision 4 converged (-want +got):\n%s", d)
 	}
-	if rev, err := tr.LatestRevision(); err != nil || rev != 4 {
+	if rev, err := tr.LatestRevision(); err != nil || rev != 5 {
 		t.Fatalf("latest = %d, %v", rev, err)
 	}
 	// MaxRevisions=3: revision 1 fell out of the window; it is still answered.
