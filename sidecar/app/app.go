@@ -132,7 +132,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 
 	initial, _ := rt.LoadLastKnownGood() // a refusal is logged and shown by the runtime
 	xcfg := xdsclient.Config{Node: &s.Node, Servers: s.Pilot, Types: rt.Types(), Decode: rt.Decode, Apply: rt.Apply,
-		Logger: log, Backoff: o.Backoff, ConfirmAfter: o.ConfirmAfter, Initial: initial}
+		Logger: log, Backoff: o.Backoff, ConfirmAfter: o.ConfirmAfter, Initial: initial, InitialConfirmed: rt.LastKnownGoodConfirmed()}
 	if s.XDSMode == "sotw" {
 		xcfg.Mode = xdsclient.SotW
 	}

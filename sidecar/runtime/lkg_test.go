@@ -39,6 +39,9 @@ func TestLastKnownGoodStart(t *testing.T) {
 	if n := len(u.Resources[manifest.TypeURL]) + len(u.Resources); n < 5 {
 		t.Fatalf("initial state has %d entries", n)
 	}
+	if got := r.LastKnownGoodConfirmed(); !got.Equal(t0) {
+		t.Fatalf("LastKnownGoodConfirmed = %s, want %s", got, t0)
+	}
 	if ok, why := r.Ready(); ok || why != "last-known-good verified, not yet active: waiting briefly for pilot" {
 		t.Fatalf("Ready before activation = %v %q", ok, why)
 	}

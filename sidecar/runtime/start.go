@@ -117,6 +117,17 @@ func (r *Runtime) loadLKG(now time.Time) (*xdsclient.Update, *activeState, error
 	return u, st, nil
 }
 
+// LastKnownGoodConfirmed is when the snapshot LoadLastKnownGood verified was last
+// confirmed by pilot (zero if none is held): the xDS client's InitialConfirmed.
+func (r *Runtime) LastKnownGoodConfirmed() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lkgCand == nil {
+		return time.Time{}
+	}
+	return r.lkgCand.state.at
+}
+
 // ActivateLastKnownGood activates the snapshot LoadLastKnownGood verified, unless
 // pilot already delivered a configuration. It reports whether it activated.
 // The snapshot's staleness is judged again at activation: it may have expired
