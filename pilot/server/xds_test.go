@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -9,8 +10,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/certs/manifest"
+	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
 	"github.com/weft-mesh/weft/pilot/server"
 	"github.com/weft-mesh/weft/pilot/server/servertest"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
@@ -155,5 +159,109 @@ func TestServeADSLimits(t *testing.T) {
 				t.Errorf("Run error %v, want xDS: %s", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestSidecarManifest: a Weft sidecar gets, last in every push, a manifest signed
+// with the publisher key in pilot's data directory, bound to its node and
+// covering exactly what it holds; pilot re-signs at half the validity without
+// any store change; a plain xDS client never gets a manifest.
+func TestSidecarManifest(t *testing.T) {
+	lim := server.DefaultXDSLimits()
+	lim.Debounce, lim.MaxDelay, lim.ManifestValidity = 10*time.Millisecond, 100*time.Millisecond, 2*time.Second
+	p := servertest.Start(t, servertest.Options{Limits: &lim})
+	rev := p.Apply(t, mesh)
+	sc := &node.Node{ID: "reviews-1", Namespace: "shop", ServiceAccount: "reviews", Labels: map[string]string{"app": "reviews"},
+		Address: "127.0.0.5", InboundPort: 15006}
+	all := append(append([]string(nil), snapshot.PushOrder[:4]...), manifest.TypeURL)
+	c := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: sc.ToProto(), Types: all})
+	plain := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: (&node.Node{ID: "plain"}).ToProto(),
+		Types: []string{snapshot.ClusterType, manifest.TypeURL}, Names: map[string][]string{manifest.TypeURL: {manifest.Name}}})
+	synced := func(id string, rev int64) func() bool {
+		return func() bool {
+			ps, ok := p.Proxy(t, id)
+			return ok && ps.EffectiveRevision >= rev && ps.Status == "SYNCED"
+		}
+	}
+	servertest.Eventually(t, 10*time.Second, "sidecar synced", synced("reviews-1", rev))
+	servertest.Eventually(t, 10*time.Second, "plain client synced", synced("plain", rev))
+	pub, err := manifest.LoadPublicKey(filepath.Join(p.DataDir, manifest.PublicKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// verify checks the manifest the client holds against what it holds.
+	verify := func() *manifest.Manifest {
+		t.Helper()
+		have := map[string]map[string][32]byte{}
+		var signed []byte
+		for _, r := range c.Responses() {
+			for n, v := range r.Values {
+				if r.TypeURL == manifest.TypeURL {
+					signed = v
+					continue
+				}
+				if have[r.TypeURL] == nil {
+					have[r.TypeURL] = map[string][32]byte{}
+				}
+				have[r.TypeURL][n] = manifest.Hash(v)
+			}
+			for _, n := range r.Removed {
+				delete(have[r.TypeURL], n)
+			}
+		}
+		var sm manifestpb.SignedManifest
+		if err := proto.Unmarshal(signed, &sm); err != nil {
+			t.Fatalf("manifest: %v", err)
+		}
+		m, err := manifest.Verify(pub, &sm, "reviews-1", time.Now())
+		if err != nil {
+			t.Fatalf("verify: %v", err)
+		}
+		if err := m.Match(have, manifest.TypeURL); err != nil {
+			t.Fatalf("manifest does not cover what the sidecar holds: %v", err)
+		}
+		return m
+	}
+	m1 := verify()
+	if m1.Revision != rev {
+		t.Errorf("manifest revision %d, want %d", m1.Revision, rev)
+	}
+
+	// A push: the manifest is its last response.
+	n := len(c.Responses())
+	rev = p.Apply(t, strings.Replace(mesh[strings.Index(mesh, "---\napiVersion: mesh.weft.dev/v1alpha1\nkind: Workload"):], "10.0.0.1", "10.0.0.2", 1))
+	servertest.Eventually(t, 10*time.Second, "sidecar synced after the push", synced("reviews-1", rev))
+	push := c.Responses()[n:]
+	if len(push) < 2 || push[len(push)-1].TypeURL != manifest.TypeURL {
+		var got []string
+		for _, r := range push {
+			got = append(got, r.TypeURL)
+		}
+		t.Fatalf("push sent %v, want the manifest last", got)
+	}
+	m2 := verify()
+	if m2.Revision != rev {
+		t.Errorf("manifest revision %d, want %d", m2.Revision, rev)
+	}
+
+	// Re-signed at half the 2s validity with nothing changed in the store.
+	n = len(c.Responses())
+	servertest.Eventually(t, 5*time.Second, "manifest re-signed", func() bool {
+		for _, r := range c.Responses()[n:] {
+			if r.TypeURL == manifest.TypeURL {
+				return true
+			}
+		}
+		return false
+	})
+	if m3 := verify(); !m3.IssuedAt.After(m2.IssuedAt) || m3.Revision != rev {
+		t.Errorf("re-signed manifest issued %v revision %d, want after %v at revision %d", m3.IssuedAt, m3.Revision, m2.IssuedAt, rev)
+	}
+
+	for _, r := range plain.Responses() {
+		if r.TypeURL == manifest.TypeURL && len(r.Names) > 0 {
+			t.Errorf("plain client got a manifest: %+v", r)
+		}
 	}
 }

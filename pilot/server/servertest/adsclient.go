@@ -32,6 +32,7 @@ type Response struct {
 	Nonce   string
 	Version string            // SotW version_info, delta system_version_info
 	Names   map[string]string // resource name -> per-resource version (delta) or "" (SotW)
+	Values  map[string][]byte // resource name -> Any.value
 	Removed []string          // delta removed_resources
 	Nacked  string            // the error this client answered with; "" = ACK
 }
@@ -179,9 +180,10 @@ func (c *Client) recv() (Response, error) {
 			return Response{}, err
 		}
 		r := Response{At: now(), TypeURL: m.GetTypeUrl(), Nonce: m.GetNonce(), Version: m.GetSystemVersionInfo(),
-			Names: map[string]string{}, Removed: m.GetRemovedResources()}
+			Names: map[string]string{}, Values: map[string][]byte{}, Removed: m.GetRemovedResources()}
 		for _, res := range m.GetResources() {
 			r.Names[res.GetName()] = res.GetVersion()
+			r.Values[res.GetName()] = res.GetResource().GetValue()
 		}
 		return r, nil
 	}
@@ -189,9 +191,11 @@ func (c *Client) recv() (Response, error) {
 	if err != nil {
 		return Response{}, err
 	}
-	r := Response{At: now(), TypeURL: m.GetTypeUrl(), Nonce: m.GetNonce(), Version: m.GetVersionInfo(), Names: map[string]string{}}
+	r := Response{At: now(), TypeURL: m.GetTypeUrl(), Nonce: m.GetNonce(), Version: m.GetVersionInfo(), Names: map[string]string{}, Values: map[string][]byte{}}
 	for _, a := range m.GetResources() {
-		r.Names[resourceName(a.GetTypeUrl(), a.GetValue())] = ""
+		n := resourceName(a.GetTypeUrl(), a.GetValue())
+		r.Names[n] = ""
+		r.Values[n] = a.GetValue()
 	}
 	return r, nil
 }
