@@ -619,6 +619,7 @@ func (c *compiler) portEndpoints(svc *ir.Service, port *ir.Port, members []candi
 		eps = append(eps, ir.Endpoint{
 			Address: m.address, Port: p, Namespace: m.namespace, ServiceAccount: m.serviceAccount,
 			Labels: m.labels, Locality: m.locality, Weight: m.weight, Health: m.health, Source: m.source,
+			Sidecar: m.inboundPort != 0,
 		})
 	}
 	slices.SortFunc(eps, func(a, b ir.Endpoint) int {

@@ -222,7 +222,7 @@ func TestSidecarEndpointCarriesNodeIdentity(t *testing.T) {
 		Locality: node.Locality{Region: "eu", Zone: "eu-1"}}
 	m := mustCompile(t, Input{Objects: []*resource.Object{service("shop", "reviews", map[string]string{"app": "reviews"}, httpPort(9080))}, Proxies: []*node.Node{n}})
 	want := []ir.Endpoint{{Address: "10.1.0.1", Port: DefaultInboundPort, Namespace: "shop", ServiceAccount: "reviews",
-		Labels: app, Locality: ir.Locality{Region: "eu", Zone: "eu-1"}, Weight: 1, Health: ir.HealthHealthy, Source: "sidecar/p1"}}
+		Labels: app, Locality: ir.Locality{Region: "eu", Zone: "eu-1"}, Weight: 1, Health: ir.HealthHealthy, Source: "sidecar/p1", Sidecar: true}}
 	if diff := cmp.Diff(want, m.Cluster(reviews9080).Endpoints); diff != "" {
 		t.Errorf("endpoint (-want +got):\n%s", diff)
 	}

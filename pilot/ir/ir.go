@@ -206,7 +206,7 @@ func (p *ClusterPolicy) same(o *ClusterPolicy) bool {
 
 func (e *Endpoint) same(o *Endpoint) bool {
 	if e.Address != o.Address || e.Port != o.Port || e.Namespace != o.Namespace || e.ServiceAccount != o.ServiceAccount ||
-		e.Locality != o.Locality || e.Weight != o.Weight || e.Health != o.Health || e.Source != o.Source || len(e.Labels) != len(o.Labels) {
+		e.Locality != o.Locality || e.Weight != o.Weight || e.Health != o.Health || e.Source != o.Source || e.Sidecar != o.Sidecar || len(e.Labels) != len(o.Labels) {
 		return false
 	}
 	for k, v := range e.Labels {
@@ -272,6 +272,10 @@ type Endpoint struct {
 	// Source names where the endpoint came from: "Workload/ns/name" or
 	// "sidecar/<node id>".
 	Source string
+	// Sidecar says the address is a registered sidecar's inbound listener, not
+	// the application: clients speak HTTP/2 (h2c until mTLS) to it whatever the
+	// service's protocol, and it delivers to the app in the app's protocol.
+	Sidecar bool
 }
 
 // Locality is region/zone/subzone.

@@ -10,8 +10,19 @@ import (
 
 // EndpointMetadataKey is the LbEndpoint filter_metadata key carrying the
 // endpoint's identity ({namespace, serviceAccount}) so a sidecar can check the
-// peer's certificate against it.
+// peer's certificate against it, and, for a registered sidecar's inbound
+// listener, EndpointPeerField: EndpointPeerSidecar.
 const EndpointMetadataKey = "weft"
+
+// EndpointPeerField set to EndpointPeerSidecar in an endpoint's "weft" metadata
+// marks the address as a peer sidecar's inbound listener: a client sidecar
+// speaks HTTP/2 (h2c until mTLS) to it, multiplexed, whatever the service's
+// protocol. Static Workload endpoints carry no such field and are spoken to in
+// the service's own protocol. Envoy and grpc-go ignore the field.
+const (
+	EndpointPeerField   = "peer"
+	EndpointPeerSidecar = "sidecar"
+)
 
 // loadAssignment renders a cluster's endpoints grouped by locality (the ir keeps
 // them sorted by locality). Every group has a Locality message and a non-zero
@@ -34,11 +45,15 @@ func loadAssignment(c *ir.Cluster) *endpointv3.ClusterLoadAssignment {
 		w := max(ep.Weight, 1)
 		sum += w
 		cur.LoadBalancingWeight = wrapperspb.UInt32(sum)
+		fields := map[string]*structpb.Value{
+			"namespace":      structpb.NewStringValue(ep.Namespace),
+			"serviceAccount": structpb.NewStringValue(ep.ServiceAccount),
+		}
+		if ep.Sidecar {
+			fields[EndpointPeerField] = structpb.NewStringValue(EndpointPeerSidecar)
+		}
 		cur.LbEndpoints = append(cur.LbEndpoints, lbEndpoint(ep.Address, ep.Port, w, health(ep.Health), &corev3.Metadata{
-			FilterMetadata: map[string]*structpb.Struct{EndpointMetadataKey: {Fields: map[string]*structpb.Value{
-				"namespace":      structpb.NewStringValue(ep.Namespace),
-				"serviceAccount": structpb.NewStringValue(ep.ServiceAccount),
-			}}},
+			FilterMetadata: map[string]*structpb.Struct{EndpointMetadataKey: {Fields: fields}},
 		}))
 	}
 	return cla
