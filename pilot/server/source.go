@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/ed25519"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,8 +36,9 @@ type sourceConfig struct {
 // manifest of a Weft sidecar, and the report of a snapshot that failed the
 // sidecar's validation to every proxy of its scope.
 type source struct {
-	cfg   sourceConfig
-	cache *meshcache.Cache // set once before the first Connect
+	cfg     sourceConfig
+	cache   *meshcache.Cache // set once before the first Connect
+	checked checkCache
 
 	mu     sync.Mutex                     // guards scopes and errs
 	scopes map[string]map[*watch]struct{} // scope key -> open watches
@@ -52,7 +54,7 @@ func newSource(cfg sourceConfig) *source {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	return &source{cfg: cfg, scopes: map[string]map[*watch]struct{}{}, errs: map[string]scopeErr{}}
+	return &source{cfg: cfg, scopes: map[string]map[*watch]struct{}{}, errs: map[string]scopeErr{}, checked: checkCache{max: maxCheckEntries, run: checkSidecar}}
 }
 
 // generate wraps gen.Proxy: a Weft sidecar's snapshot must also pass the sidecar's
@@ -63,7 +65,7 @@ func (s *source) generate(g func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, erro
 	return func(m *ir.Mesh, n *node.Node) (*snapshot.Snapshot, error) {
 		snap, err := g(m, n)
 		if err == nil && n.Registers() {
-			if verr := checkSidecar(snap); verr != nil {
+			if verr := s.checked.check(snap); verr != nil {
 				err = fmt.Errorf("snapshot for %s at revision %d fails sidecar validation, not sent: %w", n.ID, m.Revision, verr)
 			}
 		}
@@ -72,11 +74,60 @@ func (s *source) generate(g func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, erro
 	}
 }
 
+// checkCache remembers checkSidecar's verdict by snapshot content, so sidecars
+// whose scopes differ (each registers its own address) but whose generated
+// content is equal (replicas of one workload) are checked once per compiled mesh.
+type checkCache struct {
+	max int
+	run func(*snapshot.Snapshot) error // checkSidecar
+
+	mu sync.Mutex // guards m
+	m  map[string]*checkEntry
+}
+
+type checkEntry struct {
+	once sync.Once
+	err  error
+}
+
+// maxCheckEntries bounds the verdicts kept; the cache restarts empty when full
+// (one compiled mesh needs one entry per distinct content).
+const maxCheckEntries = 4096
+
+func (c *checkCache) check(snap *snapshot.Snapshot) error {
+	key := contentKey(snap)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= c.max {
+		c.m = map[string]*checkEntry{}
+	}
+	e, ok := c.m[key]
+	if !ok {
+		e = &checkEntry{}
+		c.m[key] = e
+	}
+	c.mu.Unlock()
+	e.once.Do(func() { e.err = c.run(snap) })
+	return e.err
+}
+
+// contentKey identifies what checkSidecar reads: the per-type versions (hashes of
+// every name and content hash) of the four types it decodes.
+func contentKey(snap *snapshot.Snapshot) string {
+	var b strings.Builder
+	for _, typ := range checkedTypes {
+		b.WriteString(snap.Version(typ))
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+var checkedTypes = []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.ListenerType, snapshot.RouteType}
+
 // checkSidecar runs a snapshot through exactly what a Weft sidecar runs before
 // activating it.
 func checkSidecar(snap *snapshot.Snapshot) error {
 	state := map[string]map[string]any{}
-	for _, typ := range []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.ListenerType, snapshot.RouteType} {
+	for _, typ := range checkedTypes {
 		byName := map[string]any{}
 		for name, r := range snap.Resources[typ] {
 			got, v, err := xdsresource.Decode(typ, r.Any)

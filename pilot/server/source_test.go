@@ -99,3 +99,37 @@ func testKey(t *testing.T) ed25519.PrivateKey {
 	}
 	return priv
 }
+
+// TestCheckCache: equal content is checked once whatever the snapshot value;
+// other content is checked again; a full cache starts over.
+func TestCheckCache(t *testing.T) {
+	mk := func(rev int64, name string) *snapshot.Snapshot {
+		c := &clusterv3.Cluster{Name: name}
+		s, err := snapshot.New(rev, map[string]map[string]proto.Message{snapshot.ClusterType: {name: c}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	calls := 0
+	c := checkCache{max: 2, run: func(*snapshot.Snapshot) error { calls++; return nil }}
+	steps := []struct {
+		snap      *snapshot.Snapshot
+		wantCalls int
+	}{
+		{mk(1, "a"), 1},
+		{mk(2, "a"), 1}, // another snapshot (and revision), same content
+		{mk(3, "b"), 2},
+		{mk(4, "a"), 2},
+		{mk(5, "c"), 3}, // full: starts over
+		{mk(6, "a"), 4},
+	}
+	for i, st := range steps {
+		if err := c.check(st.snap); err != nil {
+			t.Fatal(err)
+		}
+		if calls != st.wantCalls {
+			t.Fatalf("step %d: %d checks, want %d", i, calls, st.wantCalls)
+		}
+	}
+}
