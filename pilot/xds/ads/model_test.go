@@ -236,6 +236,7 @@ func FuzzSotWModel(f *testing.F) {
 			cache         map[string]string
 			known         map[string]string // what the server can know the client holds
 			grew          map[string]bool   // subscribed since the last response: may repeat
+			explicit      bool              // named a resource at least once
 			nonce, verion string
 		}
 		cl := map[string]*clientType{cds: {cache: map[string]string{}, known: map[string]string{}}, eds: {cache: map[string]string{}, known: map[string]string{}}}
@@ -297,12 +298,17 @@ func FuzzSotWModel(f *testing.F) {
 				if !c.started {
 					grew[""] = true // the first request is answered even if empty
 				}
-				if !c.started && len(names) == 0 && typ == cds {
-					// legacy wildcard on first request
-					wild = true
-					for _, u := range universe {
-						grew[u] = true
+				if len(names) > 0 && !(len(names) == 1 && wild) {
+					c.explicit = true
+				}
+				if len(names) == 0 && !c.explicit {
+					// the legacy wildcard: nothing ever named
+					if !c.wildcard {
+						for _, u := range universe {
+							grew[u] = true
+						}
 					}
+					wild = true
 				}
 				c.started, c.names, c.wildcard = true, names, wild
 				// The client drops what it unsubscribed from.

@@ -15,8 +15,7 @@ import (
 // Wildcard is the explicit wildcard resource name.
 const Wildcard = "*"
 
-// Type URLs for which an SotW client that never named a resource means "all"
-// (the legacy wildcard of the xDS protocol).
+// Type URLs used in tests and seeds.
 const (
 	listenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
 	clusterType  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
@@ -128,7 +127,12 @@ func ClassifySotW(st State, req *discoveryv3.DiscoveryRequest, now time.Time) Re
 		explicit[n] = struct{}{}
 	}
 	next.Explicit = st.Explicit || len(explicit) > 0
-	if !wildcard && !next.Explicit && len(names) == 0 && legacyWildcard(req.GetTypeUrl()) {
+	// The legacy wildcard: a client that has never named a resource of this type
+	// wants all of them. The protocol defines it for LDS and CDS; it is accepted
+	// for every type, as go-control-plane does, because Envoy and gRPC always
+	// name RDS and EDS resources from their first request (so they never hit
+	// it) while simple clients and debugging tools rely on it.
+	if !wildcard && !next.Explicit && len(names) == 0 {
 		wildcard = true
 	}
 	next.Wildcard = wildcard
@@ -204,8 +208,6 @@ func finish(st, next State, r Result, detail *rpcstatus.Status) Result {
 	r.Kind = kindOf(st, r)
 	return r
 }
-
-func legacyWildcard(typeURL string) bool { return typeURL == listenerType || typeURL == clusterType }
 
 func answer(st State, nonce string, detail *rpcstatus.Status) Answer {
 	switch {
