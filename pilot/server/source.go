@@ -97,11 +97,11 @@ const maxCheckEntries = 4096
 func (c *checkCache) check(snap *snapshot.Snapshot) error {
 	key := contentKey(snap)
 	c.mu.Lock()
-	if c.m == nil || len(c.m) >= c.max {
-		c.m = map[string]*checkEntry{}
-	}
 	e, ok := c.m[key]
 	if !ok {
+		if c.m == nil || len(c.m) >= c.max {
+			c.m = map[string]*checkEntry{}
+		}
 		e = &checkEntry{}
 		c.m[key] = e
 	}
