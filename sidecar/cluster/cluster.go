@@ -30,6 +30,9 @@ type Endpoint struct {
 	Weight   uint32
 	Healthy  bool
 	Locality string
+	// Peer: a peer sidecar's inbound listener; HTTP goes to it over h2c on the
+	// H2Pool whatever the cluster's protocol.
+	Peer bool
 
 	addr   string       // Addr.String(), computed once
 	active atomic.Int64 // requests in flight; owned by Begin/End

@@ -132,6 +132,7 @@ func compileCluster(xc *xdsresource.Cluster, eps map[string]any, o Options) (*cl
 			continue
 		}
 		ep := cluster.NewEndpoint(e.Addr, e.Weight, e.Healthy)
+		ep.Peer = e.Peer
 		ep.Locality = e.Locality
 		list = append(list, ep)
 	}

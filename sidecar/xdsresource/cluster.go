@@ -14,6 +14,18 @@ import (
 
 const httpOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
+// Endpoint metadata marking a peer sidecar's inbound listener (pilot's gen
+// writes it; any other value or type means "not a peer").
+const (
+	endpointMetadataKey = "weft"
+	peerField           = "peer"
+	peerSidecar         = "sidecar"
+)
+
+func isPeer(lb *endpointv3.LbEndpoint) bool {
+	return lb.GetMetadata().GetFilterMetadata()[endpointMetadataKey].GetFields()[peerField].GetStringValue() == peerSidecar
+}
+
 func decodeCluster(m *clusterv3.Cluster) (*Cluster, error) {
 	e := errs{kind: "cluster", name: m.GetName()}
 	if err := checkName(e, "name", m.GetName()); err != nil {
@@ -206,6 +218,7 @@ func decodeAssignment(e errs, prefix string, m *endpointv3.ClusterLoadAssignment
 				Healthy:  h == corev3.HealthStatus_UNKNOWN || h == corev3.HealthStatus_HEALTHY || h == corev3.HealthStatus_DEGRADED,
 				Priority: le.GetPriority(),
 				Locality: loc,
+				Peer:     isPeer(lb),
 			})
 		}
 	}

@@ -210,3 +210,35 @@ func TestDecodeValid(t *testing.T) {
 		t.Errorf("endpoints (-want +got):\n%s", d)
 	}
 }
+
+// TestDecodeEndpointPeer: only filter_metadata weft.peer = "sidecar" marks an
+// endpoint as a peer sidecar's inbound listener; anything else is the app.
+func TestDecodeEndpointPeer(t *testing.T) {
+	md := func(key, field string, v *structpb.Value) *corev3.Metadata {
+		return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{key: {Fields: map[string]*structpb.Value{field: v}}}}
+	}
+	for _, tc := range []struct {
+		name string
+		md   *corev3.Metadata
+		want bool
+	}{
+		{"no metadata", nil, false},
+		{"peer sidecar", md("weft", "peer", structpb.NewStringValue("sidecar")), true},
+		{"other value", md("weft", "peer", structpb.NewStringValue("app")), false},
+		{"number", md("weft", "peer", structpb.NewNumberValue(1)), false},
+		{"other key", md("istio", "peer", structpb.NewStringValue("sidecar")), false},
+		{"identity only", md("weft", "namespace", structpb.NewStringValue("shop")), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cla := dt.Endpoints("c", dt.MustAddr("10.0.0.1:15006"))
+			cla.Endpoints[0].LbEndpoints[0].Metadata = tc.md
+			_, v, err := xdsresource.Decode(xdsresource.EndpointType, dt.Any(cla))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := v.(*xdsresource.Endpoints).Endpoints[0].Peer; got != tc.want {
+				t.Errorf("Peer = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -267,4 +267,8 @@ type Endpoint struct {
 	Healthy  bool
 	Priority uint32
 	Locality string // region/zone/subzone
+	// Peer: the address is a peer sidecar's inbound listener (filter_metadata
+	// "weft", field "peer" = "sidecar"): HTTP goes to it over h2c, multiplexed,
+	// whatever the cluster's protocol. Otherwise it is the application itself.
+	Peer bool
 }

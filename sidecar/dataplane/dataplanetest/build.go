@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/weft-mesh/weft/sidecar/dataplane"
@@ -189,6 +190,24 @@ func Endpoints(name string, addrs ...netip.AddrPort) *endpointv3.ClusterLoadAssi
 		lbs = append(lbs, &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: sockAddr(a)}}})
 	}
 	return &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: lbs}}}
+}
+
+// MarkPeer marks the endpoints of cla at addrs as peer sidecars' inbound
+// listeners, the way pilot does (filter_metadata weft.peer = "sidecar").
+func MarkPeer(cla *endpointv3.ClusterLoadAssignment, addrs ...netip.AddrPort) *endpointv3.ClusterLoadAssignment {
+	for _, le := range cla.Endpoints {
+		for _, lb := range le.LbEndpoints {
+			sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
+			for _, a := range addrs {
+				if sa.GetAddress() == a.Addr().String() && sa.GetPortValue() == uint32(a.Port()) {
+					lb.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"weft": {Fields: map[string]*structpb.Value{
+						"peer": structpb.NewStringValue("sidecar"),
+					}}}}
+				}
+			}
+		}
+	}
+	return cla
 }
 
 // Simple is a one-listener, one-route, one-cluster HTTP config: listener name at
