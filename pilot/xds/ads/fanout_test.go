@@ -43,8 +43,7 @@ func BenchmarkFanout(b *testing.B) {
 				r[eds][name] = fmt.Sprint("e", rev)
 			}
 		}
-		t := &testing.T{}
-		return mkSnap(t, rev, r)
+		return mkSnap(b, rev, r)
 	}
 	src := newFakeSource()
 	src.publish(mk(1, -1))

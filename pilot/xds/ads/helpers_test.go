@@ -148,7 +148,7 @@ func start(t *testing.T, edit func(*Config), opts ...grpc.DialOption) *env {
 // changes the resource's bytes and so its version.
 type res map[string]map[string]string
 
-func mkSnap(t *testing.T, rev int64, r res) *snapshot.Snapshot {
+func mkSnap(t testing.TB, rev int64, r res) *snapshot.Snapshot {
 	t.Helper()
 	msgs := map[string]map[string]proto.Message{}
 	for typ, byName := range r {
