@@ -250,7 +250,7 @@ func (w *watch) Snapshot() *snapshot.Snapshot {
 		return w.signed
 	}
 	now := w.s.cfg.Clock()
-	signed, err := sign.With(w.s.cfg.Key, w.n.ID, base, now, w.s.cfg.Validity)
+	signed, err := withManifest(w.s.cfg.Key, w.n.ID, base, now, w.s.cfg.Validity)
 	if err != nil {
 		// Signing only fails on a programming error (bad key, nil snapshot):
 		// keep what the proxy has.
@@ -302,4 +302,19 @@ func (w *watch) Close() {
 	close(w.stop)
 	<-w.done
 	w.p.Close()
+}
+
+// withManifest is sign.With without re-hashing the base snapshot's types: their
+// sets (and versions) are reused as they are, only the manifest set is new.
+func withManifest(priv ed25519.PrivateKey, nodeID string, base *snapshot.Snapshot, issued time.Time, validity time.Duration) (*snapshot.Snapshot, error) {
+	r, err := sign.Manifest(priv, nodeID, base, issued, validity)
+	if err != nil {
+		return nil, err
+	}
+	sets := make(map[string]snapshot.Set, len(base.Resources)+1)
+	for typ, byName := range base.Resources {
+		sets[typ] = snapshot.Set{Resources: byName, Version: base.Version(typ)}
+	}
+	sets[snapshot.ManifestType] = snapshot.NewSet(map[string]snapshot.Resource{r.Name: r})
+	return snapshot.FromSets(base.Revision, sets), nil
 }

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/pilot/xds/gen"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
@@ -45,8 +46,13 @@ func main() {
 	debounce := flag.Duration("debounce", 50*time.Millisecond, "meshcache debounce window (max delay is 10x)")
 	conc := flag.Int("connect-concurrency", 200, "clients connecting at once")
 	timeout := flag.Duration("timeout", 10*time.Minute, "bound on one run")
+	sidecars := flag.Bool("sidecars", false, "delta clients register as Weft sidecars (node metadata; pilot validates and signs a manifest per node) and also take the manifest; -stack=real only")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of pilot during the measured delta change to FILE-<proxies>")
 	flag.Parse()
+	if *sidecars && *stack != "real" {
+		fmt.Fprintln(os.Stderr, "-sidecars needs -stack=real")
+		os.Exit(2)
+	}
 	if *stack != "real" && *stack != "synth" {
 		fmt.Fprintf(os.Stderr, "-stack: %q is not real or synth\n", *stack)
 		os.Exit(2)
@@ -69,7 +75,7 @@ func main() {
 			os.Exit(2)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-		r, err := run(ctx, runConfig{proxies: n, services: *services, perConn: *perConn, sotw: *sotwN, debounce: *debounce, conc: *conc, stack: *stack, cpuprofile: *cpuprofile})
+		r, err := run(ctx, runConfig{proxies: n, services: *services, perConn: *perConn, sotw: *sotwN, debounce: *debounce, conc: *conc, stack: *stack, cpuprofile: *cpuprofile, sidecars: *sidecars})
 		cancel()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "run with %d proxies: %v\n", n, err)
@@ -84,6 +90,7 @@ type runConfig struct {
 	debounce                               time.Duration
 	stack                                  string
 	cpuprofile                             string
+	sidecars                               bool
 }
 
 type result struct {
@@ -101,7 +108,11 @@ type result struct {
 func (r result) print(w io.Writer) {
 	perProxyRSS := float64(r.rssAfter-r.rssBefore) / float64(r.cfg.proxies)
 	perProxyHeap := float64(r.heapAfter-r.heapBefore) / float64(r.cfg.proxies)
-	fmt.Fprintf(w, "adsload stack=%s proxies=%d services=%d streams/conn=%d debounce=%v\n", r.cfg.stack, r.cfg.proxies, r.cfg.services, r.cfg.perConn, r.cfg.debounce)
+	kind := "plain xDS clients"
+	if r.cfg.sidecars {
+		kind = "Weft sidecars (signed manifest per node)"
+	}
+	fmt.Fprintf(w, "adsload %s stack=%s proxies=%d services=%d streams/conn=%d debounce=%v\n", kind, r.cfg.stack, r.cfg.proxies, r.cfg.services, r.cfg.perConn, r.cfg.debounce)
 	fmt.Fprintf(w, "  connect+initial sync of all proxies: %v\n", r.connectTime.Round(time.Millisecond))
 	fmt.Fprintf(w, "  endpoint change -> ACK (client side): p50=%v p99=%v max=%v; pilot-side last ACK %.3fs after the store write\n",
 		r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.max.Round(time.Millisecond), r.serverConvergence)
@@ -268,17 +279,21 @@ func (c *child) change(svc int, addr string) (rev int64, cluster string, err err
 
 // measure is shared by all clients of a run: which change is being timed.
 type measure struct {
-	active atomic.Bool
-	target atomic.Pointer[string] // cluster whose endpoints change
+	sidecars bool // delta clients register as Weft sidecars
+	active   atomic.Bool
+	target   atomic.Pointer[string] // cluster whose endpoints change
 }
 
 // client is one simulated proxy.
 type client struct {
-	m     *measure
-	ready chan struct{} // closed once every subscribed type was received
-	seen  int
-	bytes atomic.Int64 // bytes received while measuring
-	ackAt atomic.Int64 // unix nanos of the ACK of the measured change
+	idx     int
+	sidecar bool // registers as a Weft sidecar (node metadata) and subscribes to its signed manifest too
+	hit     bool // sidecar: the measured change arrived; its push completes with the manifest
+	m       *measure
+	ready   chan struct{} // closed once every subscribed type was received
+	seen    int
+	bytes   atomic.Int64 // bytes received while measuring
+	ackAt   atomic.Int64 // unix nanos of the ACK of the measured change
 }
 
 var allTypes = []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.ListenerType, snapshot.RouteType}
@@ -297,10 +312,18 @@ func (c *client) runDelta(ctx context.Context, conn *grpc.ClientConn, id string)
 	if err != nil {
 		return err
 	}
-	for i, t := range allTypes {
+	types := allTypes
+	nd := &corev3.Node{Id: id, Cluster: "bench"}
+	if c.sidecar {
+		types = append(append([]string(nil), allTypes...), snapshot.ManifestType)
+		// Labels no Service selects: a client, not an endpoint of the mesh.
+		nd = (&node.Node{ID: id, Namespace: "bench", ServiceAccount: "default", Labels: map[string]string{"app": "loadclient"},
+			Address: fmt.Sprintf("10.250.%d.%d", c.idx/250, c.idx%250+1), InboundPort: 15006}).ToProto()
+	}
+	for i, t := range types {
 		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, ResourceNamesSubscribe: []string{"*"}}
 		if i == 0 {
-			req.Node = &corev3.Node{Id: id, Cluster: "bench"}
+			req.Node = nd
 		}
 		if err := s.Send(req); err != nil {
 			return err
@@ -324,7 +347,13 @@ func (c *client) runDelta(ctx context.Context, conn *grpc.ClientConn, id string)
 		if err := s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce}); err != nil {
 			return err
 		}
-		if hit {
+		switch {
+		case hit && !c.sidecar:
+			c.ackAt.Store(time.Now().UnixNano())
+		case hit:
+			c.hit = true
+		case c.hit && r.TypeUrl == snapshot.ManifestType:
+			c.hit = false
 			c.ackAt.Store(time.Now().UnixNano())
 		}
 		c.markSeen(r.TypeUrl)
@@ -407,7 +436,7 @@ func startFleet(ctx context.Context, addr string, n, perConn, conc int, m *measu
 			f.conns = append(f.conns, conn)
 		}
 		conn := f.conns[len(f.conns)-1]
-		c := &client{m: m, ready: make(chan struct{})}
+		c := &client{m: m, ready: make(chan struct{}), idx: i, sidecar: m.sidecars && sotw == nil}
 		f.clients = append(f.clients, c)
 		sem <- struct{}{}
 		f.wg.Add(1)
@@ -461,7 +490,7 @@ func run(ctx context.Context, cfg runConfig) (result, error) {
 	r.heapBefore, _ = p.memstats(true)
 	r.rssBefore = p.rss()
 
-	m := &measure{}
+	m := &measure{sidecars: cfg.sidecars}
 	empty := ""
 	m.target.Store(&empty)
 	start := time.Now()
