@@ -16,11 +16,22 @@ import (
 	"github.com/weft-mesh/weft/sidecar/app"
 )
 
+const usage = `usage: sidecar --node-id ID --namespace NS --service-account SA --labels k=v,k=v
+               --address IP --pilot HOST:PORT[,HOST:PORT] --publisher-key FILE --state-dir DIR
+               [--admin-addr IP:PORT] [--outbound-addr IP:PORT] [--inbound-addr IP:PORT]
+               [--ready-addr IP:PORT] [--app-address IP] [--locality R/Z/S] [--xds-mode delta|sotw]
+               [--staleness CLASS=WARN/EXPIRE[/ONEXPIRE]]... [--insecure-skip-manifest]
+       sidecar --bootstrap FILE [flags overriding the file]
+Defaults: admin 127.0.0.1:15000, outbound 127.0.0.1:15001, inbound <address>:15006,
+ready <address>:15021, app address 127.0.0.1, xds-mode delta. WEFT_LOG_LEVEL sets the
+log level (trace, debug, info, warn, error).`
+
 func main() {
 	s, err := render.Parse(os.Args[1:], os.ReadFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sidecar:", err)
 		if errors.Is(err, render.ErrUsage) {
+			fmt.Fprintln(os.Stderr, usage)
 			os.Exit(2)
 		}
 		os.Exit(1)
