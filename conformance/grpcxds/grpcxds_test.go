@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,6 +161,10 @@ func TestGRPCClient(t *testing.T) {
 		t.Errorf("a call reached the deleted backend %v after the delete, want <= 1s", moved)
 	}
 	waitSynced(t, p, rev)
+	// grpc-go accepted every version pilot sent: not one NACK.
+	if page := p.Metrics(t); strings.Contains(page, "weft_pilot_xds_nacks_total{") {
+		t.Errorf("grpc-go NACKed a response:\n%s", page)
+	}
 }
 
 // waitSynced waits until grpc-go has ACKed rev for all four types.

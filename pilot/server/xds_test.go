@@ -131,6 +131,18 @@ spec: {address: 10.0.0.2}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("responses after reconnect (-want +got):\n%s", d)
 	}
+
+	// The xDS metrics are on the admin /metrics page.
+	page := p.Metrics(t)
+	for _, m := range []string{`weft_pilot_xds_pushes_total{type="EDS"} `, `weft_pilot_xds_push_bytes_total{type="CDS"} `,
+		"weft_pilot_xds_connected_proxies 1", "weft_pilot_xds_convergence_seconds_count "} {
+		if !strings.Contains(page, m) {
+			t.Errorf("/metrics lacks %q", m)
+		}
+	}
+	if strings.Contains(page, "weft_pilot_xds_nacks_total{") {
+		t.Errorf("/metrics counts NACKs in a run without any")
+	}
 }
 
 // TestServeADSLimits: every limit is checked before serving.

@@ -193,3 +193,13 @@ func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Metrics returns the admin /metrics page (Prometheus text format).
+func (p *Pilot) Metrics(t testing.TB) string {
+	t.Helper()
+	b, err := p.do(context.Background(), http.MethodGet, "/metrics", "", nil)
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	return string(b)
+}
