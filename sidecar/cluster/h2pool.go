@@ -1,0 +1,321 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/weft-mesh/weft/sidecar/circuitbreak"
+)
+
+// H2Config configures an H2Pool.
+type H2Config struct {
+	// IdleTimeout closes a connection with no stream in flight for this long, > 0.
+	IdleTimeout time.Duration
+	// PingTimeout, when > 0, pings a connection silent for this long and closes it
+	// if the ping is not answered within the same time (a peer that vanished
+	// without a FIN or RST).
+	PingTimeout time.Duration
+	// MaxReadFrameSize is the largest frame the peer may send; 0 uses 1 MiB.
+	MaxReadFrameSize int
+	// Dial opens a connection; nil uses net.Dialer.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// H2Pool multiplexes HTTP/2 (prior-knowledge h2c until mTLS) requests on a few
+// connections per endpoint: a request takes a free stream on an existing
+// connection, and a new connection is dialled only when every connection to the
+// endpoint is at the peer's SETTINGS_MAX_CONCURRENT_STREAMS (or closing). New
+// connections count against the cluster's maxConnections (its breaker) until they
+// close; at that limit, or while a dial to the endpoint is already under way, a
+// request waits as a pending request (maxPendingRequests) for a stream or a
+// connection slot, up to the cluster's connect timeout. Like Pool it outlives
+// config swaps.
+//
+// Until a new connection has read the peer's SETTINGS, Go's client assumes 100
+// concurrent streams; a peer allowing fewer makes the excess of a first burst
+// wait on that connection rather than open another. Our sidecars allow 250.
+type H2Pool struct {
+	tr *http.Transport // only its NewClientConn is used: dialling and the h2 client
+
+	mu     sync.Mutex         // guards the fields below
+	hosts  map[string]*h2host // by "ip:port"
+	closed bool
+}
+
+// h2host is the pool's state for one endpoint address; guarded by H2Pool.mu.
+type h2host struct {
+	conns   []*h2conn
+	dialing int           // dials in flight
+	waiters int           // requests waiting on changed
+	changed chan struct{} // closed (and replaced) when a stream or connection slot may be free
+}
+
+type h2conn struct {
+	cc      *http.ClientConn
+	addr    string
+	breaker *circuitbreak.Breaker // the breaker this connection's slot is held in
+	gone    bool                  // removed and its slot released; guarded by H2Pool.mu
+}
+
+// NewH2Pool checks cfg.
+func NewH2Pool(cfg H2Config) (*H2Pool, error) {
+	if cfg.IdleTimeout <= 0 {
+		return nil, fmt.Errorf("cluster h2 pool: IdleTimeout must be positive, got %v", cfg.IdleTimeout)
+	}
+	if cfg.PingTimeout < 0 {
+		return nil, fmt.Errorf("cluster h2 pool: PingTimeout must not be negative, got %v", cfg.PingTimeout)
+	}
+	if cfg.MaxReadFrameSize == 0 {
+		cfg.MaxReadFrameSize = 1 << 20
+	}
+	if cfg.MaxReadFrameSize < 16<<10 || cfg.MaxReadFrameSize > 16<<20-1 {
+		return nil, fmt.Errorf("cluster h2 pool: MaxReadFrameSize %d outside 16KiB..16MiB-1", cfg.MaxReadFrameSize)
+	}
+	dial := cfg.Dial
+	if dial == nil {
+		d := &net.Dialer{}
+		dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
+	var h2c http.Protocols
+	h2c.SetUnencryptedHTTP2(true) // prior knowledge: no upgrade round trip
+	tr := &http.Transport{
+		DialContext:        func(ctx context.Context, _, addr string) (net.Conn, error) { return dial(ctx, addr) },
+		Protocols:          &h2c,
+		DisableCompression: true, // a proxy passes bodies through as they are
+		IdleConnTimeout:    cfg.IdleTimeout,
+		HTTP2: &http.HTTP2Config{
+			MaxReadFrameSize: cfg.MaxReadFrameSize,
+			SendPingTimeout:  cfg.PingTimeout,
+			PingTimeout:      cfg.PingTimeout,
+		},
+	}
+	return &H2Pool{tr: tr, hosts: make(map[string]*h2host)}, nil
+}
+
+// Get returns a connection to e with one stream reserved for the caller, who must
+// call RoundTrip or Release on it exactly once. See H2Pool for when it dials,
+// waits or refuses (ErrOverflow).
+func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.ClientConn, error) {
+	addr := e.Address()
+	var pending bool
+	defer func() {
+		if pending {
+			c.Breaker.Release(circuitbreak.Pending)
+		}
+	}()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	var scratch [8]*h2conn
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, ErrPoolClosed
+		}
+		h := p.hostLocked(addr)
+		// Reserve outside the lock: a reservation can run the connection's state
+		// hook synchronously, and the hook takes p.mu.
+		cands := append(scratch[:0], h.conns...)
+		p.mu.Unlock()
+		for _, hc := range cands {
+			if hc.cc.Reserve() == nil {
+				return hc.cc, nil
+			}
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, ErrPoolClosed
+		}
+		h = p.hostLocked(addr)
+		if h.dialing == 0 && len(h.conns) == len(cands) && c.Breaker.Acquire(circuitbreak.Connections) {
+			h.dialing++
+			p.mu.Unlock()
+			cc, err := p.dial(ctx, c, addr)
+			if err != nil {
+				return nil, err
+			}
+			if cc.Reserve() == nil {
+				return cc, nil
+			}
+			continue // closed already or no stream allowed: look again
+		}
+		if len(h.conns) != len(cands) {
+			p.mu.Unlock()
+			continue // a connection arrived meanwhile: try it first
+		}
+		if !pending {
+			if !c.Breaker.Acquire(circuitbreak.Pending) {
+				p.mu.Unlock()
+				return nil, fmt.Errorf("cluster %q: %w: max pending requests", c.Name, ErrOverflow)
+			}
+			pending = true
+		}
+		ch := h.changed
+		h.waiters++
+		p.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(c.ConnectTimeout)
+		}
+		var err error
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-timer.C:
+			err = fmt.Errorf("cluster %q: %w: max connections, no stream free within %v", c.Name, ErrOverflow, c.ConnectTimeout)
+		}
+		p.mu.Lock()
+		p.hostLocked(addr).waiters--
+		p.forgetLocked(addr)
+		p.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// hostLocked returns addr's entry, creating it.
+func (p *H2Pool) hostLocked(addr string) *h2host {
+	h := p.hosts[addr]
+	if h == nil {
+		h = &h2host{changed: make(chan struct{})}
+		p.hosts[addr] = h
+	}
+	return h
+}
+
+// forgetLocked drops addr's entry when nothing refers to it, so endpoint churn
+// does not grow the map.
+func (p *H2Pool) forgetLocked(addr string) {
+	if h := p.hosts[addr]; h != nil && len(h.conns) == 0 && h.dialing == 0 && h.waiters == 0 {
+		delete(p.hosts, addr)
+	}
+}
+
+// wakeLocked lets every waiter of h look again.
+func wakeLocked(h *h2host) {
+	if h.waiters > 0 {
+		close(h.changed)
+		h.changed = make(chan struct{})
+	}
+}
+
+// dial opens a connection holding one of c's connection slots (already acquired)
+// and adds it to the pool.
+func (p *H2Pool) dial(ctx context.Context, c *Cluster, addr string) (*http.ClientConn, error) {
+	// The connection outlives this request: only the connect timeout and the
+	// request's cancellation bound the dial itself.
+	dctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)
+	cc, err := p.tr.NewClientConn(dctx, "http", addr)
+	cancel()
+	p.mu.Lock()
+	h := p.hostLocked(addr)
+	h.dialing--
+	wakeLocked(h)
+	if err != nil || p.closed {
+		p.forgetLocked(addr)
+		p.mu.Unlock()
+		c.Breaker.Release(circuitbreak.Connections)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q: connect %s: %w", c.Name, addr, err)
+		}
+		cc.Close()
+		return nil, ErrPoolClosed
+	}
+	hc := &h2conn{cc: cc, addr: addr, breaker: c.Breaker}
+	h.conns = append(h.conns, hc)
+	p.mu.Unlock()
+	// Called when streams free up or the connection dies; never under p.mu.
+	cc.SetStateHook(func(*http.ClientConn) { p.stateChanged(hc) })
+	return cc, nil
+}
+
+// stateChanged wakes the endpoint's waiters and, once the connection is dead,
+// removes it and frees its connection slot.
+func (p *H2Pool) stateChanged(hc *h2conn) {
+	dead := hc.cc.Err() != nil
+	p.mu.Lock()
+	h := p.hosts[hc.addr]
+	release := false
+	if dead && !hc.gone {
+		hc.gone, release = true, true
+		if h != nil {
+			h.conns = slices.DeleteFunc(h.conns, func(x *h2conn) bool { return x == hc })
+		}
+	}
+	if h != nil {
+		wakeLocked(h)
+		p.forgetLocked(hc.addr)
+	}
+	p.mu.Unlock()
+	if release {
+		hc.breaker.Release(circuitbreak.Connections)
+	}
+}
+
+// Conns reports open connections to addr (for tests and stats).
+func (p *H2Pool) Conns(addr string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if h := p.hosts[addr]; h != nil {
+		return len(h.conns)
+	}
+	return 0
+}
+
+// Close closes every connection, interrupting requests in flight, and makes later
+// Gets fail with ErrPoolClosed.
+func (p *H2Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	var all []*h2conn
+	for _, h := range p.hosts {
+		all = append(all, h.conns...)
+		wakeLocked(h)
+	}
+	p.mu.Unlock()
+	for _, hc := range all {
+		hc.cc.Close() // the state hook removes it and releases its slot
+	}
+}
+
+// Messages of net/http's HTTP/2 client for a request the server never saw:
+// a GOAWAY naming an earlier last stream, or a connection that became unusable
+// before the request went out. They have no exported sentinels.
+const (
+	errGoAwayMsg   = "http2: Transport received Server's graceful shutdown GOAWAY"
+	errUnusableMsg = "http2: client conn not usable"
+)
+
+// Unprocessed reports whether an HTTP/2 round trip failed before the peer
+// processed the request (GOAWAY past the stream, REFUSED_STREAM, an unusable
+// connection), so it can be sent again on another connection without risk,
+// provided its body can be replayed.
+func Unprocessed(err error) bool {
+	if err == nil {
+		return false
+	}
+	var se http2.StreamError
+	if errors.As(err, &se) {
+		return se.Code == http2.ErrCodeRefusedStream
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if m := e.Error(); m == errGoAwayMsg || m == errUnusableMsg {
+			return true
+		}
+	}
+	return false
+}
