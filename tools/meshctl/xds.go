@@ -160,12 +160,24 @@ func (e *env) rolloutStatus(ctx context.Context, args []string) error {
 			printRollout(e, rs)
 			return &cliError{code: ExitInvalid, msg: rejectedMsg(rs)}
 		}
-		if rs.Converged {
+		// Right after a write pilot may not have built the revision yet: no proxy
+		// can have it then, even when none is connected.
+		latest := status.RevisionStatus{Revision: -1} // 404: nothing built yet
+		if err := e.client.getJSON(ctx, statusPrefix+"/revisions/latest", &latest); err != nil {
+			if ce, ok := err.(*cliError); !ok || ce.code != ExitNotFound {
+				return err
+			}
+		}
+		built := latest.Revision >= rev
+		if rs.Converged && built {
 			printRollout(e, rs)
 			return nil
 		}
 		if !*wait {
 			printRollout(e, rs)
+			if !built {
+				return fail(ExitOther, "pilot has not built revision %d yet (latest built: %d)", rev, latest.Revision)
+			}
 			return fail(ExitOther, "revision %d is not effective everywhere yet (%d of %d proxies)", rev, rs.Effective, rs.Connected)
 		}
 		if time.Now().After(deadline) {
