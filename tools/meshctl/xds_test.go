@@ -148,6 +148,8 @@ func TestRolloutStatus(t *testing.T) {
 			"effective: 1 of 2 connected proxies (50.0%)\npending: 1\nrejected: 0\n",
 			"meshctl: timed out after 300ms waiting for revision " + itoa(rev2) + ": 1 of 2 proxies have it effective, 1 pending\n"},
 		{"old revision is everywhere", []string{"rollout", "status", "0"}, meshctl.ExitOK, "effective: 2 of 2 connected proxies (100.0%)\n", ""},
+		{"not built yet", []string{"rollout", "status", "999"}, meshctl.ExitOther, "revision 999: write time not known\n",
+			"meshctl: pilot has not built revision 999 yet (latest built: " + itoa(rev2) + ")\n"},
 		{"bad revision", []string{"rollout", "status", "x"}, meshctl.ExitOther, "", "meshctl: revision \"x\": want a non-negative integer\n"},
 		{"no status word", []string{"rollout"}, meshctl.ExitOther, "", "meshctl: usage: meshctl rollout status [REV] [--wait] [--timeout D]\n"},
 		{"bad timeout", []string{"rollout", "status", "--timeout", "0s"}, meshctl.ExitOther, "", "meshctl: --timeout 0s must be positive\n"},
