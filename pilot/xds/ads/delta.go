@@ -192,6 +192,7 @@ func (st *deltaStream) build(typ string, t *deltaType, latest *snapshot.Snapshot
 	}
 	var resources []*discoveryv3.Resource
 	var removed []string
+	var wraps *wrapped // fetched on first use: most pushes send nothing for most types
 	for _, n := range candidates {
 		if !t.ack.IsSubscribed(n) {
 			continue
@@ -200,11 +201,18 @@ func (st *deltaStream) build(typ string, t *deltaType, latest *snapshot.Snapshot
 		hv, has := have(n)
 		if r, ok := cur[n]; ok {
 			if forced || t.wild || !has || hv != r.Version {
-				resources = append(resources, &discoveryv3.Resource{Name: n, Version: r.Version, Resource: r.Any})
+				if wraps == nil {
+					wraps = st.s.wraps.get(latest, typ)
+				}
+				resources = append(resources, wraps.byName[n])
 			}
 		} else if has || forced {
 			removed = append(removed, n)
 		}
+	}
+	if wraps != nil && len(resources) == len(wraps.all) {
+		// Everything, in the same (name) order: share the one slice.
+		resources = wraps.all
 	}
 	// The first answer to a wildcard subscription is sent even when empty, so
 	// the client knows the set is complete.

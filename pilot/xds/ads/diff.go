@@ -4,6 +4,8 @@ import (
 	"sort"
 	"sync"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
 
@@ -67,3 +69,51 @@ func diffNames(from, to *snapshot.Snapshot, typ string) []string {
 }
 
 func sortStrings(s []string) { sort.Strings(s) }
+
+// wrapCache shares, across delta streams, the discovery Resource wrappers of one
+// snapshot's type: built once, read-only afterwards (gRPC only reads them while
+// marshalling), so a fleet-wide full sync does not allocate them per proxy.
+type wrapCache struct {
+	max int
+
+	mu sync.Mutex // guards m
+	m  map[wrapKey]*wrapped
+}
+
+type wrapKey struct {
+	s   *snapshot.Snapshot
+	typ string
+}
+
+type wrapped struct {
+	once   sync.Once
+	all    []*discoveryv3.Resource // every resource, sorted by name
+	byName map[string]*discoveryv3.Resource
+}
+
+func newWrapCache(max int) *wrapCache { return &wrapCache{max: max, m: map[wrapKey]*wrapped{}} }
+
+func (c *wrapCache) get(s *snapshot.Snapshot, typ string) *wrapped {
+	k := wrapKey{s, typ}
+	c.mu.Lock()
+	w, ok := c.m[k]
+	if !ok {
+		if len(c.m) >= c.max {
+			c.m = map[wrapKey]*wrapped{} // as in diffCache: entries pin snapshots
+		}
+		w = &wrapped{}
+		c.m[k] = w
+	}
+	c.mu.Unlock()
+	w.once.Do(func() {
+		names := s.Names(typ)
+		w.all = make([]*discoveryv3.Resource, len(names))
+		w.byName = make(map[string]*discoveryv3.Resource, len(names))
+		for i, n := range names {
+			r := s.Resources[typ][n]
+			w.all[i] = &discoveryv3.Resource{Name: n, Version: r.Version, Resource: r.Any}
+			w.byName[n] = w.all[i]
+		}
+	})
+	return w
+}

@@ -66,7 +66,8 @@ type Config struct {
 	RecvQueue int
 	// MaxSubscriptions bounds the explicit resource names per type per stream.
 	MaxSubscriptions int
-	// DiffCacheEntries bounds the shared cache of snapshot-to-snapshot diffs.
+	// DiffCacheEntries bounds the shared caches of snapshot-to-snapshot diffs
+	// and of delta resource wrappers (each).
 	DiffCacheEntries int
 	Clock            func() time.Time // nil = time.Now
 }
@@ -102,6 +103,7 @@ type Server struct {
 	cfg   Config
 	log   hclog.Logger
 	diffs *diffCache
+	wraps *wrapCache
 }
 
 // New checks cfg.
@@ -109,7 +111,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, diffs: newDiffCache(cfg.DiffCacheEntries)}, nil
+	return &Server{cfg: cfg, log: cfg.Logger, diffs: newDiffCache(cfg.DiffCacheEntries), wraps: newWrapCache(cfg.DiffCacheEntries)}, nil
 }
 
 // Register registers the ADS service on g.
