@@ -32,7 +32,7 @@ func (e *env) apply(ctx context.Context, args []string) error {
 		return fail(ExitInvalid, "--if-match %d: a generation is >= 0", *ifMatch)
 	}
 	// Decode and check locally first so errors name the file they came from.
-	objs, err := decodeSet(*path, e.stderr)
+	objs, err := decodeSet(*path, e.stderr, false)
 	if err != nil {
 		return err
 	}

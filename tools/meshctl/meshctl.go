@@ -189,7 +189,7 @@ func (e *env) validate(args []string) error {
 	if *path == "" || len(pos) > 0 {
 		return fail(ExitOther, "usage: meshctl validate -f PATH")
 	}
-	objs, err := decodeSet(*path, e.stderr)
+	objs, err := decodeSet(*path, e.stderr, true)
 	if err != nil {
 		return err
 	}
@@ -197,9 +197,11 @@ func (e *env) validate(args []string) error {
 	return nil
 }
 
-// decodeSet decodes path and runs the cross-object checks offline; warnings go
-// to stderr.
-func decodeSet(path string, stderr io.Writer) ([]*resource.Object, error) {
+// decodeSet decodes path and runs the cross-object checks offline. Warnings go to
+// stderr only when warn is set: for apply, pilot checks against everything stored
+// and answers with the warnings that really hold, so the file alone would mislead
+// (a Route applied on its own is not missing its stored Service).
+func decodeSet(path string, stderr io.Writer, warn bool) ([]*resource.Object, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fail(ExitInvalid, "%v", err)
 	}
@@ -209,7 +211,9 @@ func decodeSet(path string, stderr io.Writer) ([]*resource.Object, error) {
 	}
 	errs, warns := resource.ValidateSet(objs)
 	for _, w := range warns {
-		fmt.Fprintln(stderr, "warning: "+oneLine(w))
+		if warn {
+			fmt.Fprintln(stderr, "warning: "+oneLine(w))
+		}
 	}
 	if len(errs) > 0 {
 		return nil, &cliError{code: ExitInvalid, msg: errs.Error(), lines: errorLines(errs)}

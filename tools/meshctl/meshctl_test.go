@@ -175,6 +175,7 @@ func TestCommands(t *testing.T) {
 	p := startPilot(t, "")
 	dir := writeFiles(t, map[string]string{"1-svc.yaml": svc, "2-route.yaml": route, "3-mesh.yaml": mesh})
 	changed := writeFiles(t, map[string]string{"svc.yaml": svcChanged})
+	routeOnly := writeFiles(t, map[string]string{"route.yaml": route})
 	badDir := writeFiles(t, map[string]string{"svc.yaml": bad})
 	pf := []string{"--pilot", p.url}
 	type step struct {
@@ -190,6 +191,8 @@ func TestCommands(t *testing.T) {
 		{name: "apply dir", args: []string{"apply", "-f", dir}, wantCode: 0, wantRev: 1,
 			wantStdout: re(`^Service/shop/reviews generation 1 revision 1\nRoute/shop/reviews generation 1 revision 1\nMeshConfig/default generation 1 revision 1\napplied 3 objects: store revision 1\n$`)},
 		{name: "apply again unchanged", args: []string{"apply", "-f", dir}, wantCode: 0, wantRev: 1, wantStdout: re(`unchanged: 3 objects`)},
+		// The file alone lacks the Service, but pilot has it stored: no warning.
+		{name: "route alone, its Service stored", args: []string{"apply", "-f", routeOnly}, wantCode: 0, wantRev: 1, wantStderr: re(`^$`)},
 		{name: "stale --if-match", args: []string{"apply", "-f", changed, "--if-match", "5"}, wantCode: 3, wantRev: 1,
 			wantStderr: re(`^meshctl: pilot answered 412: Service/shop/reviews: generation is 1, If-Match wanted 5\n$`)},
 		{name: "--if-match with several objects", args: []string{"apply", "-f", dir, "--if-match", "1"}, wantCode: 1, wantRev: 1,
