@@ -23,6 +23,7 @@ type h1state struct {
 	req  msg
 	resp msg
 	hdrs reqHeaders
+	peer *cluster.Endpoint // set with outcome toPeer; cleared by its reader
 }
 
 var h1states = sync.Pool{New: func() any {
@@ -109,6 +110,7 @@ const (
 	failStatus                  // retryable status read but not forwarded
 	failOverflow                // circuit breaker refused
 	failBodySent                // failed after the request body was consumed: no retry
+	toPeer                      // picked a peer sidecar (st.peer): nothing sent, go over HTTP/2
 )
 
 // handleH1 proxies one request; false means close the client connection.
@@ -139,7 +141,7 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 	bodyless := req.contentLength <= 0 && !req.chunked
 	c := route.Pick(p.cfg.Rand())
 	if c.HTTP2 {
-		return p.bridgeH1toH2(ctx, br, bw, st, t, route, c, deadline)
+		return p.bridgeH1toH2(ctx, br, bw, st, t, route, c, nil)
 	}
 	retries := 0
 	if route.Retry != nil && bodyless {
@@ -154,6 +156,16 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 			// dropped when a retry is certain to follow.
 			retry := attempt < retries && c.Breaker.Acquire(circuitbreak.Retries)
 			res = p.exchangeH1(ctx, br, bw, st, t, route, c, deadline, retry)
+			if res == toPeer {
+				// A peer sidecar's inbound listener speaks HTTP/2: the general path
+				// takes over with the endpoint already picked (and its own retries).
+				if retry {
+					c.Breaker.Release(circuitbreak.Retries)
+				}
+				e := st.peer
+				st.peer = nil
+				return p.bridgeH1toH2(ctx, br, bw, st, t, route, c, e)
+			}
 			again := retry && res != done && res != failBodySent && p.shouldRetry(route, res)
 			if retry {
 				c.Breaker.Release(circuitbreak.Retries)
@@ -173,7 +185,7 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 		c = route.Fallback[fb]
 		fb++
 		if c.HTTP2 {
-			return p.bridgeH1toH2(ctx, br, bw, st, t, route, c, deadline)
+			return p.bridgeH1toH2(ctx, br, bw, st, t, route, c, nil)
 		}
 	}
 	switch last {
@@ -214,6 +226,10 @@ func (p *Proxy) exchangeH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.Wr
 	e, err := c.Pick(hash)
 	if err != nil {
 		return failConnect
+	}
+	if e.Peer {
+		st.peer = e
+		return toPeer
 	}
 	if !c.Breaker.Acquire(circuitbreak.Requests) {
 		return failOverflow

@@ -72,11 +72,13 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request, t *Target) {
 		io.WriteString(w, route.Direct.Body)
 		return
 	}
-	p.forward(w, r, t, route, route.Pick(p.cfg.Rand()))
+	p.forward(w, r, t, route, route.Pick(p.cfg.Rand()), nil)
 }
 
 // forward sends r to c (then retries and fallbacks) and streams the response back.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route *dataplane.Route, c *cluster.Cluster) {
+// pin, when set, is the endpoint of c the first attempt goes to (already picked by
+// the HTTP/1.1 path); later attempts pick again.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route *dataplane.Route, c *cluster.Cluster, pin *cluster.Endpoint) {
 	ctx := r.Context()
 	var cancel context.CancelFunc
 	timeout := route.Timeout
@@ -103,7 +105,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 			if attempt > 0 && !c.Breaker.Acquire(circuitbreak.Retries) {
 				break
 			}
-			resp, err := p.roundTrip(ctx, r, t, route, c)
+			resp, err := p.roundTrip(ctx, r, t, route, c, pin)
+			pin = nil
 			if attempt > 0 {
 				c.Breaker.Release(circuitbreak.Retries)
 			}
@@ -144,14 +147,17 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 // errNotSent marks failures before the request reached an upstream.
 var errNotSent = errors.New("request not sent")
 
-func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, t *Target, route *dataplane.Route, c *cluster.Cluster) (*http.Response, error) {
-	var hash uint64
-	if c.Hashed {
-		hash = requestHash(route, httpHeaders{r: r}, t.Source)
-	}
-	e, err := c.Pick(hash)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errNotSent, err)
+func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, t *Target, route *dataplane.Route, c *cluster.Cluster, pin *cluster.Endpoint) (*http.Response, error) {
+	e := pin
+	if e == nil {
+		var hash uint64
+		if c.Hashed {
+			hash = requestHash(route, httpHeaders{r: r}, t.Source)
+		}
+		var err error
+		if e, err = c.Pick(hash); err != nil {
+			return nil, fmt.Errorf("%w: %w", errNotSent, err)
+		}
 	}
 	if !c.Breaker.Acquire(circuitbreak.Requests) {
 		return nil, fmt.Errorf("%w: cluster %q: %w: max requests", errNotSent, c.Name, cluster.ErrOverflow)
@@ -172,14 +178,18 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, t *Target, route
 	if r.ContentLength == 0 {
 		out.Body = nil
 	}
-	var rt http.RoundTripper = p.h1std
-	if c.HTTP2 {
-		rt = p.h2
+	var resp *http.Response
+	var err error
+	if c.HTTP2 || e.Peer {
+		// HTTP/2 allows only "te: trailers" (gRPC needs it end to end).
+		out.Header.Del("Te")
 		if isGRPC(r) || r.Header.Get("Te") == "trailers" {
 			out.Header.Set("Te", "trailers")
 		}
+		resp, err = p.roundTripH2(ctx, out, c, e)
+	} else {
+		resp, err = p.h1std.RoundTrip(out)
 	}
-	resp, err := rt.RoundTrip(out)
 	if err != nil {
 		cancel()
 		e.End()
@@ -188,6 +198,34 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, t *Target, route
 	}
 	resp.Body = &releaseBody{ReadCloser: resp.Body, release: func() { cancel(); e.End(); c.Breaker.Release(circuitbreak.Requests) }}
 	return resp, nil
+}
+
+// maxUnprocessedRetries bounds how often one attempt is resent on another HTTP/2
+// connection after the peer refused it unprocessed (GOAWAY, REFUSED_STREAM).
+const maxUnprocessedRetries = 3
+
+// roundTripH2 sends out on a pooled, multiplexed HTTP/2 connection to e. A request
+// the peer never processed (cluster.Unprocessed) is sent again on a connection
+// from the pool when it has no body to replay: that is not a route retry, only the
+// connection's failure, like a stale keep-alive connection on HTTP/1.1.
+func (p *Proxy) roundTripH2(ctx context.Context, out *http.Request, c *cluster.Cluster, e *cluster.Endpoint) (*http.Response, error) {
+	replayable := out.Body == nil || out.Body == http.NoBody
+	for try := 0; ; try++ {
+		cc, err := p.h2.Get(ctx, c, e)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errNotSent, err)
+		}
+		resp, err := cc.RoundTrip(out)
+		if err == nil {
+			return resp, nil
+		}
+		if !cluster.Unprocessed(err) {
+			return nil, err
+		}
+		if !replayable || try == maxUnprocessedRetries || ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", errNotSent, err)
+		}
+	}
 }
 
 // releaseBody ends the request's accounting when the response body is closed.
@@ -309,10 +347,12 @@ func parseGRPCTimeout(s string) (time.Duration, bool) {
 	return time.Duration(n) * unit, true
 }
 
-// bridgeH1toH2 serves an HTTP/1.1 request whose cluster speaks HTTP/2, through the
-// general path, writing the answer back as HTTP/1.1.
+// bridgeH1toH2 serves an HTTP/1.1 request whose cluster speaks HTTP/2, or whose
+// picked endpoint is a peer sidecar, through the general path, writing the answer
+// back as HTTP/1.1.
+// pin, when set, is the (peer sidecar) endpoint the first attempt goes to.
 func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Writer, st *h1state, t *Target,
-	route *dataplane.Route, c *cluster.Cluster, _ time.Time) bool {
+	route *dataplane.Route, c *cluster.Cluster, pin *cluster.Endpoint) bool {
 	req := &st.req
 	u, err := url.ParseRequestURI(req.str(req.t0, req.t1))
 	if err != nil {
@@ -355,7 +395,7 @@ func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Wr
 				ok = false
 			}
 		}()
-		p.forward(w, hr, t, route, c)
+		p.forward(w, hr, t, route, c, pin)
 		return w.finish()
 	}()
 	if req.chunked || req.contentLength > 0 {

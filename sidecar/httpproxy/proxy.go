@@ -62,7 +62,7 @@ type Config struct {
 type Proxy struct {
 	cfg     Config
 	log     hclog.Logger
-	h2      *http.Transport // h2c upstreams (sidecar peers, gRPC apps), multiplexed
+	h2      *cluster.H2Pool // h2c upstreams (peer sidecars, HTTP2/gRPC apps), multiplexed
 	h1std   *http.Transport // HTTP/1.1 upstreams reached from HTTP/2 clients
 	h2srv   *http.Server    // serves h2c client connections handed over by ServeConn
 	h2ln    *connListener
@@ -72,6 +72,13 @@ type Proxy struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 }
+
+// HTTP/2 upstream connections idle this long are closed; one silent for
+// h2PingTimeout is pinged and closed if the ping goes unanswered as long.
+const (
+	h2IdleTimeout = 90 * time.Second
+	h2PingTimeout = 30 * time.Second
+)
 
 // Response header naming why a request was failed closed.
 const DegradedHeader = "x-weft-degraded"
@@ -117,12 +124,12 @@ func New(cfg Config) (*Proxy, error) {
 	dialer := &net.Dialer{}
 	var h2c http.Protocols
 	h2c.SetUnencryptedHTTP2(true) // prior-knowledge h2c only: plaintext until mTLS
-	p.h2 = &http.Transport{
-		DialContext:        dialer.DialContext,
-		Protocols:          &h2c,
-		DisableCompression: true,
-		HTTP2:              &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 10 * time.Second},
+	h2, err := cluster.NewH2Pool(cluster.H2Config{IdleTimeout: h2IdleTimeout, PingTimeout: h2PingTimeout})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("httpproxy: %w", err)
 	}
+	p.h2 = h2
 	p.h1std = &http.Transport{
 		DialContext:         dialer.DialContext,
 		MaxIdleConnsPerHost: 64,
@@ -152,13 +159,13 @@ func New(cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
-// Close drops idle upstream connections of the HTTP/2 and bridging transports. The
-// HTTP/1.1 pool is the caller's to close.
+// Close closes the HTTP/2 upstream pool (interrupting its requests) and drops idle
+// connections of the bridging transport. The HTTP/1.1 pool is the caller's to close.
 func (p *Proxy) Close() {
 	p.cancel()
 	_ = p.h2srv.Close()
 	<-p.h2done
-	p.h2.CloseIdleConnections()
+	p.h2.Close()
 	p.h1std.CloseIdleConnections()
 }
 
