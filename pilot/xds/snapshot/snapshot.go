@@ -21,6 +21,10 @@ const (
 	ListenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
 	RouteType    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 	SecretType   = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+	// StalenessType is the StalenessPolicy pilot delivers to each Weft sidecar
+	// (bootstrap/stalenesspb.TypeURL), one resource named "staleness". It is
+	// covered by the manifest like everything else, so it goes before it.
+	StalenessType = "type.googleapis.com/weft.staleness.v1.Policy"
 	// ManifestType is the signed manifest (certs/manifest.TypeURL) pilot adds for each
 	// Weft sidecar. It goes last: a sidecar activates a push once the manifest that
 	// covers it has arrived.
@@ -28,7 +32,7 @@ const (
 )
 
 // PushOrder is the order in which types are sent.
-var PushOrder = []string{ClusterType, EndpointType, ListenerType, RouteType, SecretType, ManifestType}
+var PushOrder = []string{ClusterType, EndpointType, ListenerType, RouteType, SecretType, StalenessType, ManifestType}
 
 // Resource is one named xDS resource with its content hash as version.
 type Resource struct {

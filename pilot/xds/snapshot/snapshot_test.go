@@ -3,6 +3,8 @@ package snapshot
 import (
 	"testing"
 
+	"github.com/weft-mesh/weft/bootstrap/stalenesspb"
+	"github.com/weft-mesh/weft/certs/manifest"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -55,5 +57,17 @@ func TestConstructorsAgree(t *testing.T) {
 	}
 	if viaNew.Version(ClusterType) == viaNew.Version(EndpointType) || viaNew.Version(ClusterType) == "" {
 		t.Errorf("versions not content hashes: %q %q", viaNew.Version(ClusterType), viaNew.Version(EndpointType))
+	}
+}
+
+// TestWeftTypes: the Weft types are the shared packages' type URLs, and the
+// manifest is pushed last with the staleness policy, which it covers, before it.
+func TestWeftTypes(t *testing.T) {
+	if StalenessType != stalenesspb.TypeURL || ManifestType != manifest.TypeURL {
+		t.Fatalf("type URLs %q %q, want %q %q", StalenessType, ManifestType, stalenesspb.TypeURL, manifest.TypeURL)
+	}
+	n := len(PushOrder)
+	if got := PushOrder[n-2:]; got[0] != StalenessType || got[1] != ManifestType {
+		t.Fatalf("PushOrder ends %q, want [staleness manifest]", got)
 	}
 }
