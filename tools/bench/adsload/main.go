@@ -220,7 +220,9 @@ func (c *child) waitConverged(ctx context.Context, rev int64, want int) (revStat
 		select {
 		case <-ctx.Done():
 			return rs, fmt.Errorf("revision %s not converged on %d proxies: last %+v, %v", path, want, rs, err)
-		case <-time.After(20 * time.Millisecond):
+		// Not faster: each poll walks every proxy's status in pilot, and the
+		// timings come from the clients and pilot's ACK records, not from polls.
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
