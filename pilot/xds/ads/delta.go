@@ -150,43 +150,25 @@ func (st *deltaStream) build(typ string, t *deltaType, latest *snapshot.Snapshot
 		return nil, nil
 	}
 	cur := latest.Resources[typ]
+	// candidates: the names whose state may differ, as one sorted list; the
+	// common cases (a wildcard's first push, a plain update) reuse shared,
+	// already sorted slices instead of building a set per stream.
 	var candidates []string
 	var have func(string) (string, bool)
 	switch {
 	case t.initial || t.synced == nil:
-		set := map[string]struct{}{}
+		var all []string
 		if t.ack.Wildcard {
-			for n := range cur {
-				set[n] = struct{}{}
-			}
+			all = st.s.wraps.get(latest, typ).names
 		}
-		for _, m := range []map[string]struct{}{t.ack.Subscribed, t.force} {
-			for n := range m {
-				set[n] = struct{}{}
-			}
-		}
-		for n := range t.known {
-			set[n] = struct{}{}
-		}
-		candidates = sortedKeys(set)
+		candidates = mergeSorted(all, sortedKeys(t.ack.Subscribed), sortedKeys(t.force), sortedKeys(t.known))
 		have = func(n string) (string, bool) { v, ok := t.known[n]; return v, ok }
 	default:
-		candidates = st.s.diffs.names(t.synced, latest, typ)
-		if len(t.force) > 0 || t.wild {
-			set := map[string]struct{}{}
-			for _, n := range candidates {
-				set[n] = struct{}{}
-			}
-			for n := range t.force {
-				set[n] = struct{}{}
-			}
-			if t.wild {
-				for n := range cur {
-					set[n] = struct{}{}
-				}
-			}
-			candidates = sortedKeys(set)
+		var all []string
+		if t.wild {
+			all = st.s.wraps.get(latest, typ).names
 		}
+		candidates = mergeSorted(st.s.diffs.names(t.synced, latest, typ), sortedKeys(t.force), all)
 		prev := t.synced.Resources[typ]
 		have = func(n string) (string, bool) { r, ok := prev[n]; return r.Version, ok }
 	}
@@ -253,11 +235,51 @@ func (st *deltaStream) sendResp(typ string, t *deltaType, latest *snapshot.Snaps
 	return nil
 }
 
-func sortedKeys(m map[string]struct{}) []string {
+func sortedKeys[V any](m map[string]V) []string {
+	if len(m) == 0 {
+		return nil
+	}
 	out := make([]string, 0, len(m))
 	for n := range m {
 		out = append(out, n)
 	}
 	sort.Strings(out)
 	return out
+}
+
+// mergeSorted merges sorted lists into one sorted list without duplicates. With
+// a single non-empty list it returns that list itself: callers only read it.
+func mergeSorted(lists ...[]string) []string {
+	var nonEmpty [][]string
+	total := 0
+	for _, l := range lists {
+		if len(l) > 0 {
+			nonEmpty = append(nonEmpty, l)
+			total += len(l)
+		}
+	}
+	switch len(nonEmpty) {
+	case 0:
+		return nil
+	case 1:
+		return nonEmpty[0]
+	}
+	out := make([]string, 0, total)
+	idx := make([]int, len(nonEmpty))
+	for {
+		best := -1
+		for i, l := range nonEmpty {
+			if idx[i] < len(l) && (best < 0 || l[idx[i]] < nonEmpty[best][idx[best]]) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return out
+		}
+		n := nonEmpty[best][idx[best]]
+		if len(out) == 0 || out[len(out)-1] != n {
+			out = append(out, n)
+		}
+		idx[best]++
+	}
 }

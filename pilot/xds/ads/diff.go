@@ -88,6 +88,7 @@ type wrapKey struct {
 type wrapped struct {
 	once   sync.Once
 	all    []*discoveryv3.Resource // every resource, sorted by name
+	names  []string                // their names, in the same order
 	byName map[string]*discoveryv3.Resource
 }
 
@@ -107,6 +108,7 @@ func (c *wrapCache) get(s *snapshot.Snapshot, typ string) *wrapped {
 	c.mu.Unlock()
 	w.once.Do(func() {
 		names := s.Names(typ)
+		w.names = names
 		w.all = make([]*discoveryv3.Resource, len(names))
 		w.byName = make(map[string]*discoveryv3.Resource, len(names))
 		for i, n := range names {
