@@ -246,8 +246,16 @@ func (w *watch) Snapshot() *snapshot.Snapshot {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if base == w.base && w.signed != nil && w.timer != nil {
-		return w.signed
+	if w.signed != nil && w.timer != nil {
+		if base == w.base {
+			return w.signed
+		}
+		if sameContent(base, w.base) {
+			// A new revision (or a recompile) with the same content: the
+			// signature still covers it, so it is not signed and sent again.
+			w.base, w.signed = base, withSet(base, snapshot.ManifestType, w.signed)
+			return w.signed
+		}
 	}
 	now := w.s.cfg.Clock()
 	signed, err := withManifest(w.s.cfg.Key, w.n.ID, base, now, w.s.cfg.Validity)
@@ -304,6 +312,30 @@ func (w *watch) Close() {
 	w.p.Close()
 }
 
+// sameContent reports whether a and b hold the same resources (every type's
+// version is a hash of its names and content hashes).
+func sameContent(a, b *snapshot.Snapshot) bool {
+	if len(a.Resources) != len(b.Resources) {
+		return false
+	}
+	for typ := range a.Resources {
+		if _, ok := b.Resources[typ]; !ok || a.Version(typ) != b.Version(typ) {
+			return false
+		}
+	}
+	return true
+}
+
+// withSet returns base (its revision and sets) plus type typ taken from from.
+func withSet(base *snapshot.Snapshot, typ string, from *snapshot.Snapshot) *snapshot.Snapshot {
+	sets := make(map[string]snapshot.Set, len(base.Resources)+1)
+	for t, byName := range base.Resources {
+		sets[t] = snapshot.Set{Resources: byName, Version: base.Version(t)}
+	}
+	sets[typ] = snapshot.Set{Resources: from.Resources[typ], Version: from.Version(typ)}
+	return snapshot.FromSets(base.Revision, sets)
+}
+
 // withManifest is sign.With without re-hashing the base snapshot's types: their
 // sets (and versions) are reused as they are, only the manifest set is new.
 func withManifest(priv ed25519.PrivateKey, nodeID string, base *snapshot.Snapshot, issued time.Time, validity time.Duration) (*snapshot.Snapshot, error) {
@@ -311,10 +343,6 @@ func withManifest(priv ed25519.PrivateKey, nodeID string, base *snapshot.Snapsho
 	if err != nil {
 		return nil, err
 	}
-	sets := make(map[string]snapshot.Set, len(base.Resources)+1)
-	for typ, byName := range base.Resources {
-		sets[typ] = snapshot.Set{Resources: byName, Version: base.Version(typ)}
-	}
-	sets[snapshot.ManifestType] = snapshot.NewSet(map[string]snapshot.Resource{r.Name: r})
-	return snapshot.FromSets(base.Revision, sets), nil
+	m := snapshot.FromSets(base.Revision, map[string]snapshot.Set{snapshot.ManifestType: snapshot.NewSet(map[string]snapshot.Resource{r.Name: r})})
+	return withSet(base, snapshot.ManifestType, m), nil
 }

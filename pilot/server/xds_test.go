@@ -180,13 +180,12 @@ func TestServeADSLimits(t *testing.T) {
 // any store change; a plain xDS client never gets a manifest.
 func TestSidecarManifest(t *testing.T) {
 	lim := server.DefaultXDSLimits()
-	lim.Debounce, lim.MaxDelay, lim.ManifestValidity = 10*time.Millisecond, 100*time.Millisecond, 2*time.Second
+	lim.Debounce, lim.MaxDelay, lim.ManifestValidity = 10*time.Millisecond, 100*time.Millisecond, 4*time.Second
 	p := servertest.Start(t, servertest.Options{Limits: &lim})
 	rev := p.Apply(t, mesh)
 	sc := &node.Node{ID: "reviews-1", Namespace: "shop", ServiceAccount: "reviews", Labels: map[string]string{"app": "reviews"},
 		Address: "127.0.0.5", InboundPort: 15006}
-	all := append(append([]string(nil), snapshot.PushOrder[:4]...), manifest.TypeURL)
-	c := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: sc.ToProto(), Types: all})
+	c := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: sc.ToProto(), Types: snapshot.PushOrder})
 	plain := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: (&node.Node{ID: "plain"}).ToProto(),
 		Types: []string{snapshot.ClusterType, manifest.TypeURL}, Names: map[string][]string{manifest.TypeURL: {manifest.Name}}})
 	synced := func(id string, rev int64) func() bool {
@@ -257,7 +256,23 @@ func TestSidecarManifest(t *testing.T) {
 		t.Errorf("manifest revision %d, want %d", m2.Revision, rev)
 	}
 
-	// Re-signed at half the 2s validity with nothing changed in the store.
+	// A revision that changes nothing the sidecar holds (another namespace): it
+	// becomes effective at it without a new signature or any response.
+	n = len(c.Responses())
+	rev = p.Apply(t, `apiVersion: mesh.weft.dev/v1alpha1
+kind: Service
+metadata: {name: elsewhere, namespace: other}
+spec:
+  selector: {app: elsewhere}
+  ports:
+  - {name: http, port: 80, protocol: HTTP}
+`)
+	servertest.Eventually(t, 10*time.Second, "sidecar effective at the unrelated revision", synced("reviews-1", rev))
+	if extra := c.Responses()[n:]; len(extra) != 0 {
+		t.Errorf("an unrelated revision sent %d responses (first %s), want none", len(extra), extra[0].TypeURL)
+	}
+
+	// Re-signed at half the 4s validity with nothing changed in the store.
 	n = len(c.Responses())
 	servertest.Eventually(t, 5*time.Second, "manifest re-signed", func() bool {
 		for _, r := range c.Responses()[n:] {
