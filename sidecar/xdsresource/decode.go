@@ -15,6 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/weft-mesh/weft/bootstrap/stalenesspb"
 )
 
 // ErrInvalid is wrapped by every validation error so callers can tell a bad resource
@@ -50,8 +52,8 @@ func (e errs) at(field, format string, args ...any) error {
 // MaxResourceBytes bounds one serialized resource.
 const MaxResourceBytes = 4 << 20
 
-// Decode turns one xDS resource into its Weft type: *Listener, *RouteConfig, *Cluster
-// or *Endpoints. It returns the resource name (also when validation fails and the name
+// Decode turns one xDS resource into its Weft type: *Listener, *RouteConfig, *Cluster,
+// *Endpoints or *Staleness. It returns the resource name (also when validation fails and the name
 // could be read) so the xDS client can NACK by name.
 func Decode(typeURL string, a *anypb.Any) (string, any, error) {
 	if a == nil {
@@ -104,6 +106,17 @@ func Decode(typeURL string, a *anypb.Any) (string, any, error) {
 			return m.GetClusterName(), nil, err // an untyped nil, never a typed nil pointer
 		}
 		return m.GetClusterName(), v, nil
+	case StalenessType:
+		m := &stalenesspb.Policy{}
+		if err := unmarshal(a, m, "staleness"); err != nil {
+			return "", nil, err
+		}
+		v, err := decodeStaleness(m)
+		if err != nil {
+			return stalenesspb.Name, nil, err // an untyped nil, never a typed nil pointer
+		}
+		// The resource carries no name: there is one per sidecar.
+		return stalenesspb.Name, v, nil
 	}
 	return "", nil, fmt.Errorf("%w: unsupported type %q", ErrInvalid, typeURL)
 }

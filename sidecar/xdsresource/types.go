@@ -1,7 +1,7 @@
 // Package xdsresource decodes Envoy v3 xDS resources (Listener, RouteConfiguration,
-// Cluster, ClusterLoadAssignment) into Weft's own validated Go types. Protos stay at
-// this edge: everything downstream (dataplane.Compile, the request path) sees only the
-// types below. Every rejection names the resource and the field path.
+// Cluster, ClusterLoadAssignment) and Weft's delivered StalenessPolicy into Weft's own
+// validated Go types. Protos stay at this edge: everything downstream
+// (dataplane.Compile, the runtime, the request path) sees only the types below. Every rejection names the resource and the field path.
 //
 // Decoded values are immutable after Decode returns; compiled regexps inside them are
 // safe for concurrent use.

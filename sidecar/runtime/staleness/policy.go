@@ -12,7 +12,7 @@ import (
 const (
 	MaxJitter   = 100                       // percent, as pilot validates it
 	MaxDuration = 10 * 365 * 24 * time.Hour // any threshold; keeps time arithmetic sane
-	MaxRuleSize = 64 << 10             // bytes of one encoded rule set
+	MaxRuleSize = 64 << 10                  // bytes of one encoded rule set
 )
 
 // Default is the policy for c when no StalenessPolicy selects the sidecar (API.md).
@@ -118,15 +118,15 @@ func FromRules(rules []Rule) (Set, error) {
 }
 
 func (r Rule) policy() (Policy, error) {
-	c := Class(r.Resource)
 	if r.Resource == "" {
 		return Policy{}, fmt.Errorf("resource: required")
 	}
-	if !c.valid() {
-		return Policy{}, fmt.Errorf("resource: %q unknown, want one of %v", r.Resource, Classes())
-	}
+	c := Class(r.Resource)
 	def := Default(c)
 	p := Policy{Class: c, OnExpire: def.OnExpire, Jitter: def.Jitter, Grace: def.Grace}
+	if !c.valid() {
+		return Policy{}, p.Check() // names the unknown class
+	}
 	for _, f := range []struct {
 		name string
 		in   string
@@ -139,35 +139,54 @@ func (r Rule) policy() (Policy, error) {
 		if err != nil {
 			return Policy{}, fmt.Errorf("%s: %w", f.name, err)
 		}
-		if d <= 0 || d > MaxDuration {
+		if d <= 0 {
+			// Written out, a threshold must be one; "never" is leaving it out.
 			return Policy{}, fmt.Errorf("%s: %v out of range (0, %v]", f.name, d, MaxDuration)
 		}
 		*f.out = d
 	}
 	if r.OnExpire != "" {
 		p.OnExpire = Action(r.OnExpire)
-		if !p.OnExpire.valid() {
-			return Policy{}, fmt.Errorf("onExpire: %q unknown, want serveStale, failClosed or drop", r.OnExpire)
-		}
 	}
 	if r.Jitter != nil {
-		if *r.Jitter < 0 || *r.Jitter > MaxJitter {
-			return Policy{}, fmt.Errorf("jitter: %d out of range [0, %d]", *r.Jitter, MaxJitter)
-		}
 		p.Jitter = *r.Jitter
 	}
-	// Thresholds that are set must not come before the one they escalate from
-	// (equal is allowed, as pilot's validation allows it).
+	return p, p.Check()
+}
+
+// Check validates a policy from outside (an operator flag, pilot's delivered
+// StalenessPolicy) against the bounds pilot's own validation enforces, so pilot
+// never sends what a sidecar refuses: a known class and action, thresholds zero
+// ("never") or in (0, MaxDuration], jitter a percent in [0, MaxJitter], and set
+// thresholds in escalation order (equal is allowed). Errors name the API field.
+func (p Policy) Check() error {
+	if p.Class == "" {
+		return fmt.Errorf("resource: required")
+	}
+	if !p.Class.valid() {
+		return fmt.Errorf("resource: %q unknown, want one of %v", p.Class, Classes())
+	}
 	order := []struct {
 		name string
 		d    time.Duration
 	}{{"warnAfter", p.WarnAfter}, {"restrictAfter", p.RestrictAfter}, {"expireAfter", p.ExpireAfter}}
+	for _, f := range order {
+		if f.d < 0 || f.d > MaxDuration {
+			return fmt.Errorf("%s: %v out of range (0, %v]", f.name, f.d, MaxDuration)
+		}
+	}
+	if !p.OnExpire.valid() {
+		return fmt.Errorf("onExpire: %q unknown, want serveStale, failClosed or drop", p.OnExpire)
+	}
+	if p.Jitter < 0 || p.Jitter > MaxJitter {
+		return fmt.Errorf("jitter: %d out of range [0, %d]", p.Jitter, MaxJitter)
+	}
 	for i := range order {
 		for j := i + 1; j < len(order); j++ {
 			if order[i].d > 0 && order[j].d > 0 && order[i].d > order[j].d {
-				return Policy{}, fmt.Errorf("%s: %v is after %s %v", order[i].name, order[i].d, order[j].name, order[j].d)
+				return fmt.Errorf("%s: %v is after %s %v", order[i].name, order[i].d, order[j].name, order[j].d)
 			}
 		}
 	}
-	return p, nil
+	return nil
 }

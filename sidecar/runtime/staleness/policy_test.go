@@ -95,3 +95,34 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestCheck: the bounds a delivered or operator policy must satisfy, with exact
+// errors (the xDS decoder puts them in its NACK).
+func TestCheck(t *testing.T) {
+	ok := Policy{Class: Routes, WarnAfter: time.Second, RestrictAfter: time.Second, ExpireAfter: MaxDuration, OnExpire: FailClosed, Jitter: MaxJitter}
+	tests := []struct {
+		name string
+		edit func(p *Policy)
+		err  string
+	}{
+		{"valid, equal bounds, limits", func(*Policy) {}, ""},
+		{"all never", func(p *Policy) { p.WarnAfter, p.RestrictAfter, p.ExpireAfter = 0, 0, 0 }, ""},
+		{"no class", func(p *Policy) { p.Class = "" }, "resource: required"},
+		{"unknown class", func(p *Policy) { p.Class = "pods" }, `resource: "pods" unknown, want one of [listeners routes clusters endpoints secrets revocation authorization]`},
+		{"negative", func(p *Policy) { p.WarnAfter = -time.Second }, "warnAfter: -1s out of range (0, 87600h0m0s]"},
+		{"too long", func(p *Policy) { p.ExpireAfter = MaxDuration + 1 }, "expireAfter: 87600h0m0.000000001s out of range (0, 87600h0m0s]"},
+		{"no action", func(p *Policy) { p.OnExpire = "" }, `onExpire: "" unknown, want serveStale, failClosed or drop`},
+		{"jitter", func(p *Policy) { p.Jitter = 101 }, "jitter: 101 out of range [0, 100]"},
+		{"order", func(p *Policy) { p.RestrictAfter = time.Hour; p.ExpireAfter = time.Minute }, "restrictAfter: 1h0m0s is after expireAfter 1m0s"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := ok
+			tc.edit(&p)
+			err := p.Check()
+			if tc.err == "" && err != nil || tc.err != "" && (err == nil || err.Error() != tc.err) {
+				t.Fatalf("err = %v, want %q", err, tc.err)
+			}
+		})
+	}
+}
