@@ -108,18 +108,7 @@ func TestClassifySotW(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := ClassifySotW(tc.st, tc.req, now)
-			if r.Kind != tc.kind || r.Answer != tc.answer {
-				t.Fatalf("kind/answer = %v/%d, want %v/%d", r.Kind, r.Answer, tc.kind, tc.answer)
-			}
-			if d := cmp.Diff(tc.added, r.Added); d != "" {
-				t.Errorf("added (-want +got):\n%s", d)
-			}
-			if d := cmp.Diff(tc.rmvd, r.Removed); d != "" {
-				t.Errorf("removed (-want +got):\n%s", d)
-			}
-			if d := cmp.Diff(tc.next, r.State, cmp.Comparer(sameSet)); d != "" {
-				t.Errorf("state (-want +got):\n%s", d)
-			}
+			expect(t, r, Result{Kind: tc.kind, Answer: tc.answer, Added: tc.added, Removed: tc.rmvd, State: tc.next})
 			if !r.At.Equal(now) || r.Nonce != tc.req.GetResponseNonce() {
 				t.Errorf("at/nonce = %v/%q", r.At, r.Nonce)
 			}
@@ -131,6 +120,27 @@ func TestClassifySotW(t *testing.T) {
 				t.Errorf("error detail (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+// expect compares the classification fields of a Result (not At, Nonce or
+// ErrorDetail, which the callers check where they matter).
+func expect(t *testing.T, got, want Result) {
+	t.Helper()
+	if got.Kind != want.Kind || got.Answer != want.Answer {
+		t.Fatalf("kind/answer = %v/%d, want %v/%d", got.Kind, got.Answer, want.Kind, want.Answer)
+	}
+	if d := cmp.Diff(want.Added, got.Added); d != "" {
+		t.Errorf("added (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(want.Removed, got.Removed); d != "" {
+		t.Errorf("removed (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(want.Initial, got.Initial); d != "" {
+		t.Errorf("initial (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(want.State, got.State, cmp.Comparer(sameSet)); d != "" {
+		t.Errorf("state (-want +got):\n%s", d)
 	}
 }
 
@@ -213,21 +223,7 @@ func TestClassifyDelta(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(tc.st.Subscribed)
 			r := ClassifyDelta(tc.st, tc.req, now)
-			if r.Kind != tc.kind || r.Answer != tc.answer {
-				t.Fatalf("kind/answer = %v/%d, want %v/%d", r.Kind, r.Answer, tc.kind, tc.answer)
-			}
-			if d := cmp.Diff(tc.added, r.Added); d != "" {
-				t.Errorf("added (-want +got):\n%s", d)
-			}
-			if d := cmp.Diff(tc.rmvd, r.Removed); d != "" {
-				t.Errorf("removed (-want +got):\n%s", d)
-			}
-			if d := cmp.Diff(tc.initial, r.Initial); d != "" {
-				t.Errorf("initial (-want +got):\n%s", d)
-			}
-			if d := cmp.Diff(tc.next, r.State, cmp.Comparer(sameSet)); d != "" {
-				t.Errorf("state (-want +got):\n%s", d)
-			}
+			expect(t, r, Result{Kind: tc.kind, Answer: tc.answer, Added: tc.added, Removed: tc.rmvd, State: tc.next, Initial: tc.initial})
 			if len(tc.st.Subscribed) != before {
 				t.Errorf("input state mutated: %d names, was %d", len(tc.st.Subscribed), before)
 			}
