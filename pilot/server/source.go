@@ -111,7 +111,7 @@ func (c *checkCache) check(snap *snapshot.Snapshot) error {
 }
 
 // contentKey identifies what checkSidecar reads: the per-type versions (hashes of
-// every name and content hash) of the four types it decodes.
+// every name and content hash) of the types it decodes.
 func contentKey(snap *snapshot.Snapshot) string {
 	var b strings.Builder
 	for _, typ := range checkedTypes {
@@ -121,7 +121,7 @@ func contentKey(snap *snapshot.Snapshot) string {
 	return b.String()
 }
 
-var checkedTypes = []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.ListenerType, snapshot.RouteType}
+var checkedTypes = []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.ListenerType, snapshot.RouteType, snapshot.StalenessType}
 
 // checkSidecar runs a snapshot through exactly what a Weft sidecar runs before
 // activating it.

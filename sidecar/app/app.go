@@ -80,11 +80,13 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		return fmt.Errorf("sidecar: LKGWait %s exceeds %s", o.LKGWait, MaxLKGWait)
 	}
 	log := o.Logger
-	set, err := runtime.ParseOverrides(s.Staleness)
+	// --staleness overrides, per class, the StalenessPolicy pilot delivers, which
+	// overrides the defaults (runtime.PolicyOverride).
+	overrides, err := runtime.ParseOverrides(s.Staleness)
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
-	rcfg := runtime.Config{NodeID: s.Node.ID, StateDir: s.StateDir, Staleness: set, Logger: log.Named("runtime"),
+	rcfg := runtime.Config{NodeID: s.Node.ID, StateDir: s.StateDir, Overrides: overrides, Logger: log.Named("runtime"),
 		InsecureSkipManifest: s.InsecureSkipManifest, AppAddress: s.AppAddress}
 	if s.PublisherKey != "" {
 		pub, err := manifest.LoadPublicKey(s.PublisherKey)

@@ -113,7 +113,7 @@ func TestLastKnownGoodRefusals(t *testing.T) {
 		}, "validity", manifest.ErrExpired},
 		{"routing expired", func(t *testing.T, e *env, path string) *Runtime {
 			e.clock.Set(t0.Add(10 * time.Second))
-			return e.runtime(func(c *Config) { c.Staleness = overrides(t, "routes=1s/5s/failClosed") })
+			return e.runtime(func(c *Config) { c.Overrides = overrides(t, "routes=1s/5s/failClosed") })
 		}, "staleness", errStale},
 		{"other publisher", func(t *testing.T, e *env, path string) *Runtime {
 			return e.runtime(func(c *Config) { c.PublisherKey = make([]byte, 32) })
@@ -165,7 +165,7 @@ func TestLastKnownGoodNone(t *testing.T) {
 func TestLastKnownGoodExpiresWhileWaiting(t *testing.T) {
 	e := newEnv(t)
 	persisted(t, e, 0)
-	r := e.runtime(func(c *Config) { c.Staleness = overrides(t, "routes=1s/5s") })
+	r := e.runtime(func(c *Config) { c.Overrides = overrides(t, "routes=1s/5s") })
 	if _, err := r.LoadLastKnownGood(); err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ const MaxOverrides = 16
 
 // ParseOverrides turns operator overrides "CLASS=WARN/EXPIRE[/ONEXPIRE]" (for
 // example "routes=1s/3s/failClosed"; "0" for a threshold that never applies) into
-// the policy set: defaults, with each named class replaced. An override carries no
-// jitter: an operator who sets a bound means that bound. It is the sidecar's
-// stand-in until pilot delivers StalenessPolicy.
+// the policies of the named classes only (Config.Overrides): they beat what pilot
+// delivers for those classes. An override carries no jitter: an operator who sets
+// a bound means that bound.
 func ParseOverrides(overrides []string) (staleness.Set, error) {
 	if len(overrides) > MaxOverrides {
 		return nil, fmt.Errorf("staleness: %d overrides, limit %d", len(overrides), MaxOverrides)
@@ -42,5 +42,9 @@ func ParseOverrides(overrides []string) (staleness.Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("staleness: %w", err)
 	}
-	return set, nil
+	out := make(staleness.Set, len(rules))
+	for _, r := range rules {
+		out[staleness.Class(r.Resource)] = set[staleness.Class(r.Resource)]
+	}
+	return out, nil
 }

@@ -63,8 +63,10 @@ type Config struct {
 	InsecureSkipManifest bool
 	// StateDir holds the last-known-good snapshot.
 	StateDir string
-	// Staleness is the per-class policy; nil means staleness.Defaults().
-	Staleness staleness.Set
+	// Overrides are the operator's per-class staleness policies (--staleness): a
+	// class present here ignores what pilot delivers; the others follow pilot's
+	// StalenessPolicy, else the defaults (see PolicyOverride). Nil: none.
+	Overrides staleness.Set
 	Logger    hclog.Logger
 	// Metrics, if set, is updated on activations, refusals and ticks.
 	Metrics *Metrics
@@ -114,6 +116,7 @@ type activeState struct {
 	resources []lkg.Resource
 	signed    *manifestpb.SignedManifest // nil in insecure mode
 	m         *manifest.Manifest
+	policy    *policy // staleness policy in force with this configuration
 	source    string
 	at        time.Time
 }
@@ -137,12 +140,12 @@ func New(cfg Config) (*Runtime, error) {
 	case cfg.PersistEvery < 0:
 		return nil, fmt.Errorf("%w: PersistEvery %s is negative", ErrConfig, cfg.PersistEvery)
 	}
-	if cfg.Staleness == nil {
-		cfg.Staleness = staleness.Defaults()
-	}
-	for _, c := range staleness.Classes() {
-		if _, ok := cfg.Staleness[c]; !ok {
-			return nil, fmt.Errorf("%w: Staleness: no policy for %s", ErrConfig, c)
+	for c, p := range cfg.Overrides {
+		if p.Class != c {
+			return nil, fmt.Errorf("%w: Overrides[%s]: policy is for class %q", ErrConfig, c, p.Class)
+		}
+		if err := p.Check(); err != nil {
+			return nil, fmt.Errorf("%w: Overrides[%s]: %v", ErrConfig, c, err)
 		}
 	}
 	if cfg.PersistEvery == 0 {
@@ -174,12 +177,14 @@ func (r *Runtime) Degraded() (string, bool) {
 	return "", false
 }
 
-// Types lists the xDS types the sidecar subscribes to, in push order: the manifest
-// last, unless manifests are skipped.
+// Types lists the xDS types the sidecar subscribes to, in push order: the four
+// Envoy types, then, unless manifests are skipped (a plain xDS server), the
+// StalenessPolicy pilot delivers (wildcard: one per sidecar; without it the
+// defaults apply) and the manifest last.
 func (r *Runtime) Types() []string {
 	ts := []string{xdsclient.TypeCluster, xdsclient.TypeEndpoint, xdsclient.TypeListener, xdsclient.TypeRoute}
 	if !r.cfg.InsecureSkipManifest {
-		ts = append(ts, manifest.TypeURL)
+		ts = append(ts, xdsresource.StalenessType, manifest.TypeURL)
 	}
 	return ts
 }
@@ -315,7 +320,8 @@ func (r *Runtime) Apply(_ context.Context, u *xdsclient.Update) error {
 		r.publishLocked()
 		return fmt.Errorf("activation: %w", err)
 	}
-	st := &activeState{cfg: cfg, digest: digest, versions: copyVersions(u.Versions), resources: raw, source: SourceXDS, at: now}
+	st := &activeState{cfg: cfg, digest: digest, versions: copyVersions(u.Versions), resources: raw, source: SourceXDS, at: now,
+		policy: effectivePolicy(r.cfg.Overrides, deliveredPolicy(state))}
 	if mv != nil {
 		st.signed, st.m = mv.Signed, mv.Verified
 	}

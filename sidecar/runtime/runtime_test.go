@@ -137,7 +137,7 @@ func TestSameContentIsNoOpAndResignExtendsValidity(t *testing.T) {
 	}
 	// And a restart can use it: the file's manifest and its manifest resource agree.
 	e.clock.Set(t0.Add(24*time.Hour + time.Minute))
-	r2 := e.runtime(func(c *Config) { c.Staleness = overrides(t, "routes=1h/48h", "listeners=1h/48h", "clusters=1h/48h") })
+	r2 := e.runtime(func(c *Config) { c.Overrides = overrides(t, "routes=1h/48h", "listeners=1h/48h", "clusters=1h/48h") })
 	if _, err := r2.LoadLastKnownGood(); err != nil || !r2.ActivateLastKnownGood() {
 		t.Fatalf("restart after re-sign: %v", err)
 	}
@@ -265,7 +265,7 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := e.runtime(func(c *Config) { c.Metrics = m; c.Staleness = overrides(t, "routes=1s/3s") })
+	r := e.runtime(func(c *Config) { c.Metrics = m; c.Overrides = overrides(t, "routes=1s/3s") })
 	res := mesh("127.0.0.1:9001")
 	if err := r.Apply(context.Background(), e.update(r, res, "v1", e.sign(res, signOpts{}))); err != nil {
 		t.Fatal(err)

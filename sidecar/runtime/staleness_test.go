@@ -12,7 +12,7 @@ import (
 func TestStalenessFailsClosedAndRecovers(t *testing.T) {
 	e := newEnv(t)
 	r := e.runtime(func(c *Config) {
-		c.Staleness = overrides(t, "routes=1s/3s/failClosed", "endpoints=1s/2s/serveStale")
+		c.Overrides = overrides(t, "routes=1s/3s/failClosed", "endpoints=1s/2s/serveStale")
 	})
 	if _, bad := r.Degraded(); bad {
 		t.Fatal("degraded before anything is active")
@@ -77,7 +77,7 @@ func TestStalenessFailsClosedAndRecovers(t *testing.T) {
 
 func TestConfirmationIgnoredWhilePending(t *testing.T) {
 	e := newEnv(t)
-	r := e.runtime(func(c *Config) { c.Staleness = overrides(t, "routes=1s/3s") })
+	r := e.runtime(func(c *Config) { c.Overrides = overrides(t, "routes=1s/3s") })
 	ctx := context.Background()
 	res := mesh("127.0.0.1:9001")
 	if err := r.Apply(ctx, e.update(r, res, "v1", e.sign(res, signOpts{}))); err != nil {

@@ -57,11 +57,6 @@ func (r *Runtime) loadLKG(now time.Time) (*xdsclient.Update, *activeState, error
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, s := range r.cfg.Staleness.EvaluateAll(snap.LastConfirmed, nil, now, r.seed) {
-		if routing(s.Class) && s.Level == staleness.Expired && s.Action != staleness.ServeStale {
-			return nil, nil, fmt.Errorf("%w: %s (last confirmed %s)", errStale, s.Reason, snap.LastConfirmed.UTC().Format(time.RFC3339))
-		}
-	}
 	u := &xdsclient.Update{Resources: map[string]map[string]xdsclient.Resource{}, Versions: map[string]string{}}
 	versions := map[string]map[string]bool{}
 	for _, res := range snap.Resources {
@@ -107,11 +102,16 @@ func (r *Runtime) loadLKG(now time.Time) (*xdsclient.Update, *activeState, error
 			state[typ][n] = res.Value
 		}
 	}
+	// Judged by the policy the snapshot carries: the one it was running with.
+	pol := effectivePolicy(r.cfg.Overrides, deliveredPolicy(state))
+	if err := expired(pol, snap.LastConfirmed, now, r.seed); err != nil {
+		return nil, nil, fmt.Errorf("%w (last confirmed %s)", err, snap.LastConfirmed.UTC().Format(time.RFC3339))
+	}
 	cfg, err := r.cfg.Compile(state)
 	if err != nil {
 		return nil, nil, fmt.Errorf("last-known-good: %w", err)
 	}
-	st := &activeState{cfg: cfg, digest: digest, versions: u.Versions, resources: raw, signed: snap.Manifest, m: m, source: SourceLKG}
+	st := &activeState{cfg: cfg, digest: digest, versions: u.Versions, resources: raw, signed: snap.Manifest, m: m, source: SourceLKG, policy: pol}
 	// lastConfirmed travels in at (overwritten with the activation time later).
 	st.at = snap.LastConfirmed
 	return u, st, nil
@@ -141,16 +141,13 @@ func (r *Runtime) ActivateLastKnownGood() bool {
 	}
 	now := r.cfg.Now()
 	confirmed := c.state.at
-	for _, s := range r.cfg.Staleness.EvaluateAll(confirmed, nil, now, r.seed) {
-		if routing(s.Class) && s.Level == staleness.Expired && s.Action != staleness.ServeStale {
-			err := fmt.Errorf("%w: %s", errStale, s.Reason)
-			r.lkgCand = nil
-			r.lkgInfo.Loaded = "refused (staleness): " + err.Error()
-			r.notReady = "last-known-good refused (staleness check failed): " + err.Error() + "; waiting for pilot"
-			r.log.Error("last-known-good refused", "check", "staleness", "path", r.lkgInfo.Path, "error", err)
-			r.publishLocked()
-			return false
-		}
+	if err := expired(c.state.policy, confirmed, now, r.seed); err != nil {
+		r.lkgCand = nil
+		r.lkgInfo.Loaded = "refused (staleness): " + err.Error()
+		r.notReady = "last-known-good refused (staleness check failed): " + err.Error() + "; waiting for pilot"
+		r.log.Error("last-known-good refused", "check", "staleness", "path", r.lkgInfo.Path, "error", err)
+		r.publishLocked()
+		return false
 	}
 	st := *c.state
 	st.at = now
@@ -158,6 +155,16 @@ func (r *Runtime) ActivateLastKnownGood() bool {
 	r.activateLocked(&st, confirmed)
 	r.publishLocked()
 	return true
+}
+
+// expired reports (as errStale) a routing class that fails closed at now.
+func expired(p *policy, confirmed, now time.Time, seed uint64) error {
+	for _, s := range p.set.EvaluateAll(confirmed, nil, now, seed) {
+		if routing(s.Class) && s.Level == staleness.Expired && s.Action != staleness.ServeStale {
+			return fmt.Errorf("%w: %s", errStale, s.Reason)
+		}
+	}
+	return nil
 }
 
 // routing reports whether c is a class whose expiry fails requests closed.

@@ -65,6 +65,9 @@ type ClassState struct {
 	ExpiresAt  time.Time `json:"expiresAt,omitzero"`
 	Action     string    `json:"action,omitempty"`
 	Reason     string    `json:"reason"`
+	// Policy is the policy judging the class and its source (override, pilot,
+	// default).
+	Policy PolicyInfo `json:"policy"`
 }
 
 // Counters count activation outcomes since start.
@@ -120,11 +123,12 @@ func (r *Runtime) evaluateLocked(now time.Time) {
 		r.degraded.Store(nil)
 		return
 	}
-	r.states = r.cfg.Staleness.EvaluateAll(r.lastConfirmed, nil, now, r.seed)
+	set := r.cur.policy.set
+	r.states = set.EvaluateAll(r.lastConfirmed, nil, now, r.seed)
 	var reason *string
 	for _, s := range r.states {
 		if routing(s.Class) && s.Level == staleness.Expired && s.Action != staleness.ServeStale {
-			why := DegradedReason(s, r.cfg.Staleness[s.Class].EffectiveExpireAfter(r.seed))
+			why := DegradedReason(s, set[s.Class].EffectiveExpireAfter(r.seed))
 			reason = &why
 			break
 		}
@@ -165,8 +169,9 @@ func (r *Runtime) publishLocked() {
 		Staleness:     []ClassState{},
 	}
 	for _, s := range r.states {
+		// states is non-empty only while cur is set (evaluateLocked).
 		d.Staleness = append(d.Staleness, ClassState{Class: string(s.Class), Level: s.Level.String(), Age: s.Age.Round(time.Millisecond).String(),
-			AgeSeconds: s.Age.Seconds(), ExpiresAt: s.ExpiresAt, Action: string(s.Action), Reason: s.Reason})
+			AgeSeconds: s.Age.Seconds(), ExpiresAt: s.ExpiresAt, Action: string(s.Action), Reason: s.Reason, Policy: r.cur.policy.info(s.Class)})
 	}
 	if c := r.cur; c != nil {
 		a := &ActiveInfo{Source: c.source, ActivatedAt: c.at, Digest: c.digest, Versions: c.versions, Resources: map[string]int{}}

@@ -9,7 +9,8 @@
 //     by compile (ir.Mesh.Scopes): the services of the sidecar's own namespace,
 //     every Service a Route of that namespace names, and transitively whatever the
 //     effective routes of those Services send to, so every route it holds only
-//     references clusters it also holds.
+//     references clusters it also holds. It also gets its staleness policy
+//     (staleness.go): the rules of the StalenessPolicies that select it.
 //   - Any other client (proxyless gRPC, a debugging tool): it gets the whole mesh,
 //     with one api_listener Listener per HTTP-family service port named
 //     "<svc>.<ns>.svc.<domain>:<port>" and a route configuration of the same name.
@@ -114,13 +115,14 @@ type class struct {
 	namespace   string
 	inboundPort uint32
 	backs       []*ir.Service // services of its namespace whose selector matches it, sorted
+	staleness   stalenessPick // the StalenessPolicies that select it
 }
 
 // classKey is the memo key of a class: namespace, port and backed services.
 type classKey string
 
 func workloadClass(mesh *ir.Mesh, n *node.Node) class {
-	c := class{namespace: n.Namespace, inboundPort: n.InboundPort}
+	c := class{namespace: n.Namespace, inboundPort: n.InboundPort, staleness: pickStaleness(mesh, n)}
 	if c.inboundPort == 0 {
 		c.inboundPort = InboundPort
 	}
@@ -169,6 +171,8 @@ func (c class) key() classKey {
 		b.WriteByte(0)
 		b.WriteString(s.Name)
 	}
+	b.WriteByte(1) // names never hold \x01: the staleness pick cannot run into them
+	b.WriteString(c.staleness.key())
 	return classKey(b.String())
 }
 
@@ -182,6 +186,9 @@ func sidecarSnapshot(mesh *ir.Mesh, c class) (*snapshot.Snapshot, error) {
 		return nil, err
 	}
 	sets := b.sets()
+	if sets[snapshot.StalenessType], err = stalenessSet(mesh, c.staleness); err != nil {
+		return nil, err
+	}
 	if len(in.clusters) > 0 {
 		// The shared maps are never written; the inbound pieces go into copies
 		// of the two types they add to. Inbound clusters depend only on target

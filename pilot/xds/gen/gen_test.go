@@ -13,6 +13,7 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/google/go-cmp/cmp"
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/bootstrap/stalenesspb"
 	"github.com/weft-mesh/weft/pilot/compile"
 	"github.com/weft-mesh/weft/pilot/ir"
 	"github.com/weft-mesh/weft/pilot/resource"
@@ -73,7 +74,8 @@ func TestProxyArguments(t *testing.T) {
 }
 
 // TestEmptyMesh: a hand-built, empty mesh gives every kind of node an empty,
-// consistent snapshot.
+// consistent snapshot, except that a sidecar always gets its (here empty)
+// staleness policy.
 func TestEmptyMesh(t *testing.T) {
 	m := &ir.Mesh{Revision: 4}
 	m.Index()
@@ -83,6 +85,12 @@ func TestEmptyMesh(t *testing.T) {
 			t.Errorf("%s: revision %d", n.ID, s.Revision)
 		}
 		for _, typ := range snapshot.PushOrder {
+			if typ == snapshot.StalenessType && n.Registers() {
+				if r, ok := s.Resources[typ][stalenesspb.Name]; len(s.Resources[typ]) != 1 || !ok || len(r.Any.GetValue()) != 0 {
+					t.Errorf("%s: staleness %v, want one empty policy", n.ID, s.Names(typ))
+				}
+				continue
+			}
 			if len(s.Resources[typ]) != 0 {
 				t.Errorf("%s: %s not empty: %v", n.ID, typ, s.Names(typ))
 			}

@@ -14,7 +14,7 @@ import (
 // activating a config: its xDS decoders, then dataplane compile.
 func sidecarAccepts(s *snapshot.Snapshot) error {
 	state := map[string]map[string]any{}
-	for _, typ := range []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.ListenerType, snapshot.RouteType} {
+	for _, typ := range []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.ListenerType, snapshot.RouteType, snapshot.StalenessType} {
 		byName := map[string]any{}
 		for name, r := range s.Resources[typ] {
 			got, v, err := xdsresource.Decode(typ, r.Any)
