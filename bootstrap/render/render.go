@@ -71,7 +71,7 @@ type Settings struct {
 	// for a signed manifest (interop with plain xDS servers) and nothing is persisted.
 	InsecureSkipManifest bool
 	// Staleness holds operator overrides "CLASS=WARN/EXPIRE[/ONEXPIRE]" (the sidecar
-	// parses them), in effect until pilot delivers a StalenessPolicy.
+	// parses them); for its class, one beats pilot's delivered StalenessPolicy.
 	Staleness []string
 }
 
@@ -128,7 +128,7 @@ func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, err
 	fs.StringVar(&f.AppAddress, "app-address", "", "application IP (default "+DefaultAppAddress+")")
 	fs.StringVar(&f.XDSMode, "xds-mode", "", "delta|sotw (default delta)")
 	fs.BoolVar(&f.InsecureSkipManifest, "insecure-skip-manifest", false, "activate without pilot's signed manifest (plain xDS servers); allows no publisher-key")
-	fs.Var(&stale, "staleness", "operator override CLASS=WARN/EXPIRE[/ONEXPIRE], repeatable")
+	fs.Var(&stale, "staleness", "operator override CLASS=WARN/EXPIRE[/ONEXPIRE], repeatable; beats pilot's StalenessPolicy for that class")
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}

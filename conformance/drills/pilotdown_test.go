@@ -184,3 +184,71 @@ func TestDrillRoutingExpiry(t *testing.T) {
 		})
 	}
 }
+
+// stalenessPolicyYAML: routes expire 2s after the last confirmation, without
+// jitter, for the drill's sidecar (app=productpage).
+const stalenessPolicyYAML = `apiVersion: mesh.weft.dev/v1alpha1
+kind: StalenessPolicy
+metadata: {name: productpage-fast, namespace: shop}
+spec:
+  selector: {app: productpage}
+  rules:
+  - {resource: routes, warnAfter: 500ms, expireAfter: 2s, onExpire: failClosed, jitter: 0}
+`
+
+// Drill (e), delivered: the same expiry with no sidecar flag. A StalenessPolicy
+// applied with meshctl reaches the sidecar over ADS (config_dump shows it as
+// pilot's); pilot killed, the sidecar answers 503 x-weft-degraded after that
+// bound, and resumes when pilot returns.
+func TestDrillRoutingExpiryDeliveredPolicy(t *testing.T) {
+	w, cp := setup(t, "pilot", "127.77.70")
+	p := cp.(*pilotProc)
+	p.apply(stalenessPolicyYAML)
+	sc := startSidecar(t, w, cp.addr())
+	sc.waitReady(10 * time.Second)
+	var routes runtime.PolicyInfo
+	eventually(t, 10*time.Second, "pilot's routes policy in config_dump", func() bool {
+		for _, s := range sc.configDump().Staleness {
+			if s.Class == "routes" {
+				routes = s.Policy
+			}
+		}
+		return routes.Source == runtime.PolicyPilot
+	})
+	want := runtime.PolicyInfo{Source: runtime.PolicyPilot, From: "shop/productpage-fast", WarnAfter: "500ms", ExpireAfter: "2s", OnExpire: "failClosed"}
+	if routes != want {
+		t.Fatalf("routes policy %+v, want %+v", routes, want)
+	}
+	if code, body, _, err := get(hc, w, "reviews:9080", "/"); err != nil || code != http.StatusOK || body != "v1 /" {
+		t.Fatalf("before: %d %q %v", code, body, err)
+	}
+
+	cp.down()
+	killed := time.Now()
+	var hdr string
+	eventually(t, 10*time.Second, "503 with x-weft-degraded", func() bool {
+		code, _, h, err := get(hc, w, "reviews:9080", "/")
+		if err != nil || code != http.StatusServiceUnavailable {
+			return false
+		}
+		hdr = h.Get("x-weft-degraded")
+		return true
+	})
+	// The age counts from the last confirmation (at or before the kill).
+	if !strings.HasPrefix(hdr, "routes expired (age ") || !strings.HasSuffix(hdr, " > expireAfter 2s)") {
+		t.Fatalf("x-weft-degraded = %q", hdr)
+	}
+	if code, body := sc.ready(); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "routing fails closed: routes expired") {
+		t.Fatalf("readiness while expired = %d %q", code, body)
+	}
+	t.Logf("expired %s after pilot was killed: %s", time.Since(killed).Round(time.Millisecond), hdr)
+
+	cp.up()
+	eventually(t, 40*time.Second, "service resumes after pilot returns", func() bool {
+		code, body, _, err := get(hc, w, "reviews:9080", "/")
+		return err == nil && code == http.StatusOK && body == "v1 /"
+	})
+	if code, body := sc.ready(); code != http.StatusOK {
+		t.Fatalf("readiness after recovery = %d %q", code, body)
+	}
+}
