@@ -23,7 +23,6 @@ import (
 // sourceConfig configures the ADS source that sits between meshcache and ads.
 type sourceConfig struct {
 	Logger   hclog.Logger
-	Status   *status.Tracker
 	Key      ed25519.PrivateKey // publisher key signing every sidecar's manifest
 	Validity time.Duration      // manifest validity; re-signed at half of it
 	Clock    func() time.Time   // nil = time.Now

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
@@ -131,5 +132,49 @@ func TestCheckCache(t *testing.T) {
 		if calls != st.wantCalls {
 			t.Fatalf("step %d: %d checks, want %d", i, calls, st.wantCalls)
 		}
+	}
+}
+
+// TestGenErrorReported: a scope's failed generation wakes its streams, each
+// reports it once for its node, and a later success clears it.
+func TestGenErrorReported(t *testing.T) {
+	type report struct {
+		node string
+		rev  int64
+		msg  string
+	}
+	var got []report
+	s := newSource(sourceConfig{Logger: hclog.NewNullLogger(), Key: testKey(t), Validity: time.Hour,
+		ReportGenError: func(id string, rev int64, msg string) { got = append(got, report{id, rev, msg}) }})
+	key := meshcache.DefaultScopeKey(sidecar)
+	w := &watch{s: s, n: sidecar, key: key, changed: make(chan struct{}, 1)}
+	s.scopes[key] = map[*watch]struct{}{w: {}}
+	woken := func() bool {
+		select {
+		case <-w.changed:
+			return true
+		default:
+			return false
+		}
+	}
+
+	s.recordGen(key, 5, errors.New("bad"))
+	if !woken() {
+		t.Fatal("a failed generation did not wake the scope's stream")
+	}
+	w.reportGenError()
+	w.reportGenError() // once per change
+	s.recordGen(key, 6, nil)
+	if !woken() {
+		t.Fatal("a recovered generation did not wake the scope's stream")
+	}
+	w.reportGenError()
+	s.recordGen(key, 7, nil) // nothing to clear: no wakeup
+	if woken() {
+		t.Fatal("a success after a success woke the stream")
+	}
+	want := []report{{"reviews-1", 5, "bad"}, {"reviews-1", 0, ""}}
+	if d := cmp.Diff(want, got, cmp.AllowUnexported(report{})); d != "" {
+		t.Errorf("reports (-want +got):\n%s", d)
 	}
 }

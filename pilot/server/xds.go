@@ -114,7 +114,7 @@ func ServeADS(lim XDSLimits) XDSFunc {
 		log.Info("publisher key loaded", "key_id", manifest.KeyID(priv.Public().(ed25519.PublicKey)))
 
 		src := newSource(sourceConfig{
-			Logger: log.Named("source"), Status: env.Status, Key: priv, Validity: lim.ManifestValidity,
+			Logger: log.Named("source"), Key: priv, Validity: lim.ManifestValidity,
 			ReportGenError: func(nodeID string, rev int64, msg string) {}, // TODO status
 		})
 		cache, err := meshcache.New(meshcache.Config{
