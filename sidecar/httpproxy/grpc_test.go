@@ -84,7 +84,7 @@ func mesh(t *testing.T, app netip.AddrPort, appH2 bool) *sidecar {
 	out.Add(xdsresource.ListenerType, dt.HTTPListener("outbound", addrOf(outLn), "80"))
 	out.Add(xdsresource.RouteType, dt.RouteConfig("80", dt.VirtualHost("svc", []string{"svc", "svc:80"}, dt.PrefixRoute("/", peer, 0))))
 	out.Add(xdsresource.ClusterType, dt.EDSCluster(peer, dt.ClusterOpts{HTTP2: true}))
-	out.Add(xdsresource.EndpointType, dt.Endpoints(peer, addrOf(inLn)))
+	out.Add(xdsresource.EndpointType, dt.MarkPeer(dt.Endpoints(peer, addrOf(inLn)), addrOf(inLn)))
 	return startSidecar(t, outLn, out, sidecarOpts{})
 }
 

@@ -362,9 +362,13 @@ func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Wr
 		Method: string(req.buf[req.m0:req.m1]), URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: make(http.Header, len(req.fields)), ContentLength: req.contentLength, RemoteAddr: t.Source.String(),
 	}
+	var connTokens []string // headers the client named hop-by-hop in Connection
 	for i := range req.fields {
 		n := req.name(i)
 		if hopByHop(n) {
+			if len(n) == len("connection") && equalFoldLower(n, "connection") {
+				connTokens = append(connTokens, strings.Split(string(req.value(i)), ",")...)
+			}
 			continue
 		}
 		k := http.CanonicalHeaderKey(string(n))
@@ -373,6 +377,11 @@ func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Wr
 			continue
 		}
 		hr.Header[k] = append(hr.Header[k], string(req.value(i)))
+	}
+	for _, tok := range connTokens {
+		if tok = strings.TrimSpace(tok); tok != "" {
+			hr.Header.Del(tok)
+		}
 	}
 	switch {
 	case req.chunked:
