@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/weft-mesh/weft/sidecar/cluster"
@@ -25,6 +26,7 @@ import (
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/sidecar/listener"
 	"github.com/weft-mesh/weft/sidecar/tcpproxy"
+	"github.com/weft-mesh/weft/sidecar/xdsresource"
 )
 
 func main() {
@@ -38,6 +40,7 @@ func run() error {
 	listen := flag.String("listen", "127.0.0.1:15001", "listen address")
 	upstreams := flag.String("upstream", "127.0.0.1:9000", "comma-separated upstream endpoints")
 	h2 := flag.Bool("h2", false, "upstream speaks h2c")
+	peer := flag.Bool("peer", false, "upstreams are peer sidecars (weft.peer=sidecar, as pilot marks them): HTTP goes to them over h2c")
 	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this address")
 	flag.Parse()
 	log := hclog.New(&hclog.LoggerOptions{Name: "benchproxy", Level: hclog.Warn})
@@ -53,7 +56,13 @@ func run() error {
 		}
 		ups = append(ups, a)
 	}
-	cfg, err := dataplanetest.Simple("bench", la, *h2, ups...).Compile(dataplane.Options{})
+	res := dataplanetest.Simple("bench", la, *h2, ups...)
+	if *peer {
+		for _, m := range res[xdsresource.EndpointType] {
+			dataplanetest.MarkPeer(m.(*endpointv3.ClusterLoadAssignment), ups...)
+		}
+	}
+	cfg, err := res.Compile(dataplane.Options{})
 	if err != nil {
 		return err
 	}
