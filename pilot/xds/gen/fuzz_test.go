@@ -9,6 +9,8 @@ import (
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/pilot/compile"
 	"github.com/weft-mesh/weft/pilot/resource"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+	"github.com/weft-mesh/weft/sidecar/xdsresource"
 )
 
 // FuzzCompileGen feeds user YAML through the real path (resource.Decode, then
@@ -58,6 +60,13 @@ func FuzzCompileGen(f *testing.F) {
 			}
 			if err := Consistent(s); err != nil {
 				t.Fatalf("Proxy(%s) inconsistent: %v", p.ID, err)
+			}
+			// Whatever StalenessPolicy Decode accepts reaches a sidecar as a
+			// policy the sidecar's own decoder accepts.
+			for _, r := range s.Resources[snapshot.StalenessType] {
+				if _, _, err := xdsresource.Decode(snapshot.StalenessType, r.Any); err != nil {
+					t.Fatalf("Proxy(%s): sidecar refuses its staleness policy: %v", p.ID, err)
+				}
 			}
 		}
 	})
