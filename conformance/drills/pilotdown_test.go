@@ -152,35 +152,7 @@ func TestDrillRoutingExpiry(t *testing.T) {
 			w, cp := setup(t, kind, fmt.Sprintf("127.77.5%d", i))
 			sc := startSidecar(t, w, cp.addr(), "--staleness", "routes=500ms/2s/failClosed")
 			sc.waitReady(10 * time.Second)
-
-			cp.down()
-			var hdr string
-			eventually(t, 10*time.Second, "503 with x-weft-degraded", func() bool {
-				code, _, h, err := get(hc, w, "reviews:9080", "/")
-				if err != nil || code != http.StatusServiceUnavailable {
-					return false
-				}
-				hdr = h.Get("x-weft-degraded")
-				return true
-			})
-			if !strings.HasPrefix(hdr, "routes expired (age ") || !strings.HasSuffix(hdr, " > expireAfter 2s)") {
-				t.Fatalf("x-weft-degraded = %q", hdr)
-			}
-			if code, body := sc.ready(); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "routing fails closed: routes expired") {
-				t.Fatalf("readiness while expired = %d %q", code, body)
-			}
-			t.Logf("%s: expired: %s", kind, hdr)
-
-			cp.up()
-			start := time.Now()
-			eventually(t, 40*time.Second, "service resumes after pilot returns", func() bool {
-				code, body, _, err := get(hc, w, "reviews:9080", "/")
-				return err == nil && code == http.StatusOK && body == "v1 /"
-			})
-			t.Logf("%s: service resumed %s after pilot returned", kind, time.Since(start).Round(time.Millisecond))
-			if code, body := sc.ready(); code != http.StatusOK {
-				t.Fatalf("readiness after recovery = %d %q", code, body)
-			}
+			expireAndResume(t, w, sc, cp)
 		})
 	}
 }
@@ -223,6 +195,14 @@ func TestDrillRoutingExpiryDeliveredPolicy(t *testing.T) {
 		t.Fatalf("before: %d %q %v", code, body, err)
 	}
 
+	expireAndResume(t, w, sc, cp)
+}
+
+// expireAndResume kills the control plane, waits for routing to fail closed
+// (503 with x-weft-degraded naming the routes' expireAfter of 2s, not ready),
+// then restarts it and waits for service and readiness to come back.
+func expireAndResume(t *testing.T, w ws, sc *sidecar, cp controlPlane) {
+	t.Helper()
 	cp.down()
 	killed := time.Now()
 	var hdr string
@@ -241,13 +221,15 @@ func TestDrillRoutingExpiryDeliveredPolicy(t *testing.T) {
 	if code, body := sc.ready(); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "routing fails closed: routes expired") {
 		t.Fatalf("readiness while expired = %d %q", code, body)
 	}
-	t.Logf("expired %s after pilot was killed: %s", time.Since(killed).Round(time.Millisecond), hdr)
+	t.Logf("expired %s after the control plane was killed: %s", time.Since(killed).Round(time.Millisecond), hdr)
 
 	cp.up()
+	start := time.Now()
 	eventually(t, 40*time.Second, "service resumes after pilot returns", func() bool {
 		code, body, _, err := get(hc, w, "reviews:9080", "/")
 		return err == nil && code == http.StatusOK && body == "v1 /"
 	})
+	t.Logf("service resumed %s after the control plane returned", time.Since(start).Round(time.Millisecond))
 	if code, body := sc.ready(); code != http.StatusOK {
 		t.Fatalf("readiness after recovery = %d %q", code, body)
 	}
