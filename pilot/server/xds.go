@@ -115,7 +115,7 @@ func ServeADS(lim XDSLimits) XDSFunc {
 
 		src := newSource(sourceConfig{
 			Logger: log.Named("source"), Key: priv, Validity: lim.ManifestValidity,
-			ReportGenError: func(nodeID string, rev int64, msg string) {}, // TODO status
+			ReportGenError: env.Status.GenError,
 		})
 		cache, err := meshcache.New(meshcache.Config{
 			Store: env.Store, Logger: log.Named("meshcache"),

@@ -22,6 +22,8 @@ type Conn struct {
 	disconnected time.Time           // zero while connected
 	types        map[string]*typeRec // type URL -> record
 	effective    int64
+	genErr       string // why pilot refused to send the snapshot generated for this proxy ("" = none)
+	genErrRev    int64  // the revision that snapshot was generated at
 }
 
 type typeRec struct {
@@ -204,6 +206,9 @@ func (c *Conn) rollup() (disconnected bool, effective, rejected int64) {
 			rejected = r.revisionSent
 		}
 	}
+	if c.genErr != "" && c.genErrRev > rejected {
+		rejected = c.genErrRev
+	}
 	return !c.disconnected.IsZero(), c.effective, rejected
 }
 
@@ -233,13 +238,19 @@ type ProxyStatus struct {
 	DisconnectedAt    *time.Time   `json:"disconnectedAt,omitempty"`
 	EffectiveRevision int64        `json:"effectiveRevision"`
 	Types             []TypeStatus `json:"types"`
+	// GenError is why pilot refused to send the snapshot it generated for this
+	// proxy at GenErrorRevision (it failed pilot's copy of the sidecar's own
+	// validation); the proxy keeps what it has.
+	GenError         string `json:"genError,omitempty"`
+	GenErrorRevision int64  `json:"genErrorRevision,omitempty"`
 }
 
 // Status returns a copy of the connection's status.
 func (c *Conn) Status() ProxyStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ps := ProxyStatus{Node: c.id, Namespace: c.node.Namespace, ConnectedSince: c.connectedAt, LastSeen: c.lastSeen, EffectiveRevision: c.effective}
+	ps := ProxyStatus{Node: c.id, Namespace: c.node.Namespace, ConnectedSince: c.connectedAt, LastSeen: c.lastSeen, EffectiveRevision: c.effective,
+		GenError: c.genErr, GenErrorRevision: c.genErrRev}
 	for _, typ := range orderedTypes(c.types) {
 		r := c.types[typ]
 		ts := TypeStatus{Type: TypeName(typ), TypeURL: typ, Status: r.status(), VersionSent: r.versionSent, Nonce: r.nonce,
@@ -294,4 +305,15 @@ func orderedTypes(m map[string]*typeRec) []string {
 	}
 	sort.Strings(rest)
 	return append(out, rest...)
+}
+
+// GenError records that pilot refused to send the snapshot generated for this
+// proxy at rev, and why; msg "" clears it (a later generation was sent).
+func (c *Conn) GenError(rev int64, msg string) {
+	c.mu.Lock()
+	c.genErr, c.genErrRev = msg, rev
+	if msg == "" {
+		c.genErrRev = 0
+	}
+	c.mu.Unlock()
 }

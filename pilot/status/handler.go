@@ -17,6 +17,9 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	// And Weft's own types.
+	_ "github.com/weft-mesh/weft/bootstrap/stalenesspb"
+	_ "github.com/weft-mesh/weft/certs/manifest/manifestpb"
 )
 
 // Handler serves the status API:

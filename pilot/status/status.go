@@ -276,6 +276,9 @@ func (t *Tracker) Revision(rev int64) RevisionStatus {
 					rs.Rejections = append(rs.Rejections, Rejection{Node: ps.Node, Type: ts.Type, Version: ts.VersionRejected, Nonce: ts.NonceRejected, Error: ts.Error})
 				}
 			}
+			if ps.GenError != "" && ps.GenErrorRevision >= rev {
+				rs.Rejections = append(rs.Rejections, Rejection{Node: ps.Node, Type: GenerationType, Error: ps.GenError})
+			}
 		default:
 			rs.Pending++
 		}
@@ -292,6 +295,21 @@ func (t *Tracker) Revision(rev int64) RevisionStatus {
 	return rs
 }
 
+// GenerationType is the Rejection.Type of a snapshot pilot itself refused to
+// send to a proxy (ProxyStatus.GenError).
+const GenerationType = "GENERATION"
+
+// GenError records, on the current connection of node id, that pilot refused
+// the snapshot generated for it at rev and why (msg), or clears it (msg "").
+// An unknown node is ignored: its next connection reports again.
+func (t *Tracker) GenError(id string, rev int64, msg string) {
+	c, err := t.conn(id)
+	if err != nil {
+		return
+	}
+	c.GenError(rev, msg)
+}
+
 // TypeName is the short name of an xDS type URL used in labels and JSON.
 func TypeName(typeURL string) string {
 	switch typeURL {
@@ -305,6 +323,10 @@ func TypeName(typeURL string) string {
 		return "RDS"
 	case snapshot.SecretType:
 		return "SDS"
+	case snapshot.StalenessType:
+		return "STALENESS"
+	case snapshot.ManifestType:
+		return "MANIFEST"
 	}
 	return "other"
 }

@@ -70,6 +70,9 @@ func (e *env) proxyStatus(ctx context.Context, args []string) error {
 				notes = append(notes, fmt.Sprintf("%s %s NACKED version %s: %s", ps.Node, columnName(ts.TypeURL), ts.VersionRejected, oneLine(ts.Error)))
 			}
 		}
+		if ps.GenError != "" {
+			notes = append(notes, fmt.Sprintf("%s: pilot refused its snapshot at revision %d (not sent): %s", ps.Node, ps.GenErrorRevision, oneLine(ps.GenError)))
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return fail(ExitOther, "writing output: %v", err)

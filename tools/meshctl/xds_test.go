@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/pilot/server/servertest"
@@ -165,3 +169,29 @@ func TestRolloutStatus(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestProxyStatusNotes: a NACKED type and a snapshot pilot refused to send are
+// spelled out under the table, one line each.
+func TestProxyStatusNotes(t *testing.T) {
+	body := `{"proxies":[{"node":"p1","status":"NACKED","connectedSince":"2026-01-01T00:00:00Z","lastSeen":"2026-01-01T00:00:00Z",
+  "effectiveRevision":4,"genError":"snapshot for p1 at revision 6 fails sidecar validation, not sent: CDS \"c\":\nbad","genErrorRevision":6,
+  "types":[{"type":"CDS","typeUrl":"` + snapshot.ClusterType + `","status":"NACKED","versionRejected":"v5","error":"cluster c:\n  refused"},
+           {"type":"MANIFEST","typeUrl":"type.googleapis.com/weft.manifest.v1.SignedManifest","status":"SYNCED"}]}]}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(body)) }))
+	defer srv.Close()
+	var out, errb bytes.Buffer
+	if code := meshctl.Run(context.Background(), []string{"--pilot", srv.URL, "proxy-status"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := []string{
+		`p1 CDS NACKED version v5: cluster c: refused`,
+		`p1: pilot refused its snapshot at revision 6 (not sent): snapshot for p1 at revision 6 fails sidecar validation, not sent: CDS "c": bad`,
+	}
+	if len(lines) != 4 || !regexp.MustCompile(`^p1 +NACKED +- +- +- +SYNCED +4 `).MatchString(lines[1]) {
+		t.Fatalf("table:\n%s", out.String())
+	}
+	if d := cmp.Diff(want, lines[2:]); d != "" {
+		t.Errorf("notes (-want +got):\n%s", d)
+	}
+}
