@@ -1,0 +1,66 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// sidecarTags are the build tags `make build` gives the sidecar (Makefile
+// SIDECAR_BUILD); TestMakefileBuildsSidecarLean keeps the two in step.
+const sidecarTags = "grpcnotrace"
+
+// The sidecar's idle RSS (issue #4: <= 20 MiB) is mostly its own code and
+// read-only data, so a dependency that makes the linker keep dead code costs
+// megabytes of resident memory. These packages call reflect's Method/MethodByName
+// with computed names, after which the linker keeps every exported method of
+// every linked type: with the Envoy protos linked, ~5 MiB more binary.
+func TestNoDependencyDisablingDeadMethodElimination(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-tags", sidecarTags, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	deps := map[string]bool{}
+	for _, p := range strings.Fields(string(out)) {
+		deps[p] = true
+	}
+	if !deps["github.com/weft-mesh/weft/sidecar/app"] {
+		t.Fatalf("go list output lacks sidecar/app; is it the dependency list?\n%s", out)
+	}
+	for _, tc := range []struct{ pkg, via string }{
+		{"text/template", "templates call methods by name"},
+		{"html/template", "templates call methods by name"},
+		{"golang.org/x/net/trace", "grpc without the grpcnotrace tag; brings html/template"},
+	} {
+		if deps[tc.pkg] {
+			t.Errorf("sidecar depends on %s (%s): the linker keeps every exported method; find the importer with `go list -deps -f '{{.ImportPath}}: {{.Imports}}' -tags %s ./sidecar/cmd/sidecar`",
+				tc.pkg, tc.via, sidecarTags)
+		}
+	}
+}
+
+// The flags the RSS target is measured with must be the ones `make build` uses.
+func TestMakefileBuildsSidecarLean(t *testing.T) {
+	mk, err := os.ReadFile("../../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := regexp.MustCompile(`(?m)^SIDECAR_BUILD \?= (.*)$`).FindSubmatch(mk)
+	if def == nil {
+		t.Fatal("Makefile: no SIDECAR_BUILD definition")
+	}
+	for _, want := range []string{"CGO_ENABLED=0", "-tags " + sidecarTags} {
+		if !strings.Contains(string(def[1]), want) {
+			t.Errorf("Makefile SIDECAR_BUILD = %q lacks %q", def[1], want)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^\t\$\(SIDECAR_BUILD\) -o \$\(BIN\)/sidecar \./sidecar/cmd/sidecar$`).Match(mk) {
+		t.Error("Makefile build target does not build bin/sidecar with $(SIDECAR_BUILD)")
+	}
+}
