@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"go.uber.org/goleak"
@@ -214,5 +215,27 @@ func BenchmarkRoute(b *testing.B) {
 		if rt.Lookup("svc500:9080").Match("/api/v1/items?x=1", h).Name != "b" {
 			b.Fatal("wrong route")
 		}
+	}
+}
+
+// TestCompileCarriesPeerMarking: an endpoint pilot marked as a peer sidecar's
+// inbound listener stays marked in the compiled cluster; the others do not.
+func TestCompileCarriesPeerMarking(t *testing.T) {
+	peer := dt.MustAddr("127.0.0.2:15006")
+	r := dt.Simple("outbound", dt.MustAddr("127.0.0.1:15001"), false, ep, peer)
+	for _, m := range r[xdsresource.EndpointType] {
+		dt.MarkPeer(m.(*endpointv3.ClusterLoadAssignment), peer)
+	}
+	cfg, err := r.Compile(dataplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, e := range cfg.Cluster("backend").Endpoints() {
+		got[e.Address()] = e.Peer
+	}
+	want := map[string]bool{ep.String(): false, peer.String(): true}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("peer marking = %v, want %v", got, want)
 	}
 }
