@@ -48,7 +48,6 @@ func listPackages(t *testing.T) []pkg {
 type rule struct {
 	from, to string
 	why      string
-	except   []string // packages under from the rule does not cover
 }
 
 var rules = []rule{
