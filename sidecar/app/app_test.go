@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,6 +81,8 @@ func TestRunRefusesToStart(t *testing.T) {
 	}{
 		{"no logger", settings(t, "127.77.9.1"), Options{}, "sidecar: Options.Logger required"},
 		{"LKG wait too long", settings(t, "127.77.9.1"), Options{Logger: log, LKGWait: time.Minute}, "sidecar: LKGWait 1m0s exceeds 10s"},
+		{"memory release too often", settings(t, "127.77.9.1"), Options{Logger: log, MemoryRelease: 999 * time.Millisecond}, "sidecar: MemoryRelease 999ms outside [1s, 1h0m0s]"},
+		{"memory release too rare", settings(t, "127.77.9.1"), Options{Logger: log, MemoryRelease: time.Hour + time.Second}, "sidecar: MemoryRelease 1h0m1s outside [1s, 1h0m0s]"},
 		{"bad override", settings(t, "127.77.9.1", "--staleness", "routes=1s"), Options{Logger: log}, `sidecar: staleness[0]: "routes=1s": want CLASS=WARN/EXPIRE[/ONEXPIRE]`},
 		{"port in use", settings(t, "127.77.9.2"), Options{Logger: log}, "sidecar: outbound listener: listen tcp 127.77.9.2:15001: bind: address already in use"},
 	}
@@ -142,5 +145,44 @@ func TestRunNotReadyWithoutPilot(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("Run did not return after cancel")
+	}
+}
+
+// Run releases memory every MemoryRelease (the smallest allowed here) and not
+// at all when it is negative; the releasing goroutine stops with Run.
+func TestRunReleasesMemory(t *testing.T) {
+	tests := []struct {
+		name  string
+		ip    string
+		every time.Duration
+		want  int64 // at least this many releases
+	}{
+		{"every second", "127.77.9.4", MinMemoryRelease, 2},
+		{"off", "127.77.9.5", -1, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var n atomic.Int64
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				done <- Run(ctx, settings(t, tc.ip), Options{Logger: hclog.NewNullLogger(), MemoryRelease: tc.every, release: func() { n.Add(1) }})
+			}()
+			wait := 2*MinMemoryRelease + 500*time.Millisecond
+			if tc.want > 0 {
+				wait = 20 * time.Second // a loaded machine may run the ticker late
+			}
+			for deadline := time.Now().Add(wait); n.Load() < max(tc.want, 1) && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+			got := n.Load()
+			if tc.want == 0 && got != 0 || got < tc.want {
+				t.Fatalf("%d releases, want %d", got, tc.want)
+			}
+		})
 	}
 }
