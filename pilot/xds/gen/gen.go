@@ -171,8 +171,10 @@ func (c class) key() classKey {
 		b.WriteByte(0)
 		b.WriteString(s.Name)
 	}
-	b.WriteByte(1) // names never hold \x01: the staleness pick cannot run into them
-	b.WriteString(c.staleness.key())
+	if len(c.staleness.classes) > 0 {
+		b.WriteByte(1) // names never hold \x01: the staleness pick cannot run into them
+		b.WriteString(c.staleness.key())
+	}
 	return classKey(b.String())
 }
 

@@ -34,6 +34,9 @@ type stalenessPick struct {
 }
 
 func (p stalenessPick) key() string {
+	if len(p.classes) == 0 {
+		return p.namespace
+	}
 	var b strings.Builder
 	b.WriteString(p.namespace)
 	for i, c := range p.classes {
@@ -75,8 +78,12 @@ func stalenessPolicies(mesh *ir.Mesh, ns string) []*ir.StalenessPolicy {
 // pickStaleness decides, per class, which policy supplies n's rule.
 func pickStaleness(mesh *ir.Mesh, n *node.Node) stalenessPick {
 	pick := stalenessPick{namespace: n.Namespace}
+	if len(mesh.Staleness) == 0 {
+		return pick // the common case: nothing to choose, nothing to allocate
+	}
+	ps := stalenessPolicies(mesh, n.Namespace)
 	chosen := map[string]*ir.StalenessPolicy{}
-	for _, p := range stalenessPolicies(mesh, n.Namespace) {
+	for _, p := range ps {
 		if len(p.Selector) > 0 && !ir.Contains(n.Labels, p.Selector) {
 			continue
 		}
