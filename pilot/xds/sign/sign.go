@@ -1,13 +1,18 @@
-// Package sign produces, for one proxy's snapshot, the SignedManifest resource that
-// lets the sidecar check the whole set before activating it and trust it again
-// from disk after a restart (certs/manifest has the format and the checks).
+// Package sign produces the SignedManifest resource that lets a Weft sidecar check
+// a whole snapshot before activating it and trust it again from disk after a
+// restart (certs/manifest has the format and the checks).
 //
-// Pilot adds the result to each Weft sidecar's snapshot (node.Registers()) and sends
-// it LAST in push order, after CDS, EDS, LDS and RDS: the sidecar activates a
-// candidate only once it matches the manifest. The manifest's valid-until bounds
-// how long a sidecar may reuse its persisted copy, so pilot must re-sign (a new
-// snapshot version) well before it passes; re-signing at half the validity is the
-// intended rhythm.
+// A manifest has two signed parts, so its cost does not grow with fleet × mesh:
+// Content commits (through a digest) to every resource of one scope's snapshot and
+// is signed once per scope snapshot, shared by every sidecar of the scope; Binding
+// ties one node to its scope and is signed per node only when the node connects,
+// changes scope, or its binding reaches half its validity. Resource puts the two
+// together; the result is a few hundred bytes whatever the mesh size.
+//
+// Pilot adds the manifest to each Weft sidecar's snapshot (node.Registers()) and
+// sends it LAST in push order: the sidecar activates a candidate only once it
+// matches the manifest. Valid-until bounds how long a sidecar may reuse its
+// persisted copy, so pilot re-signs (a new snapshot version) at half the validity.
 package sign
 
 import (
@@ -20,53 +25,108 @@ import (
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
 
-// DefaultValidity is how long a manifest is valid when the caller passes zero.
+// DefaultValidity is how long a manifest part is valid when the caller passes zero.
 const DefaultValidity = 24 * time.Hour
 
 // MaxValidity bounds validity: a persisted snapshot must not be trusted forever.
 const MaxValidity = 30 * 24 * time.Hour
 
-// Manifest signs a manifest for nodeID covering every resource of snap (the hash of
-// each Any.value; an existing manifest resource in snap is not covered) at snap's
-// store revision, valid from issued for validity (0: DefaultValidity). The result is
-// the manifest resource, named manifest.Name with type manifest.TypeURL.
-func Manifest(priv ed25519.PrivateKey, nodeID string, snap *snapshot.Snapshot, issued time.Time, validity time.Duration) (snapshot.Resource, error) {
-	switch {
-	case len(priv) != ed25519.PrivateKeySize:
-		return snapshot.Resource{}, fmt.Errorf("sign manifest for %q: private key: %d bytes, want %d", nodeID, len(priv), ed25519.PrivateKeySize)
-	case nodeID == "":
-		return snapshot.Resource{}, errors.New("sign manifest: node id: required")
-	case snap == nil:
-		return snapshot.Resource{}, fmt.Errorf("sign manifest for %q: nil snapshot", nodeID)
-	case validity < 0 || validity > MaxValidity:
-		return snapshot.Resource{}, fmt.Errorf("sign manifest for %q: validity %s outside 0..%s", nodeID, validity, MaxValidity)
-	case issued.IsZero():
-		return snapshot.Resource{}, fmt.Errorf("sign manifest for %q: issued time: required", nodeID)
+// Content signs the content statement for scope: snap's store revision and the
+// digest of every resource of snap (the hash of each Any.value; a manifest
+// resource in snap is not covered), valid from issued for validity (0:
+// DefaultValidity).
+func Content(priv ed25519.PrivateKey, scope string, snap *snapshot.Snapshot, issued time.Time, validity time.Duration) (*manifest.Signed, error) {
+	what := fmt.Sprintf("sign manifest content for scope %q", scope)
+	validity, err := check(what, priv, issued, validity)
+	if err != nil {
+		return nil, err
 	}
-	if validity == 0 {
-		validity = DefaultValidity
+	if snap == nil {
+		return nil, fmt.Errorf("%s: nil snapshot", what)
 	}
-	m := manifest.Manifest{NodeID: nodeID, Revision: snap.Revision, IssuedAt: issued, ValidUntil: issued.Add(validity)}
+	n := 0
+	for _, byName := range snap.Resources {
+		n += len(byName)
+	}
+	entries := make([]manifest.Entry, 0, n)
 	for typ, byName := range snap.Resources {
 		if typ == manifest.TypeURL {
 			continue
 		}
 		for name, r := range byName {
 			if r.Any == nil {
-				return snapshot.Resource{}, fmt.Errorf("sign manifest for %q: %s %q: no marshalled value", nodeID, typ, name)
+				return nil, fmt.Errorf("%s: %s %q: no marshalled value", what, typ, name)
 			}
-			m.Resources = append(m.Resources, manifest.Entry{TypeURL: typ, Name: name, SHA256: manifest.Hash(r.Any.GetValue())})
+			entries = append(entries, manifest.Entry{TypeURL: typ, Name: name, SHA256: manifest.Hash(r.Any.GetValue())})
 		}
 	}
-	sm, err := manifest.Sign(priv, m)
+	d, err := manifest.Digest(entries)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return manifest.SignContent(priv, manifest.Content{Scope: scope, Revision: snap.Revision, Digest: d, Count: len(entries),
+		IssuedAt: issued, ValidUntil: issued.Add(validity)})
+}
+
+// Binding signs that nodeID belongs to scope, valid from issued for validity (0:
+// DefaultValidity).
+func Binding(priv ed25519.PrivateKey, nodeID, scope string, issued time.Time, validity time.Duration) (*manifest.Signed, error) {
+	if nodeID == "" {
+		return nil, errors.New("sign manifest binding: node id: required")
+	}
+	validity, err := check(fmt.Sprintf("sign manifest binding for %q", nodeID), priv, issued, validity)
+	if err != nil {
+		return nil, err
+	}
+	return manifest.SignBinding(priv, manifest.Binding{NodeID: nodeID, Scope: scope, IssuedAt: issued, ValidUntil: issued.Add(validity)})
+}
+
+func check(what string, priv ed25519.PrivateKey, issued time.Time, validity time.Duration) (time.Duration, error) {
+	switch {
+	case len(priv) != ed25519.PrivateKeySize:
+		return 0, fmt.Errorf("%s: private key: %d bytes, want %d", what, len(priv), ed25519.PrivateKeySize)
+	case validity < 0 || validity > MaxValidity:
+		return 0, fmt.Errorf("%s: validity %s outside 0..%s", what, validity, MaxValidity)
+	case issued.IsZero():
+		return 0, fmt.Errorf("%s: issued time: required", what)
+	}
+	if validity == 0 {
+		validity = DefaultValidity
+	}
+	return validity, nil
+}
+
+// Resource assembles a content part and a binding part into the manifest
+// resource, named manifest.Name with type manifest.TypeURL.
+func Resource(content, binding *manifest.Signed) (snapshot.Resource, error) {
+	sm, err := manifest.Assemble(content, binding)
 	if err != nil {
 		return snapshot.Resource{}, err
 	}
 	r, err := snapshot.NewResource(manifest.TypeURL, manifest.Name, sm)
 	if err != nil {
-		return snapshot.Resource{}, fmt.Errorf("sign manifest for %q: %w", nodeID, err)
+		return snapshot.Resource{}, fmt.Errorf("assemble manifest: %w", err)
 	}
 	return r, nil
+}
+
+// Manifest signs both parts for one node in one go, with the node's own scope
+// ("node/" + nodeID): for tests and tools that serve a single sidecar. Pilot
+// signs content per scope and bindings per node instead (pilot/server).
+func Manifest(priv ed25519.PrivateKey, nodeID string, snap *snapshot.Snapshot, issued time.Time, validity time.Duration) (snapshot.Resource, error) {
+	if nodeID == "" {
+		return snapshot.Resource{}, errors.New("sign manifest: node id: required")
+	}
+	scope := "node/" + nodeID
+	c, err := Content(priv, scope, snap, issued, validity)
+	if err != nil {
+		return snapshot.Resource{}, err
+	}
+	b, err := Binding(priv, nodeID, scope, issued, validity)
+	if err != nil {
+		return snapshot.Resource{}, err
+	}
+	return Resource(c, b)
 }
 
 // With returns a copy of snap (same revision, resources shared, not copied) with the

@@ -68,8 +68,8 @@ func TestManifestVerifiesAndMatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Revision != 7 || !m.ValidUntil.Equal(issued.Add(DefaultValidity)) || len(m.Resources) != 3 {
-		t.Fatalf("manifest = rev %d valid until %s, %d entries", m.Revision, m.ValidUntil, len(m.Resources))
+	if m.Revision != 7 || !m.ValidUntil.Equal(issued.Add(DefaultValidity)) || m.Count != 3 || m.Scope != "node/node-1" {
+		t.Fatalf("manifest = rev %d scope %q valid until %s, %d entries", m.Revision, m.Scope, m.ValidUntil, m.Count)
 	}
 	if err := m.Match(hashes(snap)); err != nil {
 		t.Fatalf("Match: %v", err)
@@ -113,8 +113,11 @@ func TestWithAddsManifestAndKeepsVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Resources) != 3 {
-		t.Fatalf("%d entries, want 3", len(m.Resources))
+	if m.Count != 3 {
+		t.Fatalf("%d entries, want 3", m.Count)
+	}
+	if err := m.Match(hashes(out), manifest.TypeURL); err != nil {
+		t.Fatalf("Match ignoring the old manifest: %v", err)
 	}
 }
 
@@ -130,14 +133,14 @@ func TestManifestRejects(t *testing.T) {
 		validity time.Duration
 		want     string
 	}{
-		{"short key", priv[:10], "n", snap, issued, 0, `sign manifest for "n": private key: 10 bytes, want 64`},
+		{"short key", priv[:10], "n", snap, issued, 0, `sign manifest content for scope "node/n": private key: 10 bytes, want 64`},
 		{"no node", priv, "", snap, issued, 0, "sign manifest: node id: required"},
-		{"nil snapshot", priv, "n", nil, issued, 0, `sign manifest for "n": nil snapshot`},
-		{"negative validity", priv, "n", snap, issued, -time.Second, `sign manifest for "n": validity -1s outside 0..720h0m0s`},
-		{"too long validity", priv, "n", snap, issued, MaxValidity + 1, `sign manifest for "n": validity 720h0m0.000000001s outside 0..720h0m0s`},
-		{"no issue time", priv, "n", snap, time.Time{}, 0, `sign manifest for "n": issued time: required`},
+		{"nil snapshot", priv, "n", nil, issued, 0, `sign manifest content for scope "node/n": nil snapshot`},
+		{"negative validity", priv, "n", snap, issued, -time.Second, `sign manifest content for scope "node/n": validity -1s outside 0..720h0m0s`},
+		{"too long validity", priv, "n", snap, issued, MaxValidity + 1, `sign manifest content for scope "node/n": validity 720h0m0.000000001s outside 0..720h0m0s`},
+		{"no issue time", priv, "n", snap, time.Time{}, 0, `sign manifest content for scope "node/n": issued time: required`},
 		{"unmarshalled resource", priv, "n", snapshot.FromResources(1, map[string]map[string]snapshot.Resource{snapshot.ClusterType: {"x": {Name: "x"}}}), issued, 0,
-			`sign manifest for "n": type.googleapis.com/envoy.config.cluster.v3.Cluster "x": no marshalled value`},
+			`sign manifest content for scope "node/n": type.googleapis.com/envoy.config.cluster.v3.Cluster "x": no marshalled value`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -159,5 +162,63 @@ func TestManifestTypeIsPushedLast(t *testing.T) {
 	}
 	if last := snapshot.PushOrder[len(snapshot.PushOrder)-1]; last != manifest.TypeURL {
 		t.Fatalf("last pushed type is %q, want the manifest", last)
+	}
+}
+
+// TestSharedContentPerNodeBinding: one content part serves every node of a scope;
+// each node accepts only its own binding, and a binding to another scope is refused.
+func TestSharedContentPerNodeBinding(t *testing.T) {
+	priv := key(t, 4)
+	pub := priv.Public().(ed25519.PublicKey)
+	snap := testSnap(t)
+	content, err := Content(priv, "scope-a", snap, issued, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, node, scope, verifyAs string
+		want                        error
+	}{
+		{"first node", "n1", "scope-a", "n1", nil},
+		{"second node, same content", "n2", "scope-a", "n2", nil},
+		{"binding of another node", "n1", "scope-a", "n2", manifest.ErrNode},
+		{"binding to another scope", "n1", "scope-b", "n1", manifest.ErrScope},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := Binding(priv, tc.node, tc.scope, issued, 2*time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := Resource(content, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sm manifestpb.SignedManifest
+			if err := proto.Unmarshal(r.Any.GetValue(), &sm); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(r.Any.GetValue()); n > 400 {
+				t.Errorf("manifest resource is %d bytes, want a few hundred", n)
+			}
+			m, err := manifest.Verify(pub, &sm, tc.verifyAs, issued.Add(time.Minute))
+			if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if err == nil {
+				if !m.ValidUntil.Equal(issued.Add(time.Hour)) {
+					t.Errorf("valid until %v, want the content's (the earlier)", m.ValidUntil)
+				}
+				if err := m.Match(hashes(snap)); err != nil {
+					t.Errorf("Match: %v", err)
+				}
+			}
+		})
+	}
+	if _, err := Binding(priv, "", "s", issued, 0); err == nil || err.Error() != "sign manifest binding: node id: required" {
+		t.Fatalf("binding without node: %v", err)
+	}
+	if _, err := Binding(priv, "n", "", issued, 0); err == nil || err.Error() != "sign manifest binding for n: scope: required" {
+		t.Fatalf("binding without scope: %v", err)
 	}
 }
