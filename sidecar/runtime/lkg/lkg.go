@@ -1,8 +1,8 @@
 // Package lkg persists and reloads a sidecar's last-known-good snapshot: the raw xDS
 // resources it activated plus the manifest pilot signed for them. A reloaded
-// snapshot is trusted only after the signature, the node binding, the validity
-// window and every resource hash check out; each refusal names the check that
-// failed.
+// snapshot is trusted only after both signatures, the node binding, the scope, the
+// validity window and the digest over every resource check out; each refusal
+// names the check that failed.
 package lkg
 
 import (
@@ -30,8 +30,10 @@ const FileName = "last-known-good.json"
 // memory at start-up.
 const MaxFileBytes = 64 << 20
 
-// formatVersion is bumped on incompatible changes to the file layout.
-const formatVersion = 1
+// formatVersion is bumped on incompatible changes to the file layout or to what it
+// holds: 2 carries the two-part manifest (content digest + node binding); a
+// format-1 file (per-entry manifest) is refused and the sidecar waits for pilot.
+const formatVersion = 2
 
 // ErrNoSnapshot means the state directory holds no snapshot (first start).
 var ErrNoSnapshot = errors.New("no last-known-good snapshot")
@@ -54,7 +56,7 @@ type Snapshot struct {
 	LastConfirmed time.Time
 }
 
-type fileV1 struct {
+type fileV2 struct {
 	Format        int        `json:"format"`
 	NodeID        string     `json:"nodeId"`
 	LastConfirmed time.Time  `json:"lastConfirmed"`
@@ -78,7 +80,7 @@ func Save(dir string, s *Snapshot) error {
 		}
 		return res[i].Name < res[j].Name
 	})
-	b, err := json.Marshal(fileV1{Format: formatVersion, NodeID: s.NodeID, LastConfirmed: s.LastConfirmed.UTC(), Manifest: mb, Resources: res})
+	b, err := json.Marshal(fileV2{Format: formatVersion, NodeID: s.NodeID, LastConfirmed: s.LastConfirmed.UTC(), Manifest: mb, Resources: res})
 	if err != nil {
 		return fmt.Errorf("save last-known-good: %w", err)
 	}
@@ -114,18 +116,18 @@ func Load(dir string, pub ed25519.PublicKey, nodeID string, now time.Time) (*Sna
 
 // Decode verifies file content; Load's checks without the file system.
 func Decode(b []byte, pub ed25519.PublicKey, nodeID string, now time.Time) (*Snapshot, *manifest.Manifest, error) {
-	var fv fileV1
+	var fv fileV2
 	if err := json.Unmarshal(b, &fv); err != nil {
 		return nil, nil, fmt.Errorf("last-known-good: decode: %w", err)
 	}
 	if fv.Format != formatVersion {
 		return nil, nil, fmt.Errorf("last-known-good: format %d, want %d", fv.Format, formatVersion)
 	}
-	var sm manifestpb.SignedManifest
-	if err := proto.Unmarshal(fv.Manifest, &sm); err != nil {
-		return nil, nil, fmt.Errorf("last-known-good: manifest: %w: %v", manifest.ErrMalformed, err)
+	sm, err := manifest.Decode(fv.Manifest)
+	if err != nil {
+		return nil, nil, fmt.Errorf("last-known-good: manifest: %w", err)
 	}
-	m, err := manifest.Verify(pub, &sm, nodeID, now)
+	m, err := manifest.Verify(pub, sm, nodeID, now)
 	if err != nil {
 		return nil, nil, fmt.Errorf("last-known-good: %w", err)
 	}
@@ -154,7 +156,7 @@ func Decode(b []byte, pub ed25519.PublicKey, nodeID string, now time.Time) (*Sna
 	if last.IsZero() {
 		last = m.IssuedAt
 	}
-	return &Snapshot{NodeID: fv.NodeID, Resources: fv.Resources, Manifest: &sm, LastConfirmed: last}, m, nil
+	return &Snapshot{NodeID: fv.NodeID, Resources: fv.Resources, Manifest: sm, LastConfirmed: last}, m, nil
 }
 
 // Any returns the resource as an Any.

@@ -16,18 +16,36 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
-func fixture(t *testing.T, node string) (ed25519.PrivateKey, *Snapshot) {
+func fixture(t testing.TB, node string) (ed25519.PrivateKey, *Snapshot) {
+	return fixtureScoped(t, node, "shop/reviews", "shop/reviews")
+}
+
+// fixtureScoped signs the fixture's content for contentScope and binds node to
+// bindScope, as pilot does in two parts.
+func fixtureScoped(t testing.TB, node, contentScope, bindScope string) (ed25519.PrivateKey, *Snapshot) {
 	t.Helper()
 	priv := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
 	res := []Resource{
 		{TypeURL: "t/cluster", Name: "outbound|9080||reviews.shop.svc.cluster.local", Version: "v1", Value: []byte("cluster-bytes")},
 		{TypeURL: "t/listener", Name: "outbound", Version: "v2", Value: []byte("listener-bytes")},
 	}
-	m := manifest.Manifest{NodeID: node, Revision: 12, IssuedAt: t0, ValidUntil: t0.Add(24 * time.Hour)}
+	var entries []manifest.Entry
 	for _, r := range res {
-		m.Resources = append(m.Resources, manifest.Entry{TypeURL: r.TypeURL, Name: r.Name, SHA256: manifest.Hash(r.Value)})
+		entries = append(entries, manifest.Entry{TypeURL: r.TypeURL, Name: r.Name, SHA256: manifest.Hash(r.Value)})
 	}
-	sm, err := manifest.Sign(priv, m)
+	d, err := manifest.Digest(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := manifest.SignContent(priv, manifest.Content{Scope: contentScope, Revision: 12, Digest: d, Count: len(entries), IssuedAt: t0, ValidUntil: t0.Add(24 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := manifest.SignBinding(priv, manifest.Binding{NodeID: node, Scope: bindScope, IssuedAt: t0, ValidUntil: t0.Add(24 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm, err := manifest.Assemble(c, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,14 +74,25 @@ func TestLoadRefusals(t *testing.T) {
 	priv, s := fixture(t, "reviews-1")
 	pub := priv.Public().(ed25519.PublicKey)
 	_, foreign := fixture(t, "ratings-1")
+	_, otherScope := fixtureScoped(t, "reviews-1", "shop/reviews", "shop/ratings")
+	extra := *s
+	extra.Resources = append(append([]Resource(nil), s.Resources...), Resource{TypeURL: "t/route", Name: "r", Value: []byte("route")})
 	tests := []struct {
-		name   string
-		snap   *Snapshot
-		mutate func(b []byte) []byte
-		node   string
-		now    time.Time
-		want   error
+		name    string
+		snap    *Snapshot
+		mutate  func(b []byte) []byte
+		node    string
+		now     time.Time
+		want    error
+		wantMsg string
 	}{
+		{name: "format 1 (per-entry manifest)", snap: s, node: "reviews-1", now: t0,
+			mutate:  func(b []byte) []byte { return replaceOnce(t, b, `"format":2`, `"format":1`) },
+			wantMsg: "last-known-good: format 1, want 2"},
+		{name: "manifest bytes cut", snap: s, node: "reviews-1", now: t0, want: manifest.ErrMalformed,
+			mutate: func(b []byte) []byte { return replaceOnce(t, b, `"manifest":"`, `"manifest":"AAAA`) }},
+		{name: "bound to another scope", snap: otherScope, node: "reviews-1", now: t0, want: manifest.ErrScope},
+		{name: "a resource added", snap: &extra, node: "reviews-1", now: t0, want: manifest.ErrMismatch},
 		{name: "from another node", snap: foreign, node: "reviews-1", now: t0, want: manifest.ErrNode},
 		{name: "past validity", snap: s, node: "reviews-1", now: t0.Add(25 * time.Hour), want: manifest.ErrExpired},
 		{name: "resource byte altered", snap: s, node: "reviews-1", now: t0.Add(time.Hour), want: manifest.ErrMismatch,
@@ -83,8 +112,8 @@ func TestLoadRefusals(t *testing.T) {
 				}
 			}
 			_, _, err := Load(dir, pub, tc.node, tc.now)
-			if !errors.Is(err, tc.want) {
-				t.Fatalf("err = %v, want %v", err, tc.want)
+			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) || (tc.wantMsg != "" && err.Error() != tc.wantMsg) {
+				t.Fatalf("err = %v, want %v %q", err, tc.want, tc.wantMsg)
 			}
 		})
 	}
@@ -138,7 +167,17 @@ func replaceOnce(t *testing.T, b []byte, old, new string) []byte {
 
 func FuzzDecode(f *testing.F) {
 	priv := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
-	f.Add([]byte(`{"format":1}`))
+	f.Add([]byte(`{"format":2}`))
+	_, good := fixture(f, "reviews-1")
+	dir := f.TempDir()
+	if err := Save(dir, good); err != nil {
+		f.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, FileName))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, m, err := Decode(b, priv.Public().(ed25519.PublicKey), "reviews-1", t0)
