@@ -150,6 +150,8 @@ type signOpts struct {
 	validity time.Duration
 	revision int64
 	extra    []manifest.Entry
+	scope    string // content scope; default "test-scope"
+	bindTo   string // binding scope; default scope
 }
 
 // sign signs a manifest covering res.
@@ -170,15 +172,34 @@ func (e *env) sign(res dt.Resources, o signOpts) *anypb.Any {
 	if o.revision == 0 {
 		o.revision = 1
 	}
-	m := manifest.Manifest{NodeID: o.node, Revision: o.revision, IssuedAt: o.issued, ValidUntil: o.issued.Add(o.validity), Resources: o.extra}
+	if o.scope == "" {
+		o.scope = "test-scope"
+	}
+	if o.bindTo == "" {
+		o.bindTo = o.scope
+	}
+	entries := append([]manifest.Entry(nil), o.extra...)
 	for typ, ms := range res {
 		for _, msg := range ms {
 			a := dt.Any(msg)
 			name := nameOf(e.t, typ, a)
-			m.Resources = append(m.Resources, manifest.Entry{TypeURL: typ, Name: name, SHA256: manifest.Hash(a.GetValue())})
+			entries = append(entries, manifest.Entry{TypeURL: typ, Name: name, SHA256: manifest.Hash(a.GetValue())})
 		}
 	}
-	sm, err := manifest.Sign(o.priv, m)
+	d, err := manifest.Digest(entries)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c, err := manifest.SignContent(o.priv, manifest.Content{Scope: o.scope, Revision: o.revision, Digest: d, Count: len(entries),
+		IssuedAt: o.issued, ValidUntil: o.issued.Add(o.validity)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	bd, err := manifest.SignBinding(o.priv, manifest.Binding{NodeID: o.node, Scope: o.bindTo, IssuedAt: o.issued, ValidUntil: o.issued.Add(o.validity)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sm, err := manifest.Assemble(c, bd)
 	if err != nil {
 		e.t.Fatal(err)
 	}

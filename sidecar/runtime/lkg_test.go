@@ -103,7 +103,7 @@ func TestLastKnownGoodRefusals(t *testing.T) {
 				t.Fatal(err)
 			}
 			return e.runtime()
-		}, "resource hashes", manifest.ErrMismatch},
+		}, "digest", manifest.ErrMismatch},
 		{"other node", func(t *testing.T, e *env, path string) *Runtime {
 			return e.runtime(func(c *Config) { c.NodeID = "ratings-v1-a" })
 		}, "node", manifest.ErrNode},

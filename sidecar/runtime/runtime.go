@@ -206,21 +206,18 @@ func (r *Runtime) Decode(typeURL string, a *anypb.Any) (string, any, error) {
 		}
 		return name, v, err
 	}
-	if n := len(a.GetValue()); n > manifest.MaxBytes {
-		return manifest.Name, nil, fmt.Errorf("manifest: %w: %d bytes exceeds %d", manifest.ErrMalformed, n, manifest.MaxBytes)
-	}
-	var sm manifestpb.SignedManifest
-	if err := proto.Unmarshal(a.GetValue(), &sm); err != nil {
-		return manifest.Name, nil, fmt.Errorf("manifest: %w: %v", manifest.ErrMalformed, err)
+	sm, err := manifest.Decode(a.GetValue())
+	if err != nil {
+		return manifest.Name, nil, fmt.Errorf("manifest: %w", err)
 	}
 	if r.cfg.InsecureSkipManifest {
-		return manifest.Name, &Manifest{Signed: &sm}, nil
+		return manifest.Name, &Manifest{Signed: sm}, nil
 	}
-	m, err := manifest.Verify(r.cfg.PublisherKey, &sm, r.cfg.NodeID, r.cfg.Now())
+	m, err := manifest.Verify(r.cfg.PublisherKey, sm, r.cfg.NodeID, r.cfg.Now())
 	if err != nil {
 		return manifest.Name, nil, fmt.Errorf("manifest refused (%s): %w", Check(err), err)
 	}
-	return manifest.Name, &Manifest{Signed: &sm, Verified: m}, nil
+	return manifest.Name, &Manifest{Signed: sm, Verified: m}, nil
 }
 
 var localhost = netip.AddrFrom4([4]byte{127, 0, 0, 1})
@@ -456,10 +453,12 @@ func Check(err error) string {
 		return "signature"
 	case errors.Is(err, manifest.ErrNode):
 		return "node"
+	case errors.Is(err, manifest.ErrScope):
+		return "scope"
 	case errors.Is(err, manifest.ErrExpired), errors.Is(err, manifest.ErrNotYet):
 		return "validity"
 	case errors.Is(err, manifest.ErrMismatch):
-		return "resource hashes"
+		return "digest"
 	case errors.Is(err, manifest.ErrMalformed):
 		return "format"
 	case errors.Is(err, errStale):

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/weft-mesh/weft/certs/manifest"
@@ -75,9 +76,10 @@ func TestActivationWaitsForMatchingManifest(t *testing.T) {
 	if r.Load() != nil {
 		t.Fatal("activated with a manifest that does not match")
 	}
-	want := `candidate not yet covered by manifest revision 1: resources do not match manifest: type.googleapis.com/envoy.config.cluster.v3.Cluster "not-yet" missing`
-	if got := r.Dump().Pending; got != want {
-		t.Fatalf("pending = %q, want %q", got, want)
+	// The digest covers one more resource than the candidate has.
+	want := `candidate not yet covered by manifest revision 1: resources do not match manifest digest: 4 resources digest to `
+	if got := r.Dump().Pending; !strings.HasPrefix(got, want) || !strings.Contains(got, ", manifest revision 1 has 5 resources with digest ") {
+		t.Fatalf("pending = %q, want %q...", got, want)
 	}
 	// The matching manifest completes the push.
 	if err := r.Apply(ctx, e.update(r, res, "v1", e.sign(res, signOpts{revision: 3}))); err != nil {
@@ -209,7 +211,10 @@ func TestDecodeManifestRefusals(t *testing.T) {
 		{"other node", e.sign(res, signOpts{node: "someone-else"}), "node", manifest.ErrNode},
 		{"expired", e.sign(res, signOpts{issued: t0.Add(-2 * time.Hour), validity: time.Hour}), "validity", manifest.ErrExpired},
 		{"not yet valid", e.sign(res, signOpts{issued: t0.Add(time.Hour)}), "validity", manifest.ErrNotYet},
+		{"binding to another scope", e.sign(res, signOpts{bindTo: "other-scope"}), "scope", manifest.ErrScope},
 		{"garbage", &anypb.Any{TypeUrl: manifest.TypeURL, Value: []byte{0xff, 0xff}}, "format", manifest.ErrMalformed},
+		{"over MaxBytes", &anypb.Any{TypeUrl: manifest.TypeURL, Value: make([]byte, manifest.MaxBytes+1)}, "format", manifest.ErrMalformed},
+		{"one content byte altered", flipContent(t, e.sign(res, signOpts{})), "signature", manifest.ErrSignature},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -222,13 +227,21 @@ func TestDecodeManifestRefusals(t *testing.T) {
 			}
 		})
 	}
-	// A bad signature: flip one byte of the signed body.
-	a := e.sign(res, signOpts{})
-	b := append([]byte(nil), a.Value...)
-	b[len(b)-80] ^= 1
-	if _, _, err := r.Decode(manifest.TypeURL, &anypb.Any{TypeUrl: manifest.TypeURL, Value: b}); Check(err) != "signature" && Check(err) != "format" {
-		t.Fatalf("flipped byte: %v", err)
+}
+
+// flipContent alters one byte of the signed content statement of a manifest.
+func flipContent(t *testing.T, a *anypb.Any) *anypb.Any {
+	t.Helper()
+	sm, err := manifest.Decode(a.GetValue())
+	if err != nil {
+		t.Fatal(err)
 	}
+	sm.Content[len(sm.Content)/2] ^= 1
+	b, err := proto.Marshal(sm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &anypb.Any{TypeUrl: manifest.TypeURL, Value: b}
 }
 
 func TestInsecureSkipManifest(t *testing.T) {

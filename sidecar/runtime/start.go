@@ -88,7 +88,7 @@ func (r *Runtime) loadLKG(now time.Time) (*xdsclient.Update, *activeState, error
 	if !ok {
 		return nil, nil, fmt.Errorf("last-known-good: %w: manifest resource missing", manifest.ErrMismatch)
 	}
-	if mv, _ := mres.Value.(*Manifest); mv == nil || mv.Verified == nil || mv.Verified.Revision != m.Revision || !mv.Verified.IssuedAt.Equal(m.IssuedAt) {
+	if mv, _ := mres.Value.(*Manifest); mv == nil || mv.Verified == nil || mv.Verified.Digest != m.Digest || mv.Verified.Revision != m.Revision || !mv.Verified.IssuedAt.Equal(m.IssuedAt) {
 		return nil, nil, fmt.Errorf("last-known-good: %w: manifest resource differs from the file's manifest", manifest.ErrMismatch)
 	}
 	digest, _, raw := content(u)

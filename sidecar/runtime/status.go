@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -43,7 +44,9 @@ type ManifestInfo struct {
 	IssuedAt   time.Time `json:"issuedAt"`
 	ValidUntil time.Time `json:"validUntil"`
 	KeyID      string    `json:"keyId"`
-	Resources  int       `json:"resources"`
+	Resources  int       `json:"resources"` // how many resources the digest covers
+	Scope      string    `json:"scope,omitempty"`
+	Digest     string    `json:"digest,omitempty"` // hex sha256 committing to every covered resource
 }
 
 // LKGInfo describes the persisted last-known-good snapshot.
@@ -181,7 +184,7 @@ func (r *Runtime) publishLocked() {
 		if c.m != nil {
 			a.Revision = c.m.Revision
 			a.Manifest = &ManifestInfo{Revision: c.m.Revision, IssuedAt: c.m.IssuedAt, ValidUntil: c.m.ValidUntil,
-				KeyID: c.signed.GetKeyId(), Resources: len(c.m.Resources)}
+				KeyID: c.m.KeyID, Resources: c.m.Count, Scope: c.m.Scope, Digest: hex.EncodeToString(c.m.Digest[:])}
 		}
 		d.Active = a
 	}
