@@ -187,8 +187,10 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, t *Target, route
 			out.Header.Set("Te", "trailers")
 		}
 		resp, err = p.roundTripH2(ctx, out, c, e)
+	} else if out.Body == nil || out.ContentLength >= 0 {
+		resp, err = p.roundTripPool(ctx, out, c, e)
 	} else {
-		resp, err = p.h1std.RoundTrip(out)
+		resp, err = p.h1std.RoundTrip(out) // a body of unknown length: net/http chunks it
 	}
 	if err != nil {
 		cancel()

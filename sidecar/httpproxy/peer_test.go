@@ -454,3 +454,65 @@ func TestPeerConnectionRefusalRetried(t *testing.T) {
 	}
 }
 
+
+// closingApp answers every request on a connection with resp and then closes it
+// without saying so, like an app whose keep-alive timeout just fired.
+func closingApp(t *testing.T, resp string) (netip.AddrPort, *atomic.Int64) {
+	t.Helper()
+	ln := listen(t)
+	var conns atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			wg.Go(func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				var head []byte
+				buf := make([]byte, 4096)
+				for !bytes.Contains(head, []byte("\r\n\r\n")) {
+					n, err := c.Read(buf)
+					if err != nil {
+						return
+					}
+					head = append(head, buf[:n]...)
+				}
+				io.WriteString(c, resp)
+			})
+		}
+	})
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	return addrOf(ln), &conns
+}
+
+// TestPeerInboundToHTTP1App: behind a peer sidecar, an app connection closed
+// while pooled is replaced without failing the request, and a body delimited by
+// the connection's close arrives whole.
+func TestPeerInboundToHTTP1App(t *testing.T) {
+	for _, tc := range []struct {
+		name, resp, want string
+	}{
+		{"stale pooled connection", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "ok"},
+		{"body until close", "HTTP/1.1 200 OK\r\n\r\nuntil-close", "until-close"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			app, conns := closingApp(t, tc.resp)
+			m := startPeerMesh(t, app, peerOpts{timeout: 5 * time.Second})
+			c := client(t)
+			const n = 3
+			for i := range n {
+				resp, body := get(t, c, m.url("/"), nil)
+				if resp.StatusCode != 200 || body != tc.want {
+					t.Fatalf("request %d: got %d %q, want 200 %q", i, resp.StatusCode, body, tc.want)
+				}
+			}
+			if got := conns.Load(); got != n {
+				t.Errorf("app accepted %d connections, want %d (one per request)", got, n)
+			}
+		})
+	}
+}
