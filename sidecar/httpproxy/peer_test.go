@@ -454,7 +454,6 @@ func TestPeerConnectionRefusalRetried(t *testing.T) {
 	}
 }
 
-
 // closingApp answers every request on a connection with resp and then closes it
 // without saying so, like an app whose keep-alive timeout just fired.
 func closingApp(t *testing.T, resp string) (netip.AddrPort, *atomic.Int64) {
