@@ -168,34 +168,36 @@ spec:
   - {resource: routes, warnAfter: 500ms, expireAfter: 2s, onExpire: failClosed, jitter: 0}
 `
 
-// Drill (e), delivered: the same expiry with no sidecar flag. A StalenessPolicy
-// applied with meshctl reaches the sidecar over ADS (config_dump shows it as
-// pilot's); pilot killed, the sidecar answers 503 x-weft-degraded after that
-// bound, and resumes when pilot returns.
+// Drill (e), delivered: the same expiry with no sidecar flag, in both xDS modes. A
+// StalenessPolicy applied with meshctl reaches the sidecar over ADS (config_dump
+// shows it as pilot's); pilot killed, the sidecar answers 503 x-weft-degraded
+// after that bound, and resumes when pilot returns.
 func TestDrillRoutingExpiryDeliveredPolicy(t *testing.T) {
-	w, cp := setup(t, "pilot", "127.77.70")
-	p := cp.(*pilotProc)
-	p.apply(stalenessPolicyYAML)
-	sc := startSidecar(t, w, cp.addr())
-	sc.waitReady(10 * time.Second)
-	var routes runtime.PolicyInfo
-	eventually(t, 10*time.Second, "pilot's routes policy in config_dump", func() bool {
-		for _, s := range sc.configDump().Staleness {
-			if s.Class == "routes" {
-				routes = s.Policy
+	for i, mode := range []string{"sotw", "delta"} {
+		t.Run(mode, func(t *testing.T) {
+			w, cp := setup(t, "pilot", fmt.Sprintf("127.77.7%d", i))
+			cp.(*pilotProc).apply(stalenessPolicyYAML)
+			sc := startSidecar(t, w, cp.addr(), "--xds-mode", mode)
+			sc.waitReady(10 * time.Second)
+			var routes runtime.PolicyInfo
+			eventually(t, 10*time.Second, "pilot's routes policy in config_dump", func() bool {
+				for _, s := range sc.configDump().Staleness {
+					if s.Class == "routes" {
+						routes = s.Policy
+					}
+				}
+				return routes.Source == runtime.PolicyPilot
+			})
+			want := runtime.PolicyInfo{Source: runtime.PolicyPilot, From: "shop/productpage-fast", WarnAfter: "500ms", ExpireAfter: "2s", OnExpire: "failClosed"}
+			if routes != want {
+				t.Fatalf("routes policy %+v, want %+v", routes, want)
 			}
-		}
-		return routes.Source == runtime.PolicyPilot
-	})
-	want := runtime.PolicyInfo{Source: runtime.PolicyPilot, From: "shop/productpage-fast", WarnAfter: "500ms", ExpireAfter: "2s", OnExpire: "failClosed"}
-	if routes != want {
-		t.Fatalf("routes policy %+v, want %+v", routes, want)
+			if code, body, _, err := get(hc, w, "reviews:9080", "/"); err != nil || code != http.StatusOK || body != "v1 /" {
+				t.Fatalf("before: %d %q %v", code, body, err)
+			}
+			expireAndResume(t, w, sc, cp)
+		})
 	}
-	if code, body, _, err := get(hc, w, "reviews:9080", "/"); err != nil || code != http.StatusOK || body != "v1 /" {
-		t.Fatalf("before: %d %q %v", code, body, err)
-	}
-
-	expireAndResume(t, w, sc, cp)
 }
 
 // expireAndResume kills the control plane, waits for routing to fail closed
