@@ -2,6 +2,8 @@ package server
 
 import (
 	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,9 +12,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/pilot/ir"
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/xds/ads"
+	"github.com/weft-mesh/weft/pilot/xds/gen"
 	"github.com/weft-mesh/weft/pilot/xds/meshcache"
 	"github.com/weft-mesh/weft/pilot/xds/sign"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
@@ -32,12 +36,14 @@ type sourceConfig struct {
 }
 
 // source adds to meshcache what is per node rather than per scope: the signed
-// manifest of a Weft sidecar, and the report of a snapshot that failed the
+// manifest of a Weft sidecar (its content part shared per scope, its binding per
+// node), and the report of a snapshot that failed the
 // sidecar's validation to every proxy of its scope.
 type source struct {
 	cfg     sourceConfig
-	cache   *meshcache.Cache // set once before the first Connect
-	checked checkCache
+	cache    *meshcache.Cache // set once before the first Connect
+	checked  checkCache
+	contents *contentCache
 
 	mu     sync.Mutex                     // guards scopes and errs
 	scopes map[string]map[*watch]struct{} // scope key -> open watches
@@ -53,7 +59,8 @@ func newSource(cfg sourceConfig) *source {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	return &source{cfg: cfg, scopes: map[string]map[*watch]struct{}{}, errs: map[string]scopeErr{}, checked: checkCache{max: maxCheckEntries, run: checkSidecar}}
+	return &source{cfg: cfg, scopes: map[string]map[*watch]struct{}{}, errs: map[string]scopeErr{}, checked: checkCache{max: maxCheckEntries, run: checkSidecar},
+		contents: newContentCache(cfg.Key, cfg.Validity)}
 }
 
 // generate wraps gen.Proxy: a Weft sidecar's snapshot must also pass the sidecar's
@@ -183,6 +190,10 @@ func (s *source) Connect(n *node.Node) (ads.Watch, error) {
 		return nil, err
 	}
 	w := &watch{s: s, p: p, n: n, key: meshcache.DefaultScopeKey(n), changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if n.Registers() {
+		w.scope = manifestScope(n)
+		s.contents.acquire(w.scope)
+	}
 	s.mu.Lock()
 	if s.scopes[w.key] == nil {
 		s.scopes[w.key] = map[*watch]struct{}{}
@@ -194,18 +205,31 @@ func (s *source) Connect(n *node.Node) (ads.Watch, error) {
 	return w, nil
 }
 
+// manifestScope names the group of sidecars that get identical snapshots
+// (gen.ScopeKey: namespace, inbound port, labels), hashed so it is short and
+// injective whatever bytes labels hold. Its content statement is signed once and
+// shared by the group; each sidecar's binding names it.
+func manifestScope(n *node.Node) string {
+	sum := sha256.Sum256([]byte(gen.ScopeKey(n)))
+	return hex.EncodeToString(sum[:16])
+}
+
 // watch is one stream's view: meshcache's snapshot, plus the sidecar's manifest.
 type watch struct {
 	s       *source
 	p       *meshcache.Proxy
 	n       *node.Node
 	key     string
+	scope   string        // manifest scope; "" for a node that gets no manifest
 	changed chan struct{} // 1-buffered: meshcache changed, a re-sign is due, or a generation failed
 	stop    chan struct{}
 	done    chan struct{}
 
 	mu       sync.Mutex // guards the fields below (Snapshot runs on the stream's owner goroutine, timers elsewhere)
 	base     *snapshot.Snapshot
+	content  *manifest.Signed // content part in signed
+	binding  *manifest.Signed // this node's binding, signed when it connected or last re-signed
+	bindAt   time.Time        // binding's issue time
 	signed   *snapshot.Snapshot
 	timer    *time.Timer
 	reported string // generation error last reported to status
@@ -235,48 +259,64 @@ func (w *watch) poke() {
 func (w *watch) Changed() <-chan struct{} { return w.changed }
 
 // Snapshot implements ads.Watch: the latest generated snapshot, with this node's
-// signed manifest added when the node is a Weft sidecar. The manifest is signed
-// again when the content changes and at half its validity.
+// signed manifest added when the node is a Weft sidecar. The manifest joins the
+// scope's shared content statement (signed once per scope snapshot, again only
+// when the content changes or at half its validity) with this node's binding
+// (signed at the first Snapshot and again at half its validity). It runs on the
+// stream's goroutine, so the per-node work is spread over the streams.
 func (w *watch) Snapshot() *snapshot.Snapshot {
 	w.reportGenError()
 	base := w.p.Snapshot()
-	if base == nil || !w.n.Registers() {
+	if base == nil || w.scope == "" {
 		return base
 	}
+	now := w.s.cfg.Clock()
+	half := w.s.cfg.Validity / 2
+	ce, err := w.s.contents.get(w.scope, base, now)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.signed != nil && w.timer != nil {
-		if base == w.base {
-			return w.signed
-		}
-		if sameContent(base, w.base) {
-			// A new revision (or a recompile) with the same content: the
-			// signature still covers it, so it is not signed and sent again.
-			w.base, w.signed = base, withSet(base, snapshot.ManifestType, w.signed)
-			return w.signed
-		}
-	}
-	now := w.s.cfg.Clock()
-	signed, err := withManifest(w.s.cfg.Key, w.n.ID, base, now, w.s.cfg.Validity)
 	if err != nil {
 		// Signing only fails on a programming error (bad key, nil snapshot):
 		// keep what the proxy has.
-		w.s.cfg.Logger.Error("signing manifest failed; proxy keeps its snapshot", "node", w.n.ID, "revision", base.Revision, "error", err)
+		w.s.cfg.Logger.Error("signing manifest content failed; proxy keeps its snapshot", "node", w.n.ID, "revision", base.Revision, "error", err)
 		return w.signed
 	}
-	w.base, w.signed = base, signed
+	if w.binding == nil || !now.Before(w.bindAt.Add(half)) {
+		b, err := sign.Binding(w.s.cfg.Key, w.n.ID, w.scope, now, w.s.cfg.Validity)
+		if err != nil {
+			w.s.cfg.Logger.Error("signing manifest binding failed; proxy keeps its snapshot", "node", w.n.ID, "error", err)
+			return w.signed
+		}
+		w.binding, w.bindAt = b, now
+	} else if ce.signed == w.content {
+		if base != w.base {
+			// A new revision (or a recompile) with the same content: the
+			// signature still covers it, so it is not signed and sent again.
+			w.base, w.signed = base, withSet(base, snapshot.ManifestType, w.signed)
+		}
+		return w.signed
+	}
+	r, err := sign.Resource(ce.signed, w.binding)
+	if err != nil {
+		w.s.cfg.Logger.Error("assembling manifest failed; proxy keeps its snapshot", "node", w.n.ID, "revision", base.Revision, "error", err)
+		return w.signed
+	}
+	w.base, w.content = base, ce.signed
+	w.signed = withSet(base, snapshot.ManifestType, snapshot.FromSets(base.Revision, map[string]snapshot.Set{
+		snapshot.ManifestType: snapshot.NewSet(map[string]snapshot.Resource{r.Name: r})}))
+	// Wake at the earlier half-life of the two parts: the next Snapshot re-signs
+	// whichever is due.
+	due := ce.issued
+	if w.bindAt.Before(due) {
+		due = w.bindAt
+	}
 	if w.timer != nil {
 		w.timer.Stop()
 	}
 	if !w.closed {
-		w.timer = time.AfterFunc(w.s.cfg.Validity/2, func() {
-			w.mu.Lock()
-			w.timer = nil // forces a new signature at the next Snapshot
-			w.mu.Unlock()
-			w.poke()
-		})
+		w.timer = time.AfterFunc(max(due.Add(half).Sub(now), 0), w.poke)
 	}
-	return signed
+	return w.signed
 }
 
 // reportGenError shows (or clears) a failed generation of this proxy's scope in
@@ -300,6 +340,9 @@ func (w *watch) Close() {
 		delete(w.s.scopes, w.key)
 	}
 	w.s.mu.Unlock()
+	if w.scope != "" {
+		w.s.contents.release(w.scope)
+	}
 	w.mu.Lock()
 	w.closed = true
 	if w.timer != nil {
@@ -335,13 +378,107 @@ func withSet(base *snapshot.Snapshot, typ string, from *snapshot.Snapshot) *snap
 	return snapshot.FromSets(base.Revision, sets)
 }
 
-// withManifest is sign.With without re-hashing the base snapshot's types: their
-// sets (and versions) are reused as they are, only the manifest set is new.
-func withManifest(priv ed25519.PrivateKey, nodeID string, base *snapshot.Snapshot, issued time.Time, validity time.Duration) (*snapshot.Snapshot, error) {
-	r, err := sign.Manifest(priv, nodeID, base, issued, validity)
-	if err != nil {
-		return nil, err
+// contentCache holds, per manifest scope, the signed content statements of the
+// scope's latest snapshots, so a change costs one signature per scope rather than
+// one per sidecar, and unchanged content is not signed again. Safe for concurrent
+// use; the lock covers map and slice updates only, never a signature: the
+// stream that first needs an entry signs it (once) while the others of the scope
+// wait on that entry alone.
+type contentCache struct {
+	priv     ed25519.PrivateKey
+	validity time.Duration
+
+	mu     sync.Mutex // guards scopes and every scopeContent
+	scopes map[string]*scopeContent
+}
+
+type scopeContent struct {
+	refs    int             // open watches of the scope; the entry goes with the last
+	entries []*contentEntry // most recently added first, at most keepContent
+}
+
+// keepContent entries per scope: the latest snapshot and the one before, so
+// streams still on the previous generation while meshcache publishes the next do
+// not evict each other's signature.
+const keepContent = 2
+
+// contentEntry is one scope snapshot's content statement. base, scope, issued and
+// from are set at creation; signed and err once resolved.
+type contentEntry struct {
+	base   *snapshot.Snapshot
+	scope  string
+	issued time.Time
+	from   *contentEntry // same content signed before: its signature is reused
+	once   sync.Once
+	signed *manifest.Signed
+	err    error
+}
+
+func newContentCache(priv ed25519.PrivateKey, validity time.Duration) *contentCache {
+	return &contentCache{priv: priv, validity: validity, scopes: map[string]*scopeContent{}}
+}
+
+func (c *contentCache) acquire(scope string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sc := c.scopes[scope]
+	if sc == nil {
+		sc = &scopeContent{}
+		c.scopes[scope] = sc
 	}
-	m := snapshot.FromSets(base.Revision, map[string]snapshot.Set{snapshot.ManifestType: snapshot.NewSet(map[string]snapshot.Resource{r.Name: r})})
-	return withSet(base, snapshot.ManifestType, m), nil
+	sc.refs++
+}
+
+func (c *contentCache) release(scope string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if sc := c.scopes[scope]; sc != nil {
+		if sc.refs--; sc.refs <= 0 {
+			delete(c.scopes, scope)
+		}
+	}
+}
+
+// get returns the signed content statement of scope's snapshot base at now: the
+// cached one while it is less than half its validity old, reused from an entry
+// with the same content, or newly signed.
+func (c *contentCache) get(scope string, base *snapshot.Snapshot, now time.Time) (*contentEntry, error) {
+	half := c.validity / 2
+	fresh := func(e *contentEntry) bool { return now.Before(e.issued.Add(half)) }
+	c.mu.Lock()
+	sc := c.scopes[scope]
+	if sc == nil { // not acquired (a test calling get directly): not kept
+		sc = &scopeContent{}
+	}
+	var e *contentEntry
+	for _, x := range sc.entries {
+		if x.base == base && fresh(x) {
+			e = x
+			break
+		}
+	}
+	if e == nil {
+		e = &contentEntry{base: base, scope: scope, issued: now}
+		for _, x := range sc.entries {
+			if fresh(x) && sameContent(base, x.base) {
+				e.issued, e.from = x.issued, x
+				break
+			}
+		}
+		sc.entries = append([]*contentEntry{e}, sc.entries[:min(len(sc.entries), keepContent-1)]...)
+	}
+	c.mu.Unlock()
+	c.resolve(e)
+	return e, e.err
+}
+
+func (c *contentCache) resolve(e *contentEntry) {
+	e.once.Do(func() {
+		if e.from != nil {
+			c.resolve(e.from)
+			e.signed, e.err, e.from = e.from.signed, e.from.err, nil
+			return
+		}
+		e.signed, e.err = sign.Content(c.priv, e.scope, e.base, e.issued, c.validity)
+	})
 }

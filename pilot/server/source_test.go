@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/ed25519"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/certs/manifest"
+	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
 	"github.com/weft-mesh/weft/pilot/ir"
 	"github.com/weft-mesh/weft/pilot/xds/meshcache"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
@@ -176,5 +179,112 @@ func TestGenErrorReported(t *testing.T) {
 	want := []report{{"reviews-1", 5, "bad"}, {"reviews-1", 0, ""}}
 	if d := cmp.Diff(want, got, cmp.AllowUnexported(report{})); d != "" {
 		t.Errorf("reports (-want +got):\n%s", d)
+	}
+}
+
+// TestContentCache: a scope's content statement is signed once per scope
+// snapshot; a snapshot with the same content reuses it; another scope or other
+// content is signed anew; at half its validity it is signed again; the previous
+// generation stays cached beside the latest.
+func TestContentCache(t *testing.T) {
+	mk := func(rev int64, names ...string) *snapshot.Snapshot {
+		byName := map[string]proto.Message{}
+		for _, n := range names {
+			byName[n] = &clusterv3.Cluster{Name: n}
+		}
+		s, err := snapshot.New(rev, map[string]map[string]proto.Message{snapshot.ClusterType: byName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	priv := testKey(t)
+	c := newContentCache(priv, time.Hour)
+	c.acquire("a")
+	c.acquire("b")
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	snap1, snap1b, snap2 := mk(1, "x"), mk(2, "x"), mk(3, "x", "y")
+	steps := []struct {
+		name    string
+		scope   string
+		base    *snapshot.Snapshot
+		now     time.Time
+		sameAs  int   // index of the step whose signature is reused; -1: newly signed
+		wantRev int64 // revision the content statement carries
+	}{
+		{"first", "a", snap1, t0, -1, 1},
+		{"same snapshot", "a", snap1, t0.Add(time.Minute), 0, 1},
+		{"new revision, same content", "a", snap1b, t0.Add(2 * time.Minute), 0, 1},
+		{"another scope", "b", snap1, t0.Add(2 * time.Minute), -1, 1},
+		{"new content", "a", snap2, t0.Add(3 * time.Minute), -1, 3},
+		{"previous generation still cached", "a", snap1b, t0.Add(4 * time.Minute), 0, 1},
+		{"half validity", "a", snap2, t0.Add(3*time.Minute + 30*time.Minute), -1, 3},
+	}
+	var got []*manifest.Signed
+	for i, st := range steps {
+		e, err := c.get(st.scope, st.base, st.now)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		got = append(got, e.signed)
+		if st.sameAs >= 0 && e.signed != got[st.sameAs] {
+			t.Errorf("%s: signed again, want step %d's signature", st.name, st.sameAs)
+		}
+		for j := 0; j < i && st.sameAs < 0; j++ {
+			if got[j] == e.signed {
+				t.Errorf("%s: reused step %d's signature, want a new one", st.name, j)
+			}
+		}
+		var pc manifestpb.Content
+		if err := proto.Unmarshal(e.signed.Body, &pc); err != nil {
+			t.Fatal(err)
+		}
+		if pc.GetScope() != st.scope || pc.GetRevision() != st.wantRev || int(pc.GetCount()) != len(st.base.Resources[snapshot.ClusterType]) {
+			t.Errorf("%s: content scope %q revision %d count %d, want %q %d %d", st.name, pc.GetScope(), pc.GetRevision(), pc.GetCount(),
+				st.scope, st.wantRev, len(st.base.Resources[snapshot.ClusterType]))
+		}
+	}
+	// Entries go with the scope's last watch.
+	c.release("a")
+	c.release("b")
+	c.mu.Lock()
+	left := len(c.scopes)
+	c.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d scopes cached after every watch closed", left)
+	}
+}
+
+// TestContentSignedOncePerChange: the streams of one scope asking at once share
+// one signature.
+func TestContentSignedOncePerChange(t *testing.T) {
+	snap, err := snapshot.New(1, map[string]map[string]proto.Message{snapshot.ClusterType: {"x": &clusterv3.Cluster{Name: "x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newContentCache(testKey(t), time.Hour)
+	c.acquire("s")
+	defer c.release("s")
+	const streams = 64
+	out := make(chan *manifest.Signed, streams)
+	var wg sync.WaitGroup
+	for range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e, err := c.get("s", snap, time.Now())
+			if err != nil {
+				t.Error(err)
+			}
+			out <- e.signed
+		}()
+	}
+	wg.Wait()
+	close(out)
+	first := <-out
+	for s := range out {
+		if s != first {
+			t.Fatal("one scope snapshot signed more than once")
+		}
 	}
 }

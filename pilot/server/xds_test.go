@@ -1,7 +1,10 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -272,23 +275,75 @@ spec:
 		t.Errorf("an unrelated revision sent %d responses (first %s), want none", len(extra), extra[0].TypeURL)
 	}
 
-	// Re-signed at half the 4s validity with nothing changed in the store.
-	n = len(c.Responses())
-	servertest.Eventually(t, 5*time.Second, "manifest re-signed", func() bool {
-		for _, r := range c.Responses()[n:] {
-			if r.TypeURL == manifest.TypeURL {
-				return true
-			}
-		}
-		return false
+	// Re-signed at half the 4s validity with nothing changed in the store: the
+	// node's binding at half of its own, the shared content statement (now at
+	// the latest revision) at half of its own.
+	servertest.Eventually(t, 5*time.Second, "manifest content and binding re-signed", func() bool {
+		m3 := verify()
+		return m3.IssuedAt.After(m2.IssuedAt) && m3.Revision == rev && m3.BindingIssuedAt.After(m1.BindingIssuedAt)
 	})
-	if m3 := verify(); !m3.IssuedAt.After(m2.IssuedAt) || m3.Revision != rev {
-		t.Errorf("re-signed manifest issued %v revision %d, want after %v at revision %d", m3.IssuedAt, m3.Revision, m2.IssuedAt, rev)
-	}
 
 	for _, r := range plain.Responses() {
 		if r.TypeURL == manifest.TypeURL && len(r.Names) > 0 {
 			t.Errorf("plain client got a manifest: %+v", r)
+		}
+	}
+}
+
+// TestManifestSharedPerScope: sidecars of one scope (same namespace, labels and
+// inbound port) get the same signed content statement and each its own binding:
+// a manifest verifies for its node only, and it stays a few hundred bytes.
+func TestManifestSharedPerScope(t *testing.T) {
+	lim := server.DefaultXDSLimits()
+	lim.Debounce, lim.MaxDelay = 10*time.Millisecond, 100*time.Millisecond
+	p := servertest.Start(t, servertest.Options{Limits: &lim})
+	rev := p.Apply(t, mesh)
+	ids := []string{"reviews-1", "reviews-2"}
+	var clients []*servertest.Client
+	for i, id := range ids {
+		sc := &node.Node{ID: id, Namespace: "shop", ServiceAccount: "reviews", Labels: map[string]string{"app": "reviews"},
+			Address: fmt.Sprintf("127.0.0.%d", 5+i), InboundPort: 15006}
+		clients = append(clients, servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: sc.ToProto(), Types: snapshot.PushOrder}))
+	}
+	for _, id := range ids {
+		servertest.Eventually(t, 10*time.Second, id+" synced", func() bool {
+			ps, ok := p.Proxy(t, id)
+			return ok && ps.EffectiveRevision >= rev && ps.Status == "SYNCED"
+		})
+	}
+	pub, err := manifest.LoadPublicKey(filepath.Join(p.DataDir, manifest.PublicKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sms []*manifestpb.SignedManifest
+	for i, c := range clients {
+		var raw []byte
+		for _, r := range c.Responses() {
+			if v, ok := r.Values[manifest.Name]; ok && r.TypeURL == manifest.TypeURL {
+				raw = v
+			}
+		}
+		if len(raw) == 0 || len(raw) > 512 {
+			t.Fatalf("%s: manifest of %d bytes, want a few hundred", ids[i], len(raw))
+		}
+		sm, err := manifest.Decode(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sms = append(sms, sm)
+	}
+	if !bytes.Equal(sms[0].GetContent(), sms[1].GetContent()) || !bytes.Equal(sms[0].GetContentSignature(), sms[1].GetContentSignature()) {
+		t.Error("sidecars of one scope got different content statements")
+	}
+	if bytes.Equal(sms[0].GetBinding(), sms[1].GetBinding()) {
+		t.Error("two nodes got the same binding")
+	}
+	for i, sm := range sms {
+		if _, err := manifest.Verify(pub, sm, ids[i], time.Now()); err != nil {
+			t.Errorf("%s: %v", ids[i], err)
+		}
+		if _, err := manifest.Verify(pub, sm, ids[1-i], time.Now()); !errors.Is(err, manifest.ErrNode) {
+			t.Errorf("%s's manifest for %s: %v, want %v", ids[i], ids[1-i], err, manifest.ErrNode)
 		}
 	}
 }
