@@ -140,7 +140,14 @@ func (p *Proxy) exchangePool(uc *cluster.Conn, out *http.Request, stop func() bo
 		resp.Header[k] = append(resp.Header[k], string(m.value(i)))
 	}
 	keep := !m.close
-	body := &poolBody{p: p, uc: uc, stop: stop, r: uc.R, resp: resp}
+	body := &poolBody{r: uc.R, resp: resp, release: func(keep bool) {
+		if stop() && keep {
+			_ = uc.SetDeadline(time.Time{})
+			p.cfg.Pool.Put(uc)
+		} else {
+			uc.Close()
+		}
+	}}
 	switch {
 	case out.Method == http.MethodHead || m.status == http.StatusNoContent || m.status == http.StatusNotModified:
 		resp.ContentLength = 0
@@ -171,9 +178,7 @@ func (p *Proxy) exchangePool(uc *cluster.Conn, out *http.Request, stop func() bo
 // poolBody reads a response body off a pooled connection and gives the connection
 // back once the body ended cleanly; closed early, it closes the connection.
 type poolBody struct {
-	p       *Proxy
-	uc      *cluster.Conn
-	stop    func() bool
+	release func(keep bool) // gives the connection back (keep) or closes it; called once
 	r       *bufio.Reader
 	resp    *http.Response
 	left    int64 // bytes left in a length-delimited body or chunk; -1 until EOF
@@ -276,23 +281,11 @@ func (b *poolBody) finish(keep bool) {
 		return
 	}
 	b.done = true
-	if b.stop() && keep {
-		_ = b.uc.SetDeadline(time.Time{})
-		b.p.cfg.Pool.Put(b.uc)
-	} else {
-		b.uc.Close()
-	}
-	b.uc = nil
+	b.release(keep)
 }
 
+// Close before the end closes the connection: the rest of the body is unread.
 func (b *poolBody) Close() error {
-	if !b.done {
-		b.done = true
-		if b.uc != nil {
-			b.stop()
-			b.uc.Close()
-			b.uc = nil
-		}
-	}
+	b.finish(false)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"net/http"
 	"testing"
 )
 
@@ -91,6 +92,44 @@ func FuzzReadResponse(f *testing.F) {
 			_ = copyN(w, br, m.contentLength)
 		default:
 			_ = copyUntilEOF(w, br)
+		}
+	})
+}
+
+// FuzzPoolBody feeds raw bytes as a response body read off a pooled upstream
+// connection (chunked, or length-delimited): no panics, never more bytes than
+// arrived, and the connection is released exactly once, kept only after a clean end.
+func FuzzPoolBody(f *testing.F) {
+	for _, s := range []string{
+		"3;ext\r\nabc\r\n0\r\nX-Sum: 3\r\n\r\n",
+		"0\r\n\r\n",
+		"a\r\n0123456789\r\n1\r\nx\r\n0\r\n\r\n",
+		"zz\r\n",
+		"3\r\nabcXY",
+	} {
+		f.Add([]byte(s), true)
+	}
+	f.Add([]byte("0123456789"), false)
+	f.Fuzz(func(t *testing.T, b []byte, chunked bool) {
+		releases, kept := 0, false
+		body := &poolBody{r: bufio.NewReaderSize(bytes.NewReader(b), 4096), resp: &http.Response{}, chunked: chunked, keep: true,
+			release: func(keep bool) { releases++; kept = keep }}
+		if !chunked {
+			body.left = int64(len(b) / 2)
+		}
+		out, err := io.ReadAll(body)
+		if len(out) > len(b) {
+			t.Fatalf("read %d bytes from %d", len(out), len(b))
+		}
+		body.Close()
+		if releases != 1 {
+			t.Fatalf("released %d times", releases)
+		}
+		if kept && err != nil {
+			t.Fatalf("connection kept after %v", err)
+		}
+		if !chunked && err == nil && len(out) != len(b)/2 {
+			t.Fatalf("length-delimited body: %d bytes, want %d", len(out), len(b)/2)
 		}
 	})
 }
