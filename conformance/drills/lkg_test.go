@@ -27,7 +27,7 @@ func TestDrillLKGRefused(t *testing.T) {
 			if err := runtimetest.AlterOneByte(filepath.Join(w.stateDir, lkg.FileName)); err != nil {
 				t.Fatal(err)
 			}
-		}, "resource hashes"},
+		}, "digest"},
 		{"another node's file", "127.77.3.2", 0, func(t *testing.T, w *ws) {
 			w.nodeID = "ratings-v1-a" // same state dir, other identity
 		}, "node"},
