@@ -46,7 +46,7 @@ func main() {
 	debounce := flag.Duration("debounce", 50*time.Millisecond, "meshcache debounce window (max delay is 10x)")
 	conc := flag.Int("connect-concurrency", 200, "clients connecting at once")
 	timeout := flag.Duration("timeout", 10*time.Minute, "bound on one run")
-	sidecars := flag.Bool("sidecars", false, "delta clients register as Weft sidecars (node metadata; pilot validates and signs a manifest per node) and also take the manifest; -stack=real only")
+	sidecars := flag.Bool("sidecars", false, "delta clients register as Weft sidecars (node metadata; pilot validates, signs the content once per scope and a binding per node) and also take the manifest; -stack=real only")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of pilot during the measured delta change to FILE-<proxies>")
 	flag.Parse()
 	if *sidecars && *stack != "real" {
@@ -99,6 +99,7 @@ type result struct {
 	p50, p99, max         time.Duration
 	serverConvergence     float64
 	deltaBytes, sotwBytes float64
+	manifestBytes         float64 // of deltaBytes, the signed manifest's responses (sidecars)
 	rssBefore, rssAfter   int64
 	rssFreed              int64 // after returning freed memory to the OS
 	heapBefore, heapAfter int64
@@ -110,13 +111,16 @@ func (r result) print(w io.Writer) {
 	perProxyHeap := float64(r.heapAfter-r.heapBefore) / float64(r.cfg.proxies)
 	kind := "plain xDS clients"
 	if r.cfg.sidecars {
-		kind = "Weft sidecars (signed manifest per node)"
+		kind = "Weft sidecars (signed manifest: content per scope, binding per node)"
 	}
 	fmt.Fprintf(w, "adsload %s stack=%s proxies=%d services=%d streams/conn=%d debounce=%v\n", kind, r.cfg.stack, r.cfg.proxies, r.cfg.services, r.cfg.perConn, r.cfg.debounce)
 	fmt.Fprintf(w, "  connect+initial sync of all proxies: %v\n", r.connectTime.Round(time.Millisecond))
 	fmt.Fprintf(w, "  endpoint change -> ACK (client side): p50=%v p99=%v max=%v; pilot-side last ACK %.3fs after the store write\n",
 		r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.max.Round(time.Millisecond), r.serverConvergence)
 	fmt.Fprintf(w, "  bytes per proxy for the change: delta=%.0f B, SotW=%.0f B, delta/SotW=%.3f%%\n", r.deltaBytes, r.sotwBytes, 100*r.deltaBytes/r.sotwBytes)
+	if r.cfg.sidecars {
+		fmt.Fprintf(w, "  of the delta bytes, the signed manifest: %.0f B per proxy\n", r.manifestBytes)
+	}
 	perProxyFreed := float64(r.rssFreed-r.rssBefore) / float64(r.cfg.proxies)
 	fmt.Fprintf(w, "  pilot RSS %.1f MiB idle -> %.1f MiB after sync: %.1f KiB per proxy (includes garbage of the initial full sync)\n",
 		float64(r.rssBefore)/(1<<20), float64(r.rssAfter)/(1<<20), perProxyRSS/1024)
@@ -295,6 +299,7 @@ type client struct {
 	ready   chan struct{} // closed once every subscribed type was received
 	seen    int
 	bytes   atomic.Int64 // bytes received while measuring
+	mbytes  atomic.Int64 // of bytes, the manifest's responses
 	ackAt   atomic.Int64 // unix nanos of the ACK of the measured change
 }
 
@@ -339,6 +344,9 @@ func (c *client) runDelta(ctx context.Context, conn *grpc.ClientConn, id string)
 		hit := false
 		if c.m.active.Load() {
 			c.bytes.Add(int64(proto.Size(r)))
+			if r.TypeUrl == snapshot.ManifestType {
+				c.mbytes.Add(int64(proto.Size(r)))
+			}
 			target := *c.m.target.Load()
 			for _, res := range r.Resources {
 				if res.Name == target {
@@ -533,7 +541,7 @@ func run(ctx context.Context, cfg runConfig) (result, error) {
 		}
 	}
 	lat := make([]time.Duration, 0, cfg.proxies)
-	var bytes int64
+	var bytes, mbytes int64
 	for _, c := range f.clients {
 		at := c.ackAt.Load()
 		if at == 0 {
@@ -541,11 +549,13 @@ func run(ctx context.Context, cfg runConfig) (result, error) {
 		}
 		lat = append(lat, time.Duration(at-rs.WrittenAt.UnixNano()))
 		bytes += c.bytes.Load()
+		mbytes += c.mbytes.Load()
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	r.p50, r.p99, r.max = lat[len(lat)/2], lat[(len(lat)*99)/100], lat[len(lat)-1]
 	r.serverConvergence = *rs.ConvergenceSeconds
 	r.deltaBytes = float64(bytes) / float64(cfg.proxies)
+	r.manifestBytes = float64(mbytes) / float64(cfg.proxies)
 
 	// SotW: the same kind of change seen by SotW clients subscribed to the same
 	// resources (CDS and LDS wildcard, EDS for every cluster, the route).
