@@ -11,7 +11,10 @@ import (
 
 // diffCache shares, across streams, the names that differ for one type between
 // two snapshots. Proxies of one scope hold the same snapshots, so a fleet-wide
-// push computes each diff once instead of once per stream.
+// push computes each diff once instead of once per stream. It is keyed by the
+// type's set versions (a hash of every name and content hash), not by snapshot
+// pointer: Weft sidecars each hold their own snapshot (their signed manifest is
+// per node) over the same shared sets, and must share the diff too.
 type diffCache struct {
 	max int
 
@@ -20,7 +23,7 @@ type diffCache struct {
 }
 
 type diffKey struct {
-	from, to *snapshot.Snapshot
+	from, to string // set versions of typ
 	typ      string
 }
 
@@ -34,7 +37,10 @@ func newDiffCache(max int) *diffCache { return &diffCache{max: max, m: map[diffK
 // names returns the sorted names of typ whose version differs between from and
 // to (present in only one counts). The result is shared: do not modify it.
 func (c *diffCache) names(from, to *snapshot.Snapshot, typ string) []string {
-	k := diffKey{from, to, typ}
+	k := diffKey{from.Version(typ), to.Version(typ), typ}
+	if k.from == k.to {
+		return nil // same set: nothing differs
+	}
 	c.mu.Lock()
 	e, ok := c.m[k]
 	if !ok {
@@ -71,7 +77,7 @@ func diffNames(from, to *snapshot.Snapshot, typ string) []string {
 func sortStrings(s []string) { sort.Strings(s) }
 
 // wrapCache shares, across delta streams, the discovery Resource wrappers of one
-// snapshot's type: built once, read-only afterwards (gRPC only reads them while
+// type's set (keyed by set version, like diffCache): built once, read-only afterwards (gRPC only reads them while
 // marshalling), so a fleet-wide full sync does not allocate them per proxy.
 type wrapCache struct {
 	max int
@@ -81,8 +87,8 @@ type wrapCache struct {
 }
 
 type wrapKey struct {
-	s   *snapshot.Snapshot
-	typ string
+	version string // set version of typ: equal sets share wrappers whatever snapshot holds them
+	typ     string
 }
 
 type wrapped struct {
@@ -95,7 +101,7 @@ type wrapped struct {
 func newWrapCache(max int) *wrapCache { return &wrapCache{max: max, m: map[wrapKey]*wrapped{}} }
 
 func (c *wrapCache) get(s *snapshot.Snapshot, typ string) *wrapped {
-	k := wrapKey{s, typ}
+	k := wrapKey{s.Version(typ), typ}
 	c.mu.Lock()
 	w, ok := c.m[k]
 	if !ok {
