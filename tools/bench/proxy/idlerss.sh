@@ -6,12 +6,16 @@
 # of idle, and /proc/<pid>/status + smaps_rollup read.
 # Usage: tools/bench/proxy/idlerss.sh [BIN_DIR]   (default bin/; build with `make build`
 # so the sidecar gets the Makefile's flags). Env: SETTLE=5 IP_PREFIX=127.0.19
+# STEADY=0: with STEADY=S it then stays idle S more seconds while /metrics is
+# scraped every 15s (as Prometheus would) and reports the highest RSS seen: idle
+# work (staleness ticks, scrapes) allocates, and the heap keeps what it freed.
 # Prints a human breakdown, then one machine-readable line:
-#   idle_rss_kb=N rss_anon_kb=N rss_file_kb=N
+#   idle_rss_kb=N rss_anon_kb=N rss_file_kb=N [steady_max_rss_kb=N]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 BIN=$(cd "${1:-$ROOT/bin}" && pwd)
 SETTLE=${SETTLE:-5}
+STEADY=${STEADY:-0}
 IP_PREFIX=${IP_PREFIX:-127.0.19}
 PILOT_IP=$IP_PREFIX.254
 SC_IP=$IP_PREFIX.11
@@ -62,4 +66,18 @@ echo "sidecar idle RSS $(mib "$rss") MiB = anon $(mib "$anon") + file $(mib "$fi
 # Where the file-backed part lives: the binary's own text/rodata pages vs libraries.
 awk '/^[0-9a-f]+-[0-9a-f]+ /{name=$6} /^Rss:/{r[name]+=$2} END{for(n in r) if (r[n]>=256) printf "  %-60s %6d kB\n", (n==""?"[anon]":n), r[n]}' "/proc/$SC/smaps" | sort -k2 -n -r
 grep -E '^(Rss|Pss_Anon|Pss_File|Anonymous):' "/proc/$SC/smaps_rollup" | tr -s ' ' | paste -sd' ' | sed 's/^/  smaps_rollup: /'
-echo "idle_rss_kb=$rss rss_anon_kb=$anon rss_file_kb=$file"
+steady=
+if [ "$STEADY" -gt 0 ]; then
+	peak=0 end=$((SECONDS + STEADY))
+	while [ "$SECONDS" -lt "$end" ]; do
+		curl -s -o /dev/null "http://$SC_IP:15000/metrics" || fail "metrics scrape failed"
+		for _ in 1 2 3; do # RSS every 5s, a scrape every 15s
+			r=$(kb VmRSS "$st")
+			[ "$r" -gt "$peak" ] && peak=$r
+			sleep 5
+		done
+	done
+	echo "steady idle: highest RSS $(mib "$peak") MiB over ${STEADY}s with a /metrics scrape every 15s; now $(mib "$(kb VmRSS "$st")") MiB = anon $(mib "$(kb RssAnon "$st")") + file $(mib "$(kb RssFile "$st")")"
+	steady=" steady_max_rss_kb=$peak"
+fi
+echo "idle_rss_kb=$rss rss_anon_kb=$anon rss_file_kb=$file$steady"

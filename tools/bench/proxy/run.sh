@@ -8,7 +8,8 @@
 # The proxy rows run tools/bench/proxy/benchproxy (the sidecar's request path with a
 # fixed config); the idle RSS of the real bin/sidecar, after activating examples/
 # from a real pilot, comes from idlerss.sh and is compared with nginx's idle RSS.
-# Usage: tools/bench/proxy/run.sh [rounds]   (env: DURATION=10s CONNS=32 WRK_CONNS=64)
+# Usage: tools/bench/proxy/run.sh [rounds]   (env: DURATION=10s CONNS=32 WRK_CONNS=64;
+# STEADY=S adds the idle sidecar's highest RSS over S more seconds of scrapes)
 set -euo pipefail
 ROUNDS=${1:-${ROUNDS:-3}}
 DURATION=${DURATION:-10s}
@@ -166,4 +167,7 @@ print(f"benchproxy idle RSS: {idle:.1f} MiB; sidecar2* CPU counts both sidecars 
 r=real["idle_rss_kb"]
 print(f"bin/sidecar idle RSS (examples/ activated from a real pilot): {r:.1f} MiB = anon {real['rss_anon_kb']:.1f} + file {real['rss_file_kb']:.1f}"
       f" (target <= 20 MiB: {'met' if r <= 20 else 'MISSED'}); {ratio(r, idle_ngx)} nginx's idle {idle_ngx:.1f} MiB (master + 2 workers)")
+if "steady_max_rss_kb" in real:
+    import os
+    print(f"bin/sidecar steady idle ({os.environ.get('STEADY')}s more, /metrics scraped every 15s): highest RSS {real['steady_max_rss_kb']:.1f} MiB, {ratio(real['steady_max_rss_kb'], idle_ngx)} nginx's idle")
 PY
