@@ -5,7 +5,8 @@
 # latest revision effective on it (meshctl rollout status --wait), SETTLE seconds
 # of idle, and /proc/<pid>/status + smaps_rollup read.
 # Usage: tools/bench/proxy/idlerss.sh [BIN_DIR]   (default bin/; build with `make build`
-# so the sidecar gets the Makefile's flags). Env: SETTLE=5 IP_PREFIX=127.0.19
+# so the sidecar gets the Makefile's flags). Env: SETTLE=5 IP_PREFIX=127.<n>.19
+# (n from the shell's pid, so concurrent runs do not share addresses)
 # STEADY=0: with STEADY=S it then stays idle S more seconds while /metrics is
 # scraped every 15s (as Prometheus would) and reports the highest RSS seen: idle
 # work (staleness ticks, scrapes) allocates, and the heap keeps what it freed.
@@ -16,7 +17,7 @@ ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 BIN=$(cd "${1:-$ROOT/bin}" && pwd)
 SETTLE=${SETTLE:-5}
 STEADY=${STEADY:-0}
-IP_PREFIX=${IP_PREFIX:-127.0.19}
+IP_PREFIX=${IP_PREFIX:-127.$((20 + $$ % 200)).19}
 PILOT_IP=$IP_PREFIX.254
 SC_IP=$IP_PREFIX.11
 for b in pilot sidecar meshctl; do
