@@ -173,7 +173,9 @@ func TestVerifyRefusals(t *testing.T) {
 			sm.Content, sm.Binding = sm.Binding, sm.Content
 			sm.ContentSignature, sm.BindingSignature = sm.BindingSignature, sm.ContentSignature
 		}), "reviews-1", ErrSignature, ""},
-		{"signed content with a short digest", clone(func(sm *manifestpb.SignedManifest) { sm.Content, sm.ContentSignature = badDigest.Body, badDigest.Signature }),
+		{"signed content with a short digest", clone(func(sm *manifestpb.SignedManifest) {
+			sm.Content, sm.ContentSignature = badDigest.Body, badDigest.Signature
+		}),
 			"reviews-1", ErrMalformed, "manifest malformed: content.digest: 3 bytes, want 32"},
 		{"signed binding without times", clone(func(sm *manifestpb.SignedManifest) { sm.Binding, sm.BindingSignature = noTimes.Body, noTimes.Signature }),
 			"reviews-1", ErrMalformed, "manifest malformed: binding: issued_at and valid_until required"},

@@ -40,7 +40,7 @@ type sourceConfig struct {
 // node), and the report of a snapshot that failed the
 // sidecar's validation to every proxy of its scope.
 type source struct {
-	cfg     sourceConfig
+	cfg      sourceConfig
 	cache    *meshcache.Cache // set once before the first Connect
 	checked  checkCache
 	contents *contentCache
