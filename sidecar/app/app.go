@@ -74,8 +74,9 @@ type Options struct {
 	// runtime keeps freed pages up to its next heap goal, about twice the live
 	// heap: measured (tools/bench/proxy/idlerss.sh STEADY=200), idle RSS crept
 	// from 18.7 to 21.8 MiB in 3 minutes of 15s scrapes without it and peaked at
-	// 19.8 MiB with a release every 30s. Under load the cost is one extra GC per
-	// interval. Zero means DefaultMemoryRelease; a negative value turns it off.
+	// 19.8 MiB with a release every 30s. Under load the cost per interval is one
+	// extra GC (among many) and re-faulting the pages released. Zero means
+	// DefaultMemoryRelease; a negative value turns it off.
 	MemoryRelease time.Duration
 
 	// release replaces debug.FreeOSMemory in tests.
