@@ -55,6 +55,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Now is the clock for ages shown; default time.Now.
 	Now func() time.Time
+	// Requests, when set, adds per-cluster request and TCP counts to /stats
+	// (register it with Gatherer's registry for /metrics).
+	Requests *RequestMetrics
 }
 
 // Admin holds the handlers.
@@ -208,6 +211,9 @@ func (a *Admin) stats(w http.ResponseWriter, _ *http.Request) {
 			lines[p+"resources"] = fmt.Sprint(t.Resources)
 			lines[p+"version"] = t.Version
 		}
+	}
+	if a.cfg.Requests != nil {
+		a.cfg.Requests.statsLines(lines)
 	}
 	keys := make([]string, 0, len(lines))
 	for k := range lines {

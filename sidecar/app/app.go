@@ -176,12 +176,17 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	defer pool.Close()
 	plog := log.Named("proxy")
-	hp, err := httpproxy.New(httpproxy.Config{Logger: plog, Pool: pool, Degraded: rt.Degraded})
+	reqs, err := admin.NewRequestMetrics(admin.RequestMetricsConfig{})
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	reg.MustRegister(reqs)
+	hp, err := httpproxy.New(httpproxy.Config{Logger: plog, Pool: pool, Degraded: rt.Degraded, Observer: reqs})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	defer hp.Close()
-	tp, err := tcpproxy.New(tcpproxy.Config{Logger: plog})
+	tp, err := tcpproxy.New(tcpproxy.Config{Logger: plog, Observer: reqs})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
@@ -194,7 +199,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		servers[name] = srv
 	}
 	reg.MustRegister(admin.NewXDSCollector(client.Status))
-	adm, err := admin.New(admin.Config{Logger: log.Named("admin"), Runtime: rt, XDS: client.Status, Gatherer: reg})
+	adm, err := admin.New(admin.Config{Logger: log.Named("admin"), Runtime: rt, XDS: client.Status, Gatherer: reg, Requests: reqs})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/weft-mesh/weft/sidecar/admin"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 )
 
@@ -39,13 +40,25 @@ func rawApp(tb testing.TB) netip.AddrPort {
 
 // BenchmarkHTTP1Proxy measures one keep-alive request through the HTTP/1.1 fast path
 // (client → sidecar → app, 1 KiB response). Run: go test -bench HTTP1 -benchmem.
-func BenchmarkHTTP1Proxy(b *testing.B) {
+func BenchmarkHTTP1Proxy(b *testing.B) { benchHTTP1(b, sidecarOpts{}) }
+
+// BenchmarkHTTP1ProxyObserved is BenchmarkHTTP1Proxy with the sidecar's request
+// metrics recording every request: allocs/op must equal BenchmarkHTTP1Proxy's.
+func BenchmarkHTTP1ProxyObserved(b *testing.B) {
+	m, err := admin.NewRequestMetrics(admin.RequestMetricsConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchHTTP1(b, sidecarOpts{observer: m})
+}
+
+func benchHTTP1(b *testing.B, o sidecarOpts) {
 	app := rawApp(b)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := startSidecarB(b, ln, dt.Simple("outbound", addrOf(ln), false, app))
+	s := startSidecarB(b, ln, dt.Simple("outbound", addrOf(ln), false, app), o)
 	b.RunParallel(func(pb *testing.PB) {
 		c, err := net.Dial("tcp", s.Addr.String())
 		if err != nil {

@@ -24,6 +24,10 @@ type h1state struct {
 	resp msg
 	hdrs reqHeaders
 	peer *cluster.Endpoint // set with outcome toPeer; cleared by its reader
+	// What the current request was answered with, for the Observer: set at every
+	// response point, reset before each request.
+	cluster string
+	code    int
 }
 
 var h1states = sync.Pool{New: func() any {
@@ -73,9 +77,11 @@ func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t 
 		if err := st.req.readHead(br, p.cfg.MaxHeaderBytes, p.cfg.MaxHeaderFields); err != nil {
 			switch {
 			case errors.Is(err, errHeaderTooLarge):
-				p.localReply(bw, &st.req, http.StatusRequestHeaderFieldsTooLarge, "", err.Error(), true)
+				p.localReply(bw, st, http.StatusRequestHeaderFieldsTooLarge, "", err.Error(), true)
+				p.observe("", st.code, time.Now())
 			case errors.Is(err, errMalformed):
-				p.localReply(bw, &st.req, http.StatusBadRequest, "", err.Error(), true)
+				p.localReply(bw, st, http.StatusBadRequest, "", err.Error(), true)
+				p.observe("", st.code, time.Now())
 			}
 			return
 		}
@@ -84,11 +90,16 @@ func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t 
 			if errors.Is(err, errUnsupportedTE) {
 				code = http.StatusNotImplemented
 			}
-			p.localReply(bw, &st.req, code, "", err.Error(), true)
+			p.localReply(bw, st, code, "", err.Error(), true)
+			p.observe("", st.code, time.Now())
 			return
 		}
 		_ = conn.SetReadDeadline(time.Time{})
-		if !p.handleH1(ctx, br, bw, st, &t) {
+		start := time.Now()
+		st.cluster, st.code = "", 0
+		keep := p.handleH1(ctx, br, bw, st, &t)
+		p.observe(st.cluster, st.code, start)
+		if !keep {
 			return
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(p.cfg.IdleTimeout))
@@ -120,7 +131,7 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 	host, _ := st.hdrs.Get(":authority")
 	path := req.str(req.t0, req.t1)
 	if req.upgrade {
-		return p.discardAndReply(br, bw, req, http.StatusNotImplemented, "", "protocol upgrade is not supported")
+		return p.discardAndReply(br, bw, st, http.StatusNotImplemented, "", "protocol upgrade is not supported")
 	}
 	rr := p.resolve(cfg, t, host, path, &st.hdrs)
 	if rr.status != 0 {
@@ -128,11 +139,11 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 		if rr.status == http.StatusServiceUnavailable && p.cfg.Degraded != nil {
 			deg = rr.reason
 		}
-		return p.discardAndReply(br, bw, req, rr.status, deg, rr.reason)
+		return p.discardAndReply(br, bw, st, rr.status, deg, rr.reason)
 	}
 	route := rr.route
 	if route.Direct != nil {
-		return p.discardAndReply(br, bw, req, int(route.Direct.Status), "", route.Direct.Body)
+		return p.discardAndReply(br, bw, st, int(route.Direct.Status), "", route.Direct.Body)
 	}
 	var deadline time.Time
 	if route.Timeout > 0 {
@@ -140,6 +151,7 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 	}
 	bodyless := req.contentLength <= 0 && !req.chunked
 	c := route.Pick(p.cfg.Rand())
+	st.cluster = c.Name
 	if c.HTTP2 {
 		return p.bridgeH1toH2(ctx, br, bw, st, t, route, c, nil)
 	}
@@ -176,6 +188,7 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 		}
 		last = res
 		if res == done {
+			st.code = st.resp.status
 			return !req.close && st.resp.status != 0 && !st.resp.close
 		}
 		// Fallback: next cluster in priority order while the request can be replayed.
@@ -183,6 +196,7 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 			break
 		}
 		c = route.Fallback[fb]
+		st.cluster = c.Name
 		fb++
 		if c.HTTP2 {
 			return p.bridgeH1toH2(ctx, br, bw, st, t, route, c, nil)
@@ -190,11 +204,11 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 	}
 	switch last {
 	case failTimeout:
-		p.localReply(bw, req, http.StatusGatewayTimeout, "", "upstream request timeout", true)
+		p.localReply(bw, st, http.StatusGatewayTimeout, "", "upstream request timeout", true)
 	case failOverflow:
-		p.localReply(bw, req, http.StatusServiceUnavailable, "", "upstream overflow", true)
+		p.localReply(bw, st, http.StatusServiceUnavailable, "", "upstream overflow", true)
 	default:
-		p.localReply(bw, req, http.StatusServiceUnavailable, "", "upstream connect error or disconnect/reset before headers", true)
+		p.localReply(bw, st, http.StatusServiceUnavailable, "", "upstream connect error or disconnect/reset before headers", true)
 	}
 	return false
 }
@@ -404,7 +418,8 @@ func (p *Proxy) forwardResponse(cbw *bufio.Writer, uc *cluster.Conn, req, resp *
 }
 
 // discardAndReply answers locally after consuming a small request body.
-func (p *Proxy) discardAndReply(br *bufio.Reader, bw *bufio.Writer, req *msg, code int, degraded, body string) bool {
+func (p *Proxy) discardAndReply(br *bufio.Reader, bw *bufio.Writer, st *h1state, code int, degraded, body string) bool {
+	req := &st.req
 	closeAfter := req.close
 	switch {
 	case req.chunked || req.contentLength > maxDiscard || req.expect100:
@@ -414,12 +429,16 @@ func (p *Proxy) discardAndReply(br *bufio.Reader, bw *bufio.Writer, req *msg, co
 			closeAfter = true
 		}
 	}
-	p.localReply(bw, req, code, degraded, body, closeAfter)
+	p.localReply(bw, st, code, degraded, body, closeAfter)
 	return !closeAfter
 }
 
 // localReply writes a small plain-text response generated by the proxy.
-func (p *Proxy) localReply(bw *bufio.Writer, req *msg, code int, degraded, body string, closeConn bool) {
+// The cluster recorded for the request stays as it was: an upstream failure is
+// counted against the cluster that failed.
+func (p *Proxy) localReply(bw *bufio.Writer, st *h1state, code int, degraded, body string, closeConn bool) {
+	req := &st.req
+	st.code = code
 	bw.WriteString("HTTP/1.1 ")
 	bw.WriteString(strconv.Itoa(code))
 	bw.WriteByte(' ')

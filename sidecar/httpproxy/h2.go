@@ -54,6 +54,10 @@ func isGRPC(r *http.Request) bool {
 
 // serveHTTP is the general request path (HTTP/2 clients, HTTP/2 upstreams, gRPC).
 func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request, t *Target) {
+	var a answer
+	start := time.Now()
+	// Deferred so a stream aborted mid-body (panic ErrAbortHandler) is counted too.
+	defer func() { p.observe(a.cluster, a.code, start) }()
 	cfg := t.Snapshot.Load() // the whole request runs on this snapshot
 	h := httpHeaders{r: r}
 	rr := p.resolve(cfg, t, r.Host, r.URL.RequestURI(), h)
@@ -62,23 +66,32 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request, t *Target) {
 		if rr.status == http.StatusServiceUnavailable && p.cfg.Degraded != nil {
 			deg = rr.reason
 		}
-		p.errorReply(w, r, rr.status, deg, rr.reason)
+		a.code = p.errorReply(w, r, rr.status, deg, rr.reason)
 		return
 	}
 	route := rr.route
 	if route.Direct != nil {
+		a.code = int(route.Direct.Status)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.WriteHeader(int(route.Direct.Status))
+		w.WriteHeader(a.code)
 		io.WriteString(w, route.Direct.Body)
 		return
 	}
-	p.forward(w, r, t, route, route.Pick(p.cfg.Rand()), nil)
+	p.forward(w, r, t, route, route.Pick(p.cfg.Rand()), nil, &a)
+}
+
+// answer is what a request was answered with, for the Observer.
+type answer struct {
+	cluster string // "" for the proxy's own answers before a cluster was picked
+	code    int
 }
 
 // forward sends r to c (then retries and fallbacks) and streams the response back.
 // pin, when set, is the endpoint of c the first attempt goes to (already picked by
 // the HTTP/1.1 path); later attempts pick again.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route *dataplane.Route, c *cluster.Cluster, pin *cluster.Endpoint) {
+// a receives the cluster tried last and the status sent.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route *dataplane.Route, c *cluster.Cluster,
+	pin *cluster.Endpoint, a *answer) {
 	ctx := r.Context()
 	var cancel context.CancelFunc
 	timeout := route.Timeout
@@ -101,6 +114,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 		if ci > 0 && !replayable && !errors.Is(lastErr, errNotSent) {
 			break
 		}
+		a.cluster = c.Name
 		for attempt := 0; attempt <= retries; attempt++ {
 			if attempt > 0 && !c.Breaker.Acquire(circuitbreak.Retries) {
 				break
@@ -117,6 +131,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 					lastStatus, lastErr = resp.StatusCode, nil
 					continue
 				}
+				a.code = resp.StatusCode
 				p.copyResponse(w, resp, r.Method == http.MethodHead)
 				return
 			}
@@ -134,13 +149,13 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 	}
 	switch {
 	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && r.Context().Err() == nil:
-		p.errorReply(w, r, http.StatusGatewayTimeout, "", "upstream request timeout")
+		a.code = p.errorReply(w, r, http.StatusGatewayTimeout, "", "upstream request timeout")
 	case errors.Is(lastErr, cluster.ErrOverflow):
-		p.errorReply(w, r, http.StatusServiceUnavailable, "", "upstream overflow")
+		a.code = p.errorReply(w, r, http.StatusServiceUnavailable, "", "upstream overflow")
 	case lastStatus != 0:
-		p.errorReply(w, r, lastStatus, "", "upstream failed after retries")
+		a.code = p.errorReply(w, r, lastStatus, "", "upstream failed after retries")
 	default:
-		p.errorReply(w, r, http.StatusServiceUnavailable, "", "upstream connect error or disconnect/reset before headers")
+		a.code = p.errorReply(w, r, http.StatusServiceUnavailable, "", "upstream connect error or disconnect/reset before headers")
 	}
 }
 
@@ -319,7 +334,8 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, resp *http.Response, head bo
 }
 
 // errorReply answers locally; gRPC callers get a gRPC status instead of an HTTP error.
-func (p *Proxy) errorReply(w http.ResponseWriter, r *http.Request, code int, degraded, msg string) {
+// It returns the HTTP status sent.
+func (p *Proxy) errorReply(w http.ResponseWriter, r *http.Request, code int, degraded, msg string) int {
 	if degraded != "" {
 		w.Header().Set(DegradedHeader, sanitizeHeader(degraded))
 	}
@@ -335,11 +351,12 @@ func (p *Proxy) errorReply(w http.ResponseWriter, r *http.Request, code int, deg
 		w.Header().Set("Grpc-Status", gs)
 		w.Header().Set("Grpc-Message", url.PathEscape(msg))
 		w.WriteHeader(http.StatusOK)
-		return
+		return http.StatusOK
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(code)
 	io.WriteString(w, msg+"\n")
+	return code
 }
 
 // parseGRPCTimeout parses the grpc-timeout header ("100m", "5S", ...).
@@ -380,7 +397,7 @@ func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Wr
 	req := &st.req
 	u, err := url.ParseRequestURI(req.str(req.t0, req.t1))
 	if err != nil {
-		return p.discardAndReply(br, bw, req, http.StatusBadRequest, "", "bad request target")
+		return p.discardAndReply(br, bw, st, http.StatusBadRequest, "", "bad request target")
 	}
 	hr := &http.Request{
 		Method: string(req.buf[req.m0:req.m1]), URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
@@ -419,6 +436,8 @@ func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Wr
 	}
 	hr = hr.WithContext(ctx)
 	w := &h1Writer{bw: bw, header: make(http.Header), head: req.m1-req.m0 == 4 && string(req.buf[req.m0:req.m1]) == "HEAD"}
+	var a answer
+	defer func() { st.cluster, st.code = a.cluster, a.code }()
 	ok := func() (ok bool) {
 		defer func() {
 			if v := recover(); v != nil {
@@ -428,7 +447,7 @@ func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Wr
 				ok = false
 			}
 		}()
-		p.forward(w, hr, t, route, c, pin)
+		p.forward(w, hr, t, route, c, pin, &a)
 		return w.finish()
 	}()
 	if req.chunked || req.contentLength > 0 {

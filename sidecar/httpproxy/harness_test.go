@@ -32,6 +32,8 @@ type sidecar struct {
 type sidecarOpts struct {
 	name     string // listener name, default "outbound"
 	degraded httpproxy.DegradedFunc
+	observer httpproxy.Observer
+	tcpObs   tcpproxy.Observer
 }
 
 // listen reserves a loopback port so configs can name it before the sidecar starts.
@@ -52,8 +54,8 @@ func startSidecar(t *testing.T, ln net.Listener, res dt.Resources, o sidecarOpts
 	return startSidecarTB(t, ln, res, o)
 }
 
-func startSidecarB(b *testing.B, ln net.Listener, res dt.Resources) *sidecar {
-	return startSidecarTB(b, ln, res, sidecarOpts{})
+func startSidecarB(b *testing.B, ln net.Listener, res dt.Resources, o sidecarOpts) *sidecar {
+	return startSidecarTB(b, ln, res, o)
 }
 
 func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOpts) *sidecar {
@@ -72,11 +74,11 @@ func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOp
 	if err != nil {
 		t.Fatal(err)
 	}
-	hp, err := httpproxy.New(httpproxy.Config{Logger: log, Pool: pool, Degraded: o.degraded})
+	hp, err := httpproxy.New(httpproxy.Config{Logger: log, Pool: pool, Degraded: o.degraded, Observer: o.observer})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp, err := tcpproxy.New(tcpproxy.Config{Logger: log})
+	tp, err := tcpproxy.New(tcpproxy.Config{Logger: log, Observer: o.tcpObs})
 	if err != nil {
 		t.Fatal(err)
 	}

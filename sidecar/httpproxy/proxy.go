@@ -56,6 +56,28 @@ type Config struct {
 	ReadHeaderTimeout time.Duration
 	// Rand picks weighted clusters; nil uses math/rand/v2.
 	Rand func() uint64
+	// Observer, when set, is told of every answered request. nil records nothing.
+	Observer Observer
+}
+
+// Observer receives one call per request the proxy answered, on the request's
+// goroutine, so it must be cheap and must not allocate: the HTTP/1.1 path is
+// allocation-free and stays so.
+type Observer interface {
+	// Request reports the answer: cluster is the cluster that produced it ("" when
+	// the proxy answered itself: no route, direct response, degraded, bad request,
+	// overflow or connect failure before any cluster was picked); code is the
+	// status sent, 0 when the client went away before one was; dur runs from the
+	// parsed request head (HTTP/1.1) or the handler start (HTTP/2) to the end of the
+	// response body.
+	Request(cluster string, code int, dur time.Duration)
+}
+
+// observe reports a request to the configured Observer, if any.
+func (p *Proxy) observe(cluster string, code int, start time.Time) {
+	if p.cfg.Observer != nil {
+		p.cfg.Observer.Request(cluster, code, time.Since(start))
+	}
 }
 
 // Proxy serves HTTP connections handed to it by a listener.

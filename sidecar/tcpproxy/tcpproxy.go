@@ -27,6 +27,15 @@ type Config struct {
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// Rand picks weighted clusters; nil uses math/rand/v2.
 	Rand func() uint64
+	// Observer, when set, is told of every connection that reached an upstream.
+	Observer Observer
+}
+
+// Observer receives one call per proxied connection, when it ends.
+type Observer interface {
+	// TCPConn reports a finished connection to cluster: bytesIn were read from the
+	// client (and sent upstream), bytesOut were written to the client.
+	TCPConn(cluster string, bytesIn, bytesOut int64)
 }
 
 // Proxy forwards TCP connections.
@@ -80,10 +89,14 @@ func (p *Proxy) Serve(ctx context.Context, client net.Conn, route *dataplane.TCP
 	defer stop()
 	var wg sync.WaitGroup
 	var upErr, downErr error
+	var bytesIn, bytesOut int64
 	wg.Add(2)
-	go func() { defer wg.Done(); upErr = pipe(up, client, route.IdleTimeout) }()
-	go func() { defer wg.Done(); downErr = pipe(client, up, route.IdleTimeout) }()
+	go func() { defer wg.Done(); bytesIn, upErr = pipe(up, client, route.IdleTimeout) }()
+	go func() { defer wg.Done(); bytesOut, downErr = pipe(client, up, route.IdleTimeout) }()
 	wg.Wait()
+	if p.cfg.Observer != nil {
+		p.cfg.Observer.TCPConn(c.Name, bytesIn, bytesOut)
+	}
 	if err := errors.Join(upErr, downErr); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("cluster %q: %w", c.Name, err)
 	}
@@ -91,13 +104,14 @@ func (p *Proxy) Serve(ctx context.Context, client net.Conn, route *dataplane.TCP
 }
 
 // pipe copies src to dst, then half-closes dst so the peer sees EOF while the other
-// direction keeps flowing.
-func pipe(dst, src net.Conn, idle time.Duration) error {
+// direction keeps flowing. It returns the bytes copied.
+func pipe(dst, src net.Conn, idle time.Duration) (int64, error) {
+	var n int64
 	var err error
 	if idle <= 0 {
-		_, err = io.Copy(dst, src) // splice between TCP conns
+		n, err = io.Copy(dst, src) // splice between TCP conns
 	} else {
-		err = copyIdle(dst, src, idle)
+		n, err = copyIdle(dst, src, idle)
 	}
 	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
@@ -105,27 +119,30 @@ func pipe(dst, src net.Conn, idle time.Duration) error {
 		_ = dst.Close()
 	}
 	if err != nil && !errors.Is(err, net.ErrClosed) {
-		return err
+		return n, err
 	}
-	return nil
+	return n, nil
 }
 
 // copyIdle copies with a deadline refreshed on every read, closing idle streams.
-func copyIdle(dst, src net.Conn, idle time.Duration) error {
+func copyIdle(dst, src net.Conn, idle time.Duration) (int64, error) {
 	buf := make([]byte, 32<<10)
+	var total int64
 	for {
 		_ = src.SetReadDeadline(time.Now().Add(idle))
 		n, err := src.Read(buf)
 		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return werr
+			w, werr := dst.Write(buf[:n])
+			total += int64(w)
+			if werr != nil {
+				return total, werr
 			}
 		}
 		if err == io.EOF {
-			return nil
+			return total, nil
 		}
 		if err != nil {
-			return err
+			return total, err
 		}
 	}
 }
