@@ -93,6 +93,12 @@ type Runtime struct {
 	active   atomic.Pointer[dataplane.Config]
 	dump     atomic.Pointer[Dump]
 	degraded atomic.Pointer[string] // reason when routing fails closed; nil otherwise
+	// confirmedNs is lastConfirmed (UnixNano, 0 for never) as of the latest Tick or
+	// publish: Dump computes ages from it without a publish per tick.
+	confirmedNs atomic.Int64
+	// tickSkew is the latest Tick's now minus the clock's (0 in production), so
+	// Dump judges at the time Tick was told plus what has passed since.
+	tickSkew atomic.Int64
 
 	// mu serialises Apply, Tick and the last-known-good start; it guards the fields
 	// below, which only those hold.

@@ -127,3 +127,85 @@ func TestParseOverrides(t *testing.T) {
 		t.Errorf("routes policy = %+v, %v", s[staleness.Routes], err)
 	}
 }
+
+// TestIdleTickPublishesNothing: ticks that only move time (stream up and
+// confirming, or pilot away without a level change) keep the published Dump; a
+// level change or a fail-closed verdict publishes a new one.
+func TestIdleTickPublishesNothing(t *testing.T) {
+	e := newEnv(t)
+	r := e.runtime(func(c *Config) { c.Overrides = overrides(t, "routes=10s/20s/failClosed", "endpoints=10s/20s/serveStale") })
+	res := mesh("127.0.0.1:9001")
+	if err := r.Apply(context.Background(), e.update(r, res, "v1", e.sign(res, signOpts{}))); err != nil {
+		t.Fatal(err)
+	}
+	r.Tick(t0, t0)
+	steps := []struct {
+		name      string
+		at        time.Duration
+		confirmed bool // the stream confirms at this tick
+		publish   bool
+	}{
+		{"connected 1s", time.Second, true, false},
+		{"connected 2s", 2 * time.Second, true, false},
+		{"pilot away, fresh", 5 * time.Second, false, false},
+		{"pilot away, still fresh", 11 * time.Second, false, false}, // 9s since the 2s confirmation
+		{"warn", 12 * time.Second, false, true},
+		{"still warn", 15 * time.Second, false, false},
+		{"expired: fails closed", 22 * time.Second, false, true},
+		{"still expired", 23 * time.Second, false, false},
+		{"confirmed again", 24 * time.Second, true, true},
+	}
+	for _, s := range steps {
+		before := r.dump.Load()
+		now := t0.Add(s.at)
+		var confirmed time.Time
+		if s.confirmed {
+			confirmed = now
+		}
+		r.Tick(now, confirmed)
+		if published := r.dump.Load() != before; published != s.publish {
+			t.Errorf("%s: published %v, want %v", s.name, published, s.publish)
+		}
+	}
+}
+
+// TestDumpAgesAtReadTime: with no Tick, the dump's ages, reasons and
+// lastConfirmed follow the clock.
+func TestDumpAgesAtReadTime(t *testing.T) {
+	e := newEnv(t)
+	r := e.runtime(func(c *Config) { c.Overrides = overrides(t, "routes=10s/20s/failClosed") })
+	res := mesh("127.0.0.1:9001")
+	if err := r.Apply(context.Background(), e.update(r, res, "v1", e.sign(res, signOpts{}))); err != nil {
+		t.Fatal(err)
+	}
+	r.Tick(t0, t0)
+	for _, tc := range []struct {
+		after  time.Duration
+		age    float64
+		level  string
+		reason string
+	}{
+		{0, 0, "FRESH", "routes: age 0s"},
+		{3 * time.Second, 3, "FRESH", "routes: age 3s"},
+		{11 * time.Second, 11, "WARN", "routes: age 11s reached warnAfter 10s"},
+	} {
+		e.clock.Set(t0.Add(tc.after))
+		d := r.Dump()
+		if !d.LastConfirmed.Equal(t0) {
+			t.Errorf("+%v: lastConfirmed %s, want %s", tc.after, d.LastConfirmed, t0)
+		}
+		var found bool
+		for _, s := range d.Staleness {
+			if s.Class != string(staleness.Routes) {
+				continue
+			}
+			found = true
+			if s.AgeSeconds != tc.age || s.Level != tc.level || s.Reason != tc.reason {
+				t.Errorf("+%v: routes age %v level %s reason %q, want %v %s %q", tc.after, s.AgeSeconds, s.Level, s.Reason, tc.age, tc.level, tc.reason)
+			}
+		}
+		if !found {
+			t.Fatalf("+%v: no routes class in dump", tc.after)
+		}
+	}
+}

@@ -25,6 +25,11 @@ type Dump struct {
 	Staleness     []ClassState `json:"staleness"`
 	LastKnownGood LKGInfo      `json:"lastKnownGood"`
 	Counters      Counters     `json:"counters"`
+
+	// Read-time inputs (see Runtime.Dump): the policy judging the active
+	// configuration (nil while none is), and whether routing failed closed.
+	pol        *policy
+	failClosed bool
 }
 
 // ActiveInfo describes the active configuration.
@@ -80,13 +85,58 @@ type Counters struct {
 	NoOps       uint64 `json:"noOps"`    // candidates equal to the active configuration
 }
 
-// Dump returns the latest picture (never nil).
-func (r *Runtime) Dump() *Dump { return r.dump.Load() }
+// Dump returns the picture at the time of the call (never nil). The published
+// part changes only when something but time does (activation, level, fail-closed
+// verdict, persistence), so an idle sidecar builds nothing per tick; what time
+// alone moves (lastConfirmed, ages, expiry times, the reasons quoting ages) is
+// computed here, from lastConfirmed as of the latest Tick, at the latest Tick's
+// now plus the time the runtime clock says has passed since (the same as the
+// clock in production; tests drive Tick's now directly).
+func (r *Runtime) Dump() *Dump {
+	d := *r.dump.Load()
+	d.LastConfirmed = r.loadConfirmed()
+	if d.pol != nil {
+		now := r.cfg.Now().Add(time.Duration(r.tickSkew.Load()))
+		d.Staleness = classStates(d.pol.set.EvaluateAll(d.LastConfirmed, nil, now, r.seed), d.pol)
+	}
+	if d.failClosed {
+		if why := r.degraded.Load(); why != nil {
+			d.Reason = "routing fails closed: " + *why
+		}
+	}
+	return &d
+}
+
+// classStates renders staleness verdicts for the dump.
+func classStates(states []staleness.State, pol *policy) []ClassState {
+	out := make([]ClassState, 0, len(states))
+	for _, s := range states {
+		out = append(out, ClassState{Class: string(s.Class), Level: s.Level.String(), Age: s.Age.Round(time.Millisecond).String(),
+			AgeSeconds: s.Age.Seconds(), ExpiresAt: s.ExpiresAt, Action: string(s.Action), Reason: s.Reason, Policy: pol.info(s.Class)})
+	}
+	return out
+}
+
+// storeConfirmed publishes lastConfirmed to Dump's readers (0: never).
+func (r *Runtime) storeConfirmed() {
+	var n int64
+	if !r.lastConfirmed.IsZero() {
+		n = r.lastConfirmed.UnixNano()
+	}
+	r.confirmedNs.Store(n)
+}
+
+func (r *Runtime) loadConfirmed() time.Time {
+	if n := r.confirmedNs.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
 
 // Ready reports readiness and its reason: not ready until a configuration is
 // active, and not ready while routing fails closed on expiry.
 func (r *Runtime) Ready() (bool, string) {
-	d := r.dump.Load()
+	d := r.Dump()
 	if !d.Ready {
 		return false, d.Reason
 	}
@@ -110,12 +160,31 @@ func (r *Runtime) Tick(now, confirmed time.Time) []staleness.State {
 	if r.cur != nil && r.pending == "" && confirmed.After(r.lastConfirmed) {
 		r.lastConfirmed = confirmed
 	}
+	prev, prevFailClosed, prevLKG := r.states, r.degraded.Load() != nil, r.lkgInfo
 	r.evaluateLocked(now)
 	if r.cur != nil && r.lastConfirmed.Sub(r.savedConfirm) >= r.cfg.PersistEvery {
 		r.persistLocked(now)
 	}
-	r.publishLocked()
+	r.tickSkew.Store(int64(now.Sub(r.cfg.Now())))
+	r.storeConfirmed()
+	// Ages are Dump's to compute: publish only what a tick changed otherwise.
+	if levelsChanged(prev, r.states) || prevFailClosed != (r.degraded.Load() != nil) || prevLKG != r.lkgInfo {
+		r.publishLocked()
+	}
 	return r.states
+}
+
+// levelsChanged says whether two evaluations differ in more than time.
+func levelsChanged(a, b []staleness.State) bool {
+	if len(a) != len(b) {
+		return true
+	}
+	for i := range a {
+		if a[i].Class != b[i].Class || a[i].Level != b[i].Level || a[i].Action != b[i].Action {
+			return true
+		}
+	}
+	return false
 }
 
 // evaluateLocked judges every class and publishes the routing verdict for the
@@ -171,12 +240,9 @@ func (r *Runtime) publishLocked() {
 		Counters:      r.counters,
 		Staleness:     []ClassState{},
 	}
-	for _, s := range r.states {
-		// states is non-empty only while cur is set (evaluateLocked).
-		d.Staleness = append(d.Staleness, ClassState{Class: string(s.Class), Level: s.Level.String(), Age: s.Age.Round(time.Millisecond).String(),
-			AgeSeconds: s.Age.Seconds(), ExpiresAt: s.ExpiresAt, Action: string(s.Action), Reason: s.Reason, Policy: r.cur.policy.info(s.Class)})
-	}
+	r.storeConfirmed()
 	if c := r.cur; c != nil {
+		d.pol = c.policy // Dump judges staleness at read time with it
 		a := &ActiveInfo{Source: c.source, ActivatedAt: c.at, Digest: c.digest, Versions: c.versions, Resources: map[string]int{}}
 		for _, res := range c.resources {
 			a.Resources[res.TypeURL]++
@@ -193,6 +259,7 @@ func (r *Runtime) publishLocked() {
 		d.Reason = r.notReady
 	case r.degraded.Load() != nil:
 		d.Reason = "routing fails closed: " + *r.degraded.Load()
+		d.failClosed = true
 	default:
 		d.Ready = true
 	}
