@@ -209,3 +209,20 @@ func TestDumpAgesAtReadTime(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkIdleTick is one staleness tick of a connected, idle sidecar: B/op is
+// the garbage an idle sidecar makes per tick interval.
+func BenchmarkIdleTick(b *testing.B) {
+	e := newEnv(b)
+	r := e.runtime()
+	res := mesh("127.0.0.1:9001")
+	if err := r.Apply(context.Background(), e.update(r, res, "v1", e.sign(res, signOpts{}))); err != nil {
+		b.Fatal(err)
+	}
+	now := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Second)
+		r.Tick(now, now)
+	}
+}
