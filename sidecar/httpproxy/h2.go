@@ -136,19 +136,19 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 				return
 			}
 			lastErr = err
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || deadlinePassed(ctx) {
 				break
 			}
 			if route.Retry == nil || !route.Retry.RetryConnect(!errors.Is(err, errNotSent)) || !replayable {
 				break
 			}
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || deadlinePassed(ctx) {
 			break
 		}
 	}
 	switch {
-	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && r.Context().Err() == nil:
+	case deadlinePassed(ctx) && r.Context().Err() == nil:
 		a.code = p.errorReply(w, r, http.StatusGatewayTimeout, "", "upstream request timeout")
 	case errors.Is(lastErr, cluster.ErrOverflow):
 		a.code = p.errorReply(w, r, http.StatusServiceUnavailable, "", "upstream overflow")
@@ -157,6 +157,18 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 	default:
 		a.code = p.errorReply(w, r, http.StatusServiceUnavailable, "", "upstream connect error or disconnect/reset before headers")
 	}
+}
+
+// deadlinePassed reports whether ctx's deadline has been reached. The upstream
+// connection carries the same deadline, so its i/o timeout can surface a moment
+// before the context's own timer marks ctx done; checking the clock too keeps a
+// route timeout a 504 rather than a connect-error 503.
+func deadlinePassed(ctx context.Context) bool {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // errNotSent marks failures before the request reached an upstream.
