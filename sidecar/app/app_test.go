@@ -137,6 +137,30 @@ func TestRunNotReadyWithoutPilot(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("request without config = %d", resp.StatusCode)
 	}
+	// The refused request is counted on the admin endpoints (recorded just after
+	// the answer is written, so poll).
+	admin := "http://" + s.AdminAddr.String()
+	for _, w := range []struct{ path, line string }{
+		{"/metrics", `weft_sidecar_requests_total{cluster="none",code="503"} 1`},
+		{"/stats", "cluster.none.rq_503: 1"},
+	} {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			resp, err := hc.Get(admin + w.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(b), w.line+"\n") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s lacks %q:\n%s", w.path, w.line, b)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	cancel()
 	select {
 	case err := <-done:
