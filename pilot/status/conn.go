@@ -38,12 +38,18 @@ type typeRec struct {
 	pendingSince    time.Time // zero when nothing is pending
 	sent            *snapshot.Snapshot
 	only            map[string]struct{} // names the proxy holds from sent; nil = all of that type
+	// held: nothing was sent on this stream because the proxy already holds the
+	// content (a delta reconnect whose initial_resource_versions match, or a SotW
+	// request at the current version). It is synced, not NOT_SENT.
+	held bool
 }
 
 func (r *typeRec) status() Status {
 	switch {
-	case r.nonce == "":
+	case r.nonce == "" && !r.held:
 		return NotSent
+	case r.nonce == "":
+		return Synced
 	case !r.pendingSince.IsZero():
 		return PendingAck
 	case r.versionRejected != "" && r.nonceRejected == r.nonce:
@@ -112,7 +118,11 @@ func (c *Conn) Unchanged(typ string, rev int64, snap *snapshot.Snapshot, only ma
 		r := c.rec(typ)
 		r.revisionSent = rev
 		r.sent, r.only = snap, only
-		if st := r.status(); st == Synced || st == NotSent {
+		if r.nonce == "" {
+			r.held = true
+			r.versionAcked = snap.Version(typ)
+		}
+		if st := r.status(); st == Synced {
 			r.revisionAcked = rev
 		}
 	})

@@ -156,6 +156,31 @@ func TestTypeLifecycle(t *testing.T) {
 	}
 }
 
+// TestHeldOnReconnect: a proxy that reconnects already holding the current content
+// (delta initial_resource_versions) is sent nothing for that type, and is SYNCED at
+// that revision, not NOT_SENT.
+func TestHeldOnReconnect(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	tr, _ := newTracker(t, clk)
+	tr.RevisionWritten(2, t0)
+	c := tr.Connect(&node.Node{ID: "p1", Namespace: "shop"}, t0)
+	cds := snapshot.ClusterType
+	s := snap(t, 2, "a")
+	c.Subscribed(cds, t0)
+	if got := c.Status().Types[0].Status; got != NotSent {
+		t.Fatalf("before: %s, want NOT_SENT", got)
+	}
+	c.Unchanged(cds, 2, s, nil, t0.Add(time.Second))
+	ps := c.Status()
+	want := TypeStatus{Type: "CDS", TypeURL: cds, Status: Synced, RevisionSent: 2, VersionAcked: s.Version(cds), RevisionAcked: 2}
+	if d := cmp.Diff([]TypeStatus{want}, ps.Types); d != "" {
+		t.Fatalf("types (-want +got):\n%s", d)
+	}
+	if ps.EffectiveRevision != 2 {
+		t.Fatalf("effective = %d, want 2", ps.EffectiveRevision)
+	}
+}
+
 func ptr[T any](v T) *T { return &v }
 
 func TestRevisionRollout(t *testing.T) {
