@@ -95,7 +95,10 @@ func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t 
 			return
 		}
 		_ = conn.SetReadDeadline(time.Time{})
-		start := time.Now()
+		var start time.Time
+		if p.cfg.Observer != nil {
+			start = time.Now()
+		}
 		st.cluster, st.code = "", 0
 		keep := p.handleH1(ctx, br, bw, st, &t)
 		p.observe(st.cluster, st.code, start)

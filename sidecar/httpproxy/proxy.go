@@ -69,7 +69,8 @@ type Observer interface {
 	// overflow or connect failure before any cluster was picked); code is the
 	// status sent, 0 when the client went away before one was; dur runs from the
 	// parsed request head (HTTP/1.1) or the handler start (HTTP/2) to the end of the
-	// response body.
+	// response body (about 0 for a request rejected as unparseable). A gRPC error the
+	// proxy answers itself is sent, and reported, as 200 with a grpc-status.
 	Request(cluster string, code int, dur time.Duration)
 }
 
