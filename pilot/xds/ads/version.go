@@ -1,8 +1,6 @@
 package ads
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"sort"
 
 	"github.com/weft-mesh/weft/pilot/xds/ads/acktrack"
@@ -55,18 +53,10 @@ func (sel selection) all(s *snapshot.Snapshot, typ string) []string {
 	return sel.names
 }
 
-// namesVersion hashes names and their per-resource versions, like
-// snapshot.Version does for a whole type.
+// namesVersion is snapshot.NamesVersion, with the ADS's own name for an empty set.
 func namesVersion(rs map[string]snapshot.Resource, names []string) string {
 	if len(names) == 0 {
 		return emptyVersion
 	}
-	h := sha256.New()
-	for _, n := range names {
-		h.Write([]byte(n))
-		h.Write([]byte{0})
-		h.Write([]byte(rs[n].Version))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil)[:8])
+	return snapshot.NamesVersion(rs, names)
 }

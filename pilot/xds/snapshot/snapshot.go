@@ -114,8 +114,15 @@ func setVersion(rs map[string]Resource) string {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	return NamesVersion(rs, names)
+}
+
+// NamesVersion hashes the given sorted names with their per-resource versions: the
+// version of that selection of rs. Over every name it equals Version for the type,
+// so a client subscribed to all names and one holding the whole set agree.
+func NamesVersion(rs map[string]Resource, sortedNames []string) string {
 	h := sha256.New()
-	for _, n := range names {
+	for _, n := range sortedNames {
 		h.Write([]byte(n))
 		h.Write([]byte{0})
 		h.Write([]byte(rs[n].Version))
