@@ -199,4 +199,3 @@ func synced(ps status.ProxyStatus, rev int64) bool {
 	}
 	return ps.Status == status.Synced && ps.EffectiveRevision >= rev
 }
-

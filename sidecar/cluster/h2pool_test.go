@@ -288,4 +288,3 @@ func TestUnprocessed(t *testing.T) {
 		}
 	}
 }
-

@@ -133,7 +133,9 @@ func TestParseOverrides(t *testing.T) {
 // level change or a fail-closed verdict publishes a new one.
 func TestIdleTickPublishesNothing(t *testing.T) {
 	e := newEnv(t)
-	r := e.runtime(func(c *Config) { c.Overrides = overrides(t, "routes=10s/20s/failClosed", "endpoints=10s/20s/serveStale") })
+	r := e.runtime(func(c *Config) {
+		c.Overrides = overrides(t, "routes=10s/20s/failClosed", "endpoints=10s/20s/serveStale")
+	})
 	res := mesh("127.0.0.1:9001")
 	if err := r.Apply(context.Background(), e.update(r, res, "v1", e.sign(res, signOpts{}))); err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ import (
 // policy supplying it. Its key names exactly that, so it is part of the class key.
 type stalenessPick struct {
 	namespace string
-	classes   []string             // sorted
+	classes   []string              // sorted
 	from      []*ir.StalenessPolicy // from[i] supplies classes[i]
 }
 
