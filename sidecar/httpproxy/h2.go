@@ -407,7 +407,11 @@ func parseGRPCTimeout(s string) (time.Duration, bool) {
 func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Writer, st *h1state, t *Target,
 	route *dataplane.Route, c *cluster.Cluster, pin *cluster.Endpoint) bool {
 	req := &st.req
-	u, err := url.ParseRequestURI(req.str(req.t0, req.t1))
+	// A copy, not a view of req.buf: the URL outlives this request inside the
+	// HTTP/2 client (HPACK's dynamic table keeps :path), and req.buf is overwritten
+	// by the next request on this connection. A view there once made the encoder
+	// index a later, equally long path as the earlier one's table entry.
+	u, err := url.ParseRequestURI(strings.Clone(req.str(req.t0, req.t1)))
 	if err != nil {
 		return p.discardAndReply(br, bw, st, http.StatusBadRequest, "", "bad request target")
 	}

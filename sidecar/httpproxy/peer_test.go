@@ -291,6 +291,27 @@ func TestPeerHopSemantics(t *testing.T) {
 	}
 }
 
+// TestPeerHopPathsNotAliased: many requests on one keep-alive connection, each
+// path as long as the last and at the same offset, reach the app with their own
+// path. The HTTP/2 client keeps :path values in its HPACK table; a path that was
+// a view of the reused request buffer matched later paths by aliasing (found
+// under load in CI: the app got /stream for /teapot).
+func TestPeerHopPathsNotAliased(t *testing.T) {
+	a := startApp(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) })
+	m := startPeerMesh(t, a.ap(), peerOpts{})
+	c := client(t)
+	for i := range 2000 {
+		want := fmt.Sprintf("/p%05d", i)
+		resp, body := get(t, c, m.url(want), nil)
+		if resp.StatusCode != 200 || body != want {
+			t.Fatalf("request %d: got %d %q, want 200 %q", i, resp.StatusCode, body, want)
+		}
+	}
+	if all, _ := m.inbound.conns(); all != 1 {
+		t.Errorf("inbound accepted %d connections, want 1 (one multiplexed hop)", all)
+	}
+}
+
 // TestPeerDegradedHeader: a peer sidecar failing closed answers 503 with the
 // reason header, and the client sidecar passes both through.
 func TestPeerDegradedHeader(t *testing.T) {
