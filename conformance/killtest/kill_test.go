@@ -145,9 +145,11 @@ type pilotProc struct {
 	exited chan error
 }
 
+// freePort picks a port on a loopback address no other test uses, so the freed
+// port cannot turn into another connection's ephemeral port before pilot binds it.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.77.100.2:0")
 	if err != nil {
 		t.Fatal(err)
 	}

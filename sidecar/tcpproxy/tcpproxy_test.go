@@ -51,12 +51,17 @@ func newProxy(t *testing.T) *tcpproxy.Proxy {
 func echoServer(t *testing.T) netip.AddrPort { return dt.ServeTCP(t, dt.Echo) }
 
 func TestConnectFailureNamesCluster(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	// A loopback address of its own: on 127.0.0.1 the freed port could become
+	// another test's ephemeral port and accept the connection.
+	ln, err := net.Listen("tcp", "127.77.100.3:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	dead := netip.MustParseAddrPort(ln.Addr().String())
 	ln.Close()
 	a, b := net.Pipe()
 	defer b.Close()
-	err := newProxy(t).Serve(context.Background(), a, route(t, dead, 0, 0), netip.Addr{})
+	err = newProxy(t).Serve(context.Background(), a, route(t, dead, 0, 0), netip.Addr{})
 	if err == nil || !strings.HasPrefix(err.Error(), `cluster "db": connect `+dead.String()+": ") {
 		t.Errorf("got %v, want connect error naming cluster db", err)
 	}

@@ -362,8 +362,10 @@ func TestFailover(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			cache := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, quiet{})
 			setSnapshot(t, cache, snapshot(t, "v1", listener("l1", "r1")))
-			// A free address with nothing listening.
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			// A free address with nothing listening, on a loopback address of its
+			// own: a freed 127.0.0.1 port can meanwhile become another
+			// connection's ephemeral port (seen under a loaded CI run).
+			lis, err := net.Listen("tcp", "127.77.100.1:0")
 			if err != nil {
 				t.Fatal(err)
 			}
