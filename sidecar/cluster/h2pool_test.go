@@ -16,6 +16,7 @@ import (
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
 	"github.com/weft-mesh/weft/sidecar/cluster"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // h2Server is a real h2c (prior knowledge) server that counts TCP connections and
@@ -134,13 +135,7 @@ func waitArrived(t *testing.T, s *h2Server, n int) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, what, cond)
 }
 
 func collect(t *testing.T, chs []<-chan error) {

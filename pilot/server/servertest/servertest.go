@@ -19,6 +19,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/api"
 	"github.com/weft-mesh/weft/pilot/server"
 	"github.com/weft-mesh/weft/pilot/status"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // Pilot is a running pilot.
@@ -181,17 +182,10 @@ func (p *Pilot) Revision(t testing.TB, rev int64) status.RevisionStatus {
 	return rs
 }
 
-// Eventually polls cond every 10ms until it holds or d passes; then the test
-// fails with what.
+// Eventually is testkit.Eventually, kept here for the callers of servertest.
 func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, d, what, cond)
 }
 
 // Metrics returns the admin /metrics page (Prometheus text format).

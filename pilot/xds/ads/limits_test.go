@@ -14,6 +14,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/weft-mesh/weft/pilot/status"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 func TestConfigCheck(t *testing.T) {
@@ -200,11 +201,5 @@ func TestManyStreamsConverge(t *testing.T) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within 10s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, what, cond)
 }
