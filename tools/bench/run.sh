@@ -21,8 +21,9 @@ for p in "${pkgs[@]}"; do
   go test -run '^$' -bench . -benchmem -benchtime "$BENCHTIME" "$p"
 done
 
-# Data-plane side-by-side (issue #4): direct, one sidecar, two sidecars and nginx,
-# fortio fixed-rate and wrk max-rate, interleaved rounds (installs nginx/wrk/fortio).
+# Data-plane side-by-side (issues #4, #7): direct, the real bin/sidecar configured by
+# a real pilot, nginx, and the benchproxy stand-in rows; fortio fixed-rate and wrk
+# max-rate, interleaved rounds (installs nginx/wrk/fortio).
 if [ "$#" -eq 0 ] && [ -z "${SKIP_PROXY_BENCH:-}" ]; then
   bash tools/bench/proxy/run.sh "${PROXY_BENCH_ROUNDS:-3}"
 fi

@@ -1,21 +1,36 @@
 #!/usr/bin/env bash
-# Side-by-side proxy benchmark (issue #4): direct client→app, client→sidecar→app,
-# client→sidecar→sidecar→app and client→nginx→app, HTTP/1.1 keep-alive, 1 KiB bodies.
-# sidecar2 sends the hop between sidecars as HTTP/1.1, sidecar2h2 as h2c (the peer
-# marking pilot puts on registered sidecars' endpoints).
-# Interleaved rounds of: fortio fixed 2000 rps uniform (latency, CPU/req) and wrk
-# closed-loop (max rps, CPU/req). CPU from /proc/<pid>/stat utime+stime deltas.
-# The proxy rows run tools/bench/proxy/benchproxy (the sidecar's request path with a
-# fixed config); the idle RSS of the real bin/sidecar, after activating examples/
-# from a real pilot, comes from idlerss.sh and is compared with nginx's idle RSS.
-# Usage: tools/bench/proxy/run.sh [rounds]   (env: DURATION=10s CONNS=32 WRK_CONNS=64;
-# STEADY=S adds the idle sidecar's highest RSS over S more seconds of scrapes)
+# Side-by-side proxy benchmark (issues #4, #7), one interleaved run, HTTP/1.1
+# keep-alive, 1 KiB bodies, every target in front of the same benchapp:
+#   direct      client -> app
+#   sidecar     client -> the REAL bin/sidecar (outbound listener) -> app. The sidecar
+#               is configured by a real bin/pilot: a Service/Workload/Route for the
+#               app ("bench", port 9080 -> the app's port) is applied with meshctl,
+#               the sidecar connects with the publisher key, and the load is sent
+#               with "Host: bench:9080" so it takes the Route like mesh traffic.
+#   nginx       client -> nginx (worker_processes 2, upstream keepalive) -> app
+#   benchproxy* a STAND-IN, not the product: tools/bench/proxy/benchproxy, the
+#               sidecar's request path with a fixed Go-built config and no metrics
+#               Observer (benchproxy2: two of them chained over HTTP/1.1,
+#               benchproxy2h2: the hop between them over h2c).
+# Fairness: both proxies may use both cores: nginx has 2 worker processes, the Go
+# sidecars run with GOMAXPROCS = the 2 CPUs (Go's default); the load generator and
+# the app share the same 2 CPUs with them.
+# Per round and target: fortio fixed 2000 rps uniform (latency, CPU/req), then wrk
+# closed-loop (max rps, CPU/req). CPU from /proc/<pid>/stat utime+stime deltas over
+# the proxy's processes. The idle RSS of the real sidecar is read after it
+# activated the bench config (before any load), and by idlerss.sh with examples/.
+# Usage: tools/bench/proxy/run.sh [rounds]   (env: DURATION=10s CONNS=32 WRK_CONNS=64
+# QPS=2000 TARGETS="direct sidecar nginx benchproxy benchproxy2 benchproxy2h2";
+# STEADY=S adds the idle sidecar's highest RSS over S more seconds of scrapes;
+# PPROF=FILE profiles the real sidecar for PPROF_SECONDS=8 under wrk load first)
 set -euo pipefail
 ROUNDS=${1:-${ROUNDS:-3}}
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-32}
 WRK_CONNS=${WRK_CONNS:-64}
 QPS=${QPS:-2000}
+TARGETS=${TARGETS:-direct sidecar nginx benchproxy benchproxy2 benchproxy2h2}
+PPROF_SECONDS=${PPROF_SECONDS:-8}
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 RUN=$(mktemp -d /tmp/weft-bench.XXXXXX)
 PIDS=()
@@ -42,25 +57,41 @@ cd "$ROOT"
 go build -o "$RUN/benchapp" ./tools/bench/proxy/benchapp
 go build -o "$RUN/benchproxy" ./tools/bench/proxy/benchproxy
 # The real binaries, built as `make build` builds them (the sidecar's flags matter
-# for its RSS), for the idle-RSS measurement of bin/sidecar below.
+# for its CPU and RSS).
 make -s build BIN="$RUN/bin" >/dev/null
 
 APP=127.0.0.1:19100
-SC1=127.0.0.1:19101   # sidecar in front of the app (also the 2nd hop of the chain)
-SC2=127.0.0.1:19102   # first sidecar of the two-sidecar chain, HTTP/1.1 to SC1 (plain endpoint)
-SC3=127.0.0.1:19104   # first sidecar of the two-sidecar chain, SC1 marked a peer sidecar: h2c to it
+BP1=127.0.0.1:19101   # benchproxy in front of the app (also the 2nd hop of the chain)
+BP2=127.0.0.1:19102   # first benchproxy of the chain, HTTP/1.1 to BP1 (plain endpoint)
+BP3=127.0.0.1:19104   # first benchproxy of the chain, BP1 marked a peer sidecar: h2c to it
 NGX=127.0.0.1:19103
+# The real sidecar and its pilot on loopback addresses of their own (n from the
+# shell's pid, so concurrent runs do not collide).
+IP_PREFIX=${IP_PREFIX:-127.$((20 + $$ % 200)).17}
+PILOT_IP=$IP_PREFIX.254
+SCR_IP=$IP_PREFIX.11
+SCR=$SCR_IP:15001     # its outbound listener
+HOST=bench:9080       # the Service's name and port, as the app would call it
 
 start() { "$@" & PIDS+=($!); }
+fail() { echo "bench: $*" >&2; for f in "$RUN"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }; done; exit 1; }
+# until_ok DEADLINE_S CMD...: polls CMD every 50ms until it succeeds or the deadline passes.
+until_ok() {
+	local end=$((SECONDS + $1)); shift
+	until "$@" >/dev/null 2>&1; do
+		[ "$SECONDS" -lt "$end" ] || return 1
+		sleep 0.05
+	done
+}
 # Go runtime setting for the sidecars. With schedtrace set, sysmon never parks in
 # sysmonwait, so a syscall does not have to futex-wake it: at 2,000 rps that wake is
 # ~10% of the proxy's CPU (pprof: runtime.entersyscallWakeSysmon). The hourly SCHED
 # line on stderr is the price. SIDECAR_GODEBUG= (empty) measures the default runtime.
 SIDECAR_GODEBUG=${SIDECAR_GODEBUG-schedtrace=3600000}
 start "$RUN/benchapp" -listen $APP -size 1024
-start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/benchproxy" -listen $SC1 -upstream $APP; PID_SC1=$!
-start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/benchproxy" -listen $SC2 -upstream $SC1; PID_SC2=$!
-start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/benchproxy" -listen $SC3 -upstream $SC1 -peer; PID_SC3=$!
+start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/benchproxy" -listen $BP1 -upstream $APP; PID_BP1=$!
+start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/benchproxy" -listen $BP2 -upstream $BP1; PID_BP2=$!
+start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/benchproxy" -listen $BP3 -upstream $BP1 -peer; PID_BP3=$!
 mkdir -p "$RUN/nginx"
 cat >"$RUN/nginx/nginx.conf" <<NGX
 worker_processes 2;
@@ -82,12 +113,54 @@ http {
 NGX
 start "$NGINX" -c "$RUN/nginx/nginx.conf" -p "$RUN/nginx"; PID_NGX=$!
 
+# The real sidecar, configured by a real pilot.
+"$RUN/bin/pilot" --data-dir "$RUN/pilot" --admin-addr "$PILOT_IP:15014" --xds-addr "$PILOT_IP:15010" >"$RUN/pilot.log" 2>&1 &
+PIDS+=($!)
+until_ok 20 test -s "$RUN/pilot/publisher.pub" || fail "pilot wrote no publisher key"
+until_ok 20 curl -sf "http://$PILOT_IP:15014/healthz" || fail "pilot not healthy"
+cat >"$RUN/mesh.yaml" <<MESH
+apiVersion: mesh.weft.dev/v1alpha1
+kind: Service
+metadata: {name: bench, namespace: bench}
+spec:
+  selector: {app: bench}
+  ports: [{name: http, port: 9080, targetPort: ${APP##*:}, protocol: HTTP}]
+---
+apiVersion: mesh.weft.dev/v1alpha1
+kind: Workload
+metadata: {name: bench-a, namespace: bench, labels: {app: bench}}
+spec:
+  address: ${APP%:*}
+  serviceAccount: bench
+---
+apiVersion: mesh.weft.dev/v1alpha1
+kind: Route
+metadata: {name: bench, namespace: bench}
+spec:
+  hosts: [bench]
+  http:
+  - name: all
+    match: [{path: {prefix: /}}]
+    route:
+    - destination: {service: bench, port: 9080}
+      weight: 100
+MESH
+"$RUN/bin/meshctl" --pilot "http://$PILOT_IP:15014" apply -f "$RUN/mesh.yaml" >"$RUN/apply.log" 2>&1 || fail "meshctl apply failed"
+SIDECAR_FLAGS=${SIDECAR_FLAGS:-}
+# shellcheck disable=SC2086 # SIDECAR_FLAGS is a word list
+start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/bin/sidecar" --node-id bench-client --namespace bench --service-account client \
+	--labels app=client --address "$SCR_IP" --pilot "$PILOT_IP:15010" --publisher-key "$RUN/pilot/publisher.pub" \
+	--state-dir "$RUN/state" --admin-addr "$SCR_IP:15000" --outbound-addr "$SCR" $SIDECAR_FLAGS >"$RUN/sidecar.log" 2>&1
+PID_SCR=$!
+sc_ready() { [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$SCR_IP:15021/healthz/ready")" = 200 ]; }
+until_ok 20 sc_ready || fail "real sidecar not ready"
+"$RUN/bin/meshctl" --pilot "http://$PILOT_IP:15014" rollout status --wait --timeout 20s >"$RUN/rollout.log" 2>&1 ||
+	fail "pilot's latest revision not effective on the real sidecar"
+
 # Wait for readiness by content (200 with the full body), not by port.
-for u in $APP $SC1 $SC2 $SC3 $NGX; do
-	for _ in $(seq 100); do
-		[ "$(curl -s -o /dev/null -w '%{http_code}' "http://$u/")" = 200 ] && break
-		sleep 0.1
-	done
+ok200() { [ "$(curl -s -o /dev/null -w '%{http_code} %{size_download}' -H "Host: $HOST" "http://$1/")" = "200 1024" ]; }
+for u in $APP $BP1 $BP2 $BP3 $NGX $SCR; do
+	until_ok 10 ok200 "$u" || fail "$u does not answer 200 with 1024 bytes"
 done
 
 # CPU ticks (utime+stime) summed over a process and its children threads/processes.
@@ -103,71 +176,65 @@ ticks() {
 rss_kb() { local t=0; for p in "$@"; do for c in $p $(pgrep -P "$p" || true); do t=$((t + $(awk '/VmRSS/{print $2}' "/proc/$c/status"))); done; done; echo $t; }
 HZ=$(getconf CLK_TCK)
 
-declare -A TARGET=([direct]=$APP [sidecar]=$SC1 [sidecar2]=$SC2 [sidecar2h2]=$SC3 [nginx]=$NGX)
-declare -A PROCS=([direct]="" [sidecar]="$PID_SC1" [sidecar2]="$PID_SC2 $PID_SC1" [sidecar2h2]="$PID_SC3 $PID_SC1" [nginx]="$PID_NGX")
-ORDER=(direct sidecar sidecar2 sidecar2h2 nginx)
-IDLE_RSS_SC=$(rss_kb "$PID_SC1")
+declare -A TARGET=([direct]=$APP [sidecar]=$SCR [nginx]=$NGX [benchproxy]=$BP1 [benchproxy2]=$BP2 [benchproxy2h2]=$BP3)
+declare -A PROCS=([direct]="" [sidecar]="$PID_SCR" [nginx]="$PID_NGX" [benchproxy]="$PID_BP1"
+	[benchproxy2]="$PID_BP2 $PID_BP1" [benchproxy2h2]="$PID_BP3 $PID_BP1")
+read -r -a ORDER <<<"$TARGETS"
+for n in "${ORDER[@]}"; do [ -n "${TARGET[$n]:-}" ] || fail "unknown target $n (TARGETS)"; done
+sleep "${SETTLE:-2}" # the real sidecar idle after activation
+IDLE_RSS_SCR=$(rss_kb "$PID_SCR")
+IDLE_RSS_BP=$(rss_kb "$PID_BP1")
 IDLE_RSS_NGX=$(rss_kb "$PID_NGX")
 # Idle RSS of the real bin/sidecar after it activated examples/ from a real pilot
 # (its own loopback addresses; nothing else is running on them).
 IDLE_REAL=$(bash tools/bench/proxy/idlerss.sh "$RUN/bin" | tee "$RUN/idlerss.txt" | tail -1)
+
+if [ -n "${PPROF:-}" ]; then
+	echo "profiling the real sidecar for ${PPROF_SECONDS}s under wrk -c$WRK_CONNS -> $PPROF" >&2
+	wrk -t1 -c"$WRK_CONNS" -d"$((PPROF_SECONDS + 2))s" -H "Host: $HOST" "http://$SCR/" >/dev/null &
+	wpid=$!
+	sleep 1
+	curl -sf -o "$PPROF" "http://$SCR_IP:15000/debug/pprof/profile?seconds=$PPROF_SECONDS" || echo "no pprof (run the sidecar with SIDECAR_FLAGS=--pprof)" >&2
+	wait "$wpid"
+fi
+
 RES="$RUN/results.tsv"
 : >"$RES"
-
 for r in $(seq "$ROUNDS"); do
 	for name in "${ORDER[@]}"; do
 		url="http://${TARGET[$name]}/"
 		procs=${PROCS[$name]}
-		echo "round $r $name: load $(cut -d' ' -f1 /proc/loadavg)" >&2
-		# Fixed-rate, uniform arrivals, 10 µs histogram resolution.
+		load=$(cut -d' ' -f1 /proc/loadavg)
+		echo "round $r $name: load $load" >&2
+		# Fixed-rate, uniform arrivals, 10 µs histogram resolution. Every target gets
+		# the same Host header (the app and nginx ignore it).
 		t0=$( [ -n "$procs" ] && ticks $procs || echo 0 )
-		"$FORTIO" load -quiet -uniform -r 0.00001 -qps "$QPS" -c "$CONNS" -t "$DURATION" -json "$RUN/f.json" "$url" >/dev/null 2>&1
+		"$FORTIO" load -quiet -uniform -r 0.00001 -qps "$QPS" -c "$CONNS" -t "$DURATION" -H "Host: $HOST" -json "$RUN/f.json" "$url" >/dev/null 2>&1
 		t1=$( [ -n "$procs" ] && ticks $procs || echo 0 )
-		read -r n p50 p99 < <(python3 - "$RUN/f.json" <<'PY'
+		read -r n errs p50 p90 p99 < <(python3 - "$RUN/f.json" <<'PY'
 import json,sys
 d=json.load(open(sys.argv[1]))
 pc={p["Percentile"]:p["Value"] for p in d["DurationHistogram"]["Percentiles"]}
-print(d["DurationHistogram"]["Count"], pc.get(50)*1e3, pc.get(99)*1e3)
+errs=sum(v for k,v in d.get("RetCodes",{}).items() if str(k)!="200")
+print(d["DurationHistogram"]["Count"], errs, pc.get(50)*1e3, pc.get(90)*1e3, pc.get(99)*1e3)
 PY
 )
 		cpu_fixed=$(python3 -c "print(($t1-$t0)/$HZ*1e6/$n if $n else 0)")
 		# Closed loop at max rate.
 		t0=$( [ -n "$procs" ] && ticks $procs || echo 0 )
-		out=$(wrk -t1 -c"$WRK_CONNS" -d"$DURATION" "$url")
+		out=$(wrk -t1 -c"$WRK_CONNS" -d"$DURATION" -H "Host: $HOST" "$url")
 		t1=$( [ -n "$procs" ] && ticks $procs || echo 0 )
 		reqs=$(echo "$out" | awk '/requests in/{print $1}')
 		rps=$(echo "$out" | awk '/Requests\/sec/{print $2}')
+		non2xx=$(echo "$out" | awk '/Non-2xx/{print $NF}')
+		errs=$((errs + ${non2xx:-0}))
 		cpu_max=$(python3 -c "print(($t1-$t0)/$HZ*1e6/$reqs if $reqs else 0)")
 		rss=$( [ -n "$procs" ] && rss_kb $procs || echo 0 )
-		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$name" "$p50" "$p99" "$cpu_fixed" "$rps" "$cpu_max" "$rss" >>"$RES"
+		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$name" "$p50" "$p90" "$p99" "$cpu_fixed" "$rps" "$cpu_max" "$rss" "$errs" "$load" >>"$RES"
 	done
 done
+if [ -n "${KEEP_RESULTS:-}" ]; then cp "$RES" "$KEEP_RESULTS"; fi
 
-python3 - "$RES" "$IDLE_RSS_SC" "$SIDECAR_GODEBUG" "$IDLE_RSS_NGX" "$IDLE_REAL" <<'PY'
-import sys, statistics as st
-rows=[l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
-idle=int(sys.argv[2])/1024
-idle_ngx=int(sys.argv[4])/1024
-real={k:int(v)/1024 for k,v in (kv.split("=") for kv in sys.argv[5].split())}
-names=["direct","sidecar","sidecar2","sidecar2h2","nginx"]
-agg={}
-for n in names:
-    rs=[r for r in rows if r[1]==n]
-    col=lambda i:[float(r[i]) for r in rs]
-    agg[n]=dict(p50=st.median(col(2)),p99=min(col(3)),cpu=st.median(col(4)),rps=st.median(col(5)),cpumax=st.median(col(6)),rss=max(col(7))/1024,
-                rpsr=(min(col(5)),max(col(5))), cpur=(min(col(4)),max(col(4))))
-d,x=agg["direct"],agg["nginx"]
-def ratio(a,b): return f"{a/b:.2f}x" if b else "n/a"
-print(f"rounds={len(rows)//len(names)}  fixed: fortio -uniform -r 0.00001 -qps 2000  max: wrk -t1 -c64  (medians; p99 = best round)")
-print(f"{'target':10} {'p50 ms':>7} {'p99 ms':>7} {'cpu us/req@2k':>14} {'xnginx':>7} {'max rps':>9} {'xdirect':>8} {'xnginx':>7} {'cpu us/req@max':>15} {'xnginx':>7} {'RSS MiB':>8}")
-for n in names:
-    a=agg[n]
-    print(f"{n:10} {a['p50']:7.3f} {a['p99']:7.3f} {a['cpu']:14.1f} {ratio(a['cpu'],x['cpu']) if n!='direct' else '':>7} {a['rps']:9.0f} {ratio(a['rps'],d['rps']):>8} {ratio(a['rps'],x['rps']):>7} {a['cpumax']:15.1f} {ratio(a['cpumax'],x['cpumax']) if n!='direct' else '':>7} {a['rss']:8.1f}")
-print(f"benchproxy idle RSS: {idle:.1f} MiB; sidecar2* CPU counts both sidecars (sidecar2: HTTP/1.1 hop, sidecar2h2: h2c hop to a peer); sidecar GODEBUG={sys.argv[3]!r}")
-r=real["idle_rss_kb"]
-print(f"bin/sidecar idle RSS (examples/ activated from a real pilot): {r:.1f} MiB = anon {real['rss_anon_kb']:.1f} + file {real['rss_file_kb']:.1f}"
-      f" (target <= 20 MiB: {'met' if r <= 20 else 'MISSED'}); {ratio(r, idle_ngx)} nginx's idle {idle_ngx:.1f} MiB (master + 2 workers)")
-if "steady_max_rss_kb" in real:
-    import os
-    print(f"bin/sidecar steady idle ({os.environ.get('STEADY')}s more, /metrics scraped every 15s): highest RSS {real['steady_max_rss_kb']:.1f} MiB, {ratio(real['steady_max_rss_kb'], idle_ngx)} nginx's idle")
-PY
+python3 tools/bench/proxy/report.py "$RES" --qps "$QPS" --conns "$CONNS" --wrk-conns "$WRK_CONNS" --duration "$DURATION" \
+	--host "$HOST" --godebug "$SIDECAR_GODEBUG" --idle-sidecar-kb "$IDLE_RSS_SCR" --idle-benchproxy-kb "$IDLE_RSS_BP" \
+	--idle-nginx-kb "$IDLE_RSS_NGX" --idlerss "$IDLE_REAL"
