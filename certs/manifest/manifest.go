@@ -6,8 +6,11 @@
 //   - a Content statement (scope, store revision, a Digest committing to every
 //     resource's type URL, name and content hash, the entry count, validity),
 //     signed once per scope snapshot and shared by every sidecar of the scope;
-//   - a Binding (node id, scope, validity), signed per node, that says which scope's
-//     content that node may accept.
+//   - a Binding (node id, scope, validity), signed per node and stream, that says
+//     which scope's content that node may accept, and whether pilot confirms the
+//     content it is sent with current for the stream (compiled from at least the
+//     store revision when the stream opened): a sidecar reports ready only on
+//     content pilot confirmed current (or on its verified last-known-good).
 //
 // A sidecar accepts a candidate when both signatures verify under its trusted key,
 // the binding names it, both parts name the same scope, now is inside both
@@ -160,12 +163,18 @@ type Content struct {
 	ValidUntil time.Time
 }
 
-// Binding says node NodeID belongs to Scope.
+// Binding says node NodeID belongs to Scope. Pilot signs one per ADS stream, so
+// it also says whether the content sent with it is current for that stream.
 type Binding struct {
 	NodeID     string
 	Scope      string
 	IssuedAt   time.Time
 	ValidUntil time.Time
+	// Current: the content sent with this binding is compiled from at least
+	// StreamRevision, the store revision when the stream opened. False when
+	// pilot timed out waiting for that compile and sent what it had.
+	Current        bool
+	StreamRevision int64
 }
 
 // Signed is one signed part; immutable once made (pilot shares a content part
@@ -208,11 +217,16 @@ func SignBinding(priv ed25519.PrivateKey, b Binding) (*Signed, error) {
 	if err := checkPart("binding for "+b.NodeID, "scope", b.Scope, b.IssuedAt, b.ValidUntil); err != nil {
 		return nil, err
 	}
+	if b.StreamRevision < 0 {
+		return nil, fmt.Errorf("sign manifest binding for %s: stream revision %d is negative", b.NodeID, b.StreamRevision)
+	}
 	return signPart(priv, bindingContext, &manifestpb.Binding{
-		NodeId:     b.NodeID,
-		Scope:      b.Scope,
-		IssuedAt:   timestamppb.New(b.IssuedAt),
-		ValidUntil: timestamppb.New(b.ValidUntil),
+		NodeId:         b.NodeID,
+		Scope:          b.Scope,
+		IssuedAt:       timestamppb.New(b.IssuedAt),
+		ValidUntil:     timestamppb.New(b.ValidUntil),
+		Current:        b.Current,
+		StreamRevision: b.StreamRevision,
 	})
 }
 
@@ -267,6 +281,11 @@ type Manifest struct {
 	BindingIssuedAt time.Time
 	ValidUntil      time.Time // the earlier of the two parts' validity
 	KeyID           string
+	// Current and StreamRevision are the binding's: whether pilot confirmed the
+	// content current for the stream it was sent on, and the store revision
+	// when that stream opened.
+	Current        bool
+	StreamRevision int64
 }
 
 // Decode parses an encoded SignedManifest (the xDS resource's Any.value or the
@@ -357,6 +376,8 @@ func decoded(c *manifestpb.Content, b *manifestpb.Binding) (*Manifest, error) {
 		return nil, fmt.Errorf("%w: binding: issued_at and valid_until required", ErrMalformed)
 	case c.GetScope() == "" || b.GetScope() == "" || b.GetNodeId() == "":
 		return nil, fmt.Errorf("%w: scope and node id required", ErrMalformed)
+	case b.GetStreamRevision() < 0:
+		return nil, fmt.Errorf("%w: binding.stream_revision %d is negative", ErrMalformed, b.GetStreamRevision())
 	}
 	m := &Manifest{
 		NodeID:          b.GetNodeId(),
@@ -366,6 +387,8 @@ func decoded(c *manifestpb.Content, b *manifestpb.Binding) (*Manifest, error) {
 		IssuedAt:        c.GetIssuedAt().AsTime(),
 		BindingIssuedAt: b.GetIssuedAt().AsTime(),
 		ValidUntil:      c.GetValidUntil().AsTime(),
+		Current:         b.GetCurrent(),
+		StreamRevision:  b.GetStreamRevision(),
 	}
 	copy(m.Digest[:], c.GetDigest())
 	if u := b.GetValidUntil().AsTime(); u.Before(m.ValidUntil) {

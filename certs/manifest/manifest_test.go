@@ -69,7 +69,7 @@ func signed(t testing.TB, priv ed25519.PrivateKey, c Content, b Binding) *manife
 }
 
 func binding(node, scope string) Binding {
-	return Binding{NodeID: node, Scope: scope, IssuedAt: t0, ValidUntil: t0.Add(24 * time.Hour)}
+	return Binding{NodeID: node, Scope: scope, IssuedAt: t0, ValidUntil: t0.Add(24 * time.Hour), Current: true, StreamRevision: 7}
 }
 
 func TestSignVerifyRoundTrip(t *testing.T) {
@@ -83,9 +83,17 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Manifest{NodeID: "reviews-1", Scope: "shop/reviews", Revision: 7, Digest: sampleContent(t, "x").Digest, Count: 2,
-		IssuedAt: t0, BindingIssuedAt: t0, ValidUntil: t0.Add(24 * time.Hour), KeyID: KeyID(priv.Public().(ed25519.PublicKey))}
+		IssuedAt: t0, BindingIssuedAt: t0, ValidUntil: t0.Add(24 * time.Hour), KeyID: KeyID(priv.Public().(ed25519.PublicKey)),
+		Current: true, StreamRevision: 7}
 	if *m != want {
 		t.Fatalf("decoded %+v\nwant    %+v", *m, want)
+	}
+	// A binding pilot signed on a wait timeout says so, and where the stream began.
+	b := binding("reviews-1", "shop/reviews")
+	b.Current, b.StreamRevision = false, 9
+	m, err = Verify(priv.Public().(ed25519.PublicKey), signed(t, priv, sampleContent(t, "shop/reviews"), b), "reviews-1", t0.Add(time.Hour))
+	if err != nil || m.Current || m.StreamRevision != 9 {
+		t.Fatalf("not-current binding decoded as %+v, %v; want current=false, stream revision 9", m, err)
 	}
 	if err := m.Match(sampleHave()); err != nil {
 		t.Fatalf("match: %v", err)
@@ -153,6 +161,11 @@ func TestVerifyRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	negRev, err := signPart(priv, bindingContext, &manifestpb.Binding{NodeId: "reviews-1", Scope: "shop/reviews",
+		IssuedAt: timestamppb.New(t0), ValidUntil: timestamppb.New(t0.Add(time.Hour)), StreamRevision: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name    string
 		sm      *manifestpb.SignedManifest
@@ -179,6 +192,8 @@ func TestVerifyRefusals(t *testing.T) {
 			"reviews-1", ErrMalformed, "manifest malformed: content.digest: 3 bytes, want 32"},
 		{"signed binding without times", clone(func(sm *manifestpb.SignedManifest) { sm.Binding, sm.BindingSignature = noTimes.Body, noTimes.Signature }),
 			"reviews-1", ErrMalformed, "manifest malformed: binding: issued_at and valid_until required"},
+		{"signed binding with a negative stream revision", clone(func(sm *manifestpb.SignedManifest) { sm.Binding, sm.BindingSignature = negRev.Body, negRev.Signature }),
+			"reviews-1", ErrMalformed, "manifest malformed: binding.stream_revision -1 is negative"},
 		{"other node", good, "ratings-1", ErrNode, `manifest is for another node: manifest node "reviews-1", this node is "ratings-1"`},
 		{"binding for another scope", signed(t, priv, content, binding("reviews-1", "shop/ratings")), "reviews-1", ErrScope,
 			`manifest binding and content name different scopes: binding scope "shop/ratings", content scope "shop/reviews"`},
@@ -230,6 +245,12 @@ func TestSignRejects(t *testing.T) {
 		{"binding without scope", func() error { _, err := SignBinding(priv, binding("n", "")); return err }, "sign manifest binding for n: scope: required"},
 		{"binding with a long node id", func() error { _, err := SignBinding(priv, binding(longID, "s")); return err }, "sign manifest binding: node id: 1025 bytes exceeds 1024"},
 		{"short private key", func() error { _, err := SignBinding(priv[:10], binding("n", "s")); return err }, "sign manifest: private key: 10 bytes, want 64"},
+		{"binding with a negative stream revision", func() error {
+			b := binding("n", "s")
+			b.StreamRevision = -1
+			_, err := SignBinding(priv, b)
+			return err
+		}, "sign manifest binding for n: stream revision -1 is negative"},
 		{"parts of two keys", func() error {
 			c, _ := SignContent(priv, sampleContent(t, "s"))
 			b, _ := SignBinding(newKey(t), binding("n", "s"))

@@ -19,6 +19,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/xds/ads"
 	"github.com/weft-mesh/weft/pilot/xds/gen"
 	"github.com/weft-mesh/weft/pilot/xds/meshcache"
+	"github.com/weft-mesh/weft/pilot/xds/publish"
 	"github.com/weft-mesh/weft/pilot/xds/sign"
 )
 
@@ -42,6 +43,11 @@ type XDSLimits struct {
 	Debounce   time.Duration // quiet period after a store change before compiling
 	MaxDelay   time.Duration // a burst of changes is compiled at most this late
 	GenWorkers int           // concurrent snapshot generations per compile
+	// CurrentWait bounds how long a new stream waits for a snapshot compiled
+	// from at least the store revision when it opened (meshcache.CurrentWait);
+	// then it gets the older one pilot has, marked not current. At most
+	// meshcache.MaxCurrentWait.
+	CurrentWait time.Duration
 
 	// ads
 	MaxUnacked       int           // responses unanswered on one stream before it is cut
@@ -62,7 +68,7 @@ type XDSLimits struct {
 // DefaultXDSLimits are the limits pilot runs with.
 func DefaultXDSLimits() XDSLimits {
 	return XDSLimits{
-		Debounce: 100 * time.Millisecond, MaxDelay: time.Second, GenWorkers: 4,
+		Debounce: 100 * time.Millisecond, MaxDelay: time.Second, GenWorkers: 4, CurrentWait: meshcache.DefaultCurrentWait,
 		MaxUnacked: 64, SendTimeout: 30 * time.Second, RecvQueue: 16, MaxSubscriptions: 100_000, DiffCacheEntries: 4096,
 		MaxRecvMsgBytes: 4 << 20, MaxConcurrentStreams: 16,
 		ManifestValidity: sign.DefaultValidity,
@@ -74,7 +80,7 @@ func (l XDSLimits) check() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"Debounce", l.Debounce}, {"MaxDelay", l.MaxDelay}, {"SendTimeout", l.SendTimeout}, {"ManifestValidity", l.ManifestValidity}} {
+	}{{"Debounce", l.Debounce}, {"MaxDelay", l.MaxDelay}, {"CurrentWait", l.CurrentWait}, {"SendTimeout", l.SendTimeout}, {"ManifestValidity", l.ManifestValidity}} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be > 0, got %v", d.name, d.v))
 		}
@@ -88,6 +94,9 @@ func (l XDSLimits) check() error {
 			errs = append(errs, fmt.Errorf("%s must be > 0, got %d", n.name, n.v))
 		}
 	}
+	if l.CurrentWait > meshcache.MaxCurrentWait {
+		errs = append(errs, fmt.Errorf("CurrentWait %v exceeds %v", l.CurrentWait, meshcache.MaxCurrentWait))
+	}
 	if l.ManifestValidity > sign.MaxValidity {
 		errs = append(errs, fmt.Errorf("ManifestValidity %v exceeds %v", l.ManifestValidity, sign.MaxValidity))
 	}
@@ -99,7 +108,7 @@ func (l XDSLimits) check() error {
 
 // ServeADS returns the built-in xDS server: store watch → compile → gen (checked
 // with the sidecar's own validation for Weft sidecars) → signed manifest per
-// sidecar → ADS (SotW and delta) on env.Listener, reporting into env.Status.
+// sidecar (pilot/xds/publish) → ADS (SotW and delta) on env.Listener, reporting into env.Status.
 func ServeADS(lim XDSLimits) XDSFunc {
 	return func(ctx context.Context, env XDSEnv) error {
 		defer env.Listener.Close()
@@ -113,21 +122,24 @@ func ServeADS(lim XDSLimits) XDSFunc {
 		}
 		log.Info("publisher key loaded", "key_id", manifest.KeyID(priv.Public().(ed25519.PublicKey)))
 
-		src := newSource(sourceConfig{
+		src, err := publish.New(publish.Config{
 			Logger: log.Named("source"), Key: priv, Validity: lim.ManifestValidity,
 			ReportGenError: env.Status.GenError,
 		})
+		if err != nil {
+			return err
+		}
 		cache, err := meshcache.New(meshcache.Config{
 			Store: env.Store, Logger: log.Named("meshcache"),
-			Debounce: lim.Debounce, MaxDelay: lim.MaxDelay, GenWorkers: lim.GenWorkers,
-			Generate:   src.generate(gen.Proxy),
+			Debounce: lim.Debounce, MaxDelay: lim.MaxDelay, GenWorkers: lim.GenWorkers, CurrentWait: lim.CurrentWait,
+			Generate:   src.Generate(gen.Proxy),
 			ScopeKey:   meshcache.DefaultScopeKey,
 			OnCompiled: func(rev int64, at time.Time) { env.Status.RevisionWritten(rev, at) },
 		})
 		if err != nil {
 			return err
 		}
-		src.cache = cache
+		src.Use(cache)
 		srv, err := ads.New(ads.Config{
 			Logger: log.Named("ads"), Source: src, Status: env.Status,
 			MaxUnacked: lim.MaxUnacked, SendTimeout: lim.SendTimeout, RecvQueue: lim.RecvQueue,

@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
 	"github.com/weft-mesh/weft/pilot/server"
 	"github.com/weft-mesh/weft/pilot/server/servertest"
+	"github.com/weft-mesh/weft/pilot/xds/meshcache"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
 
@@ -159,6 +161,9 @@ func TestServeADSLimits(t *testing.T) {
 		{"no workers", func(l *server.XDSLimits) { l.GenWorkers = 0 }, "xDS limits: GenWorkers must be > 0, got 0"},
 		{"validity too long", func(l *server.XDSLimits) { l.ManifestValidity = 365 * 24 * time.Hour },
 			"xDS limits: ManifestValidity 8760h0m0s exceeds 720h0m0s"},
+		{"zero current wait", func(l *server.XDSLimits) { l.CurrentWait = 0 }, "xDS limits: CurrentWait must be > 0, got 0s"},
+		{"current wait one past its bound", func(l *server.XDSLimits) { l.CurrentWait = meshcache.MaxCurrentWait + time.Nanosecond },
+			"xDS limits: CurrentWait 1m0.000000001s exceeds 1m0s"},
 		{"two at once", func(l *server.XDSLimits) { l.MaxUnacked, l.RecvQueue = 0, -1 },
 			"xDS limits: MaxUnacked must be > 0, got 0\nRecvQueue must be > 0, got -1"},
 	}
@@ -241,6 +246,12 @@ func TestSidecarManifest(t *testing.T) {
 	if m1.Revision != rev {
 		t.Errorf("manifest revision %d, want %d", m1.Revision, rev)
 	}
+	// The stream opened after the apply: its binding says so and confirms the
+	// content current.
+	if !m1.Current || m1.StreamRevision != rev {
+		t.Errorf("binding: current %v at stream revision %d, want current at %d", m1.Current, m1.StreamRevision, rev)
+	}
+	openRev := rev
 
 	// A push: the manifest is its last response.
 	n := len(c.Responses())
@@ -280,7 +291,8 @@ spec:
 	// the latest revision) at half of its own.
 	servertest.Eventually(t, 5*time.Second, "manifest content and binding re-signed", func() bool {
 		m3 := verify()
-		return m3.IssuedAt.After(m2.IssuedAt) && m3.Revision == rev && m3.BindingIssuedAt.After(m1.BindingIssuedAt)
+		return m3.IssuedAt.After(m2.IssuedAt) && m3.Revision == rev && m3.BindingIssuedAt.After(m1.BindingIssuedAt) &&
+			m3.Current && m3.StreamRevision == openRev
 	})
 
 	for _, r := range plain.Responses() {
@@ -345,5 +357,59 @@ func TestManifestSharedPerScope(t *testing.T) {
 		if _, err := manifest.Verify(pub, sm, ids[1-i], time.Now()); !errors.Is(err, manifest.ErrNode) {
 			t.Errorf("%s's manifest for %s: %v, want %v", ids[i], ids[1-i], err, manifest.ErrNode)
 		}
+	}
+}
+
+// TestNotCurrentAfterWait: a sidecar that connects after an apply that pilot has
+// not compiled yet gets nothing for CurrentWait, then the snapshot pilot has,
+// with a binding that says it is not current and names the store revision the
+// stream opened at; once the apply is compiled it gets that, confirmed current.
+func TestNotCurrentAfterWait(t *testing.T) {
+	lim := server.DefaultXDSLimits()
+	// The compile comes 1.5s after a write; the stream waits 300ms for it.
+	lim.Debounce, lim.MaxDelay, lim.CurrentWait = 1500*time.Millisecond, 1500*time.Millisecond, 300*time.Millisecond
+	p := servertest.Start(t, servertest.Options{Limits: &lim})
+	var pub ed25519.PublicKey
+	servertest.Eventually(t, 10*time.Second, "pilot's publisher key", func() bool {
+		var err error
+		pub, err = manifest.LoadPublicKey(filepath.Join(p.DataDir, manifest.PublicKeyFile))
+		return err == nil
+	})
+	rev := p.Apply(t, mesh)
+	opened := time.Now()
+	sc := &node.Node{ID: "reviews-1", Namespace: "shop", ServiceAccount: "reviews", Labels: map[string]string{"app": "reviews"},
+		Address: "127.0.0.5", InboundPort: 15006}
+	c := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: sc.ToProto(), Types: snapshot.PushOrder})
+	manifests := func() []*manifest.Manifest {
+		var out []*manifest.Manifest
+		for _, r := range c.Responses() {
+			if v, ok := r.Values[manifest.Name]; ok && r.TypeURL == manifest.TypeURL {
+				var sm manifestpb.SignedManifest
+				if err := proto.Unmarshal(v, &sm); err != nil {
+					t.Fatalf("manifest: %v", err)
+				}
+				m, err := manifest.Verify(pub, &sm, sc.ID, time.Now())
+				if err != nil {
+					t.Fatalf("verify: %v", err)
+				}
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	servertest.Eventually(t, 10*time.Second, "a current manifest", func() bool {
+		ms := manifests()
+		return len(ms) > 0 && ms[len(ms)-1].Current
+	})
+	ms := manifests()
+	first := c.Responses()[0]
+	if waited := first.At.Sub(opened); waited < lim.CurrentWait {
+		t.Errorf("first response %v after the stream opened, before CurrentWait %v", waited, lim.CurrentWait)
+	}
+	if len(ms) < 2 || ms[0].Current || ms[0].StreamRevision != rev || ms[0].Revision >= rev {
+		t.Fatalf("first manifest %+v, want revision < %d marked not current at stream revision %d, then a current one", ms[0], rev, rev)
+	}
+	if last := ms[len(ms)-1]; last.Revision < rev || last.StreamRevision != rev {
+		t.Fatalf("current manifest at revision %d (stream revision %d), want >= %d", last.Revision, last.StreamRevision, rev)
 	}
 }

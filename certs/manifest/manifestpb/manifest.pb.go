@@ -117,15 +117,25 @@ func (x *Content) GetValidUntil() *timestamppb.Timestamp {
 	return nil
 }
 
-// Binding says that one node belongs to one scope.
+// Binding says that one node belongs to one scope. Pilot signs it per ADS stream
+// (when the stream's first snapshot goes out, again at half its validity and when
+// current turns true), so it also carries what pilot knows of that stream.
 type Binding struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Scope         string                 `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
-	IssuedAt      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=issued_at,json=issuedAt,proto3" json:"issued_at,omitempty"`
-	ValidUntil    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	NodeId     string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Scope      string                 `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	IssuedAt   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=issued_at,json=issuedAt,proto3" json:"issued_at,omitempty"`
+	ValidUntil *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
+	// current: pilot confirms that the content sent with this binding is compiled
+	// from at least stream_revision (and, for a registering sidecar, with the
+	// sidecar itself registered). False when pilot timed out waiting for that
+	// compile and sent the older snapshot it had: the sidecar may serve it but
+	// does not report ready on it.
+	Current bool `protobuf:"varint,5,opt,name=current,proto3" json:"current,omitempty"`
+	// stream_revision is the store revision pilot had when the stream opened.
+	StreamRevision int64 `protobuf:"varint,6,opt,name=stream_revision,json=streamRevision,proto3" json:"stream_revision,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Binding) Reset() {
@@ -184,6 +194,20 @@ func (x *Binding) GetValidUntil() *timestamppb.Timestamp {
 		return x.ValidUntil
 	}
 	return nil
+}
+
+func (x *Binding) GetCurrent() bool {
+	if x != nil {
+		return x.Current
+	}
+	return false
+}
+
+func (x *Binding) GetStreamRevision() int64 {
+	if x != nil {
+		return x.StreamRevision
+	}
+	return 0
 }
 
 // SignedManifest is the xDS resource (type URL
@@ -276,13 +300,15 @@ const file_manifestpb_manifest_proto_rawDesc = "" +
 	"\x05count\x18\x04 \x01(\x04R\x05count\x127\n" +
 	"\tissued_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt\x12;\n" +
 	"\vvalid_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"validUntil\"\xae\x01\n" +
+	"validUntil\"\xf1\x01\n" +
 	"\aBinding\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x127\n" +
 	"\tissued_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt\x12;\n" +
 	"\vvalid_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"validUntil\"\xc1\x01\n" +
+	"validUntil\x12\x18\n" +
+	"\acurrent\x18\x05 \x01(\bR\acurrent\x12'\n" +
+	"\x0fstream_revision\x18\x06 \x01(\x03R\x0estreamRevision\"\xc1\x01\n" +
 	"\x0eSignedManifest\x12\x15\n" +
 	"\x06key_id\x18\x03 \x01(\tR\x05keyId\x12\x18\n" +
 	"\acontent\x18\x04 \x01(\fR\acontent\x12+\n" +

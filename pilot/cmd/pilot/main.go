@@ -30,6 +30,8 @@ func run() int {
 	fs.DurationVar(&lim.Debounce, "xds-debounce", lim.Debounce, "quiet period after a store change before pushing")
 	fs.DurationVar(&lim.MaxDelay, "xds-max-delay", lim.MaxDelay, "a burst of store changes is pushed at most this late")
 	fs.IntVar(&lim.GenWorkers, "xds-gen-workers", lim.GenWorkers, "concurrent snapshot generations")
+	fs.DurationVar(&lim.CurrentWait, "xds-current-wait", lim.CurrentWait,
+		"a new stream waits at most this for a snapshot compiled from the store revision it opened at, then gets the older one, marked not current")
 	fs.IntVar(&lim.MaxUnacked, "xds-max-unacked", lim.MaxUnacked, "responses a proxy may leave unanswered before its stream is cut")
 	fs.DurationVar(&lim.SendTimeout, "xds-send-timeout", lim.SendTimeout, "a proxy that does not read a response within this is cut")
 	fs.DurationVar(&lim.ManifestValidity, "manifest-validity", lim.ManifestValidity, "validity of each sidecar's signed manifest (re-signed at half)")

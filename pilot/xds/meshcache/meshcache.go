@@ -6,6 +6,14 @@
 // snapshot is published atomically and its stream is woken through a 1-buffered
 // channel: producers never block and never send while holding a lock; streams
 // pull the latest.
+//
+// A proxy that connects is offered a snapshot only once one is current for it:
+// compiled from at least the store revision read when it connected and, for a
+// proxy that registers a workload, with that proxy registered. Until then its
+// stream gets nothing (a sidecar connecting right after an apply must not get
+// the mesh compiled before the apply and report ready on it), for at most
+// Config.CurrentWait; then the stream gets the latest snapshot there is, marked
+// not current, and a warning is logged.
 package meshcache
 
 import (
@@ -37,6 +45,10 @@ type Config struct {
 	Debounce   time.Duration // quiet period after the last change before compiling
 	MaxDelay   time.Duration // a burst is compiled at most this long after its first change
 	GenWorkers int           // concurrent snapshot generations per compile
+	// CurrentWait bounds how long a newly connected proxy waits for a snapshot
+	// current for it before it is offered an older one, marked not current.
+	// 0 means DefaultCurrentWait; at most MaxCurrentWait.
+	CurrentWait time.Duration
 
 	// Compile and Generate default to compile.Compile and gen.Proxy; tests and
 	// benchmarks replace them.
@@ -62,6 +74,11 @@ func (c *Config) check() error {
 		return fmt.Errorf("meshcache: Config.MaxDelay must be >= Debounce (%v), got %v", c.Debounce, c.MaxDelay)
 	case c.GenWorkers <= 0:
 		return fmt.Errorf("meshcache: Config.GenWorkers must be > 0, got %d", c.GenWorkers)
+	case c.CurrentWait < 0 || c.CurrentWait > MaxCurrentWait:
+		return fmt.Errorf("meshcache: Config.CurrentWait must be in [0, %v], got %v", MaxCurrentWait, c.CurrentWait)
+	}
+	if c.CurrentWait == 0 {
+		c.CurrentWait = DefaultCurrentWait
 	}
 	if c.Compile == nil {
 		c.Compile = compile.Compile
@@ -74,6 +91,14 @@ func (c *Config) check() error {
 	}
 	return nil
 }
+
+// Bounds of Config.CurrentWait. The default covers a debounced compile at the
+// longest (MaxDelay, 1s in production) plus the compile itself with room to
+// spare; past it a proxy is better served by what pilot has than by nothing.
+const (
+	DefaultCurrentWait = 5 * time.Second
+	MaxCurrentWait     = time.Minute
+)
 
 // DefaultScopeKey is every node field generation may read except the ID and the
 // informational build version, so only proxies that present the same identity
@@ -102,6 +127,7 @@ type generation struct {
 	seq       int64
 	mesh      *ir.Mesh
 	rev       int64
+	listed    int64 // Cache.seq when the compiled proxies were listed: every proxy with seq <= listed still connected is in mesh
 	writtenAt time.Time
 
 	mu      sync.Mutex // guards byScope
@@ -124,42 +150,84 @@ func New(cfg Config) (*Cache, error) {
 
 // Proxy is one connected proxy's view of the cache.
 type Proxy struct {
-	c       *Cache
-	node    *node.Node
-	key     string
-	seq     int64
-	changed chan struct{} // 1-buffered wakeup
-	latest  atomic.Pointer[published]
-	closed  atomic.Bool
+	c        *Cache
+	node     *node.Node
+	key      string
+	seq      int64
+	storeRev int64         // store revision when the proxy connected
+	changed  chan struct{} // 1-buffered wakeup
+	latest   atomic.Pointer[published]
+	waitOver atomic.Bool // CurrentWait has passed since Connect
+	timer    *time.Timer // ends the wait; set in Connect, stopped by Close
+	closed   atomic.Bool
 }
 
+// published is one generation's snapshot for a proxy, with what decides whether
+// it is current for that proxy.
 type published struct {
-	gen  int64
-	snap *snapshot.Snapshot
+	gen    int64
+	rev    int64
+	listed int64
+	snap   *snapshot.Snapshot
 }
 
 // Connect registers a proxy. If it registers a workload (node.Registers), the mesh
-// is recompiled with it (debounced). The proxy gets a snapshot from the current
-// mesh right away when one exists.
+// is recompiled with it (debounced). It reads the store's revision first: the
+// proxy is offered a snapshot once one compiled from at least that revision (and
+// with the proxy registered) is published, or CurrentWait from now, whichever
+// comes first (see Offer).
 func (c *Cache) Connect(n *node.Node) (*Proxy, error) {
 	if n == nil || n.ID == "" {
 		return nil, errors.New("meshcache: connect: node id is required")
 	}
-	p := &Proxy{c: c, node: n, key: c.cfg.ScopeKey(n), changed: make(chan struct{}, 1)}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.CurrentWait)
+	rev, err := c.cfg.Store.Revision(ctx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("meshcache: connect %s: read store revision: %w", n.ID, err)
+	}
+	p := &Proxy{c: c, node: n, key: c.cfg.ScopeKey(n), storeRev: int64(rev), changed: make(chan struct{}, 1)}
 	c.mu.Lock()
 	c.seq++
 	p.seq = c.seq
 	c.proxies[p] = struct{}{}
+	p.timer = time.AfterFunc(c.cfg.CurrentWait, p.endWait)
 	c.mu.Unlock()
 	if n.Registers() {
 		c.poke()
 	}
 	if g := c.current.Load(); g != nil {
 		if s, err := g.snapshot(c, p); err == nil {
-			p.set(g.seq, s)
+			p.set(g, s)
 		}
 	}
 	return p, nil
+}
+
+// endWait ends the wait for a current snapshot: from now on Offer hands out
+// whatever the proxy has.
+func (p *Proxy) endWait() {
+	p.waitOver.Store(true)
+	if p.closed.Load() {
+		return
+	}
+	l := p.latest.Load()
+	if l != nil && p.currentFor(l) {
+		return
+	}
+	have := "none"
+	if l != nil {
+		have = strconv.FormatInt(l.rev, 10)
+	}
+	p.c.log.Warn("no snapshot current for the proxy within the wait; its stream gets the latest there is, marked not current",
+		"node", p.node.ID, "wait", p.c.cfg.CurrentWait, "store_revision", p.storeRev, "have_revision", have)
+	p.wake()
+}
+
+// currentFor reports whether l is current for p: compiled from at least the
+// store revision p connected at and, if p registers, with p registered.
+func (p *Proxy) currentFor(l *published) bool {
+	return l.rev >= p.storeRev && (!p.node.Registers() || l.listed >= p.seq)
 }
 
 func (c *Cache) poke() {
@@ -172,13 +240,31 @@ func (c *Cache) poke() {
 // Node is the identity the proxy connected with.
 func (p *Proxy) Node() *node.Node { return p.node }
 
-// Snapshot is the proxy's latest snapshot, nil before the first compile.
-func (p *Proxy) Snapshot() *snapshot.Snapshot {
-	if l := p.latest.Load(); l != nil {
-		return l.snap
+// Offer is what the proxy's stream should send now. Once a snapshot current
+// for the proxy is published it is that snapshot (and every later one), with
+// current=true. Before that it is nil until CurrentWait has passed since
+// Connect, then the latest snapshot there is (nil if none) with current=false.
+func (p *Proxy) Offer() (snap *snapshot.Snapshot, current bool) {
+	l := p.latest.Load()
+	switch {
+	case l == nil:
+		return nil, false
+	case p.currentFor(l):
+		return l.snap, true
+	case p.waitOver.Load():
+		return l.snap, false
 	}
-	return nil
+	return nil, false
 }
+
+// Snapshot is Offer's snapshot (ads.Watch).
+func (p *Proxy) Snapshot() *snapshot.Snapshot {
+	s, _ := p.Offer()
+	return s
+}
+
+// StoreRevision is the store revision read when the proxy connected.
+func (p *Proxy) StoreRevision() int64 { return p.storeRev }
 
 // Changed is signalled (coalesced) whenever Snapshot may have changed.
 func (p *Proxy) Changed() <-chan struct{} { return p.changed }
@@ -188,6 +274,7 @@ func (p *Proxy) Close() {
 	if p.closed.Swap(true) {
 		return
 	}
+	p.timer.Stop()
 	c := p.c
 	c.mu.Lock()
 	delete(c.proxies, p)
@@ -197,18 +284,26 @@ func (p *Proxy) Close() {
 	}
 }
 
-// set publishes s unless a newer generation was already published, then wakes.
-func (p *Proxy) set(gen int64, s *snapshot.Snapshot) {
-	next := &published{gen: gen, snap: s}
+// set publishes g's snapshot s unless a newer generation was already
+// published, then wakes the stream if what Offer returns may have changed.
+func (p *Proxy) set(g *generation, s *snapshot.Snapshot) {
+	next := &published{gen: g.seq, rev: g.rev, listed: g.listed, snap: s}
 	for {
 		cur := p.latest.Load()
-		if cur != nil && (cur.gen >= gen || cur.snap == s) {
+		if cur != nil && cur.gen >= g.seq {
 			return
 		}
 		if p.latest.CompareAndSwap(cur, next) {
+			if cur != nil && cur.snap == s && p.currentFor(cur) == p.currentFor(next) {
+				return // the same snapshot, and still as current as it was
+			}
 			break
 		}
 	}
+	p.wake()
+}
+
+func (p *Proxy) wake() {
 	select {
 	case p.changed <- struct{}{}:
 	default:
@@ -365,13 +460,13 @@ func (c *Cache) build(objects map[resource.Key]*resource.Object, rev int64, writ
 		objs = append(objs, o)
 	}
 	sort.Slice(objs, func(i, j int) bool { return lessKey(objs[i].Key(), objs[j].Key()) })
-	proxies := c.connected()
+	proxies, listed := c.connected()
 	mesh, err := c.cfg.Compile(compile.Input{Revision: rev, Objects: objs, Proxies: registering(proxies)})
 	if err != nil {
 		c.log.Error("compile failed; proxies keep their snapshots", "revision", rev, "error", err)
 		return
 	}
-	g := &generation{seq: c.gens.Add(1), mesh: mesh, rev: rev, writtenAt: writtenAt, byScope: map[string]*scoped{}}
+	g := &generation{seq: c.gens.Add(1), mesh: mesh, rev: rev, listed: listed, writtenAt: writtenAt, byScope: map[string]*scoped{}}
 	if c.cfg.OnCompiled != nil {
 		// Before publishing, so an ACK can never precede the revision's record.
 		c.cfg.OnCompiled(rev, writtenAt)
@@ -379,7 +474,7 @@ func (c *Cache) build(objects map[resource.Key]*resource.Object, rev int64, writ
 	c.current.Store(g)
 	// Proxies that connect from here on get g in Connect; the ones listed before
 	// are published below. set ignores an older generation either way.
-	proxies = c.connected()
+	proxies, _ = c.connected()
 	groups := map[string][]*Proxy{}
 	var keys []string
 	for _, p := range proxies {
@@ -402,7 +497,7 @@ func (c *Cache) build(objects map[resource.Key]*resource.Object, rev int64, writ
 					continue
 				}
 				for _, p := range ps {
-					p.set(g.seq, s)
+					p.set(g, s)
 				}
 			}
 		}()
@@ -415,14 +510,15 @@ func (c *Cache) build(objects map[resource.Key]*resource.Object, rev int64, writ
 	c.log.Debug("published", "revision", rev, "proxies", len(proxies), "scopes", len(keys))
 }
 
-func (c *Cache) connected() []*Proxy {
+// connected lists the connected proxies and the latest connection's seq.
+func (c *Cache) connected() ([]*Proxy, int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]*Proxy, 0, len(c.proxies))
 	for p := range c.proxies {
 		out = append(out, p)
 	}
-	return out
+	return out, c.seq
 }
 
 // registering returns the nodes that register a workload, one per node id (the

@@ -33,9 +33,21 @@ type recorder struct {
 	inputs   []compile.Input
 	gens     atomic.Int64
 	failNext atomic.Bool
+	gate     atomic.Pointer[chan struct{}] // when set, compiles wait for it to close
+}
+
+// hold makes compiles wait until the returned func is called.
+func (r *recorder) hold() (release func()) {
+	ch := make(chan struct{})
+	r.gate.Store(&ch)
+	var once sync.Once
+	return func() { once.Do(func() { r.gate.Store(nil); close(ch) }) }
 }
 
 func (r *recorder) compile(in compile.Input) (*ir.Mesh, error) {
+	if g := r.gate.Load(); g != nil {
+		<-*g
+	}
 	if r.failNext.Swap(false) {
 		return nil, errors.New("bad mesh")
 	}
@@ -151,6 +163,9 @@ func TestConfigCheck(t *testing.T) {
 		{"debounce", func(c *Config) { c.Debounce = 0 }, "meshcache: Config.Debounce must be > 0, got 0s"},
 		{"max delay", func(c *Config) { c.MaxDelay = time.Microsecond }, "meshcache: Config.MaxDelay must be >= Debounce (1ms), got 1µs"},
 		{"workers", func(c *Config) { c.GenWorkers = 0 }, "meshcache: Config.GenWorkers must be > 0, got 0"},
+		{"current wait one past its bound", func(c *Config) { c.CurrentWait = MaxCurrentWait + time.Nanosecond },
+			"meshcache: Config.CurrentWait must be in [0, 1m0s], got 1m0.000000001s"},
+		{"negative current wait", func(c *Config) { c.CurrentWait = -time.Nanosecond }, "meshcache: Config.CurrentWait must be in [0, 1m0s], got -1ns"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,6 +179,14 @@ func TestConfigCheck(t *testing.T) {
 	c, err := New(ok)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.cfg.CurrentWait != DefaultCurrentWait {
+		t.Fatalf("CurrentWait 0 became %v, want DefaultCurrentWait", c.cfg.CurrentWait)
+	}
+	atBound := ok
+	atBound.CurrentWait = MaxCurrentWait
+	if _, err := New(atBound); err != nil {
+		t.Fatalf("CurrentWait at its bound: %v", err)
 	}
 	if _, err := c.Connect(&node.Node{}); err == nil || err.Error() != "meshcache: connect: node id is required" {
 		t.Fatalf("connect without id: %v", err)
@@ -361,4 +384,108 @@ func TestWatchCutResyncs(t *testing.T) {
 	// Changes after the resync arrive.
 	rev := f.put(t, workload("w1", "10.0.0.1"))
 	waitRev(t, p, rev)
+}
+
+// offerAt waits for p's offer to satisfy ok and returns it.
+func offerAt(t *testing.T, p *Proxy, what string, ok func(*snapshot.Snapshot, bool) bool) (*snapshot.Snapshot, bool) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		if s, cur := p.Offer(); ok(s, cur) {
+			return s, cur
+		}
+		select {
+		case <-p.Changed():
+		case <-deadline:
+			s, cur := p.Offer()
+			t.Fatalf("proxy %s: %s: offer is %v (current %v)", p.Node().ID, what, s, cur)
+		}
+	}
+}
+
+// TestNewProxyWaitsForCurrent: a proxy that connects after a write, while the
+// cache still holds the mesh compiled before it, is offered nothing until the
+// write is compiled, then that snapshot, current; a proxy already connected
+// keeps its snapshot meanwhile.
+func TestNewProxyWaitsForCurrent(t *testing.T) {
+	f := start(t, func(c *Config) { c.CurrentWait = MaxCurrentWait })
+	old, _ := f.cache.Connect(&node.Node{ID: "old", Namespace: "a"})
+	defer old.Close()
+	base := waitRev(t, old, 0)
+	release := f.rec.hold()
+	defer release()
+	rev := f.put(t, workload("w1", "10.0.0.1"))
+	p, err := f.cache.Connect(&node.Node{ID: "new", Namespace: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.StoreRevision() != rev {
+		t.Fatalf("store revision at connect = %d, want %d", p.StoreRevision(), rev)
+	}
+	if s, cur := p.Offer(); s != nil || cur {
+		t.Fatalf("offered revision %d (current %v) before revision %d was compiled", s.Revision, cur, rev)
+	}
+	if s, cur := old.Offer(); s != base || !cur {
+		t.Fatalf("the connected proxy lost its snapshot while the next compiles")
+	}
+	release()
+	s, _ := offerAt(t, p, "current offer", func(s *snapshot.Snapshot, cur bool) bool { return cur })
+	if s.Revision < rev {
+		t.Fatalf("current offer at revision %d, want >= %d", s.Revision, rev)
+	}
+}
+
+// TestCurrentWaitBound: when the compile does not come, the proxy is offered
+// nothing before CurrentWait and, at CurrentWait, the latest snapshot there is,
+// marked not current; when the compile lands the offer turns current.
+func TestCurrentWaitBound(t *testing.T) {
+	const wait = 300 * time.Millisecond
+	f := start(t, func(c *Config) { c.CurrentWait = wait })
+	first, _ := f.cache.Connect(&node.Node{ID: "first", Namespace: "a"})
+	defer first.Close()
+	waitRev(t, first, 0)
+	release := f.rec.hold()
+	defer release()
+	rev := f.put(t, workload("w1", "10.0.0.1"))
+	connected := time.Now()
+	p, _ := f.cache.Connect(&node.Node{ID: "late", Namespace: "a"})
+	defer p.Close()
+	s, cur := offerAt(t, p, "offer after the wait", func(s *snapshot.Snapshot, _ bool) bool { return s != nil })
+	if waited := time.Since(connected); waited < wait {
+		t.Fatalf("offered after %v, before CurrentWait %v", waited, wait)
+	}
+	if cur || s.Revision >= rev {
+		t.Fatalf("offer after the wait: revision %d current %v, want the older revision, not current", s.Revision, cur)
+	}
+	release()
+	s, _ = offerAt(t, p, "current offer", func(s *snapshot.Snapshot, cur bool) bool { return cur })
+	if s.Revision < rev {
+		t.Fatalf("current offer at revision %d, want >= %d", s.Revision, rev)
+	}
+}
+
+// TestRegisteringProxyWaitsForItsOwnCompile: a proxy that registers a workload
+// is current only on a compile that includes it, even with no store change.
+func TestRegisteringProxyWaitsForItsOwnCompile(t *testing.T) {
+	f := start(t, func(c *Config) { c.CurrentWait = MaxCurrentWait })
+	plain, _ := f.cache.Connect(&node.Node{ID: "plain"})
+	defer plain.Close()
+	waitRev(t, plain, 0)
+	release := f.rec.hold()
+	defer release()
+	p, _ := f.cache.Connect(&node.Node{ID: "sc-1", Namespace: "shop", Address: "10.1.0.1"})
+	defer p.Close()
+	if s, _ := p.Offer(); s != nil {
+		t.Fatalf("registering proxy offered a snapshot compiled without it")
+	}
+	release()
+	offerAt(t, p, "current offer", func(s *snapshot.Snapshot, cur bool) bool { return cur })
+	var found bool
+	for _, n := range f.rec.last().Proxies {
+		found = found || n.ID == "sc-1"
+	}
+	if !found {
+		t.Fatalf("current offer, but the last compile did not include the proxy")
+	}
 }

@@ -68,9 +68,19 @@ func Content(priv ed25519.PrivateKey, scope string, snap *snapshot.Snapshot, iss
 		IssuedAt: issued, ValidUntil: issued.Add(validity)})
 }
 
-// Binding signs that nodeID belongs to scope, valid from issued for validity (0:
-// DefaultValidity).
-func Binding(priv ed25519.PrivateKey, nodeID, scope string, issued time.Time, validity time.Duration) (*manifest.Signed, error) {
+// Stream is what a binding says about the ADS stream it is signed for.
+type Stream struct {
+	// Current: the content sent with the binding is compiled from at least
+	// Revision (pilot waited for that compile); false when the wait timed out
+	// and pilot sent the older snapshot it had.
+	Current bool
+	// Revision is the store revision when the stream opened.
+	Revision int64
+}
+
+// Binding signs that nodeID belongs to scope, and what pilot knows of the
+// node's stream, valid from issued for validity (0: DefaultValidity).
+func Binding(priv ed25519.PrivateKey, nodeID, scope string, stream Stream, issued time.Time, validity time.Duration) (*manifest.Signed, error) {
 	if nodeID == "" {
 		return nil, errors.New("sign manifest binding: node id: required")
 	}
@@ -78,7 +88,8 @@ func Binding(priv ed25519.PrivateKey, nodeID, scope string, issued time.Time, va
 	if err != nil {
 		return nil, err
 	}
-	return manifest.SignBinding(priv, manifest.Binding{NodeID: nodeID, Scope: scope, IssuedAt: issued, ValidUntil: issued.Add(validity)})
+	return manifest.SignBinding(priv, manifest.Binding{NodeID: nodeID, Scope: scope, IssuedAt: issued, ValidUntil: issued.Add(validity),
+		Current: stream.Current, StreamRevision: stream.Revision})
 }
 
 func check(what string, priv ed25519.PrivateKey, issued time.Time, validity time.Duration) (time.Duration, error) {
@@ -111,8 +122,9 @@ func Resource(content, binding *manifest.Signed) (snapshot.Resource, error) {
 }
 
 // Manifest signs both parts for one node in one go, with the node's own scope
-// ("node/" + nodeID): for tests and tools that serve a single sidecar. Pilot
-// signs content per scope and bindings per node instead (pilot/server).
+// ("node/" + nodeID): for tests and tools that serve a single sidecar, which
+// serve what they have as current (Stream{Current: true} at snap's revision).
+// Pilot signs content per scope and bindings per stream instead (pilot/xds/publish).
 func Manifest(priv ed25519.PrivateKey, nodeID string, snap *snapshot.Snapshot, issued time.Time, validity time.Duration) (snapshot.Resource, error) {
 	if nodeID == "" {
 		return snapshot.Resource{}, errors.New("sign manifest: node id: required")
@@ -122,7 +134,7 @@ func Manifest(priv ed25519.PrivateKey, nodeID string, snap *snapshot.Snapshot, i
 	if err != nil {
 		return snapshot.Resource{}, err
 	}
-	b, err := Binding(priv, nodeID, scope, issued, validity)
+	b, err := Binding(priv, nodeID, scope, Stream{Current: true, Revision: snap.Revision}, issued, validity)
 	if err != nil {
 		return snapshot.Resource{}, err
 	}

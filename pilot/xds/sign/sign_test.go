@@ -186,7 +186,7 @@ func TestSharedContentPerNodeBinding(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := Binding(priv, tc.node, tc.scope, issued, 2*time.Hour)
+			b, err := Binding(priv, tc.node, tc.scope, Stream{Current: tc.node == "n2", Revision: 3}, issued, 2*time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -212,13 +212,16 @@ func TestSharedContentPerNodeBinding(t *testing.T) {
 				if err := m.Match(hashes(snap)); err != nil {
 					t.Errorf("Match: %v", err)
 				}
+				if m.Current != (tc.node == "n2") || m.StreamRevision != 3 {
+					t.Errorf("binding says current=%v at stream revision %d, want %v at 3", m.Current, m.StreamRevision, tc.node == "n2")
+				}
 			}
 		})
 	}
-	if _, err := Binding(priv, "", "s", issued, 0); err == nil || err.Error() != "sign manifest binding: node id: required" {
+	if _, err := Binding(priv, "", "s", Stream{}, issued, 0); err == nil || err.Error() != "sign manifest binding: node id: required" {
 		t.Fatalf("binding without node: %v", err)
 	}
-	if _, err := Binding(priv, "n", "", issued, 0); err == nil || err.Error() != "sign manifest binding for n: scope: required" {
+	if _, err := Binding(priv, "n", "", Stream{}, issued, 0); err == nil || err.Error() != "sign manifest binding for n: scope: required" {
 		t.Fatalf("binding without scope: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package publish
 
 import (
 	"crypto/ed25519"
@@ -10,6 +10,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/go-hclog"
+	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
@@ -20,7 +21,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
 
-// TestMain is in server_test.go (one per test binary).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var sidecar = &node.Node{ID: "reviews-1", Namespace: "shop", ServiceAccount: "reviews", Labels: map[string]string{"app": "reviews"},
 	Address: "127.0.0.5", InboundPort: 15006}
@@ -41,7 +42,7 @@ func TestGenerateChecksSidecarSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	var reported []string
-	s := newSource(sourceConfig{Logger: hclog.NewNullLogger(), Key: testKey(t), Validity: time.Hour,
+	s := newSource(Config{Logger: hclog.NewNullLogger(), Key: testKey(t), Validity: time.Hour,
 		ReportGenError: func(id string, rev int64, msg string) { reported = append(reported, msg) }})
 	tests := []struct {
 		name    string
@@ -58,7 +59,7 @@ func TestGenerateChecksSidecarSnapshots(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g := s.generate(func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error) { return tt.snap, nil })
+			g := s.Generate(func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error) { return tt.snap, nil })
 			_, err := g(&ir.Mesh{Revision: tt.rev}, tt.n)
 			got := ""
 			if err != nil {
@@ -73,11 +74,11 @@ func TestGenerateChecksSidecarSnapshots(t *testing.T) {
 		})
 	}
 	// An older generation finishing late does not overwrite a newer outcome.
-	g := s.generate(func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error) { return bad, nil })
+	g := s.Generate(func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error) { return bad, nil })
 	if _, err := g(&ir.Mesh{Revision: 9}, sidecar); err == nil {
 		t.Fatal("want an error at revision 9")
 	}
-	g = s.generate(func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error) { return good, nil })
+	g = s.Generate(func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error) { return good, nil })
 	if _, err := g(&ir.Mesh{Revision: 3}, sidecar); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func TestGenerateChecksSidecarSnapshots(t *testing.T) {
 	}
 	// A generator's own error passes through unchanged.
 	boom := errors.New("boom")
-	g = s.generate(func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error) { return nil, boom })
+	g = s.Generate(func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error) { return nil, boom })
 	if _, err := g(&ir.Mesh{Revision: 10}, sidecar); !errors.Is(err, boom) {
 		t.Errorf("error %v, want boom", err)
 	}
@@ -147,7 +148,7 @@ func TestGenErrorReported(t *testing.T) {
 		msg  string
 	}
 	var got []report
-	s := newSource(sourceConfig{Logger: hclog.NewNullLogger(), Key: testKey(t), Validity: time.Hour,
+	s := newSource(Config{Logger: hclog.NewNullLogger(), Key: testKey(t), Validity: time.Hour,
 		ReportGenError: func(id string, rev int64, msg string) { got = append(got, report{id, rev, msg}) }})
 	key := meshcache.DefaultScopeKey(sidecar)
 	w := &watch{s: s, n: sidecar, key: key, changed: make(chan struct{}, 1)}

@@ -1,11 +1,17 @@
-package server
+// Package publish is what pilot adds to meshcache's snapshots before ADS sends
+// them: for a Weft sidecar, the check that the sidecar will accept a snapshot
+// (its own decoding and compile, run once per scope snapshot), and the signed
+// manifest (content statement shared per scope, binding per node and stream,
+// saying whether the snapshot is current for the stream). Source implements
+// ads.Source; pilot/server wires it between meshcache and ads.
+package publish
 
 import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,18 +20,15 @@ import (
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/pilot/ir"
-	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/xds/ads"
 	"github.com/weft-mesh/weft/pilot/xds/gen"
 	"github.com/weft-mesh/weft/pilot/xds/meshcache"
 	"github.com/weft-mesh/weft/pilot/xds/sign"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
-	"github.com/weft-mesh/weft/sidecar/dataplane"
-	"github.com/weft-mesh/weft/sidecar/xdsresource"
 )
 
-// sourceConfig configures the ADS source that sits between meshcache and ads.
-type sourceConfig struct {
+// Config configures a Source. Logger, Key and Validity are required.
+type Config struct {
 	Logger   hclog.Logger
 	Key      ed25519.PrivateKey // publisher key signing every sidecar's manifest
 	Validity time.Duration      // manifest validity; re-signed at half of it
@@ -35,13 +38,30 @@ type sourceConfig struct {
 	ReportGenError func(nodeID string, rev int64, msg string)
 }
 
-// source adds to meshcache what is per node rather than per scope: the signed
+func (c *Config) check() error {
+	switch {
+	case c.Logger == nil:
+		return errors.New("publish: Config.Logger is required")
+	case len(c.Key) != ed25519.PrivateKeySize:
+		return fmt.Errorf("publish: Config.Key: %d bytes, want %d", len(c.Key), ed25519.PrivateKeySize)
+	case c.Validity <= 0:
+		return fmt.Errorf("publish: Config.Validity must be > 0, got %v", c.Validity)
+	case c.ReportGenError == nil:
+		return errors.New("publish: Config.ReportGenError is required")
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	return nil
+}
+
+// Source adds to meshcache what is per node rather than per scope: the signed
 // manifest of a Weft sidecar (its content part shared per scope, its binding per
-// node), and the report of a snapshot that failed the
-// sidecar's validation to every proxy of its scope.
-type source struct {
-	cfg      sourceConfig
-	cache    *meshcache.Cache // set once before the first Connect
+// node and stream), and the report of a snapshot that failed the sidecar's
+// validation to every proxy of its scope.
+type Source struct {
+	cfg      Config
+	cache    *meshcache.Cache // set once by Use, before the first Connect
 	checked  checkCache
 	contents *contentCache
 
@@ -55,19 +75,31 @@ type scopeErr struct {
 	msg string
 }
 
-func newSource(cfg sourceConfig) *source {
+// New checks cfg. Use must be called before the first Connect.
+func New(cfg Config) (*Source, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	return newSource(cfg), nil
+}
+
+func newSource(cfg Config) *Source {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	return &source{cfg: cfg, scopes: map[string]map[*watch]struct{}{}, errs: map[string]scopeErr{}, checked: checkCache{max: maxCheckEntries, run: checkSidecar},
+	return &Source{cfg: cfg, scopes: map[string]map[*watch]struct{}{}, errs: map[string]scopeErr{}, checked: checkCache{max: maxCheckEntries, run: checkSidecar},
 		contents: newContentCache(cfg.Key, cfg.Validity)}
 }
 
-// generate wraps gen.Proxy: a Weft sidecar's snapshot must also pass the sidecar's
+// Use sets the cache streams connect to. meshcache is configured with Generate,
+// so it is built after the Source and handed back here.
+func (s *Source) Use(c *meshcache.Cache) { s.cache = c }
+
+// Generate wraps gen.Proxy: a Weft sidecar's snapshot must also pass the sidecar's
 // own decoding and compile (sidecar/xdsresource, sidecar/dataplane), so a push the
 // sidecar would NACK is caught here, logged and not sent. meshcache calls it once
 // per scope per compiled mesh, so the check is shared like the snapshot.
-func (s *source) generate(g func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error)) func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error) {
+func (s *Source) Generate(g func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error)) func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error) {
 	return func(m *ir.Mesh, n *node.Node) (*snapshot.Snapshot, error) {
 		snap, err := g(m, n)
 		if err == nil && n.Registers() {
@@ -80,79 +112,9 @@ func (s *source) generate(g func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, erro
 	}
 }
 
-// checkCache remembers checkSidecar's verdict by snapshot content, so sidecars
-// whose scopes differ (each registers its own address) but whose generated
-// content is equal (replicas of one workload) are checked once per compiled mesh.
-type checkCache struct {
-	max int
-	run func(*snapshot.Snapshot) error // checkSidecar
-
-	mu sync.Mutex // guards m
-	m  map[string]*checkEntry
-}
-
-type checkEntry struct {
-	once sync.Once
-	err  error
-}
-
-// maxCheckEntries bounds the verdicts kept; the cache restarts empty when full
-// (one compiled mesh needs one entry per distinct content).
-const maxCheckEntries = 4096
-
-func (c *checkCache) check(snap *snapshot.Snapshot) error {
-	key := contentKey(snap)
-	c.mu.Lock()
-	e, ok := c.m[key]
-	if !ok {
-		if c.m == nil || len(c.m) >= c.max {
-			c.m = map[string]*checkEntry{}
-		}
-		e = &checkEntry{}
-		c.m[key] = e
-	}
-	c.mu.Unlock()
-	e.once.Do(func() { e.err = c.run(snap) })
-	return e.err
-}
-
-// contentKey identifies what checkSidecar reads: the per-type versions (hashes of
-// every name and content hash) of the types it decodes.
-func contentKey(snap *snapshot.Snapshot) string {
-	var b strings.Builder
-	for _, typ := range checkedTypes {
-		b.WriteString(snap.Version(typ))
-		b.WriteByte(0)
-	}
-	return b.String()
-}
-
-var checkedTypes = []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.ListenerType, snapshot.RouteType, snapshot.StalenessType}
-
-// checkSidecar runs a snapshot through exactly what a Weft sidecar runs before
-// activating it.
-func checkSidecar(snap *snapshot.Snapshot) error {
-	state := map[string]map[string]any{}
-	for _, typ := range checkedTypes {
-		byName := map[string]any{}
-		for name, r := range snap.Resources[typ] {
-			got, v, err := xdsresource.Decode(typ, r.Any)
-			if err != nil {
-				return fmt.Errorf("%s %q: %w", status.TypeName(typ), name, err)
-			}
-			byName[got] = v
-		}
-		state[typ] = byName
-	}
-	if _, err := dataplane.Compile(state); err != nil {
-		return fmt.Errorf("compile: %w", err)
-	}
-	return nil
-}
-
 // recordGen remembers a scope's failed generation (or clears it) and wakes the
 // scope's streams so each reports it for its proxy.
-func (s *source) recordGen(key string, rev int64, err error) {
+func (s *Source) recordGen(key string, rev int64, err error) {
 	s.mu.Lock()
 	prev, had := s.errs[key]
 	if had && rev < prev.rev {
@@ -177,14 +139,17 @@ func (s *source) recordGen(key string, rev int64, err error) {
 	}
 }
 
-func (s *source) scopeError(key string) scopeErr {
+func (s *Source) scopeError(key string) scopeErr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.errs[key]
 }
 
 // Connect implements ads.Source.
-func (s *source) Connect(n *node.Node) (ads.Watch, error) {
+func (s *Source) Connect(n *node.Node) (ads.Watch, error) {
+	if s.cache == nil {
+		return nil, errors.New("publish: Connect before Use")
+	}
 	p, err := s.cache.Connect(n)
 	if err != nil {
 		return nil, err
@@ -216,7 +181,7 @@ func manifestScope(n *node.Node) string {
 
 // watch is one stream's view: meshcache's snapshot, plus the sidecar's manifest.
 type watch struct {
-	s       *source
+	s       *Source
 	p       *meshcache.Proxy
 	n       *node.Node
 	key     string
@@ -228,8 +193,9 @@ type watch struct {
 	mu       sync.Mutex // guards the fields below (Snapshot runs on the stream's owner goroutine, timers elsewhere)
 	base     *snapshot.Snapshot
 	content  *manifest.Signed // content part in signed
-	binding  *manifest.Signed // this node's binding, signed when it connected or last re-signed
+	binding  *manifest.Signed // this node's binding, signed at the stream's first snapshot, at half its validity and when current turns true
 	bindAt   time.Time        // binding's issue time
+	bindCur  bool             // what binding says of the snapshot's currency
 	signed   *snapshot.Snapshot
 	timer    *time.Timer
 	reported string // generation error last reported to status
@@ -258,15 +224,19 @@ func (w *watch) poke() {
 // Changed implements ads.Watch.
 func (w *watch) Changed() <-chan struct{} { return w.changed }
 
-// Snapshot implements ads.Watch: the latest generated snapshot, with this node's
-// signed manifest added when the node is a Weft sidecar. The manifest joins the
-// scope's shared content statement (signed once per scope snapshot, again only
-// when the content changes or at half its validity) with this node's binding
-// (signed at the first Snapshot and again at half its validity). It runs on the
+// Snapshot implements ads.Watch: the snapshot meshcache offers the stream (nil
+// while it waits for one current for the stream), with this node's signed
+// manifest added when the node is a Weft sidecar. The manifest joins the scope's
+// shared content statement (signed once per scope snapshot, again only when the
+// content changes or at half its validity) with this node's binding for the
+// stream (signed at the first Snapshot, again at half its validity and when the
+// offer turns current). The binding carries the store revision the stream opened
+// at and whether the offer is current, so a sidecar that was sent an older
+// snapshot after the wait timed out does not report ready on it. It runs on the
 // stream's goroutine, so the per-node work is spread over the streams.
 func (w *watch) Snapshot() *snapshot.Snapshot {
 	w.reportGenError()
-	base := w.p.Snapshot()
+	base, current := w.p.Offer()
 	if base == nil || w.scope == "" {
 		return base
 	}
@@ -281,13 +251,18 @@ func (w *watch) Snapshot() *snapshot.Snapshot {
 		w.s.cfg.Logger.Error("signing manifest content failed; proxy keeps its snapshot", "node", w.n.ID, "revision", base.Revision, "error", err)
 		return w.signed
 	}
-	if w.binding == nil || !now.Before(w.bindAt.Add(half)) {
-		b, err := sign.Binding(w.s.cfg.Key, w.n.ID, w.scope, now, w.s.cfg.Validity)
+	if w.binding == nil || !now.Before(w.bindAt.Add(half)) || current != w.bindCur {
+		stream := sign.Stream{Current: current, Revision: w.p.StoreRevision()}
+		b, err := sign.Binding(w.s.cfg.Key, w.n.ID, w.scope, stream, now, w.s.cfg.Validity)
 		if err != nil {
 			w.s.cfg.Logger.Error("signing manifest binding failed; proxy keeps its snapshot", "node", w.n.ID, "error", err)
 			return w.signed
 		}
-		w.binding, w.bindAt = b, now
+		if !current {
+			w.s.cfg.Logger.Warn("sending a snapshot not current for the stream, marked so in its manifest",
+				"node", w.n.ID, "revision", base.Revision, "store_revision", stream.Revision)
+		}
+		w.binding, w.bindAt, w.bindCur = b, now, current
 	} else if ce.signed == w.content {
 		if base != w.base {
 			// A new revision (or a recompile) with the same content: the
@@ -376,109 +351,4 @@ func withSet(base *snapshot.Snapshot, typ string, from *snapshot.Snapshot) *snap
 	}
 	sets[typ] = snapshot.Set{Resources: from.Resources[typ], Version: from.Version(typ)}
 	return snapshot.FromSets(base.Revision, sets)
-}
-
-// contentCache holds, per manifest scope, the signed content statements of the
-// scope's latest snapshots, so a change costs one signature per scope rather than
-// one per sidecar, and unchanged content is not signed again. Safe for concurrent
-// use; the lock covers map and slice updates only, never a signature: the
-// stream that first needs an entry signs it (once) while the others of the scope
-// wait on that entry alone.
-type contentCache struct {
-	priv     ed25519.PrivateKey
-	validity time.Duration
-
-	mu     sync.Mutex // guards scopes and every scopeContent
-	scopes map[string]*scopeContent
-}
-
-type scopeContent struct {
-	refs    int             // open watches of the scope; the entry goes with the last
-	entries []*contentEntry // most recently added first, at most keepContent
-}
-
-// keepContent entries per scope: the latest snapshot and the one before, so
-// streams still on the previous generation while meshcache publishes the next do
-// not evict each other's signature.
-const keepContent = 2
-
-// contentEntry is one scope snapshot's content statement. base, scope, issued and
-// from are set at creation; signed and err once resolved.
-type contentEntry struct {
-	base   *snapshot.Snapshot
-	scope  string
-	issued time.Time
-	from   *contentEntry // same content signed before: its signature is reused
-	once   sync.Once
-	signed *manifest.Signed
-	err    error
-}
-
-func newContentCache(priv ed25519.PrivateKey, validity time.Duration) *contentCache {
-	return &contentCache{priv: priv, validity: validity, scopes: map[string]*scopeContent{}}
-}
-
-func (c *contentCache) acquire(scope string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	sc := c.scopes[scope]
-	if sc == nil {
-		sc = &scopeContent{}
-		c.scopes[scope] = sc
-	}
-	sc.refs++
-}
-
-func (c *contentCache) release(scope string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if sc := c.scopes[scope]; sc != nil {
-		if sc.refs--; sc.refs <= 0 {
-			delete(c.scopes, scope)
-		}
-	}
-}
-
-// get returns the signed content statement of scope's snapshot base at now: the
-// cached one while it is less than half its validity old, reused from an entry
-// with the same content, or newly signed.
-func (c *contentCache) get(scope string, base *snapshot.Snapshot, now time.Time) (*contentEntry, error) {
-	half := c.validity / 2
-	fresh := func(e *contentEntry) bool { return now.Before(e.issued.Add(half)) }
-	c.mu.Lock()
-	sc := c.scopes[scope]
-	if sc == nil { // not acquired (a test calling get directly): not kept
-		sc = &scopeContent{}
-	}
-	var e *contentEntry
-	for _, x := range sc.entries {
-		if x.base == base && fresh(x) {
-			e = x
-			break
-		}
-	}
-	if e == nil {
-		e = &contentEntry{base: base, scope: scope, issued: now}
-		for _, x := range sc.entries {
-			if fresh(x) && sameContent(base, x.base) {
-				e.issued, e.from = x.issued, x
-				break
-			}
-		}
-		sc.entries = append([]*contentEntry{e}, sc.entries[:min(len(sc.entries), keepContent-1)]...)
-	}
-	c.mu.Unlock()
-	c.resolve(e)
-	return e, e.err
-}
-
-func (c *contentCache) resolve(e *contentEntry) {
-	e.once.Do(func() {
-		if e.from != nil {
-			c.resolve(e.from)
-			e.signed, e.err, e.from = e.from.signed, e.from.err, nil
-			return
-		}
-		e.signed, e.err = sign.Content(c.priv, e.scope, e.base, e.issued, c.validity)
-	})
 }

@@ -1,0 +1,116 @@
+package publish
+
+import (
+	"crypto/ed25519"
+	"sync"
+	"time"
+
+	"github.com/weft-mesh/weft/certs/manifest"
+	"github.com/weft-mesh/weft/pilot/xds/sign"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+)
+
+// contentCache holds, per manifest scope, the signed content statements of the
+// scope's latest snapshots, so a change costs one signature per scope rather than
+// one per sidecar, and unchanged content is not signed again. Safe for concurrent
+// use; the lock covers map and slice updates only, never a signature: the
+// stream that first needs an entry signs it (once) while the others of the scope
+// wait on that entry alone.
+type contentCache struct {
+	priv     ed25519.PrivateKey
+	validity time.Duration
+
+	mu     sync.Mutex // guards scopes and every scopeContent
+	scopes map[string]*scopeContent
+}
+
+type scopeContent struct {
+	refs    int             // open watches of the scope; the entry goes with the last
+	entries []*contentEntry // most recently added first, at most keepContent
+}
+
+// keepContent entries per scope: the latest snapshot and the one before, so
+// streams still on the previous generation while meshcache publishes the next do
+// not evict each other's signature.
+const keepContent = 2
+
+// contentEntry is one scope snapshot's content statement. base, scope, issued and
+// from are set at creation; signed and err once resolved.
+type contentEntry struct {
+	base   *snapshot.Snapshot
+	scope  string
+	issued time.Time
+	from   *contentEntry // same content signed before: its signature is reused
+	once   sync.Once
+	signed *manifest.Signed
+	err    error
+}
+
+func newContentCache(priv ed25519.PrivateKey, validity time.Duration) *contentCache {
+	return &contentCache{priv: priv, validity: validity, scopes: map[string]*scopeContent{}}
+}
+
+func (c *contentCache) acquire(scope string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sc := c.scopes[scope]
+	if sc == nil {
+		sc = &scopeContent{}
+		c.scopes[scope] = sc
+	}
+	sc.refs++
+}
+
+func (c *contentCache) release(scope string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if sc := c.scopes[scope]; sc != nil {
+		if sc.refs--; sc.refs <= 0 {
+			delete(c.scopes, scope)
+		}
+	}
+}
+
+// get returns the signed content statement of scope's snapshot base at now: the
+// cached one while it is less than half its validity old, reused from an entry
+// with the same content, or newly signed.
+func (c *contentCache) get(scope string, base *snapshot.Snapshot, now time.Time) (*contentEntry, error) {
+	half := c.validity / 2
+	fresh := func(e *contentEntry) bool { return now.Before(e.issued.Add(half)) }
+	c.mu.Lock()
+	sc := c.scopes[scope]
+	if sc == nil { // not acquired (a test calling get directly): not kept
+		sc = &scopeContent{}
+	}
+	var e *contentEntry
+	for _, x := range sc.entries {
+		if x.base == base && fresh(x) {
+			e = x
+			break
+		}
+	}
+	if e == nil {
+		e = &contentEntry{base: base, scope: scope, issued: now}
+		for _, x := range sc.entries {
+			if fresh(x) && sameContent(base, x.base) {
+				e.issued, e.from = x.issued, x
+				break
+			}
+		}
+		sc.entries = append([]*contentEntry{e}, sc.entries[:min(len(sc.entries), keepContent-1)]...)
+	}
+	c.mu.Unlock()
+	c.resolve(e)
+	return e, e.err
+}
+
+func (c *contentCache) resolve(e *contentEntry) {
+	e.once.Do(func() {
+		if e.from != nil {
+			c.resolve(e.from)
+			e.signed, e.err, e.from = e.from.signed, e.from.err, nil
+			return
+		}
+		e.signed, e.err = sign.Content(c.priv, e.scope, e.base, e.issued, c.validity)
+	})
+}
