@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
 	"github.com/weft-mesh/weft/sidecar/cluster"
@@ -25,7 +26,14 @@ type Options struct {
 	// Rand is the random source for random and least-request pickers; nil uses
 	// math/rand/v2. Tests pass a seeded source.
 	Rand func() uint64
+	// DefaultRouteTimeout bounds a request on a route whose action sets no timeout
+	// (Envoy's default, 15s). 0 means DefaultRouteTimeout; negative means none
+	// (a route without a timeout then waits on its upstream without bound).
+	DefaultRouteTimeout time.Duration
 }
+
+// DefaultRouteTimeout is the route timeout when a route sets none: Envoy's.
+const DefaultRouteTimeout = 15 * time.Second
 
 // Compile builds a Config from the xDS client's full candidate state (type URL → name
 // → decoded xdsresource value), checking every cross-reference and limit.
@@ -39,6 +47,12 @@ func CompileWith(state map[string]map[string]any, o Options) (*Config, error) {
 		listeners: make(map[string]*Listener),
 		routes:    make(map[string]*RouteTable),
 		clusters:  make(map[string]*cluster.Cluster),
+	}
+	switch {
+	case o.DefaultRouteTimeout == 0:
+		cfg.defaultTimeout = DefaultRouteTimeout
+	case o.DefaultRouteTimeout > 0:
+		cfg.defaultTimeout = o.DefaultRouteTimeout
 	}
 	// Types other than these four (secrets, Weft manifests) are activated elsewhere.
 	if n := len(state[xdsresource.ClusterType]); n > MaxClusters {
@@ -225,6 +239,9 @@ func (cfg *Config) compileRoute(kind, name, f string, x *xdsresource.Route) (*Ro
 		Name: x.Name, pathKind: x.Match.PathKind, path: x.Match.Path, pathRE: x.Match.PathRegex,
 		caseSens: x.Match.CaseSensitive, headers: x.Match.Headers,
 		Timeout: x.Timeout, Hash: x.Hash, Direct: x.Direct,
+	}
+	if x.DefaultTimeout {
+		r.Timeout, r.DefaultTimeout = cfg.defaultTimeout, cfg.defaultTimeout > 0
 	}
 	if x.Direct == nil {
 		ts, total, err := cfg.targets(kind, name, f, x.Clusters)

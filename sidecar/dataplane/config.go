@@ -21,6 +21,9 @@ type Config struct {
 	listeners map[string]*Listener
 	routes    map[string]*RouteTable
 	clusters  map[string]*cluster.Cluster
+	// defaultTimeout is the route timeout given to routes that set none (0: none);
+	// only compilation reads it.
+	defaultTimeout time.Duration
 }
 
 // Listener returns the named listener or nil.
@@ -240,13 +243,16 @@ type Route struct {
 	caseSens bool
 	headers  []xdsresource.HeaderMatch
 
-	targets  []target
-	total    uint64
-	Timeout  time.Duration // 0: none
-	Retry    *Retry        // nil: no retries
-	Hash     []xdsresource.HashPolicy
-	Fallback []*cluster.Cluster
-	Direct   *xdsresource.DirectResponse
+	targets []target
+	total   uint64
+	Timeout time.Duration // 0: none
+	// DefaultTimeout says Timeout is the sidecar's default route timeout: the
+	// route set none.
+	DefaultTimeout bool
+	Retry          *Retry // nil: no retries
+	Hash           []xdsresource.HashPolicy
+	Fallback       []*cluster.Cluster
+	Direct         *xdsresource.DirectResponse
 }
 
 // Pick chooses a destination cluster by weight from r (uniform random).

@@ -100,7 +100,13 @@ func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t 
 			start = time.Now()
 		}
 		st.cluster, st.code = "", 0
-		keep := p.handleH1(ctx, br, bw, st, &t)
+		var keep bool
+		if which := p.admit(&t); which != "" {
+			keep = p.overflowH1(br, bw, st, which)
+		} else {
+			keep = p.handleH1(ctx, br, bw, st, &t)
+			t.Requests.Release()
+		}
 		p.observe(st.cluster, st.code, start)
 		if !keep {
 			return
@@ -207,7 +213,7 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 	}
 	switch last {
 	case failTimeout:
-		p.localReply(bw, st, http.StatusGatewayTimeout, "", "upstream request timeout", true)
+		p.timeoutH1(bw, st, route, deadline)
 	case failOverflow:
 		p.localReply(bw, st, http.StatusServiceUnavailable, "", "upstream overflow", true)
 	default:
@@ -422,6 +428,20 @@ func (p *Proxy) forwardResponse(cbw *bufio.Writer, uc *cluster.Conn, req, resp *
 
 // discardAndReply answers locally after consuming a small request body.
 func (p *Proxy) discardAndReply(br *bufio.Reader, bw *bufio.Writer, st *h1state, code int, degraded, body string) bool {
+	return p.discardAndReplyHeader(br, bw, st, code, degradedName(degraded), degraded, body)
+}
+
+// degradedName is the header a degraded reason goes in; "" when there is none.
+func degradedName(degraded string) string {
+	if degraded == "" {
+		return ""
+	}
+	return DegradedHeader
+}
+
+// discardAndReplyHeader is discardAndReply with one header of the caller's
+// (none when name is "").
+func (p *Proxy) discardAndReplyHeader(br *bufio.Reader, bw *bufio.Writer, st *h1state, code int, name, value, body string) bool {
 	req := &st.req
 	closeAfter := req.close
 	switch {
@@ -432,7 +452,7 @@ func (p *Proxy) discardAndReply(br *bufio.Reader, bw *bufio.Writer, st *h1state,
 			closeAfter = true
 		}
 	}
-	p.localReply(bw, st, code, degraded, body, closeAfter)
+	p.writeReply(bw, st, code, name, value, body, closeAfter)
 	return !closeAfter
 }
 
@@ -440,6 +460,11 @@ func (p *Proxy) discardAndReply(br *bufio.Reader, bw *bufio.Writer, st *h1state,
 // The cluster recorded for the request stays as it was: an upstream failure is
 // counted against the cluster that failed.
 func (p *Proxy) localReply(bw *bufio.Writer, st *h1state, code int, degraded, body string, closeConn bool) {
+	p.writeReply(bw, st, code, degradedName(degraded), degraded, body, closeConn)
+}
+
+// writeReply is localReply with one header of the caller's (none when name is "").
+func (p *Proxy) writeReply(bw *bufio.Writer, st *h1state, code int, name, value, body string, closeConn bool) {
 	req := &st.req
 	st.code = code
 	bw.WriteString("HTTP/1.1 ")
@@ -449,9 +474,10 @@ func (p *Proxy) localReply(bw *bufio.Writer, st *h1state, code int, degraded, bo
 	bw.WriteString("\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ")
 	bw.WriteString(strconv.Itoa(len(body) + 1))
 	bw.WriteString("\r\n")
-	if degraded != "" {
-		bw.WriteString(DegradedHeader + ": ")
-		bw.WriteString(sanitizeHeader(degraded))
+	if name != "" {
+		bw.WriteString(name)
+		bw.WriteString(": ")
+		bw.WriteString(sanitizeHeader(value))
 		bw.WriteString("\r\n")
 	}
 	if closeConn {

@@ -58,6 +58,12 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request, t *Target) {
 	start := time.Now()
 	// Deferred so a stream aborted mid-body (panic ErrAbortHandler) is counted too.
 	defer func() { p.observe(a.cluster, a.code, start) }()
+	if which := p.admit(t); which != "" {
+		w.Header().Set(OverflowHeader, which)
+		a.code = p.errorReply(w, r, http.StatusServiceUnavailable, "", overflowBody(which))
+		return
+	}
+	defer t.Requests.Release()
 	cfg := t.Snapshot.Load() // the whole request runs on this snapshot
 	h := httpHeaders{r: r}
 	rr := p.resolve(cfg, t, r.Host, r.URL.RequestURI(), h)
@@ -95,8 +101,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 	ctx := r.Context()
 	var cancel context.CancelFunc
 	timeout := route.Timeout
+	grpcTimeout := false // the client's grpc-timeout is the shorter bound
 	if g, ok := parseGRPCTimeout(r.Header.Get("Grpc-Timeout")); ok && (timeout == 0 || g < timeout) {
-		timeout = g
+		timeout, grpcTimeout = g, true
 	}
 	if timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -149,6 +156,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 	}
 	switch {
 	case deadlinePassed(ctx) && r.Context().Err() == nil:
+		if grpcTimeout {
+			w.Header().Set(TimeoutHeader, "grpc-timeout="+timeout.String())
+		} else {
+			w.Header().Set(TimeoutHeader, timeoutValue(route, true))
+		}
 		a.code = p.errorReply(w, r, http.StatusGatewayTimeout, "", "upstream request timeout")
 	case errors.Is(lastErr, cluster.ErrOverflow):
 		a.code = p.errorReply(w, r, http.StatusServiceUnavailable, "", "upstream overflow")

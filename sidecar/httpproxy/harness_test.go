@@ -18,6 +18,7 @@ import (
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/sidecar/listener"
+	"github.com/weft-mesh/weft/sidecar/overload"
 	"github.com/weft-mesh/weft/sidecar/tcpproxy"
 )
 
@@ -34,6 +35,10 @@ type sidecarOpts struct {
 	degraded httpproxy.DegradedFunc
 	observer httpproxy.Observer
 	tcpObs   tcpproxy.Observer
+	// Overload bounds (zero: the packages' defaults).
+	maxRequests    int
+	memory         *overload.Memory
+	defaultTimeout time.Duration // dataplane.Options.DefaultRouteTimeout
 }
 
 // listen reserves a loopback port so configs can name it before the sidecar starts.
@@ -63,7 +68,7 @@ func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOp
 	if o.name == "" {
 		o.name = "outbound"
 	}
-	cfg, err := res.Compile(dataplane.Options{})
+	cfg, err := res.Compile(dataplane.Options{DefaultRouteTimeout: o.defaultTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +79,7 @@ func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOp
 	if err != nil {
 		t.Fatal(err)
 	}
-	hp, err := httpproxy.New(httpproxy.Config{Logger: log, Pool: pool, Degraded: o.degraded, Observer: o.observer})
+	hp, err := httpproxy.New(httpproxy.Config{Logger: log, Pool: pool, Degraded: o.degraded, Observer: o.observer, Memory: o.memory})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +87,7 @@ func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOp
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := listener.New(listener.Config{Name: o.name, Logger: log, Snapshot: &s.snap, HTTP: hp, TCP: tp})
+	srv, err := listener.New(listener.Config{Name: o.name, Logger: log, Snapshot: &s.snap, HTTP: hp, TCP: tp, MaxRequests: o.maxRequests})
 	if err != nil {
 		t.Fatal(err)
 	}

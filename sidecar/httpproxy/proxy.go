@@ -24,6 +24,7 @@ import (
 
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
+	"github.com/weft-mesh/weft/sidecar/overload"
 )
 
 // Snapshot yields the active config; *atomic.Pointer[dataplane.Config] satisfies it.
@@ -58,7 +59,41 @@ type Config struct {
 	Rand func() uint64
 	// Observer, when set, is told of every answered request. nil records nothing.
 	Observer Observer
+	// MaxConcurrentStreams is the HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS offered
+	// to each client connection. 0 means DefaultMaxConcurrentStreams.
+	MaxConcurrentStreams int
+	// H2StreamBuffer and H2ConnBuffer bound the request body bytes one HTTP/2
+	// client stream, and one connection, may have the sidecar buffer (the
+	// flow-control windows it grants). 0 means DefaultH2Buffer.
+	H2StreamBuffer int
+	H2ConnBuffer   int
+	// Memory, when set and shedding, makes every new request answer 503 with
+	// header x-weft-overflow: memory (one atomic load per request).
+	Memory *overload.Memory
 }
+
+// Defaults and bounds of Config.
+const (
+	DefaultBufferSize        = 16 << 10
+	MinBufferSize            = 4 << 10
+	MaxBufferSize            = 1 << 20
+	DefaultMaxHeaderBytes    = 64 << 10
+	MinMaxHeaderBytes        = 1 << 10
+	MaxMaxHeaderBytes        = 1 << 20
+	DefaultMaxHeaderFields   = 128
+	MinMaxHeaderFields       = 8
+	MaxMaxHeaderFields       = 1024
+	DefaultIdleTimeout       = 5 * time.Minute
+	DefaultReadHeaderTimeout = 30 * time.Second
+	// DefaultMaxConcurrentStreams is Go's own HTTP/2 server default; the
+	// H2Pool of a peer sidecar opens another connection beyond it.
+	DefaultMaxConcurrentStreams = 250
+	MaxMaxConcurrentStreams     = 1 << 16
+	// DefaultH2Buffer is Go's HTTP/2 server default for both windows.
+	DefaultH2Buffer = 1 << 20
+	MinH2Buffer     = 64 << 10
+	MaxH2Buffer     = 16 << 20
+)
 
 // Observer receives one call per request the proxy answered, on the request's
 // goroutine, so it must be cheap and must not allocate: the HTTP/1.1 path is
@@ -115,29 +150,44 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, errors.New("httpproxy: Pool is required")
 	}
 	if cfg.BufferSize == 0 {
-		cfg.BufferSize = 16 << 10
+		cfg.BufferSize = DefaultBufferSize
 	}
 	if cfg.MaxHeaderBytes == 0 {
-		cfg.MaxHeaderBytes = 64 << 10
+		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 	if cfg.MaxHeaderFields == 0 {
-		cfg.MaxHeaderFields = 128
+		cfg.MaxHeaderFields = DefaultMaxHeaderFields
 	}
 	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = 5 * time.Minute
+		cfg.IdleTimeout = DefaultIdleTimeout
 	}
 	if cfg.ReadHeaderTimeout == 0 {
-		cfg.ReadHeaderTimeout = 30 * time.Second
+		cfg.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if cfg.MaxConcurrentStreams == 0 {
+		cfg.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if cfg.H2StreamBuffer == 0 {
+		cfg.H2StreamBuffer = DefaultH2Buffer
+	}
+	if cfg.H2ConnBuffer == 0 {
+		cfg.H2ConnBuffer = DefaultH2Buffer
 	}
 	switch {
-	case cfg.BufferSize < 4096 || cfg.BufferSize > 1<<20:
+	case cfg.BufferSize < MinBufferSize || cfg.BufferSize > MaxBufferSize:
 		return nil, fmt.Errorf("httpproxy: BufferSize %d outside 4KiB..1MiB", cfg.BufferSize)
-	case cfg.MaxHeaderBytes < 1024 || cfg.MaxHeaderBytes > 1<<20:
+	case cfg.MaxHeaderBytes < MinMaxHeaderBytes || cfg.MaxHeaderBytes > MaxMaxHeaderBytes:
 		return nil, fmt.Errorf("httpproxy: MaxHeaderBytes %d outside 1KiB..1MiB", cfg.MaxHeaderBytes)
-	case cfg.MaxHeaderFields < 8 || cfg.MaxHeaderFields > 1024:
+	case cfg.MaxHeaderFields < MinMaxHeaderFields || cfg.MaxHeaderFields > MaxMaxHeaderFields:
 		return nil, fmt.Errorf("httpproxy: MaxHeaderFields %d outside 8..1024", cfg.MaxHeaderFields)
 	case cfg.IdleTimeout < 0 || cfg.ReadHeaderTimeout < 0:
 		return nil, errors.New("httpproxy: timeouts must not be negative")
+	case cfg.MaxConcurrentStreams < 1 || cfg.MaxConcurrentStreams > MaxMaxConcurrentStreams:
+		return nil, fmt.Errorf("httpproxy: MaxConcurrentStreams %d outside 1..%d", cfg.MaxConcurrentStreams, MaxMaxConcurrentStreams)
+	case cfg.H2StreamBuffer < MinH2Buffer || cfg.H2StreamBuffer > MaxH2Buffer:
+		return nil, fmt.Errorf("httpproxy: H2StreamBuffer %d outside %d..%d", cfg.H2StreamBuffer, MinH2Buffer, MaxH2Buffer)
+	case cfg.H2ConnBuffer < MinH2Buffer || cfg.H2ConnBuffer > MaxH2Buffer:
+		return nil, fmt.Errorf("httpproxy: H2ConnBuffer %d outside %d..%d", cfg.H2ConnBuffer, MinH2Buffer, MaxH2Buffer)
 	}
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Uint64
@@ -173,7 +223,8 @@ func New(cfg Config) (*Proxy, error) {
 			}
 			return ctx
 		},
-		HTTP2: &http.HTTP2Config{MaxReadFrameSize: 1 << 20},
+		HTTP2: &http.HTTP2Config{MaxReadFrameSize: 1 << 20, MaxConcurrentStreams: cfg.MaxConcurrentStreams,
+			MaxReceiveBufferPerConnection: cfg.H2ConnBuffer, MaxReceiveBufferPerStream: cfg.H2StreamBuffer},
 	}
 	go func() {
 		defer close(p.h2done)
@@ -199,33 +250,63 @@ type Target struct {
 	Listener string
 	Dest     netip.AddrPort
 	Source   netip.Addr // client address (ring hash on source IP)
+	// Requests bounds the listener's requests in flight (HTTP/1.1 requests and
+	// HTTP/2 streams together); nil is unbounded.
+	Requests *overload.Limit
 }
 
 // h2Preface is the client connection preface of prior-knowledge h2c.
 const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-// ServeConn serves one client connection until it closes or ctx ends. It closes conn.
+// ServeConn serves one client connection until it closes or ctx ends. It closes conn
+// and returns only once conn is closed, HTTP/2 connections included, so the
+// caller's accounting (connection limits, shutdown) covers the connection's life.
 func (p *Proxy) ServeConn(ctx context.Context, conn net.Conn, t Target) {
 	br := p.getReader(conn)
 	// Sniff: prior-knowledge h2c (sidecar peers, gRPC clients) or HTTP/1.1.
 	_ = conn.SetReadDeadline(time.Now().Add(p.cfg.ReadHeaderTimeout))
 	if b, err := br.Peek(len(h2Preface)); err == nil && string(b) == h2Preface {
 		_ = conn.SetReadDeadline(time.Time{})
-		// The HTTP/2 server owns the connection from here (and br with it).
-		if !p.h2ln.push(&bufConn{Conn: conn, r: br, t: t}) {
-			conn.Close()
-		}
+		p.serveH2Conn(ctx, &bufConn{Conn: conn, r: br, t: t, closed: make(chan struct{})})
 		return
 	}
 	defer p.putReader(br)
 	p.serveH1(ctx, conn, br, t)
 }
 
-// bufConn replays bytes already buffered by the sniffing reader.
+// serveH2Conn hands bc to the HTTP/2 server, which owns it (and its reader) from
+// then on, and waits until the server has closed it. When ctx ends first the
+// connection is closed here and the wait continues until the server lets go.
+func (p *Proxy) serveH2Conn(ctx context.Context, bc *bufConn) {
+	if !p.h2ln.push(ctx, bc) {
+		bc.Close()
+		return
+	}
+	select {
+	case <-bc.closed:
+	case <-ctx.Done():
+		bc.Close()
+	}
+}
+
+// bufConn replays bytes already buffered by the sniffing reader and reports when
+// the HTTP/2 server closes it.
 type bufConn struct {
 	net.Conn
-	r *bufio.Reader
-	t Target
+	r      *bufio.Reader
+	t      Target
+	once   sync.Once
+	closed chan struct{} // closed by the first Close
+	err    error         // of the first Close
+}
+
+// Close closes the connection once; later calls return the first call's error.
+func (c *bufConn) Close() error {
+	c.once.Do(func() {
+		c.err = c.Conn.Close()
+		close(c.closed)
+	})
+	return c.err
 }
 
 type targetKey struct{}
@@ -241,11 +322,13 @@ func newConnListener() *connListener {
 	return &connListener{ch: make(chan net.Conn), done: make(chan struct{})}
 }
 
-func (l *connListener) push(c net.Conn) bool {
+func (l *connListener) push(ctx context.Context, c net.Conn) bool {
 	select {
 	case l.ch <- c:
 		return true
 	case <-l.done:
+		return false
+	case <-ctx.Done():
 		return false
 	}
 }

@@ -10,12 +10,14 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/weft-mesh/weft/sidecar/dataplane"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
+	"github.com/weft-mesh/weft/sidecar/overload"
 	"github.com/weft-mesh/weft/sidecar/tcpproxy"
 )
 
@@ -46,19 +48,65 @@ type Config struct {
 	HTTP        *httpproxy.Proxy
 	TCP         *tcpproxy.Proxy
 	Destination Destination // nil: LocalAddr
-	// MaxConnections bounds concurrent client connections; further accepts are closed
-	// at once. Default 10000.
+	// MaxConnections bounds this listener's concurrent client connections (HTTP/1.1,
+	// HTTP/2 and TCP alike, each counted until it closes); further accepts are
+	// closed at once. 0 means DefaultMaxConnections; at most overload.MaxLimit.
 	MaxConnections int
+	// Connections, when set, is a bound shared with the sidecar's other listeners:
+	// a connection needs a slot in it as well as in MaxConnections.
+	Connections *overload.Limit
+	// MaxRequests bounds this listener's concurrent HTTP requests (HTTP/1.1
+	// requests and HTTP/2 streams together); further requests are answered 503
+	// with header x-weft-overflow: requests. 0 means DefaultMaxRequests; at most
+	// overload.MaxLimit.
+	MaxRequests int
 }
+
+// Defaults of Config.
+const (
+	DefaultMaxConnections = 10000
+	DefaultMaxRequests    = 10000
+)
+
+// Reasons a connection is refused (label values of the refusal metric).
+const (
+	RefusedListener = "listener_max_connections" // this listener's MaxConnections
+	RefusedSidecar  = "sidecar_max_connections"  // the shared Connections bound
+)
 
 // Server is one accepting listener.
 type Server struct {
-	cfg Config
-	log hclog.Logger
+	cfg      Config
+	log      hclog.Logger
+	conns    *overload.Limit // this listener's connections
+	requests *overload.Limit // this listener's HTTP requests in flight
 
-	mu    sync.Mutex            // guards conns
-	conns map[net.Conn]struct{} // open client connections, closed on shutdown
-	wg    sync.WaitGroup
+	refusedListener atomic.Uint64
+	refusedSidecar  atomic.Uint64
+
+	mu   sync.Mutex            // guards open
+	open map[net.Conn]struct{} // open client connections, closed on shutdown
+	wg   sync.WaitGroup
+}
+
+// Stats is a listener's load and limits, for /metrics.
+type Stats struct {
+	Name               string
+	Connections        int64 // open client connections (HTTP/2 ones until they close)
+	MaxConnections     int64
+	Requests           int64 // HTTP requests and streams in flight
+	MaxRequests        int64
+	RefusedListener    uint64 // connections refused by MaxConnections
+	RefusedSidecar     uint64 // connections refused by the shared bound
+	RequestsOverflowed uint64 // requests answered 503 by MaxRequests
+}
+
+// Stats reads the listener's counters (atomics: cheap, never blocks the accept loop).
+func (s *Server) Stats() Stats {
+	return Stats{Name: s.cfg.Name, Connections: s.conns.Current(), MaxConnections: s.conns.Max(),
+		Requests: s.requests.Current(), MaxRequests: s.requests.Max(),
+		RefusedListener: s.refusedListener.Load(), RefusedSidecar: s.refusedSidecar.Load(),
+		RequestsOverflowed: s.requests.Refused()}
 }
 
 // New checks cfg.
@@ -74,14 +122,27 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("listener: HTTP and TCP proxies are required")
 	case cfg.MaxConnections < 0:
 		return nil, errors.New("listener: MaxConnections must not be negative")
+	case cfg.MaxRequests < 0:
+		return nil, errors.New("listener: MaxRequests must not be negative")
 	}
 	if cfg.MaxConnections == 0 {
-		cfg.MaxConnections = 10000
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.MaxRequests == 0 {
+		cfg.MaxRequests = DefaultMaxRequests
 	}
 	if cfg.Destination == nil {
 		cfg.Destination = LocalAddr{}
 	}
-	return &Server{cfg: cfg, log: cfg.Logger.Named(cfg.Name), conns: make(map[net.Conn]struct{})}, nil
+	conns, err := overload.NewLimit(RefusedListener, cfg.MaxConnections)
+	if err != nil {
+		return nil, fmt.Errorf("listener %s: MaxConnections: %w", cfg.Name, err)
+	}
+	reqs, err := overload.NewLimit(httpproxy.OverflowRequests, cfg.MaxRequests)
+	if err != nil {
+		return nil, fmt.Errorf("listener %s: MaxRequests: %w", cfg.Name, err)
+	}
+	return &Server{cfg: cfg, log: cfg.Logger.Named(cfg.Name), conns: conns, requests: reqs, open: make(map[net.Conn]struct{})}, nil
 }
 
 // Serve accepts on ln until ctx ends, then closes ln and every open connection and
@@ -117,25 +178,35 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
+// track admits c under both connection bounds and records it for shutdown. A
+// refusal costs no allocation beyond what Accept made: the caller closes c at once.
 func (s *Server) track(c net.Conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.conns) >= s.cfg.MaxConnections {
+	if !s.conns.Acquire() {
+		s.refusedListener.Add(1)
 		return false
 	}
-	s.conns[c] = struct{}{}
+	if !s.cfg.Connections.Acquire() {
+		s.conns.Release()
+		s.refusedSidecar.Add(1)
+		return false
+	}
+	s.mu.Lock()
+	s.open[c] = struct{}{}
+	s.mu.Unlock()
 	return true
 }
 
 func (s *Server) untrack(c net.Conn) {
 	s.mu.Lock()
-	delete(s.conns, c)
+	delete(s.open, c)
 	s.mu.Unlock()
+	s.cfg.Connections.Release()
+	s.conns.Release()
 }
 
 func (s *Server) shutdown() {
 	s.mu.Lock()
-	for c := range s.conns {
+	for c := range s.open {
 		c.Close()
 	}
 	s.mu.Unlock()
@@ -174,5 +245,8 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 		return
 	}
 	// HTTP, or nothing configured yet: the HTTP proxy answers 503/404 with a reason.
-	s.cfg.HTTP.ServeConn(ctx, c, httpproxy.Target{Snapshot: s.cfg.Snapshot, Listener: s.cfg.Name, Dest: dst, Source: src})
+	// ServeConn returns when the connection has closed, HTTP/2 ones included, so
+	// the connection stays counted and is closed on shutdown like any other.
+	s.cfg.HTTP.ServeConn(ctx, c, httpproxy.Target{Snapshot: s.cfg.Snapshot, Listener: s.cfg.Name, Dest: dst, Source: src,
+		Requests: s.requests})
 }

@@ -242,3 +242,22 @@ func TestDecodeEndpointPeer(t *testing.T) {
 		})
 	}
 }
+
+// An action without a timeout takes the sidecar's default (DefaultTimeout); an
+// explicit 0 disables it, as in Envoy.
+func TestDecodeRouteTimeoutUnsetVsZero(t *testing.T) {
+	for _, tc := range []struct {
+		timeout     time.Duration // < 0: unset
+		want        time.Duration
+		wantDefault bool
+	}{{-1, 0, true}, {0, 0, false}, {3 * time.Second, 3 * time.Second, false}} {
+		_, v, err := xdsresource.Decode(xdsresource.RouteType, dt.Any(dt.RouteConfig("r", dt.VirtualHost("v", []string{"*"}, dt.PrefixRoute("/", "c", tc.timeout)))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := v.(*xdsresource.RouteConfig).VirtualHosts[0].Routes[0]
+		if r.Timeout != tc.want || r.DefaultTimeout != tc.wantDefault {
+			t.Errorf("timeout %v: decoded %v default=%v, want %v default=%v", tc.timeout, r.Timeout, r.DefaultTimeout, tc.want, tc.wantDefault)
+		}
+	}
+}

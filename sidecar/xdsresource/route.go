@@ -284,11 +284,13 @@ func decodeAction(e errs, f string, a *routev3.RouteAction, out *Route) error {
 	default:
 		return e.at(f, "unsupported cluster specifier %T", c)
 	}
-	t, err := duration(e, f+".timeout", a.GetTimeout(), 15e9) // Envoy's default route timeout
+	// No timeout means the sidecar's default (Envoy's is 15s), applied when the
+	// route is compiled; an explicit 0 disables it, as in Envoy.
+	t, err := duration(e, f+".timeout", a.GetTimeout(), 0)
 	if err != nil {
 		return err
 	}
-	out.Timeout = t
+	out.Timeout, out.DefaultTimeout = t, a.GetTimeout() == nil
 	if rp := a.GetRetryPolicy(); rp != nil {
 		p := &RetryPolicy{NumRetries: 1}
 		if rp.GetNumRetries() != nil {

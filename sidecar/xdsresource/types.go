@@ -178,8 +178,11 @@ type Route struct {
 	Match    RouteMatch
 	Clusters []WeightedCluster // one entry for a plain cluster action
 	Timeout  time.Duration     // 0: no timeout (Envoy's "disabled")
-	Retry    *RetryPolicy
-	Hash     []HashPolicy
+	// DefaultTimeout: the action sets no timeout, so the sidecar's default route
+	// timeout applies (Envoy's is 15s); Timeout is then 0.
+	DefaultTimeout bool
+	Retry          *RetryPolicy
+	Hash           []HashPolicy
 	// Fallback are cluster names tried in order when the chosen cluster fails
 	// (filter_metadata "weft.fallback", field "clusters").
 	Fallback []string

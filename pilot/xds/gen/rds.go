@@ -59,8 +59,10 @@ func domains(svc *ir.Service, port uint32, shortNames bool) []string {
 func routes(p *ir.Port, rules []*ir.Rule) []*routev3.Route {
 	if rules == nil {
 		return []*routev3.Route{{
-			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: p.Cluster}, Timeout: durationpb.New(0)}},
+			Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+			// No timeout: the client's default route timeout applies (Envoy's and
+			// our sidecar's: 15s).
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: p.Cluster}}},
 		}}
 	}
 	var out []*routev3.Route
@@ -124,10 +126,11 @@ func headerMatcher(name string, m ir.StringMatch) *routev3.HeaderMatcher {
 }
 
 func routeAction(r *ir.Rule, proto ir.Protocol) *routev3.RouteAction {
-	a := &routev3.RouteAction{
-		// Envoy's default route timeout is 15s; 0 disables it, which is what an
-		// unset timeout means in the API.
-		Timeout: durationpb.New(r.Timeout),
+	a := &routev3.RouteAction{}
+	if r.Timeout > 0 {
+		// Unset, the client's default route timeout applies (Envoy's and our
+		// sidecar's: 15s); the API has no way to disable it (timeouts are positive).
+		a.Timeout = durationpb.New(r.Timeout)
 	}
 	if len(r.Destinations) == 1 {
 		a.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: r.Destinations[0].Cluster}

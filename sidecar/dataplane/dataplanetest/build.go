@@ -126,14 +126,16 @@ func VirtualHost(name string, domains []string, routes ...*routev3.Route) *route
 	return &routev3.VirtualHost{Name: name, Domains: domains, Routes: routes}
 }
 
-// PrefixRoute routes prefix to cluster with an optional timeout.
+// PrefixRoute routes prefix to cluster with a timeout: 0 disables it (Envoy's
+// meaning), a negative one leaves it unset so the sidecar's default applies.
 func PrefixRoute(prefix, cluster string, timeout time.Duration) *routev3.Route {
+	a := &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster}}
+	if timeout >= 0 {
+		a.Timeout = durationpb.New(timeout)
+	}
 	return &routev3.Route{
-		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: prefix}},
-		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
-			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster},
-			Timeout:          durationpb.New(timeout),
-		}},
+		Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: prefix}},
+		Action: &routev3.Route_Route{Route: a},
 	}
 }
 

@@ -1,0 +1,141 @@
+package overload
+
+import (
+	"context"
+	"fmt"
+	"runtime/metrics"
+	"sync/atomic"
+	"time"
+)
+
+// Bounds of MemoryConfig.
+const (
+	// MinMemoryLimit is the smallest memory ceiling accepted: below it the
+	// sidecar's own code and buffers would shed every request.
+	MinMemoryLimit = 16 << 20
+	// MaxMemoryLimit is the largest (1 TiB; anything larger is a typo).
+	MaxMemoryLimit = 1 << 40
+	// MinHighWater and MaxHighWater bound MemoryConfig.HighWater.
+	MinHighWater = 0.1
+	MaxHighWater = 1.0
+	// MemoryHysteresis: shedding stops once use is this fraction of the limit
+	// below the high-water mark, so it does not flap on every sample.
+	MemoryHysteresis = 0.05
+	// DefaultMemoryInterval is how often memory is sampled; MinMemoryInterval
+	// and MaxMemoryInterval bound MemoryConfig.Interval.
+	DefaultMemoryInterval = 50 * time.Millisecond
+	MinMemoryInterval     = time.Millisecond
+	MaxMemoryInterval     = 10 * time.Second
+)
+
+// MemoryConfig configures a Memory guard.
+type MemoryConfig struct {
+	// Limit is the memory ceiling in bytes (the caller also gives it to the Go
+	// runtime as its soft limit, debug.SetMemoryLimit). MinMemoryLimit..MaxMemoryLimit.
+	Limit int64
+	// HighWater is the fraction of Limit at and above which new requests are
+	// shed. MinHighWater..MaxHighWater.
+	HighWater float64
+	// Interval is the sampling period; 0 means DefaultMemoryInterval.
+	Interval time.Duration
+	// Read returns the memory in use, in bytes; nil reads the Go runtime's
+	// mapped memory less what it has returned to the OS (what the soft limit
+	// counts). Tests substitute it.
+	Read func() uint64
+}
+
+// Memory decides whether to shed new requests because the process is near its
+// memory ceiling. Run samples memory on a ticker into atomics; the request path
+// calls Shedding, one atomic load.
+type Memory struct {
+	limit, high, low uint64
+	interval         time.Duration
+	read             func() uint64
+
+	used     atomic.Uint64 // last sample, written by Run only
+	shedding atomic.Bool   // written by Run only
+	sheds    atomic.Uint64 // requests shed, counted by the request path
+}
+
+// NewMemory checks cfg.
+func NewMemory(cfg MemoryConfig) (*Memory, error) {
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultMemoryInterval
+	}
+	switch {
+	case cfg.Limit < MinMemoryLimit || cfg.Limit > MaxMemoryLimit:
+		return nil, fmt.Errorf("%w: memory limit %d bytes outside %d..%d", ErrConfig, cfg.Limit, MinMemoryLimit, int64(MaxMemoryLimit))
+	case !(cfg.HighWater >= MinHighWater && cfg.HighWater <= MaxHighWater): // also rejects NaN
+		return nil, fmt.Errorf("%w: memory high-water fraction %v outside %v..%v", ErrConfig, cfg.HighWater, MinHighWater, MaxHighWater)
+	case cfg.Interval < MinMemoryInterval || cfg.Interval > MaxMemoryInterval:
+		return nil, fmt.Errorf("%w: memory sampling interval %s outside %s..%s", ErrConfig, cfg.Interval, MinMemoryInterval, MaxMemoryInterval)
+	}
+	m := &Memory{limit: uint64(cfg.Limit), interval: cfg.Interval, read: cfg.Read}
+	m.high = uint64(float64(cfg.Limit) * cfg.HighWater)
+	m.low = uint64(float64(cfg.Limit) * max(cfg.HighWater-MemoryHysteresis, 0))
+	if m.read == nil {
+		m.read = newRuntimeReader()
+	}
+	m.Sample()
+	return m, nil
+}
+
+// Run samples every interval until ctx ends.
+func (m *Memory) Run(ctx context.Context) {
+	t := time.NewTicker(m.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.Sample()
+		}
+	}
+}
+
+// Sample reads memory once and updates Shedding. Run calls it; it is exported for
+// tests and for a caller that wants a fresh reading. Not for concurrent use with Run.
+func (m *Memory) Sample() {
+	u := m.read()
+	m.used.Store(u)
+	switch {
+	case u >= m.high:
+		m.shedding.Store(true)
+	case u < m.low:
+		m.shedding.Store(false)
+	}
+}
+
+// Shedding reports whether new requests must be refused. nil never sheds.
+func (m *Memory) Shedding() bool { return m != nil && m.shedding.Load() }
+
+// Shed counts one refused request.
+func (m *Memory) Shed() { m.sheds.Add(1) }
+
+// Sheds is the number of requests shed so far.
+func (m *Memory) Sheds() uint64 { return m.sheds.Load() }
+
+// Used is the last sampled memory in use, in bytes.
+func (m *Memory) Used() uint64 { return m.used.Load() }
+
+// Limit is the ceiling in bytes.
+func (m *Memory) Limit() uint64 { return m.limit }
+
+// HighWater is the byte count at and above which requests are shed.
+func (m *Memory) HighWater() uint64 { return m.high }
+
+// newRuntimeReader reads the runtime's mapped memory less heap returned to the
+// OS: the quantity debug.SetMemoryLimit bounds. metrics.Read with a reused sample
+// slice does not allocate.
+func newRuntimeReader() func() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	return func() uint64 {
+		metrics.Read(s)
+		total, released := s[0].Value.Uint64(), s[1].Value.Uint64()
+		if released > total {
+			return 0
+		}
+		return total - released
+	}
+}
