@@ -18,11 +18,16 @@ deps:
 # getters and validators), about 5 MiB of resident code.
 SIDECAR_BUILD ?= CGO_ENABLED=0 $(GO) build -tags grpcnotrace
 
+# Every binary's --version (internal/version) says this; empty falls back to the
+# module build info (VCS revision and whether the tree was modified).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+LDFLAGS ?= -X github.com/weft-mesh/weft/internal/version.Version=$(VERSION)
+
 build: deps
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/pilot ./pilot/cmd/pilot
-	$(SIDECAR_BUILD) -o $(BIN)/sidecar ./sidecar/cmd/sidecar
-	$(GO) build -o $(BIN)/meshctl ./tools/meshctl/cmd/meshctl
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/pilot ./pilot/cmd/pilot
+	$(SIDECAR_BUILD) -ldflags "$(LDFLAGS)" -o $(BIN)/sidecar ./sidecar/cmd/sidecar
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/meshctl ./tools/meshctl/cmd/meshctl
 
 vet: deps
 	$(GO) vet ./...

@@ -506,3 +506,38 @@ func TestMeshConfig(t *testing.T) {
 		},
 	})
 }
+
+func TestResolveKind(t *testing.T) {
+	want := map[string]string{ // every kind's short name, as meshctl help documents them
+		KindMeshConfig: "mc", KindService: "svc", KindWorkload: "wl", KindDestinationPolicy: "dp", KindRoute: "rt",
+		KindPeerAuthentication: "pa", KindAuthorizationPolicy: "ap", KindStalenessPolicy: "sp", KindOverride: "ov",
+	}
+	if len(want) != len(Kinds()) {
+		t.Fatalf("test lists %d kinds, registry has %d", len(want), len(Kinds()))
+	}
+	seen := map[string]string{}
+	for _, k := range Kinds() {
+		if k.ShortName != want[k.Kind] {
+			t.Errorf("%s: short name %q, want %q", k.Kind, k.ShortName, want[k.Kind])
+		}
+		for _, name := range []string{k.Kind, strings.ToLower(k.Kind), strings.ToUpper(k.Kind), k.Plural, strings.ToUpper(k.Plural[:1]) + k.Plural[1:], k.ShortName, strings.ToUpper(k.ShortName)} {
+			got, err := ResolveKind(name)
+			if err != nil || got.Kind != k.Kind {
+				t.Errorf("ResolveKind(%q) = %v, %v; want %s", name, got.Kind, err, k.Kind)
+			}
+			if other, dup := seen[strings.ToLower(name)]; dup && other != k.Kind {
+				t.Errorf("%q names both %s and %s", name, other, k.Kind)
+			}
+			seen[strings.ToLower(name)] = k.Kind
+		}
+	}
+	_, err := ResolveKind("widgets")
+	const wantErr = `unknown kind "widgets"; kinds: meshconfigs (mc), services (svc), workloads (wl), destinationpolicies (dp), routes (rt), peerauthentications (pa), authorizationpolicies (ap), stalenesspolicies (sp), overrides (ov)`
+	if err == nil || err.Error() != wantErr {
+		t.Errorf("ResolveKind(widgets) error %v, want %s", err, wantErr)
+	}
+	// The REST API keeps one spelling per path: short names are for people.
+	if _, err := LookupKind("svc"); err == nil {
+		t.Error("LookupKind accepts a short name")
+	}
+}

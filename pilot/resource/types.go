@@ -288,20 +288,24 @@ type KindInfo struct {
 	Plural     string // lower-case plural for REST paths, e.g. "destinationpolicies"
 	Namespaced bool
 	NewSpec    func() any // returns a pointer to a zero spec struct
+	// ShortName is what users type at a prompt (meshctl get svc), after kubectl's
+	// and Istio's: svc, pa and ap are theirs; dp and rt stand where Istio has dr
+	// (DestinationRule) and vs (VirtualService).
+	ShortName string
 }
 
 // kinds is the registry of every kind, in the order they are applied and listed
 // (Services before the things that reference them).
 var kinds = []KindInfo{
-	{Kind: KindMeshConfig, Plural: "meshconfigs", Namespaced: false, NewSpec: func() any { return new(MeshConfigSpec) }},
-	{Kind: KindService, Plural: "services", Namespaced: true, NewSpec: func() any { return new(ServiceSpec) }},
-	{Kind: KindWorkload, Plural: "workloads", Namespaced: true, NewSpec: func() any { return new(WorkloadSpec) }},
-	{Kind: KindDestinationPolicy, Plural: "destinationpolicies", Namespaced: true, NewSpec: func() any { return new(DestinationPolicySpec) }},
-	{Kind: KindRoute, Plural: "routes", Namespaced: true, NewSpec: func() any { return new(RouteSpec) }},
-	{Kind: KindPeerAuthentication, Plural: "peerauthentications", Namespaced: true, NewSpec: func() any { return new(PeerAuthenticationSpec) }},
-	{Kind: KindAuthorizationPolicy, Plural: "authorizationpolicies", Namespaced: true, NewSpec: func() any { return new(AuthorizationPolicySpec) }},
-	{Kind: KindStalenessPolicy, Plural: "stalenesspolicies", Namespaced: true, NewSpec: func() any { return new(StalenessPolicySpec) }},
-	{Kind: KindOverride, Plural: "overrides", Namespaced: true, NewSpec: func() any { return new(OverrideSpec) }},
+	{Kind: KindMeshConfig, Plural: "meshconfigs", Namespaced: false, NewSpec: func() any { return new(MeshConfigSpec) }, ShortName: "mc"},
+	{Kind: KindService, Plural: "services", Namespaced: true, NewSpec: func() any { return new(ServiceSpec) }, ShortName: "svc"},
+	{Kind: KindWorkload, Plural: "workloads", Namespaced: true, NewSpec: func() any { return new(WorkloadSpec) }, ShortName: "wl"},
+	{Kind: KindDestinationPolicy, Plural: "destinationpolicies", Namespaced: true, NewSpec: func() any { return new(DestinationPolicySpec) }, ShortName: "dp"},
+	{Kind: KindRoute, Plural: "routes", Namespaced: true, NewSpec: func() any { return new(RouteSpec) }, ShortName: "rt"},
+	{Kind: KindPeerAuthentication, Plural: "peerauthentications", Namespaced: true, NewSpec: func() any { return new(PeerAuthenticationSpec) }, ShortName: "pa"},
+	{Kind: KindAuthorizationPolicy, Plural: "authorizationpolicies", Namespaced: true, NewSpec: func() any { return new(AuthorizationPolicySpec) }, ShortName: "ap"},
+	{Kind: KindStalenessPolicy, Plural: "stalenesspolicies", Namespaced: true, NewSpec: func() any { return new(StalenessPolicySpec) }, ShortName: "sp"},
+	{Kind: KindOverride, Plural: "overrides", Namespaced: true, NewSpec: func() any { return new(OverrideSpec) }, ShortName: "ov"},
 }
 
 // Kinds returns every registered kind in apply order.
@@ -316,4 +320,21 @@ func LookupKind(s string) (KindInfo, error) {
 		}
 	}
 	return KindInfo{}, fmt.Errorf("unknown kind %q", s)
+}
+
+// ResolveKind finds a kind by any name a person types: Kind, singular or plural,
+// or short name, in any case ("svc", "Services", "DESTINATIONPOLICY"). The error
+// for an unknown name lists every kind with its short name. The REST API keeps to
+// LookupKind, so each path has one spelling.
+func ResolveKind(s string) (KindInfo, error) {
+	for _, k := range kinds {
+		if strings.EqualFold(s, k.Kind) || strings.EqualFold(s, k.Plural) || strings.EqualFold(s, k.ShortName) {
+			return k, nil
+		}
+	}
+	names := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		names = append(names, k.Plural+" ("+k.ShortName+")")
+	}
+	return KindInfo{}, fmt.Errorf("unknown kind %q; kinds: %s", s, strings.Join(names, ", "))
 }

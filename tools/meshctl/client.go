@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/weft-mesh/weft/pilot/api"
@@ -76,6 +79,9 @@ func (c *client) do(ctx context.Context, method, path string, body []byte, hdr m
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if reason, ok := dialFailure(err); ok {
+			return nil, fail(ExitOther, "pilot not reachable at %s: %s (is pilot running? --pilot)", c.base, reason)
+		}
 		return nil, fail(ExitOther, "%s %s: %v", method, c.base+path, err)
 	}
 	defer resp.Body.Close()
@@ -101,6 +107,26 @@ func (c *client) do(ctx context.Context, method, path string, body []byte, hdr m
 		return r, statusError(r.status, er.Errors)
 	}
 	return r, nil
+}
+
+// dialFailure says, in a few words, why no connection to pilot could be made;
+// false when the connection was made and failed later (that error says more
+// with the method and path).
+func dialFailure(err error) (string, bool) {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" {
+		return "", false
+	}
+	var dnsErr *net.DNSError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused", true
+	case errors.As(err, &dnsErr):
+		return "cannot resolve " + dnsErr.Name + ": " + dnsErr.Err, true
+	case op.Timeout():
+		return "connection timed out", true
+	}
+	return op.Err.Error(), true
 }
 
 // decode unmarshals a JSON answer into v.

@@ -91,7 +91,7 @@ func parseTarget(pos []string, ns string, wantName bool, usage string) (target, 
 	if len(pos) < 1 || len(pos) > 2 || (wantName && len(pos) != 2) {
 		return target{}, fail(ExitOther, "usage: %s", usage)
 	}
-	ki, err := resource.LookupKind(pos[0])
+	ki, err := resource.ResolveKind(pos[0])
 	if err != nil {
 		return target{}, fail(ExitInvalid, "%v", err)
 	}
@@ -221,8 +221,9 @@ func (e *env) history(ctx context.Context, args []string) error {
 	if err := e.client.getJSON(ctx, t.path(false)+"/history", &resp); err != nil {
 		return err
 	}
-	// Aligned columns, but every line still starts with its revision number.
+	// Aligned columns under a header; every other line starts with its revision.
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "REVISION\tOP\tGENERATION\tTIME")
 	for _, h := range resp.History {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", h.Revision, h.Op, h.Generation, h.Time.UTC().Format(time.RFC3339))
 	}

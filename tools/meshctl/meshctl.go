@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weft-mesh/weft/internal/version"
 	"github.com/weft-mesh/weft/pilot/resource"
 )
 
@@ -34,24 +35,82 @@ const DefaultPilot = "http://127.0.0.1:15014"
 // DefaultTimeout bounds one request to pilot.
 const DefaultTimeout = 60 * time.Second
 
-const usage = `usage: meshctl [--pilot URL] [--token-file FILE] COMMAND ...
+// commandDocs are the commands in the order help lists them: the synopsis and
+// what the command does. A command's -h/--help prints its entry and its flags.
+var commandDocs = []struct{ name, use, about string }{
+	{"apply", "apply -f PATH [--if-match GEN]", "apply a file or directory as one revision"},
+	{"get", "get KIND [NAME] [-n NS] [-A] [-o yaml|json]", "list a kind (a table), or show one object"},
+	{"delete", "delete KIND NAME [-n NS] [--if-match GEN]", "delete one object as one revision"},
+	{"history", "history KIND NAME [-n NS]", "one line per revision: REVISION  OP  GENERATION  TIME"},
+	{"validate", "validate -f PATH", "validate offline, one line per error"},
+	{"proxy-status", "proxy-status", "one row per proxy: each xDS type SYNCED, PENDING_ACK,\n" +
+		"NACKED, NOT_SENT or DISCONNECTED; effective revision"},
+	{"rollout status", "rollout status [REV] [--wait] [--timeout D]", "how far store revision REV (default: current) has\n" +
+		"rolled out; exit 0 effective on every connected proxy,\n1 a proxy rejected it, 2 not yet / timed out"},
+	{"config-dump", "config-dump NODE", "what pilot last sent NODE, as JSON"},
+	{"version", "version", "this build's version (also --version)"},
+}
 
-commands:
-  apply -f PATH [--if-match GEN]          apply a file or directory as one revision
-  get KIND [NAME] [-n NS] [-A] [-o yaml|json]
-  delete KIND NAME [-n NS] [--if-match GEN]
-  history KIND NAME [-n NS]               one line per revision: REV  OP  GENERATION  TIME
-  validate -f PATH                        validate offline, one line per error
-  proxy-status                            one row per proxy: each xDS type SYNCED, PENDING_ACK,
-                                          NACKED, NOT_SENT or DISCONNECTED; effective revision
-  rollout status [REV] [--wait] [--timeout D]
-                                          how far store revision REV (default: current) has
-                                          rolled out; exit 0 effective on every connected proxy,
-                                          1 a proxy rejected it, 2 not yet / timed out
-  config-dump NODE                        what pilot last sent NODE, as JSON
+// kindsHelp lists the kinds with the short names get, delete and history accept.
+func kindsHelp() string {
+	var b strings.Builder
+	b.WriteString("kinds (KIND is any of these, singular or plural, any case, or its short name):\n")
+	for _, k := range resource.Kinds() {
+		fmt.Fprintf(&b, "  %-4s %s\n", k.ShortName, k.Kind)
+	}
+	return b.String()
+}
 
-exit codes: 0 ok, 1 invalid input (rollout: rejected), 2 other error, 3 If-Match conflict, 4 not found
-`
+// usage is meshctl's help.
+func usage() string {
+	var b strings.Builder
+	b.WriteString("usage: meshctl [--pilot URL] [--token-file FILE] [--timeout D] COMMAND ...\n")
+	b.WriteString("       meshctl COMMAND --help | meshctl --version\n\ncommands:\n")
+	for _, c := range commandDocs {
+		lines := strings.Split(c.about, "\n")
+		if len(c.use) > 38 {
+			fmt.Fprintf(&b, "  %s\n  %-38s  %s\n", c.use, "", lines[0])
+		} else {
+			fmt.Fprintf(&b, "  %-38s  %s\n", c.use, lines[0])
+		}
+		for _, l := range lines[1:] {
+			fmt.Fprintf(&b, "  %-38s  %s\n", "", l)
+		}
+	}
+	b.WriteString("\n" + kindsHelp())
+	fmt.Fprintf(&b, "\nglobal flags:\n  --pilot URL        pilot's admin API (default %s)\n", DefaultPilot)
+	b.WriteString("  --token-file FILE  file with the admin API bearer token\n")
+	fmt.Fprintf(&b, "  --timeout D        timeout of one request to pilot (default %s)\n", DefaultTimeout)
+	b.WriteString("  --version          print the version and exit\n")
+	b.WriteString("\nexit codes: 0 ok, 1 invalid input (rollout: rejected), 2 other error, 3 If-Match conflict, 4 not found\n")
+	return b.String()
+}
+
+// commandHelp is one command's help: synopsis, what it does, kinds where it
+// takes one, and the flags of fs (nil: none).
+func commandHelp(name string, fs *flag.FlagSet) string {
+	var b strings.Builder
+	for _, c := range commandDocs {
+		if c.name == name {
+			fmt.Fprintf(&b, "usage: meshctl %s\n\n%s\n", c.use, strings.ReplaceAll(c.about, "\n", " "))
+		}
+	}
+	switch name {
+	case "get", "delete", "history":
+		b.WriteString("\n" + kindsHelp())
+	}
+	if fs != nil {
+		n := 0
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n > 0 {
+			b.WriteString("\nflags:\n")
+			fs.SetOutput(&b)
+			fs.PrintDefaults()
+			fs.SetOutput(io.Discard)
+		}
+	}
+	return b.String()
+}
 
 // cliError is an error with the exit code it maps to. lines, when set, are
 // printed one per line instead of msg (validation errors).
@@ -59,6 +118,7 @@ type cliError struct {
 	code  int
 	msg   string
 	lines []string
+	help  string // set: a command's help was asked for; printed to stdout, exit 0
 }
 
 func (e *cliError) Error() string { return e.msg }
@@ -80,11 +140,20 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pilot := fs.String("pilot", DefaultPilot, "pilot admin API URL")
 	tokenFile := fs.String("token-file", "", "file with the admin API bearer token")
 	timeout := fs.Duration("timeout", DefaultTimeout, "timeout of one request to pilot")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
-		return report(stderr, fail(ExitOther, "%v", err))
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage())
+			return ExitOK
+		}
+		return report(stdout, stderr, fail(ExitOther, "%v (try meshctl --help)", err))
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.String("meshctl"))
+		return ExitOK
 	}
 	if fs.NArg() == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return ExitOther
 	}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
@@ -96,7 +165,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "apply", "get", "delete", "history", "proxy-status", "rollout", "config-dump":
 		c, cerr := newClient(*pilot, *tokenFile, *timeout)
 		if cerr != nil {
-			return report(stderr, cerr)
+			return report(stdout, stderr, cerr)
 		}
 		defer c.close()
 		e.client = c
@@ -116,24 +185,35 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case "config-dump":
 			err = e.configDump(ctx, rest)
 		}
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+	case "version":
+		fmt.Fprintln(stdout, version.String("meshctl"))
 		return ExitOK
+	case "help":
+		if len(rest) == 0 {
+			fmt.Fprint(stdout, usage())
+			return ExitOK
+		}
+		// "help CMD" is "CMD --help": the command prints its own flags.
+		return Run(ctx, []string{rest[0], "--help"}, stdout, stderr)
 	default:
 		err = fail(ExitOther, "unknown command %q (try meshctl help)", cmd)
 	}
-	return report(stderr, err)
+	return report(stdout, stderr, err)
 }
 
 // report prints err (one line, or one line per validation error) and returns
-// its exit code.
-func report(stderr io.Writer, err error) int {
+// its exit code. A help request prints the help to stdout.
+func report(stdout, stderr io.Writer, err error) int {
 	if err == nil {
 		return ExitOK
 	}
 	var ce *cliError
 	if !errors.As(err, &ce) {
 		ce = &cliError{code: ExitOther, msg: err.Error()}
+	}
+	if ce.help != "" {
+		fmt.Fprint(stdout, ce.help)
+		return ExitOK
 	}
 	if len(ce.lines) > 0 {
 		for _, l := range ce.lines {
@@ -156,7 +236,10 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, fail(ExitOther, "%s: %v", fs.Name(), err)
+			if errors.Is(err, flag.ErrHelp) { // -h, -help, --help
+				return nil, &cliError{code: ExitOK, help: commandHelp(fs.Name(), fs)}
+			}
+			return nil, fail(ExitOther, "%s: %v (try meshctl %s --help)", fs.Name(), err, fs.Name())
 		}
 		if fs.NArg() == 0 {
 			return pos, nil
@@ -241,3 +324,6 @@ func statusError(status int, errs []string) error {
 	}
 	return ce
 }
+
+// isHelpFlag is what package flag takes as a request for help.
+func isHelpFlag(a string) bool { return a == "-h" || a == "-help" || a == "--help" }

@@ -129,6 +129,9 @@ func age(now, t time.Time) string {
 // follows it: exit 0 once every connected proxy has it effective, 1 at once on a
 // NACK (naming the proxies and their errors), 2 at the timeout.
 func (e *env) rolloutStatus(ctx context.Context, args []string) error {
+	if len(args) > 0 && isHelpFlag(args[0]) { // rollout --help: its one subcommand's help
+		args = []string{"status", args[0]}
+	}
 	if len(args) == 0 || args[0] != "status" {
 		return fail(ExitOther, "usage: meshctl rollout status [REV] [--wait] [--timeout D]")
 	}

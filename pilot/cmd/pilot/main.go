@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/weft-mesh/weft/internal/version"
 	"github.com/weft-mesh/weft/pilot/server"
 )
 
@@ -37,8 +39,16 @@ func run() int {
 	fs.DurationVar(&lim.ManifestValidity, "manifest-validity", lim.ManifestValidity, "validity of each sidecar's signed manifest (re-signed at half)")
 	level := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	jsonLogs := fs.Bool("log-json", false, "log as JSON")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h, --help: the usage was asked for
+			return 0
+		}
 		return 2
+	}
+	if *showVersion {
+		fmt.Println(version.String("pilot"))
+		return 0
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "pilot: unexpected arguments %q\n", fs.Args())

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/weft-mesh/weft/bootstrap/render"
+	"github.com/weft-mesh/weft/internal/version"
 	"github.com/weft-mesh/weft/sidecar/app"
 )
 
@@ -22,11 +23,22 @@ const usage = `usage: sidecar --node-id ID --namespace NS --service-account SA -
                [--ready-addr IP:PORT] [--app-address IP] [--locality R/Z/S] [--xds-mode delta|sotw]
                [--staleness CLASS=WARN/EXPIRE[/ONEXPIRE]]... [--insecure-skip-manifest]
        sidecar --bootstrap FILE [flags overriding the file]
+       sidecar --version | --help
 Defaults: admin 127.0.0.1:15000, outbound 127.0.0.1:15001, inbound <address>:15006,
 ready <address>:15021, app address 127.0.0.1, xds-mode delta. WEFT_LOG_LEVEL sets the
 log level (trace, debug, info, warn, error).`
 
 func main() {
+	// --version and --help answer before the settings are checked (which would
+	// ask for --node-id and the rest).
+	switch infoFlag(os.Args[1:]) {
+	case "version":
+		fmt.Println(version.String("sidecar"))
+		return
+	case "help":
+		fmt.Println(usage)
+		return
+	}
 	s, err := render.Parse(os.Args[1:], os.ReadFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sidecar:", err)
@@ -47,4 +59,20 @@ func main() {
 		log.Error("exit", "error", err)
 		os.Exit(1)
 	}
+}
+
+// infoFlag reports whether args ask for the version or the usage ("version",
+// "help") rather than a run (""). Flags stop at "--" as in package flag.
+func infoFlag(args []string) string {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return ""
+		case "-version", "--version":
+			return "version"
+		case "-h", "-help", "--help":
+			return "help"
+		}
+	}
+	return ""
 }

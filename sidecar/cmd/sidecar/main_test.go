@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/weft-mesh/weft/internal/version/versiontest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -60,7 +62,42 @@ func TestMakefileBuildsSidecarLean(t *testing.T) {
 			t.Errorf("Makefile SIDECAR_BUILD = %q lacks %q", def[1], want)
 		}
 	}
-	if !regexp.MustCompile(`(?m)^\t\$\(SIDECAR_BUILD\) -o \$\(BIN\)/sidecar \./sidecar/cmd/sidecar$`).Match(mk) {
+	if !regexp.MustCompile(`(?m)^\t\$\(SIDECAR_BUILD\) (-ldflags "\$\(LDFLAGS\)" )?-o \$\(BIN\)/sidecar \./sidecar/cmd/sidecar$`).Match(mk) {
 		t.Error("Makefile build target does not build bin/sidecar with $(SIDECAR_BUILD)")
+	}
+}
+
+func TestVersionAndHelp(t *testing.T) {
+	bin := versiontest.Build(t, "github.com/weft-mesh/weft/sidecar/cmd/sidecar", "-tags", sidecarTags)
+	versiontest.Check(t, bin, "sidecar")
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"--node-id", "x", "--help"}} {
+		out, err := exec.Command(bin, args...).Output()
+		if err != nil || !strings.HasPrefix(string(out), "usage: sidecar") {
+			t.Errorf("sidecar %q: %v, stdout %q: want exit 0 and the usage", args, err, out)
+		}
+	}
+	// Without settings it still refuses to run, with exit 2 and the usage.
+	out, err := exec.Command(bin).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "usage: sidecar") {
+		t.Errorf("sidecar with no flags: %v, output %q: want exit 2 and the usage", err, out)
+	}
+}
+
+func TestInfoFlag(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"--version"}, "version"},
+		{[]string{"-version"}, "version"},
+		{[]string{"--node-id", "a", "-h"}, "help"},
+		{[]string{"--help"}, "help"},
+		{[]string{"--", "--version"}, ""},
+		{[]string{"--node-id", "a"}, ""},
+	} {
+		if got := infoFlag(tt.args); got != tt.want {
+			t.Errorf("infoFlag(%q) = %q, want %q", tt.args, got, tt.want)
+		}
 	}
 }

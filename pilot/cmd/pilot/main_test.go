@@ -1,0 +1,28 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/weft-mesh/weft/internal/version/versiontest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestVersionAndHelp(t *testing.T) {
+	bin := versiontest.Build(t, "github.com/weft-mesh/weft/pilot/cmd/pilot")
+	versiontest.Check(t, bin, "pilot")
+	for _, arg := range []string{"-h", "--help"} {
+		out, err := exec.Command(bin, arg).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "-data-dir") || !strings.Contains(string(out), "-version") {
+			t.Errorf("pilot %s: %v, output %q: want exit 0 and the flags", arg, err, out)
+		}
+	}
+	out, err := exec.Command(bin, "--no-such-flag").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Errorf("pilot --no-such-flag: %v (output %q), want exit 2", err, out)
+	}
+}
