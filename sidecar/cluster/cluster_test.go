@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -258,6 +260,70 @@ func TestPoolLimits(t *testing.T) {
 
 func TestPoolReap(t *testing.T) {
 	ap := dt.ServeTCP(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	gone := dt.ServeTCP(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	const idle = time.Minute
+	p, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 4, IdleTimeout: idle, BufferSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	e, eGone := cluster.NewEndpoint(ap, 1, true), cluster.NewEndpoint(gone, 1, true)
+	c, err := cluster.New(cluster.Spec{Name: "c", ConnectTimeout: time.Second, Limits: limits, Endpoints: []*cluster.Endpoint{e, eGone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(e *cluster.Endpoint) {
+		t.Helper()
+		a, _, err := p.Get(context.Background(), c, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Put(a)
+	}
+	put(e)
+	put(eGone)
+	start := time.Now()
+	live := map[string]struct{}{ap.String(): {}, gone.String(): {}}
+	// Each line is one tick: Reap(now, live), then what is left idle.
+	tests := []struct {
+		name      string
+		at        time.Duration
+		dropGone  bool // gone's endpoint left the config before this tick
+		wantIdle  int
+		wantGone  int
+		wantConns int64
+	}{
+		{"young, both live", 30 * time.Second, false, 1, 1, 2},
+		{"endpoint left the config", 30 * time.Second, true, 1, 0, 1},
+		{"one tick before the idle timeout", idle - time.Millisecond, true, 1, 0, 1},
+		{"at the idle timeout", idle + time.Second, true, 0, 0, 0},
+	}
+	for _, tc := range tests {
+		if tc.dropGone {
+			delete(live, gone.String())
+		}
+		p.Reap(start.Add(tc.at), live)
+		if got := p.Idle(ap.String()); got != tc.wantIdle {
+			t.Errorf("%s: idle to live endpoint %d, want %d", tc.name, got, tc.wantIdle)
+		}
+		if got := p.Idle(gone.String()); got != tc.wantGone {
+			t.Errorf("%s: idle to departed endpoint %d, want %d", tc.name, got, tc.wantGone)
+		}
+		if got := c.Breaker.InUse(circuitbreak.Connections); got != tc.wantConns {
+			t.Errorf("%s: connections %d, want %d (closed ones release their breaker slot)", tc.name, got, tc.wantConns)
+		}
+	}
+}
+
+// TestPoolNeverHandsOutNoisyConn: a pooled connection on which the upstream wrote
+// anything while it was idle (bytes past its last response, or its close) is closed
+// by Get, never returned; one with bytes still buffered is closed by Put.
+func TestPoolNeverHandsOutNoisyConn(t *testing.T) {
+	wrote := make(chan net.Conn, 4)
+	ap := dt.ServeTCP(t, func(c net.Conn) {
+		wrote <- c
+		_, _ = io.Copy(io.Discard, c)
+	})
 	p, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 4, IdleTimeout: time.Minute, BufferSize: 4096})
 	if err != nil {
 		t.Fatal(err)
@@ -268,26 +334,106 @@ func TestPoolReap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, _, err := p.Get(context.Background(), c, e)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		act  func(server net.Conn)
+	}{
+		{"bytes arrived while idle", func(s net.Conn) { _, _ = s.Write([]byte("HTTP/1.1 200 OK\r\n\r\n")) }},
+		{"peer closed while idle", func(s net.Conn) { s.Close() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, reused, err := p.Get(ctx, c, e)
+			if err != nil || reused {
+				t.Fatalf("Get: %v reused=%v", err, reused)
+			}
+			server := <-wrote
+			p.Put(a)
+			tc.act(server)
+			// The kernel has the bytes (or the FIN) once a non-blocking peek sees them.
+			testkit.Eventually(t, 5*time.Second, "upstream's bytes reach the idle socket", func() bool {
+				b := make([]byte, 1)
+				rc, _ := a.Conn.(syscall.Conn).SyscallConn()
+				seen := false
+				_ = rc.Read(func(fd uintptr) bool {
+					_, _, err := syscall.Recvfrom(int(fd), b, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+					seen = err != syscall.EAGAIN
+					return true
+				})
+				return seen
+			})
+			b, reused, err := p.Get(ctx, c, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b == a || reused {
+				t.Fatalf("Get handed out the connection the upstream wrote on (reused=%v)", reused)
+			}
+			<-wrote // b's server side
+			if got := c.Breaker.InUse(circuitbreak.Connections); got != 1 {
+				t.Errorf("connections in use %d, want 1 (the noisy one closed)", got)
+			}
+			b.Close()
+		})
+	}
+	t.Run("bytes buffered at Put", func(t *testing.T) {
+		a, _, err := p.Get(ctx, c, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		server := <-wrote
+		_, _ = server.Write([]byte("xx"))
+		if _, err := a.R.ReadByte(); err != nil {
+			t.Fatal(err)
+		}
+		p.Put(a) // one byte still buffered
+		if n := p.Idle(ap.String()); n != 0 {
+			t.Errorf("idle %d after Put with a buffered byte, want 0", n)
+		}
+		if got := c.Breaker.InUse(circuitbreak.Connections); got != 0 {
+			t.Errorf("connections in use %d, want 0", got)
+		}
+	})
+	t.Run("quiet connection is reused", func(t *testing.T) {
+		a, _, err := p.Get(ctx, c, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-wrote
+		p.Put(a)
+		b, reused, err := p.Get(ctx, c, e)
+		if err != nil || b != a || !reused {
+			t.Fatalf("Get: %v, same=%v reused=%v: want the quiet idle connection", err, b == a, reused)
+		}
+		b.Close()
+	})
+}
+
+// BenchmarkPoolGetPut: the reuse check (one non-blocking recv) allocates nothing.
+func BenchmarkPoolGetPut(b *testing.B) {
+	ap := dt.ServeTCP(b, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	p, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 4, IdleTimeout: time.Minute, BufferSize: 4096})
 	if err != nil {
-		t.Fatal(err)
+		b.Fatal(err)
+	}
+	defer p.Close()
+	e := cluster.NewEndpoint(ap, 1, true)
+	c, err := cluster.New(cluster.Spec{Name: "c", ConnectTimeout: time.Second, Limits: limits, Endpoints: []*cluster.Endpoint{e}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	a, _, err := p.Get(ctx, c, e)
+	if err != nil {
+		b.Fatal(err)
 	}
 	p.Put(a)
-	tests := []struct {
-		at       time.Duration
-		wantIdle int
-		wantConn int64
-	}{
-		{30 * time.Second, 1, 1}, // young: kept
-		{2 * time.Minute, 0, 0},  // past IdleTimeout: closed, breaker slot released
-	}
-	for _, tc := range tests {
-		p.Reap(time.Now().Add(tc.at))
-		if got := p.Idle(ap.String()); got != tc.wantIdle {
-			t.Errorf("after %v: idle %d, want %d", tc.at, got, tc.wantIdle)
+	b.ReportAllocs()
+	for b.Loop() {
+		a, _, err := p.Get(ctx, c, e)
+		if err != nil {
+			b.Fatal(err)
 		}
-		if got := c.Breaker.InUse(circuitbreak.Connections); got != tc.wantConn {
-			t.Errorf("after %v: connections %d, want %d", tc.at, got, tc.wantConn)
-		}
+		p.Put(a)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
@@ -20,6 +21,14 @@ type PoolConfig struct {
 	// Dial opens a connection; nil uses net.Dialer.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
+
+// Defaults for the owner of a pool: idle connections are closed after
+// DefaultIdleTimeout (net/http's IdleConnTimeout) and Reap runs every ReapInterval,
+// so a closed idle connection lingers at most that much past its timeout.
+const (
+	DefaultIdleTimeout = 90 * time.Second
+	ReapInterval       = 10 * time.Second
+)
 
 // ErrOverflow is returned when a circuit-breaker limit refuses a request.
 var ErrOverflow = errors.New("upstream overflow")
@@ -53,6 +62,13 @@ type Conn struct {
 	pool    *Pool
 	idleAt  time.Time
 	closed  bool
+
+	// The idle readability check: rc is the raw socket (nil when the dialer gave no
+	// *net.TCPConn), peekFn is c.peek bound once so a check allocates nothing.
+	rc      syscall.RawConn
+	peekFn  func(fd uintptr) bool
+	peekBuf [1]byte
+	peekBad bool
 }
 
 // NewPool checks cfg.
@@ -73,20 +89,55 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 // Get returns an idle connection to e, dials a new one within c's connection limit, or
 // waits (as a pending request, within that limit) for one to be released. reused says
 // the connection served a request before (it may have been closed by the peer).
+// A pooled connection on which anything arrived while it was idle (bytes the peer
+// sent past its last response, or its close) is closed here, never handed out: those
+// bytes would be read as the next request's response.
 func (p *Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (conn *Conn, reused bool, err error) {
 	addr := e.Address()
+	for {
+		conn, err = p.takeIdle(addr)
+		if err != nil {
+			return nil, false, err
+		}
+		if conn == nil {
+			break
+		}
+		if conn.quiet() {
+			return conn, true, nil
+		}
+		conn.Close()
+	}
+	for {
+		if c.Breaker.Acquire(circuitbreak.Connections) {
+			conn, err = p.dial(ctx, c, addr)
+			return conn, false, err
+		}
+		conn, err = p.wait(ctx, c, addr)
+		if err != nil {
+			return nil, false, err
+		}
+		if conn.quiet() {
+			return conn, true, nil
+		}
+		conn.Close() // frees a connection slot: dial on the next turn
+	}
+}
+
+// takeIdle pops the warmest idle connection to addr that is not past IdleTimeout.
+func (p *Pool) takeIdle(addr string) (*Conn, error) {
 	now := time.Now()
+	var conn *Conn
+	var stale []*Conn
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, false, ErrPoolClosed
+		return nil, ErrPoolClosed
 	}
 	h := p.hosts[addr]
 	if h == nil {
 		h = &host{}
 		p.hosts[addr] = h
 	}
-	var stale []*Conn
 	for len(h.idle) > 0 {
 		conn = h.idle[len(h.idle)-1]
 		h.idle[len(h.idle)-1] = nil
@@ -101,27 +152,29 @@ func (p *Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (conn *Conn, re
 	for _, s := range stale {
 		s.Close()
 	}
-	if conn != nil {
-		return conn, true, nil
-	}
-	if c.Breaker.Acquire(circuitbreak.Connections) {
-		conn, err = p.dial(ctx, c, addr)
-		return conn, false, err
-	}
-	// At max connections: wait as a pending request for one to come back.
+	return conn, nil
+}
+
+// wait waits, as a pending request, for a connection to addr to be released.
+func (p *Pool) wait(ctx context.Context, c *Cluster, addr string) (*Conn, error) {
 	if !c.Breaker.Acquire(circuitbreak.Pending) {
-		return nil, false, fmt.Errorf("cluster %q: %w: max pending requests", c.Name, ErrOverflow)
+		return nil, fmt.Errorf("cluster %q: %w: max pending requests", c.Name, ErrOverflow)
 	}
 	defer c.Breaker.Release(circuitbreak.Pending)
 	ch := make(chan *Conn, 1)
 	p.mu.Lock()
+	h := p.hosts[addr]
+	if h == nil {
+		h = &host{}
+		p.hosts[addr] = h
+	}
 	h.waiters = append(h.waiters, ch)
 	p.mu.Unlock()
 	t := time.NewTimer(c.ConnectTimeout)
 	defer t.Stop()
 	select {
-	case conn = <-ch:
-		return conn, true, nil
+	case conn := <-ch:
+		return conn, nil
 	case <-t.C:
 	case <-ctx.Done():
 	}
@@ -135,14 +188,14 @@ func (p *Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (conn *Conn, re
 	p.mu.Unlock()
 	// A Put may have handed us a connection just before we deregistered.
 	select {
-	case conn = <-ch:
-		return conn, true, nil
+	case conn := <-ch:
+		return conn, nil
 	default:
 	}
 	if ctx.Err() != nil {
-		return nil, false, ctx.Err()
+		return nil, ctx.Err()
 	}
-	return nil, false, fmt.Errorf("cluster %q: %w: max connections, no connection released within %v", c.Name, ErrOverflow, c.ConnectTimeout)
+	return nil, fmt.Errorf("cluster %q: %w: max connections, no connection released within %v", c.Name, ErrOverflow, c.ConnectTimeout)
 }
 
 func (p *Pool) dial(ctx context.Context, c *Cluster, addr string) (*Conn, error) {
@@ -156,14 +209,45 @@ func (p *Pool) dial(ctx context.Context, c *Cluster, addr string) (*Conn, error)
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	return &Conn{
+	conn := &Conn{
 		Conn: nc, addr: addr, breaker: c.Breaker, pool: p,
 		R: bufio.NewReaderSize(nc, p.cfg.BufferSize), W: bufio.NewWriterSize(nc, p.cfg.BufferSize),
-	}, nil
+	}
+	if sc, ok := nc.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			conn.rc, conn.peekFn = rc, conn.peek
+		}
+	}
+	return conn, nil
+}
+
+// quiet reports that nothing arrived on an idle connection since its last response:
+// no byte buffered and, on a raw socket, none (and no close) waiting in the kernel.
+// The kernel check is one non-blocking MSG_PEEK recv per reuse; the alternative, a
+// reader goroutine per idle connection as net/http keeps, costs a goroutine and a
+// wake-up per response. Without a raw socket only the buffer is checked.
+func (c *Conn) quiet() bool {
+	if c.R.Buffered() > 0 {
+		return false
+	}
+	if c.rc == nil {
+		return true
+	}
+	c.peekBad = false
+	if err := c.rc.Read(c.peekFn); err != nil {
+		return false
+	}
+	return !c.peekBad
 }
 
 // Put returns a healthy keep-alive connection: to a waiting request first, else idle.
+// A connection with unread bytes buffered (the upstream sent more than its response's
+// framing allowed) is closed instead.
 func (p *Pool) Put(conn *Conn) {
+	if conn.R.Buffered() > 0 || conn.W.Buffered() > 0 {
+		conn.Close()
+		return
+	}
 	conn.idleAt = time.Now()
 	p.mu.Lock()
 	if p.closed {
@@ -208,16 +292,19 @@ func (p *Pool) Idle(addr string) int {
 	return 0
 }
 
-// Reap closes idle connections unused for IdleTimeout at now and forgets endpoints
-// with nothing left, so endpoint churn does not grow the pool. The owner calls it
-// from its periodic tick; Get also drops stale connections it meets.
-func (p *Pool) Reap(now time.Time) {
+// Reap closes idle connections unused for IdleTimeout at now and idle connections to
+// addresses not in live (the "ip:port" of every endpoint of the active configs: an
+// endpoint that left must not keep sockets open), and forgets addresses with nothing
+// left, so endpoint churn does not grow the pool. Connections in use are not
+// touched. The owner calls it every ReapInterval; Get also drops stale connections.
+func (p *Pool) Reap(now time.Time, live map[string]struct{}) {
 	var stale []*Conn
 	p.mu.Lock()
 	for a, h := range p.hosts {
+		_, ok := live[a]
 		keep := h.idle[:0]
 		for _, c := range h.idle {
-			if now.Sub(c.idleAt) >= p.cfg.IdleTimeout {
+			if !ok || now.Sub(c.idleAt) >= p.cfg.IdleTimeout {
 				stale = append(stale, c)
 			} else {
 				keep = append(keep, c)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -28,6 +29,8 @@ type h1state struct {
 	// response point, reset before each request.
 	cluster string
 	code    int
+	upErr   error // why the upstream's response was rejected (outcome failProtocol)
+	abort   bool  // reset the client connection: a response failed after its head
 }
 
 var h1states = sync.Pool{New: func() any {
@@ -68,6 +71,10 @@ func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t 
 	bw := p.getWriter(conn)
 	st := h1states.Get().(*h1state)
 	defer func() {
+		if l, ok := conn.(interface{ SetLinger(int) error }); ok && st.abort {
+			_ = l.SetLinger(0) // close with a reset: the last response is incomplete
+		}
+		st.abort = false
 		conn.Close()
 		p.putWriter(bw)
 		h1states.Put(st)
@@ -99,7 +106,7 @@ func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t 
 		if p.cfg.Observer != nil {
 			start = time.Now()
 		}
-		st.cluster, st.code = "", 0
+		st.cluster, st.code, st.upErr = "", 0, nil
 		var keep bool
 		if which := p.admit(&t); which != "" {
 			keep = p.overflowH1(br, bw, st, which)
@@ -130,6 +137,7 @@ const (
 	failStatus                  // retryable status read but not forwarded
 	failOverflow                // circuit breaker refused
 	failBodySent                // failed after the request body was consumed: no retry
+	failProtocol                // the upstream's response is malformed (st.upErr): 502, no retry
 	toPeer                      // picked a peer sidecar (st.peer): nothing sent, go over HTTP/2
 )
 
@@ -198,10 +206,11 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 		last = res
 		if res == done {
 			st.code = st.resp.status
-			return !req.close && st.resp.status != 0 && !st.resp.close
+			// The upstream connection's fate (st.resp.close) is not the client's.
+			return !req.close && st.resp.status != 0
 		}
 		// Fallback: next cluster in priority order while the request can be replayed.
-		if res == failBodySent || fb >= len(route.Fallback) || (!bodyless && res != failConnect && res != failOverflow) {
+		if res == failBodySent || res == failProtocol || fb >= len(route.Fallback) || (!bodyless && res != failConnect && res != failOverflow) {
 			break
 		}
 		c = route.Fallback[fb]
@@ -216,6 +225,8 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 		p.timeoutH1(bw, st, route, deadline)
 	case failOverflow:
 		p.localReply(bw, st, http.StatusServiceUnavailable, "", "upstream overflow", true)
+	case failProtocol:
+		p.localReply(bw, st, http.StatusBadGateway, "", "invalid response from upstream: "+st.upErr.Error(), true)
 	default:
 		p.localReply(bw, st, http.StatusServiceUnavailable, "", "upstream connect error or disconnect/reset before headers", true)
 	}
@@ -276,7 +287,7 @@ func (p *Proxy) exchangeH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.Wr
 			return failConnect
 		}
 		_ = uc.SetDeadline(tryDeadline)
-		res, retryStale := p.roundTripH1(cbr, cbw, uc, req, resp, reused && stale == 0 && bodyless, route, mayRetry)
+		res, retryStale := p.roundTripH1(cbr, cbw, uc, st, reused && stale == 0 && bodyless, route, mayRetry, tryDeadline)
 		if retryStale {
 			uc.Close()
 			continue // a pooled connection the peer had closed: one fresh try, not a retry
@@ -287,34 +298,66 @@ func (p *Proxy) exchangeH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.Wr
 
 // roundTripH1 writes the request on uc and forwards the response. retryStale is set
 // when a reused connection failed before any response byte and may be replaced.
-func (p *Proxy) roundTripH1(cbr *bufio.Reader, cbw *bufio.Writer, uc *cluster.Conn, req, resp *msg, mayBeStale bool,
-	route *dataplane.Route, mayRetry bool) (res outcome, retryStale bool) {
+func (p *Proxy) roundTripH1(cbr *bufio.Reader, cbw *bufio.Writer, uc *cluster.Conn, st *h1state, mayBeStale bool,
+	route *dataplane.Route, mayRetry bool, tryDeadline time.Time) (res outcome, retryStale bool) {
+	req, resp := &st.req, &st.resp
 	w := uc.W
 	w.Write(req.buf[req.m0:req.t1])
 	w.WriteString(" HTTP/1.1\r\n")
 	req.writeFields(w)
 	w.WriteString("\r\n")
 	bodyDone := req.contentLength <= 0 && !req.chunked
-	if req.expect100 && !bodyDone {
-		// The client waits for 100 Continue before sending the body: relay it.
+	interim := 0
+	// RFC 9110 §10.1.1: an HTTP/1.0 request's 100-continue expectation is ignored.
+	if req.expect100 && !req.http10 && !bodyDone {
+		// The client waits for 100 Continue before sending the body: relay the
+		// upstream's, or send one when the upstream stays silent (it may not know
+		// Expect and wait for the body itself).
 		if err := w.Flush(); err != nil {
 			return p.upstreamErr(uc, err, false), mayBeStale
 		}
-		if err := resp.readHead(uc.R, p.cfg.MaxHeaderBytes, p.cfg.MaxHeaderFields); err != nil {
-			return p.upstreamErr(uc, err, false), mayBeStale
+	wait:
+		for {
+			wait := time.Now().Add(p.cfg.ExpectContinueTimeout)
+			own := tryDeadline.IsZero() || wait.Before(tryDeadline)
+			if own {
+				_ = uc.SetReadDeadline(wait)
+			}
+			_, err := uc.R.Peek(1)
+			if own {
+				_ = uc.SetReadDeadline(tryDeadline)
+			}
+			switch {
+			case err != nil && own && errors.Is(err, os.ErrDeadlineExceeded):
+				cbw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+				break wait
+			case err != nil:
+				return p.upstreamErr(uc, err, false), mayBeStale && !errors.Is(err, os.ErrDeadlineExceeded)
+			}
+			if res, ok := p.readUpstreamHead(uc, st, &interim); !ok {
+				return res, false
+			}
+			switch {
+			case resp.status == http.StatusContinue:
+				if !p.relayInterim(cbw, st) {
+					uc.Close()
+					return done, false
+				}
+				break wait
+			case resp.status >= 200:
+				// A final answer before the body was asked for: the client's body is
+				// still unsent, so neither connection can carry another message.
+				req.close = true
+				return p.forwardResponse(cbw, uc, st, route, false, false), false
+			}
+			if !p.relayInterim(cbw, st) {
+				uc.Close()
+				return done, false
+			}
 		}
-		if err := resp.parseStatusLine(); err != nil {
-			uc.Close()
-			return failReset, false
-		}
-		if resp.status != http.StatusContinue {
-			// Final answer without the body: forward it, then close (body state unknown).
-			req.close = true
-			return p.forwardResponse(cbw, uc, req, resp, route, false), false
-		}
-		cbw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
 		if err := cbw.Flush(); err != nil {
 			uc.Close()
+			req.close = true
 			return done, false
 		}
 	}
@@ -335,29 +378,80 @@ func (p *Proxy) roundTripH1(cbr *bufio.Reader, cbw *bufio.Writer, uc *cluster.Co
 		return p.upstreamErr(uc, err, !bodyDone), mayBeStale && bodyDone
 	}
 	for {
-		if err := resp.readHead(uc.R, p.cfg.MaxHeaderBytes, p.cfg.MaxHeaderFields); err != nil {
-			stale := mayBeStale && (err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) || isReset(err))
+		_, err := uc.R.Peek(1)
+		if err != nil {
+			stale := mayBeStale && interim == 0 && (err == io.EOF || isReset(err))
 			return p.upstreamErr(uc, err, !bodyDone), stale
 		}
-		if err := resp.parseStatusLine(); err != nil {
-			uc.Close()
-			return failReset, false
+		if res, ok := p.readUpstreamHead(uc, st, &interim); !ok {
+			return res, false
 		}
 		if resp.status >= 200 {
 			break
 		}
-		if resp.status == http.StatusSwitchingProtocols {
+		// 1xx informational (100, 103): relay now and keep reading for the final one.
+		if !p.relayInterim(cbw, st) {
 			uc.Close()
-			return failReset, false
+			req.close = true
+			return done, false
 		}
-		// 1xx informational (100, 103): relay and keep reading.
-		cbw.WriteString("HTTP/1.1")
-		cbw.Write(resp.buf[8:resp.start])
-		cbw.WriteString("\r\n")
-		resp.writeFields(cbw)
-		cbw.WriteString("\r\n")
 	}
-	return p.forwardResponse(cbw, uc, req, resp, route, mayRetry), false
+	return p.forwardResponse(cbw, uc, st, route, mayRetry, true), false
+}
+
+// MaxInterimResponses bounds the 1xx responses relayed before a final one; an
+// upstream sending more is answered 502 (net/http's client accepts 5; a proxy
+// relays what its clients may expect, Early Hints and 100 Continue among them).
+const MaxInterimResponses = 16
+
+// readUpstreamHead reads and checks one response head into st.resp. A malformed head
+// closes uc and yields failProtocol with st.upErr naming the problem; a 101 here is
+// one no request asked for (upgrades are handled before).
+func (p *Proxy) readUpstreamHead(uc *cluster.Conn, st *h1state, interim *int) (outcome, bool) {
+	resp := &st.resp
+	err := resp.readHead(uc.R, p.cfg.MaxHeaderBytes, p.cfg.MaxHeaderFields)
+	if err == nil {
+		err = resp.parseStatusLine()
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, errMalformed) || errors.Is(err, errHeaderTooLarge) || errors.Is(err, errUnsupportedTE):
+		st.upErr = err
+		uc.Close()
+		return failProtocol, false
+	default:
+		return p.upstreamErr(uc, err, true), false
+	}
+	if resp.status == http.StatusSwitchingProtocols {
+		st.upErr = errors.New("101 Switching Protocols to a request that asked for no upgrade")
+		uc.Close()
+		return failProtocol, false
+	}
+	if resp.status < 200 {
+		if *interim++; *interim > MaxInterimResponses {
+			st.upErr = fmt.Errorf("more than %d interim (1xx) responses", MaxInterimResponses)
+			uc.Close()
+			return failProtocol, false
+		}
+	}
+	return done, true
+}
+
+// relayInterim forwards the 1xx head in st.resp at once (Early Hints are worth
+// something only before the final response); an HTTP/1.0 client gets none (RFC 9110
+// §15.2). false: the client went away.
+func (p *Proxy) relayInterim(cbw *bufio.Writer, st *h1state) bool {
+	if st.req.http10 {
+		return true
+	}
+	resp := &st.resp
+	resp.chunked, resp.contentLength = false, -1 // a 1xx has no content
+	cbw.WriteString("HTTP/1.1")
+	cbw.Write(resp.buf[8:resp.start])
+	cbw.WriteString("\r\n")
+	resp.writeFields(cbw)
+	cbw.WriteString("\r\n")
+	return cbw.Flush() == nil
 }
 
 func isReset(err error) bool {
@@ -376,54 +470,96 @@ func (p *Proxy) upstreamErr(uc *cluster.Conn, err error, bodySent bool) outcome 
 	return failReset
 }
 
-// forwardResponse writes resp's head and body to the client and releases uc.
-func (p *Proxy) forwardResponse(cbw *bufio.Writer, uc *cluster.Conn, req, resp *msg, route *dataplane.Route, canRetry bool) outcome {
-	noBody := resp.status == http.StatusNoContent || resp.status == http.StatusNotModified ||
-		(req.m1-req.m0 == 4 && string(req.buf[req.m0:req.m1]) == "HEAD")
-	untilClose := !noBody && !resp.chunked && resp.contentLength < 0
+func isHead(req *msg) bool { return req.m1-req.m0 == 4 && string(req.buf[req.m0:req.m1]) == "HEAD" }
+
+// forwardResponse writes the head and body of st.resp to the client and releases uc:
+// back to the pool only when reusable, the message ended exactly where its framing
+// says and nothing more arrived.
+func (p *Proxy) forwardResponse(cbw *bufio.Writer, uc *cluster.Conn, st *h1state, route *dataplane.Route, canRetry, reusable bool) outcome {
+	req, resp := &st.req, &st.resp
+	// RFC 9112 §6.3: HEAD, 204 and 304 responses end at their header section whatever
+	// their headers say.
+	noBody := resp.status == http.StatusNoContent || resp.status == http.StatusNotModified || isHead(req)
+	chunked, n := resp.chunked, resp.contentLength
+	untilClose := !noBody && !chunked && n < 0
+	if resp.status == http.StatusNoContent && (chunked || n > 0) {
+		// A 204 announcing content: whatever follows cannot be trusted as the next
+		// response. Deliver the 204, then discard the connection.
+		reusable = false
+	}
+	reusable = reusable && !resp.close && !untilClose
 	if canRetry && route.Retry != nil && route.Retry.RetryStatus(resp.status) {
 		// Drop this response unread only if the caller still has attempts; it decides.
 		// Draining keeps the connection; a long body is cheaper to close.
-		if !noBody && !untilClose && !resp.chunked && resp.contentLength <= maxDiscard {
-			if _, err := uc.R.Discard(int(resp.contentLength)); err == nil && !resp.close {
-				p.cfg.Pool.Put(uc)
+		if reusable && (noBody || (!chunked && n <= maxDiscard)) {
+			if noBody || n <= 0 {
+				p.release(uc)
+				return failStatus
+			}
+			if _, err := uc.R.Discard(int(n)); err == nil {
+				p.release(uc)
 				return failStatus
 			}
 		}
 		uc.Close()
 		return failStatus
 	}
+	// An HTTP/1.0 client cannot read chunked: it gets the content, delimited by close.
+	dechunk := chunked && !noBody && req.http10
+	switch {
+	case resp.status == http.StatusNoContent:
+		resp.chunked, resp.contentLength = false, -1 // RFC 9110 §8.6: no Content-Length on a 204
+	case noBody || dechunk:
+		resp.chunked = false // HEAD and 304 keep Content-Length: it describes the representation
+	}
 	cbw.WriteString("HTTP/1.1")
 	cbw.Write(resp.buf[8:resp.start])
 	cbw.WriteString("\r\n")
 	resp.writeFields(cbw)
-	if req.close || untilClose {
+	resp.chunked, resp.contentLength = chunked, n
+	if req.close || untilClose || dechunk {
 		cbw.WriteString("Connection: close\r\n")
 		req.close = true
+	} else if req.http10 {
+		cbw.WriteString("Connection: keep-alive\r\n") // an HTTP/1.0 client asked for it
 	}
 	cbw.WriteString("\r\n")
 	var err error
 	switch {
 	case noBody:
-	case resp.chunked:
+	case dechunk:
+		err = dechunkBody(cbw, uc.R)
+	case chunked:
 		err = copyChunked(cbw, uc.R)
-	case resp.contentLength > 0:
-		err = copyN(cbw, uc.R, resp.contentLength)
+	case n > 0:
+		err = copyN(cbw, uc.R, n)
 	case untilClose:
 		err = copyUntilEOF(cbw, uc.R)
-		resp.close = true
 	}
 	if err == nil {
 		err = cbw.Flush()
 	}
-	if err != nil || resp.close {
+	if err != nil {
+		// Mid-body: the head is sent, so no status can tell the client. Reset its
+		// connection so a truncated body is never taken for a whole one.
 		uc.Close()
 		req.close = true
+		st.abort = true
 		return done
 	}
+	if !reusable {
+		uc.Close()
+		return done
+	}
+	p.release(uc)
+	return done
+}
+
+// release gives a connection whose message ended back to the pool (which closes it
+// if bytes past the message are buffered).
+func (p *Proxy) release(uc *cluster.Conn) {
 	_ = uc.SetDeadline(time.Time{})
 	p.cfg.Pool.Put(uc)
-	return done
 }
 
 // discardAndReply answers locally after consuming a small request body.

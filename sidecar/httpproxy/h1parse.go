@@ -256,7 +256,13 @@ func (m *msg) parseFraming() error {
 		}
 	}
 	if m.chunked {
-		m.contentLength = -1 // RFC 9112 §6.3: transfer-encoding overrides content-length
+		// RFC 9112 §6.3: transfer-encoding overrides content-length, and a message
+		// with both may be an attack: its connection carries nothing after it
+		// (§6.1 for requests; for a response, the upstream connection is dropped).
+		if m.contentLength >= 0 {
+			m.close = true
+		}
+		m.contentLength = -1
 	}
 	return nil
 }
@@ -408,7 +414,15 @@ func copyUntilEOF(dst *bufio.Writer, src *bufio.Reader) error {
 const maxChunkLine = 4096
 
 // copyChunked forwards a chunked body frame by frame, as received, validating sizes.
-func copyChunked(dst *bufio.Writer, src *bufio.Reader) error {
+func copyChunked(dst *bufio.Writer, src *bufio.Reader) error { return transferChunked(dst, src, true) }
+
+// dechunkBody copies only the content of a chunked body (for an HTTP/1.0 client,
+// which cannot read chunked framing); trailers are dropped.
+func dechunkBody(dst *bufio.Writer, src *bufio.Reader) error { return transferChunked(dst, src, false) }
+
+// transferChunked reads and validates a chunked body from src, writing it to dst as
+// received (raw) or as its content only.
+func transferChunked(dst *bufio.Writer, src *bufio.Reader, raw bool) error {
 	for {
 		if src.Buffered() == 0 && dst.Buffered() > 0 {
 			if err := dst.Flush(); err != nil {
@@ -426,8 +440,10 @@ func copyChunked(dst *bufio.Writer, src *bufio.Reader) error {
 		if !ok {
 			return fmt.Errorf("%w: chunk size", errMalformed)
 		}
-		if _, err := dst.Write(line); err != nil {
-			return err
+		if raw {
+			if _, err := dst.Write(line); err != nil {
+				return err
+			}
 		}
 		if size == 0 {
 			// Trailer section, then the final CRLF.
@@ -436,8 +452,10 @@ func copyChunked(dst *bufio.Writer, src *bufio.Reader) error {
 				if err != nil {
 					return chunkErr(err)
 				}
-				if _, err := dst.Write(t); err != nil {
-					return err
+				if raw {
+					if _, err := dst.Write(t); err != nil {
+						return err
+					}
 				}
 				if len(trimEOL(t)) == 0 {
 					return nil
@@ -454,8 +472,10 @@ func copyChunked(dst *bufio.Writer, src *bufio.Reader) error {
 		if len(trimEOL(crlf)) != 0 {
 			return fmt.Errorf("%w: chunk not terminated by CRLF", errMalformed)
 		}
-		if _, err := dst.Write(crlf); err != nil {
-			return err
+		if raw {
+			if _, err := dst.Write(crlf); err != nil {
+				return err
+			}
 		}
 	}
 }

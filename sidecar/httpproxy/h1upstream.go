@@ -99,7 +99,10 @@ func (p *Proxy) exchangePool(uc *cluster.Conn, out *http.Request, stop func() bo
 	}
 	m := respMsgs.Get().(*msg)
 	defer respMsgs.Put(m)
-	for {
+	for interim := 0; ; interim++ {
+		if interim > MaxInterimResponses {
+			return nil, fmt.Errorf("upstream sent more than %d interim (1xx) responses", MaxInterimResponses)
+		}
 		if err := m.readHead(uc.R, p.cfg.MaxHeaderBytes, p.cfg.MaxHeaderFields); err != nil {
 			if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) || isReset(err) {
 				return nil, fmt.Errorf("%w: %w", errStaleConn, err)
@@ -139,7 +142,9 @@ func (p *Proxy) exchangePool(uc *cluster.Conn, out *http.Request, stop func() bo
 		k := http.CanonicalHeaderKey(string(name))
 		resp.Header[k] = append(resp.Header[k], string(m.value(i)))
 	}
-	keep := !m.close
+	// A 204 announcing content cannot be trusted with the next request (the pool
+	// itself refuses a connection with bytes buffered past the message).
+	keep := !m.close && !(m.status == http.StatusNoContent && (m.chunked || m.contentLength > 0))
 	body := &poolBody{r: uc.R, resp: resp, release: func(keep bool) {
 		if stop() && keep {
 			_ = uc.SetDeadline(time.Time{})

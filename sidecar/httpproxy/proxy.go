@@ -55,6 +55,10 @@ type Config struct {
 	IdleTimeout time.Duration
 	// ReadHeaderTimeout bounds reading one request's header section. Default 30s.
 	ReadHeaderTimeout time.Duration
+	// ExpectContinueTimeout is how long a request with "Expect: 100-continue" waits
+	// for the upstream's first answer before the proxy sends the client 100
+	// Continue itself (an upstream that ignores Expect waits for the body). Default 1s.
+	ExpectContinueTimeout time.Duration
 	// Rand picks weighted clusters; nil uses math/rand/v2.
 	Rand func() uint64
 	// Observer, when set, is told of every answered request. nil records nothing.
@@ -138,6 +142,10 @@ const (
 	h2PingTimeout = 30 * time.Second
 )
 
+// DefaultExpectContinueTimeout is Config.ExpectContinueTimeout's default (curl's
+// and net/http's usual client-side wait).
+const DefaultExpectContinueTimeout = time.Second
+
 // Response header naming why a request was failed closed.
 const DegradedHeader = "x-weft-degraded"
 
@@ -173,6 +181,9 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.H2ConnBuffer == 0 {
 		cfg.H2ConnBuffer = DefaultH2Buffer
 	}
+	if cfg.ExpectContinueTimeout == 0 {
+		cfg.ExpectContinueTimeout = DefaultExpectContinueTimeout
+	}
 	switch {
 	case cfg.BufferSize < MinBufferSize || cfg.BufferSize > MaxBufferSize:
 		return nil, fmt.Errorf("httpproxy: BufferSize %d outside 4KiB..1MiB", cfg.BufferSize)
@@ -180,7 +191,7 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("httpproxy: MaxHeaderBytes %d outside 1KiB..1MiB", cfg.MaxHeaderBytes)
 	case cfg.MaxHeaderFields < MinMaxHeaderFields || cfg.MaxHeaderFields > MaxMaxHeaderFields:
 		return nil, fmt.Errorf("httpproxy: MaxHeaderFields %d outside 8..1024", cfg.MaxHeaderFields)
-	case cfg.IdleTimeout < 0 || cfg.ReadHeaderTimeout < 0:
+	case cfg.IdleTimeout < 0 || cfg.ReadHeaderTimeout < 0 || cfg.ExpectContinueTimeout < 0:
 		return nil, errors.New("httpproxy: timeouts must not be negative")
 	case cfg.MaxConcurrentStreams < 1 || cfg.MaxConcurrentStreams > MaxMaxConcurrentStreams:
 		return nil, fmt.Errorf("httpproxy: MaxConcurrentStreams %d outside 1..%d", cfg.MaxConcurrentStreams, MaxMaxConcurrentStreams)
