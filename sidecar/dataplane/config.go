@@ -8,6 +8,8 @@ package dataplane
 import (
 	"net/netip"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -63,6 +65,23 @@ func (l *Listener) Chain(port uint16) *FilterChain {
 		return l.any
 	}
 	return l.def
+}
+
+// HTTPPorts lists, ascending, the destination ports whose HTTP route table has a
+// virtual host for host (its port, if any, ignored), for error messages that tell
+// a user where a host is served. It allocates; not for the request path's hits.
+func (l *Listener) HTTPPorts(host string) []uint16 {
+	if i := strings.LastIndexByte(host, ':'); i > 0 && !strings.HasSuffix(host, "]") {
+		host = host[:i]
+	}
+	var ports []uint16
+	for p, c := range l.byPort {
+		if c.HTTP != nil && (c.HTTP.Lookup(host) != nil || c.HTTP.Lookup(host+":"+strconv.Itoa(int(p))) != nil) {
+			ports = append(ports, uint16(p))
+		}
+	}
+	slices.Sort(ports)
+	return ports
 }
 
 // FilterChain ends in exactly one of HTTP (a route table) or TCP.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -93,7 +94,7 @@ func TestHTTP1Proxying(t *testing.T) {
 		{"POST", "/post", "svc:80", "hello", 200, "POST /post body=hello"},
 		{"GET", "/stream", "svc", "", 200, "part0;part1;part2;"},
 		{"HEAD", "/h", "svc", "", 200, ""},
-		{"GET", "/", "other", "", 404, "no virtual host for other\n"},
+		{"GET", "/", "other", "", 404, `no virtual host for host: looked for host "other" port ` + strconv.Itoa(int(s.Addr.Port())) + ` on listener outbound; host "other" is served on no port of listener outbound` + "\n"},
 	}
 	for _, tc := range tests {
 		resp, body := do(t, c, tc.method, url+tc.path, tc.host, tc.body)
@@ -371,7 +372,8 @@ func TestExplicitModeChains(t *testing.T) {
 	}{
 		{"svc:9080", 200, "GET / body="},
 		{"web", 200, "port80"},
-		{"svc:1234", 404, "no HTTP filter chain\n"},
+		{"svc:1234", 404, `no HTTP route table for port: looked for host "svc:1234" port 1234 on listener outbound; host "svc" is served on port 9080` + "\n"},
+		{"nosuch:80", 404, `no virtual host for host: looked for host "nosuch:80" port 80 on listener outbound; host "nosuch" is served on no port of listener outbound` + "\n"},
 	}
 	for _, tc := range tests {
 		resp, body := do(t, c, "GET", "http://"+s.Addr.String()+"/", tc.host, "")

@@ -52,13 +52,9 @@ func (h *reqHeaders) Get(n string) (string, bool) {
 	case ":method":
 		return m.str(m.m0, m.m1), true
 	case ":path":
-		return m.str(m.t0, m.t1), true
+		return m.path(), true
 	case ":authority":
-		if m.hostIdx < 0 {
-			return "", false
-		}
-		f := m.fields[m.hostIdx]
-		return m.str(int(f.vs), int(f.ve)), true
+		return m.authority()
 	}
 	return m.get(n)
 }
@@ -81,24 +77,15 @@ func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t 
 	}()
 	for ctx.Err() == nil {
 		// The sniff already set a deadline for the first request.
-		if err := st.req.readHead(br, p.cfg.MaxHeaderBytes, p.cfg.MaxHeaderFields); err != nil {
-			switch {
-			case errors.Is(err, errHeaderTooLarge):
-				p.localReply(bw, st, http.StatusRequestHeaderFieldsTooLarge, "", err.Error(), true)
-				p.observe("", st.code, time.Now())
-			case errors.Is(err, errMalformed):
-				p.localReply(bw, st, http.StatusBadRequest, "", err.Error(), true)
-				p.observe("", st.code, time.Now())
-			}
-			return
+		err := st.req.readHead(br, p.cfg.MaxHeaderBytes, p.cfg.MaxHeaderFields)
+		if err == nil {
+			err = st.req.parseRequestLine(p.cfg.MaxURIBytes)
 		}
-		if err := st.req.parseRequestLine(); err != nil {
-			code := http.StatusBadRequest
-			if errors.Is(err, errUnsupportedTE) {
-				code = http.StatusNotImplemented
+		if err != nil {
+			if code := parseErrStatus(err); code != 0 {
+				p.localReply(bw, st, code, LocalParser, err.Error(), true)
+				p.observe("", st.code, time.Now())
 			}
-			p.localReply(bw, st, code, "", err.Error(), true)
-			p.observe("", st.code, time.Now())
 			return
 		}
 		_ = conn.SetReadDeadline(time.Time{})
@@ -126,6 +113,22 @@ func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t 
 	}
 }
 
+// parseErrStatus is the status answering a request that failed to parse; 0 when the
+// client went away or timed out (nothing to answer).
+func parseErrStatus(err error) int {
+	switch {
+	case errors.Is(err, errHeaderTooLarge):
+		return http.StatusRequestHeaderFieldsTooLarge
+	case errors.Is(err, errURITooLong):
+		return http.StatusRequestURITooLong
+	case errors.Is(err, errUnsupportedTE):
+		return http.StatusNotImplemented
+	case errors.Is(err, errMalformed):
+		return http.StatusBadRequest
+	}
+	return 0
+}
+
 // outcome of one upstream attempt.
 type outcome uint8
 
@@ -138,6 +141,7 @@ const (
 	failOverflow                // circuit breaker refused
 	failBodySent                // failed after the request body was consumed: no retry
 	failProtocol                // the upstream's response is malformed (st.upErr): 502, no retry
+	failBadBody                 // the client's request body is malformed (chunked framing): 400
 	toPeer                      // picked a peer sidecar (st.peer): nothing sent, go over HTTP/2
 )
 
@@ -145,22 +149,21 @@ const (
 func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer, st *h1state, t *Target) bool {
 	req := &st.req
 	cfg := t.Snapshot.Load() // the whole request runs on this snapshot
-	host, _ := st.hdrs.Get(":authority")
-	path := req.str(req.t0, req.t1)
+	host, _ := req.authority()
+	path := req.path()
 	if req.upgrade {
-		return p.discardAndReply(br, bw, st, http.StatusNotImplemented, "", "protocol upgrade is not supported")
+		return p.discardAndReply(br, bw, st, http.StatusNotImplemented, LocalParser, "protocol upgrade is not supported")
+	}
+	if req.m1-req.m0 == 7 && req.str(req.m0, req.m1) == "CONNECT" {
+		return p.discardAndReply(br, bw, st, http.StatusNotImplemented, LocalParser, "CONNECT is not supported")
 	}
 	rr := p.resolve(cfg, t, host, path, &st.hdrs)
 	if rr.status != 0 {
-		deg := ""
-		if rr.status == http.StatusServiceUnavailable && p.cfg.Degraded != nil {
-			deg = rr.reason
-		}
-		return p.discardAndReply(br, bw, st, rr.status, deg, rr.reason)
+		return p.discardAndReply(br, bw, st, rr.status, rr.local, rr.reason)
 	}
 	route := rr.route
 	if route.Direct != nil {
-		return p.discardAndReply(br, bw, st, int(route.Direct.Status), "", route.Direct.Body)
+		return p.discardAndReply(br, bw, st, int(route.Direct.Status), LocalDirect, route.Direct.Body)
 	}
 	var deadline time.Time
 	if route.Timeout > 0 {
@@ -210,7 +213,7 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 			return !req.close && st.resp.status != 0
 		}
 		// Fallback: next cluster in priority order while the request can be replayed.
-		if res == failBodySent || res == failProtocol || fb >= len(route.Fallback) || (!bodyless && res != failConnect && res != failOverflow) {
+		if res == failBodySent || res == failProtocol || res == failBadBody || fb >= len(route.Fallback) || (!bodyless && res != failConnect && res != failOverflow) {
 			break
 		}
 		c = route.Fallback[fb]
@@ -221,14 +224,16 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 		}
 	}
 	switch last {
+	case failBadBody:
+		p.localReply(bw, st, http.StatusBadRequest, LocalParser, "malformed chunked request body", true)
 	case failTimeout:
 		p.timeoutH1(bw, st, route, deadline)
 	case failOverflow:
-		p.localReply(bw, st, http.StatusServiceUnavailable, "", "upstream overflow", true)
+		p.localReply(bw, st, http.StatusServiceUnavailable, LocalOverflow, "upstream overflow", true)
 	case failProtocol:
-		p.localReply(bw, st, http.StatusBadGateway, "", "invalid response from upstream: "+st.upErr.Error(), true)
+		p.localReply(bw, st, http.StatusBadGateway, LocalUpstreamProtocol, "invalid response from upstream: "+st.upErr.Error(), true)
 	default:
-		p.localReply(bw, st, http.StatusServiceUnavailable, "", "upstream connect error or disconnect/reset before headers", true)
+		p.localReply(bw, st, http.StatusServiceUnavailable, LocalUpstreamConnect, "upstream connect error or disconnect/reset before headers", true)
 	}
 	return false
 }
@@ -302,9 +307,7 @@ func (p *Proxy) roundTripH1(cbr *bufio.Reader, cbw *bufio.Writer, uc *cluster.Co
 	route *dataplane.Route, mayRetry bool, tryDeadline time.Time) (res outcome, retryStale bool) {
 	req, resp := &st.req, &st.resp
 	w := uc.W
-	w.Write(req.buf[req.m0:req.t1])
-	w.WriteString(" HTTP/1.1\r\n")
-	req.writeFields(w)
+	req.writeRequestHead(w)
 	w.WriteString("\r\n")
 	bodyDone := req.contentLength <= 0 && !req.chunked
 	interim := 0
@@ -371,6 +374,9 @@ func (p *Proxy) roundTripH1(cbr *bufio.Reader, cbw *bufio.Writer, uc *cluster.Co
 		if err != nil {
 			uc.Close()
 			req.close = true
+			if errors.Is(err, errMalformed) {
+				return failBadBody, false // the client's framing, not the upstream's fault
+			}
 			return failBodySent, false
 		}
 	}
@@ -563,13 +569,13 @@ func (p *Proxy) release(uc *cluster.Conn) {
 }
 
 // discardAndReply answers locally after consuming a small request body.
-func (p *Proxy) discardAndReply(br *bufio.Reader, bw *bufio.Writer, st *h1state, code int, degraded, body string) bool {
-	return p.discardAndReplyHeader(br, bw, st, code, degradedName(degraded), degraded, body)
+func (p *Proxy) discardAndReply(br *bufio.Reader, bw *bufio.Writer, st *h1state, code int, local, body string) bool {
+	return p.discardAndReplyHeader(br, bw, st, code, local, degradedName(local, body), body, body)
 }
 
-// degradedName is the header a degraded reason goes in; "" when there is none.
-func degradedName(degraded string) string {
-	if degraded == "" {
+// degradedName is the header a degraded reason goes in; "" for other answers.
+func degradedName(local, reason string) string {
+	if local != LocalDegraded || reason == "" {
 		return ""
 	}
 	return DegradedHeader
@@ -577,7 +583,7 @@ func degradedName(degraded string) string {
 
 // discardAndReplyHeader is discardAndReply with one header of the caller's
 // (none when name is "").
-func (p *Proxy) discardAndReplyHeader(br *bufio.Reader, bw *bufio.Writer, st *h1state, code int, name, value, body string) bool {
+func (p *Proxy) discardAndReplyHeader(br *bufio.Reader, bw *bufio.Writer, st *h1state, code int, local, name, value, body string) bool {
 	req := &st.req
 	closeAfter := req.close
 	switch {
@@ -588,19 +594,21 @@ func (p *Proxy) discardAndReplyHeader(br *bufio.Reader, bw *bufio.Writer, st *h1
 			closeAfter = true
 		}
 	}
-	p.writeReply(bw, st, code, name, value, body, closeAfter)
+	p.writeReply(bw, st, code, local, name, value, body, closeAfter)
 	return !closeAfter
 }
 
-// localReply writes a small plain-text response generated by the proxy.
+// localReply writes a small plain-text response generated by the proxy, with
+// x-weft-local naming the part that answered (local, one of the Local* values) and,
+// for LocalDegraded, x-weft-degraded carrying the reason (body).
 // The cluster recorded for the request stays as it was: an upstream failure is
 // counted against the cluster that failed.
-func (p *Proxy) localReply(bw *bufio.Writer, st *h1state, code int, degraded, body string, closeConn bool) {
-	p.writeReply(bw, st, code, degradedName(degraded), degraded, body, closeConn)
+func (p *Proxy) localReply(bw *bufio.Writer, st *h1state, code int, local, body string, closeConn bool) {
+	p.writeReply(bw, st, code, local, degradedName(local, body), body, body, closeConn)
 }
 
 // writeReply is localReply with one header of the caller's (none when name is "").
-func (p *Proxy) writeReply(bw *bufio.Writer, st *h1state, code int, name, value, body string, closeConn bool) {
+func (p *Proxy) writeReply(bw *bufio.Writer, st *h1state, code int, local, name, value, body string, closeConn bool) {
 	req := &st.req
 	st.code = code
 	bw.WriteString("HTTP/1.1 ")
@@ -609,6 +617,8 @@ func (p *Proxy) writeReply(bw *bufio.Writer, st *h1state, code int, name, value,
 	bw.WriteString(http.StatusText(code))
 	bw.WriteString("\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ")
 	bw.WriteString(strconv.Itoa(len(body) + 1))
+	bw.WriteString("\r\n" + LocalHeader + ": ")
+	bw.WriteString(local)
 	bw.WriteString("\r\n")
 	if name != "" {
 		bw.WriteString(name)

@@ -12,12 +12,16 @@ import (
 // Parse errors map to 4xx for clients and 502 for upstreams.
 var (
 	errHeaderTooLarge = errors.New("header section too large")
+	errURITooLong     = errors.New("request target too long")
 	errMalformed      = errors.New("malformed HTTP/1.1 message")
 	errUnsupportedTE  = errors.New("unsupported transfer-encoding")
 )
 
 // field locates one header line inside msg.buf by offsets (buf may grow while reading).
 type field struct{ ns, ne, vs, ve int32 }
+
+// span is a range of msg.buf.
+type span struct{ s, e int32 }
 
 // msg is a parsed HTTP/1.x start line and header section, reused across requests on
 // one connection. Only what routing and framing need is interpreted; everything else
@@ -26,9 +30,15 @@ type msg struct {
 	buf    []byte // start line then header lines, CRLF stripped, each line once
 	start  int    // end of the start line in buf
 	fields []field
+	conn   []span // tokens of the Connection header(s): headers to drop as hop-by-hop
 	// start line, as offsets into buf
 	m0, m1, t0, t1, p0, p1 int // request: method, target, proto; response: proto, status, reason
 	status                 int
+	// Request target in origin form: u0..u1 is the path and query sent upstream
+	// (the whole target unless absolute-form); a0..a1 the authority of an
+	// absolute-form target (abs), which replaces Host (RFC 9112 §3.2.2).
+	u0, u1, a0, a1 int
+	abs            bool
 
 	contentLength int64 // -1: not given
 	chunked       bool
@@ -37,14 +47,17 @@ type msg struct {
 	hostIdx       int // field index of Host, -1 if none
 	expect100     bool
 	upgrade       bool
+	teIdx         int // field index of a TE request header that asks for trailers, -1 if none
+	maxFields     int // the limit readHead ran with; bounds Connection tokens too
 }
 
 func (m *msg) reset() {
 	m.buf = m.buf[:0]
 	m.fields = m.fields[:0]
+	m.conn = m.conn[:0]
 	m.contentLength = -1
-	m.chunked, m.close, m.http10, m.expect100, m.upgrade = false, false, false, false, false
-	m.hostIdx = -1
+	m.chunked, m.close, m.http10, m.expect100, m.upgrade, m.abs = false, false, false, false, false, false
+	m.hostIdx, m.teIdx = -1, -1
 	m.status = 0
 }
 
@@ -70,6 +83,27 @@ func (m *msg) get(lname string) (string, bool) {
 	return "", false
 }
 
+// path is the request target sent upstream and routed on (origin form).
+func (m *msg) path() string {
+	if m.abs && m.u0 == m.u1 {
+		return "/" // "http://host" means "/" (RFC 9112 §3.2.2)
+	}
+	return m.str(m.u0, m.u1)
+}
+
+// authority is what the request is routed by: an absolute-form target's authority,
+// else the Host header.
+func (m *msg) authority() (string, bool) {
+	if m.abs {
+		return m.str(m.a0, m.a1), true
+	}
+	if m.hostIdx < 0 {
+		return "", false
+	}
+	f := m.fields[m.hostIdx]
+	return m.str(int(f.vs), int(f.ve)), true
+}
+
 func equalFoldLower(b []byte, lower string) bool {
 	if len(b) != len(lower) {
 		return false
@@ -86,17 +120,55 @@ func equalFoldLower(b []byte, lower string) bool {
 	return true
 }
 
-// readHead reads a start line and header section from r into m.
+// badLineByte marks bytes no line of a message head may hold (RFC 9112 §2.2, RFC 9110
+// §5.5): every control character but HTAB, DEL, and so bare CR and NUL. A bare LF
+// cannot appear inside a line: it ends one, and readHead rejects a line it ends
+// without CR. Rejecting (not replacing with SP, which RFC 9110 §5.5 also allows for
+// CR and NUL in values) keeps what we forward byte-identical to what we parsed.
+var badLineByte = func() (t [256]bool) {
+	for c := 0; c < 0x20; c++ {
+		t[c] = c != '\t'
+	}
+	t[0x7f] = true
+	return t
+}()
+
+// readLine returns the next CRLF-terminated line without its CRLF; a line ended by a
+// bare LF, or holding a control byte, is malformed.
+func readLine(r *bufio.Reader) ([]byte, error) {
+	line, err := r.ReadSlice('\n')
+	if err != nil {
+		return line, err
+	}
+	if len(line) < 2 || line[len(line)-2] != '\r' {
+		return nil, fmt.Errorf("%w: line not ended by CRLF", errMalformed)
+	}
+	line = line[:len(line)-2]
+	for _, c := range line {
+		if badLineByte[c] {
+			return nil, fmt.Errorf("%w: control character 0x%02x in line", errMalformed, c)
+		}
+	}
+	return line, nil
+}
+
+// readHead reads a start line and header section from r into m. A start line longer
+// than r's buffer is errURITooLong (only a request target makes one that long).
 func (m *msg) readHead(r *bufio.Reader, maxBytes int, maxFields int) error {
 	m.reset()
+	m.maxFields = maxFields
 	first := true
+	skipped := 0
 	for {
-		line, err := r.ReadSlice('\n')
+		line, err := readLine(r)
 		if err != nil {
 			if errors.Is(err, bufio.ErrBufferFull) {
+				if first {
+					return errURITooLong
+				}
 				return errHeaderTooLarge
 			}
-			if first && len(line) == 0 {
+			if first && len(line) == 0 && skipped == 0 {
 				return err // clean EOF between messages
 			}
 			if err == io.EOF {
@@ -104,10 +176,14 @@ func (m *msg) readHead(r *bufio.Reader, maxBytes int, maxFields int) error {
 			}
 			return err
 		}
-		line = trimEOL(line)
 		if first {
 			if len(line) == 0 {
-				continue // RFC 9112 §2.2: ignore leading empty lines
+				// RFC 9112 §2.2: ignore empty lines before the start line; they count
+				// against the header bound so a stream of them ends.
+				if skipped += 2; skipped > maxBytes {
+					return errHeaderTooLarge
+				}
+				continue
 			}
 			first = false
 			m.buf = append(m.buf, line...)
@@ -123,35 +199,45 @@ func (m *msg) readHead(r *bufio.Reader, maxBytes int, maxFields int) error {
 		if len(m.fields) >= maxFields {
 			return errHeaderTooLarge
 		}
-		if line[0] == ' ' || line[0] == '\t' {
-			return fmt.Errorf("%w: obsolete line folding", errMalformed)
-		}
-		c := bytes.IndexByte(line, ':')
-		if c <= 0 {
-			return fmt.Errorf("%w: header line without name", errMalformed)
+		vs, ve, ok := splitField(line)
+		if !ok {
+			return fmt.Errorf("%w: header line %q", errMalformed, clip(line))
 		}
 		base := int32(len(m.buf))
 		m.buf = append(m.buf, line...)
-		vs, ve := c+1, len(line)
-		for vs < ve && (line[vs] == ' ' || line[vs] == '\t') {
-			vs++
-		}
-		for ve > vs && (line[ve-1] == ' ' || line[ve-1] == '\t') {
-			ve--
-		}
-		for i := 0; i < c; i++ {
-			if !isTokenChar(line[i]) {
-				return fmt.Errorf("%w: invalid header name", errMalformed)
-			}
-		}
+		c := bytes.IndexByte(line, ':')
 		m.fields = append(m.fields, field{ns: base, ne: base + int32(c), vs: base + int32(vs), ve: base + int32(ve)})
 	}
 }
 
-func trimEOL(b []byte) []byte {
-	b = b[:len(b)-1]
-	if len(b) > 0 && b[len(b)-1] == '\r' {
-		b = b[:len(b)-1]
+// splitField checks one header (or trailer) line, "token: value" with the value free
+// of control bytes (readLine checked those), and returns the trimmed value's bounds.
+// Obsolete line folding (a line starting with SP/HTAB) and whitespace before the
+// colon are malformed (RFC 9112 §5.1, §5.2).
+func splitField(line []byte) (vs, ve int, ok bool) {
+	c := bytes.IndexByte(line, ':')
+	if c <= 0 {
+		return 0, 0, false
+	}
+	for i := 0; i < c; i++ {
+		if !isTokenChar(line[i]) {
+			return 0, 0, false
+		}
+	}
+	vs, ve = c+1, len(line)
+	for vs < ve && (line[vs] == ' ' || line[vs] == '\t') {
+		vs++
+	}
+	for ve > vs && (line[ve-1] == ' ' || line[ve-1] == '\t') {
+		ve--
+	}
+	return vs, ve, true
+}
+
+// clip bounds bytes quoted in an error message.
+func clip(b []byte) []byte {
+	if len(b) > 64 {
+		return b[:64]
 	}
 	return b
 }
@@ -162,28 +248,120 @@ func isTokenChar(c byte) bool {
 		c != '=' && c != '{' && c != '}'
 }
 
-// parseRequestLine splits "METHOD SP target SP HTTP/1.x".
-func (m *msg) parseRequestLine() error {
+// parseRequestLine splits "METHOD SP target SP HTTP/1.x" (RFC 9112 §3) and reads the
+// framing headers. The method is a token; the target has no control bytes or spaces
+// and is origin-form, absolute-form ("http://authority/path", routed by its
+// authority), "*" or, for CONNECT, authority-form; a target longer than maxURI is
+// errURITooLong.
+func (m *msg) parseRequestLine(maxURI int) error {
 	l := m.buf[:m.start]
 	s1 := bytes.IndexByte(l, ' ')
 	if s1 <= 0 {
 		return fmt.Errorf("%w: request line", errMalformed)
 	}
+	for _, c := range l[:s1] {
+		if !isTokenChar(c) {
+			return fmt.Errorf("%w: method", errMalformed)
+		}
+	}
 	s2 := bytes.IndexByte(l[s1+1:], ' ')
+	if s2 < 0 && len(l)-s1-1 > maxURI {
+		return errURITooLong
+	}
 	if s2 <= 0 {
 		return fmt.Errorf("%w: request line", errMalformed)
 	}
 	s2 += s1 + 1
 	m.m0, m.m1, m.t0, m.t1, m.p0, m.p1 = 0, s1, s1+1, s2, s2+1, len(l)
+	if m.t1-m.t0 > maxURI {
+		return errURITooLong
+	}
 	switch string(l[m.p0:m.p1]) {
 	case "HTTP/1.1":
 	case "HTTP/1.0":
 		m.http10 = true
 		m.close = true
 	default:
-		return fmt.Errorf("%w: unsupported protocol %q", errMalformed, l[m.p0:m.p1])
+		return fmt.Errorf("%w: unsupported protocol %q", errMalformed, clip(l[m.p0:m.p1]))
 	}
-	return m.parseFraming()
+	if err := m.parseTarget(); err != nil {
+		return err
+	}
+	if err := m.parseFraming(); err != nil {
+		return err
+	}
+	if m.hostIdx < 0 && !m.http10 && !m.abs {
+		return fmt.Errorf("%w: HTTP/1.1 request without Host", errMalformed) // RFC 9112 §3.2
+	}
+	if m.hostIdx >= 0 {
+		for _, c := range m.value(m.hostIdx) {
+			if !isHostChar(c) {
+				return fmt.Errorf("%w: invalid Host", errMalformed)
+			}
+		}
+	}
+	return nil
+}
+
+// parseTarget classifies the request target and sets the origin-form path (u0..u1)
+// and, for absolute-form, the authority (a0..a1).
+func (m *msg) parseTarget() error {
+	t := m.buf[m.t0:m.t1]
+	for _, c := range t {
+		if c <= ' ' || c == 0x7f {
+			return fmt.Errorf("%w: request target", errMalformed)
+		}
+	}
+	m.u0, m.u1 = m.t0, m.t1
+	switch {
+	case t[0] == '/':
+		return nil
+	case len(t) == 1 && t[0] == '*': // asterisk-form, OPTIONS
+		return nil
+	case m.m1-m.m0 == 7 && string(m.buf[m.m0:m.m1]) == "CONNECT": // authority-form
+		return nil
+	}
+	var n int
+	switch {
+	case len(t) > 7 && equalFoldLower(t[:7], "http://"):
+		n = 7
+	case len(t) > 8 && equalFoldLower(t[:8], "https://"):
+		n = 8
+	default:
+		return fmt.Errorf("%w: request target is neither a path nor an http(s) URL", errMalformed)
+	}
+	a := n
+	for a < len(t) && t[a] != '/' && t[a] != '?' && t[a] != '#' {
+		if !isHostChar(t[a]) || t[a] == '@' {
+			return fmt.Errorf("%w: authority of absolute-form target", errMalformed) // userinfo is deprecated (RFC 9110 §4.2.4)
+		}
+		a++
+	}
+	if a == n {
+		return fmt.Errorf("%w: absolute-form target without a host", errMalformed)
+	}
+	if a < len(t) && t[a] != '/' {
+		// "http://h?q" is "/?q" upstream; we would have to rewrite it: refuse instead.
+		return fmt.Errorf("%w: absolute-form target with a query but no path", errMalformed)
+	}
+	m.abs = true
+	m.a0, m.a1 = m.t0+n, m.t0+a
+	m.u0 = m.t0 + a
+	return nil
+}
+
+// isHostChar: bytes of reg-name, IP literals and a port (RFC 3986 §3.2.2), plus '@'
+// for the caller to refuse.
+func isHostChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	switch c {
+	case '-', '.', '_', '~', '!', '$', '&', '\'', '(', ')', '*', '+', ',', ';', '=', ':', '[', ']', '%', '@':
+		return true
+	}
+	return false
 }
 
 // parseStatusLine splits "HTTP/1.x SP code SP reason".
@@ -208,11 +386,17 @@ func (m *msg) parseStatusLine() error {
 	return m.parseFraming()
 }
 
-// parseFraming reads the headers that decide framing and connection reuse.
+// parseFraming reads the headers that decide framing and connection reuse
+// (RFC 9112 §6). Requests and responses share it; m.status is 0 for a request.
 func (m *msg) parseFraming() error {
+	te, cl := -1, false
 	for i := range m.fields {
 		n := m.name(i)
 		switch len(n) {
+		case 2:
+			if m.status == 0 && equalFoldLower(n, "te") && containsTokenFold(m.value(i), "trailers") {
+				m.teIdx = i
+			}
 		case 4:
 			if equalFoldLower(n, "host") {
 				if m.hostIdx >= 0 {
@@ -230,11 +414,8 @@ func (m *msg) parseFraming() error {
 			}
 		case 10:
 			if equalFoldLower(n, "connection") {
-				v := m.value(i)
-				if containsTokenFold(v, "close") {
-					m.close = true
-				} else if m.http10 && containsTokenFold(v, "keep-alive") {
-					m.close = false
+				if err := m.connectionTokens(i); err != nil {
+					return err
 				}
 			}
 		case 14:
@@ -244,25 +425,111 @@ func (m *msg) parseFraming() error {
 					return fmt.Errorf("%w: content-length", errMalformed)
 				}
 				m.contentLength = v
+				cl = true
 			}
 		case 17:
 			if equalFoldLower(n, "transfer-encoding") {
-				v := m.value(i)
-				if !equalFoldLower(v, "chunked") {
-					return errUnsupportedTE
+				if te >= 0 {
+					return fmt.Errorf("%w: more than one Transfer-Encoding header", errMalformed)
 				}
-				m.chunked = true
+				te = i
 			}
 		}
 	}
-	if m.chunked {
-		// RFC 9112 §6.3: transfer-encoding overrides content-length, and a message
-		// with both may be an attack: its connection carries nothing after it
-		// (§6.1 for requests; for a response, the upstream connection is dropped).
-		if m.contentLength >= 0 {
-			m.close = true
+	if te < 0 {
+		return nil
+	}
+	if m.status == 0 && m.http10 {
+		// RFC 9112 §6.1: an HTTP/1.0 client cannot have meant chunked framing.
+		return fmt.Errorf("%w: Transfer-Encoding in an HTTP/1.0 request", errMalformed)
+	}
+	if err := checkTE(m.value(te)); err != nil {
+		return err
+	}
+	m.chunked = true
+	m.contentLength = -1 // RFC 9112 §6.3: transfer-encoding overrides content-length
+	if cl {
+		// RFC 9112 §6.1: both framings may be a smuggling attempt; the message is read
+		// by its Transfer-Encoding (Content-Length is not forwarded) and the
+		// connection is closed after it.
+		m.close = true
+	}
+	return nil
+}
+
+// checkTE accepts exactly "chunked": chunked repeated or not last is malformed
+// (RFC 9112 §6.1, §7); any other coding is errUnsupportedTE (501, RFC 9112 §6.1).
+func checkTE(v []byte) error {
+	seen, last := false, false
+	for rest := v; ; {
+		i := bytes.IndexByte(rest, ',')
+		t := rest
+		if i >= 0 {
+			t = rest[:i]
 		}
-		m.contentLength = -1
+		t = bytes.Trim(t, " \t")
+		last = false
+		if len(t) == 0 {
+			return fmt.Errorf("%w: empty transfer coding", errMalformed)
+		}
+		if equalFoldLower(t, "chunked") {
+			if seen {
+				return fmt.Errorf("%w: chunked applied twice", errMalformed)
+			}
+			seen, last = true, true
+		}
+		if i < 0 {
+			break
+		}
+		rest = rest[i+1:]
+	}
+	switch {
+	case seen && !last:
+		return fmt.Errorf("%w: chunked is not the last transfer coding", errMalformed)
+	case !seen || len(bytes.Trim(v, " \t")) != len("chunked"):
+		return errUnsupportedTE
+	}
+	return nil
+}
+
+// connectionTokens records the options of Connection field i: close and
+// keep-alive decide reuse; every token names a header to drop as hop-by-hop.
+func (m *msg) connectionTokens(i int) error {
+	f := m.fields[i]
+	for p := int(f.vs); p < int(f.ve); {
+		e := p
+		for e < int(f.ve) && m.buf[e] != ',' {
+			e++
+		}
+		s, t := p, e
+		for s < t && (m.buf[s] == ' ' || m.buf[s] == '\t') {
+			s++
+		}
+		for t > s && (m.buf[t-1] == ' ' || m.buf[t-1] == '\t') {
+			t--
+		}
+		p = e + 1
+		if s == t {
+			continue
+		}
+		tok := m.buf[s:t]
+		for _, c := range tok {
+			if !isTokenChar(c) {
+				return fmt.Errorf("%w: Connection option", errMalformed)
+			}
+		}
+		switch {
+		case equalFoldLower(tok, "close"):
+			m.close = true
+		case equalFoldLower(tok, "keep-alive"):
+			if m.http10 {
+				m.close = false
+			}
+		}
+		if len(m.conn) >= m.maxFields {
+			return fmt.Errorf("%w: more Connection options than header fields allowed", errMalformed)
+		}
+		m.conn = append(m.conn, span{int32(s), int32(t)})
 	}
 	return nil
 }
@@ -298,8 +565,8 @@ func containsTokenFold(v []byte, tok string) bool {
 	return false
 }
 
-// hopByHop reports headers a proxy must not forward (RFC 9110 §7.6.1), plus framing
-// headers the proxy writes itself.
+// hopByHop reports headers a proxy never forwards (RFC 9110 §7.6.1), whatever
+// Connection says, plus the framing headers the proxy writes itself.
 func hopByHop(n []byte) bool {
 	switch len(n) {
 	case 2:
@@ -322,15 +589,50 @@ func hopByHop(n []byte) bool {
 	return false
 }
 
+// isHopByHop is the one hop-by-hop filter, for requests and responses alike: field
+// i is not forwarded when its name is hop-by-hop by definition (hopByHop) or is
+// named by the message's Connection header (RFC 9110 §7.6.1).
+func (m *msg) isHopByHop(i int) bool {
+	n := m.name(i)
+	if hopByHop(n) {
+		return true
+	}
+	for _, s := range m.conn {
+		if int(s.e-s.s) == len(n) && bytes.EqualFold(m.buf[s.s:s.e], n) {
+			return true
+		}
+	}
+	return false
+}
+
 // writeFields writes every end-to-end header line followed by the framing headers.
-func (m *msg) writeFields(w *bufio.Writer) {
+func (m *msg) writeFields(w *bufio.Writer) { m.writeFieldsKeep(w, false) }
+
+// writeFieldsKeep is writeFields; upgrade keeps the Upgrade header and writes
+// "Connection: upgrade" for a protocol switch being forwarded.
+func (m *msg) writeFieldsKeep(w *bufio.Writer, upgrade bool) {
 	for i := range m.fields {
 		f := m.fields[i]
-		if hopByHop(m.buf[f.ns:f.ne]) {
+		if m.isHopByHop(i) {
+			if upgrade && len(m.name(i)) == 7 && equalFoldLower(m.name(i), "upgrade") {
+				w.Write(m.buf[f.ns:f.ve])
+				w.WriteString("\r\n")
+			}
 			continue
+		}
+		if m.abs && i == m.hostIdx {
+			continue // replaced by the target's authority (writeRequestHead)
 		}
 		w.Write(m.buf[f.ns:f.ve])
 		w.WriteString("\r\n")
+	}
+	if upgrade {
+		w.WriteString("Connection: upgrade\r\n")
+	}
+	if m.teIdx >= 0 {
+		// TE is hop-by-hop, but "trailers" says the client reads trailers, which
+		// gRPC-style upstreams check end to end; other codings we do not relay.
+		w.WriteString("TE: trailers\r\n")
 	}
 	switch {
 	case m.chunked:
@@ -341,6 +643,27 @@ func (m *msg) writeFields(w *bufio.Writer) {
 		w.Write(appendInt(w.AvailableBuffer(), m.contentLength))
 		w.WriteString("\r\n")
 	}
+}
+
+// writeRequestHead writes the request line in origin form and the header section
+// (without the blank line ending it). An absolute-form target's authority becomes
+// the Host header (RFC 9112 §3.2.2).
+func (m *msg) writeRequestHead(w *bufio.Writer) {
+	w.Write(m.buf[m.m0:m.m1])
+	w.WriteByte(' ')
+	w.WriteString(m.path())
+	w.WriteString(" HTTP/1.1\r\n")
+	switch {
+	case m.abs:
+		w.WriteString("Host: ")
+		w.Write(m.buf[m.a0:m.a1])
+		w.WriteString("\r\n")
+	case m.hostIdx < 0:
+		// An HTTP/1.0 request without Host goes upstream as HTTP/1.1, which must
+		// have one: empty when the authority is unknown (RFC 9112 §3.2).
+		w.WriteString("Host: \r\n")
+	}
+	m.writeFields(w)
 }
 
 func appendInt(b []byte, n int64) []byte {
@@ -413,15 +736,26 @@ func copyUntilEOF(dst *bufio.Writer, src *bufio.Reader) error {
 // maxChunkLine bounds a chunk-size line (with extensions) and a trailer line.
 const maxChunkLine = 4096
 
-// copyChunked forwards a chunked body frame by frame, as received, validating sizes.
+// MaxTrailerBytes bounds the trailer section of a chunked body (every trailer line
+// with its CRLF). A package constant rather than a Config field: the one chunked
+// decoder serves both directions and the bridge, none of which carry a Config.
+const MaxTrailerBytes = 16 << 10
+
+// copyChunked forwards a chunked body frame by frame, as received, after checking
+// each frame: the chunk-size line and its extensions (parseChunkLine), the CRLF
+// after the data, and each trailer line (a header line: token, colon, no control
+// bytes). Nothing malformed is written to dst: a frame is checked before any of
+// its bytes are. Malformed input is errMalformed; a read error of src is returned
+// as is (io.ErrUnexpectedEOF at EOF); dst's write errors are returned as is.
+// It is the one chunked-body checker: requests, responses and poolBody use it.
 func copyChunked(dst *bufio.Writer, src *bufio.Reader) error { return transferChunked(dst, src, true) }
 
 // dechunkBody copies only the content of a chunked body (for an HTTP/1.0 client,
-// which cannot read chunked framing); trailers are dropped.
+// which cannot read chunked framing); trailers are checked and dropped.
 func dechunkBody(dst *bufio.Writer, src *bufio.Reader) error { return transferChunked(dst, src, false) }
 
-// transferChunked reads and validates a chunked body from src, writing it to dst as
-// received (raw) or as its content only.
+// transferChunked reads and checks a chunked body from src (as copyChunked says),
+// writing it to dst as received (raw) or as its content only.
 func transferChunked(dst *bufio.Writer, src *bufio.Reader, raw bool) error {
 	for {
 		if src.Buffered() == 0 && dst.Buffered() > 0 {
@@ -433,12 +767,9 @@ func transferChunked(dst *bufio.Writer, src *bufio.Reader, raw bool) error {
 		if err != nil {
 			return chunkErr(err)
 		}
-		if len(line) > maxChunkLine {
-			return fmt.Errorf("%w: chunk line too long", errMalformed)
-		}
-		size, ok := parseChunkSize(trimEOL(line))
-		if !ok {
-			return fmt.Errorf("%w: chunk size", errMalformed)
+		size, err := parseChunkLine(line)
+		if err != nil {
+			return err
 		}
 		if raw {
 			if _, err := dst.Write(line); err != nil {
@@ -446,21 +777,7 @@ func transferChunked(dst *bufio.Writer, src *bufio.Reader, raw bool) error {
 			}
 		}
 		if size == 0 {
-			// Trailer section, then the final CRLF.
-			for {
-				t, err := src.ReadSlice('\n')
-				if err != nil {
-					return chunkErr(err)
-				}
-				if raw {
-					if _, err := dst.Write(t); err != nil {
-						return err
-					}
-				}
-				if len(trimEOL(t)) == 0 {
-					return nil
-				}
-			}
+			return copyTrailers(dst, src, raw)
 		}
 		if err := copyN(dst, src, size); err != nil {
 			return err
@@ -469,8 +786,8 @@ func transferChunked(dst *bufio.Writer, src *bufio.Reader, raw bool) error {
 		if err != nil {
 			return chunkErr(err)
 		}
-		if len(trimEOL(crlf)) != 0 {
-			return fmt.Errorf("%w: chunk not terminated by CRLF", errMalformed)
+		if len(crlf) != 2 || crlf[0] != '\r' {
+			return fmt.Errorf("%w: chunk data not followed by CRLF", errMalformed)
 		}
 		if raw {
 			if _, err := dst.Write(crlf); err != nil {
@@ -478,6 +795,54 @@ func transferChunked(dst *bufio.Writer, src *bufio.Reader, raw bool) error {
 			}
 		}
 	}
+}
+
+// copyTrailers checks the trailer section after the last chunk, through the blank
+// line ending the body, and forwards it when raw.
+func copyTrailers(dst *bufio.Writer, src *bufio.Reader, raw bool) error {
+	total := 0
+	for {
+		t, err := readTrailer(src, &total)
+		if err != nil {
+			return err
+		}
+		if raw {
+			if _, err := dst.Write(t); err != nil {
+				return err
+			}
+		}
+		if len(t) == 2 {
+			return nil
+		}
+	}
+}
+
+// readTrailer reads and checks one trailer line (returned with its CRLF; "\r\n"
+// ends the section), counting it in *total against MaxTrailerBytes.
+func readTrailer(src *bufio.Reader, total *int) ([]byte, error) {
+	t, err := src.ReadSlice('\n')
+	if err != nil {
+		return nil, chunkErr(err)
+	}
+	if *total += len(t); *total > MaxTrailerBytes || len(t) > maxChunkLine {
+		return nil, fmt.Errorf("%w: trailer section too long", errMalformed)
+	}
+	if len(t) < 2 || t[len(t)-2] != '\r' {
+		return nil, fmt.Errorf("%w: trailer line not ended by CRLF", errMalformed)
+	}
+	if len(t) == 2 {
+		return t, nil
+	}
+	body := t[:len(t)-2]
+	for _, c := range body {
+		if badLineByte[c] {
+			return nil, fmt.Errorf("%w: control character 0x%02x in trailer", errMalformed, c)
+		}
+	}
+	if _, _, ok := splitField(body); !ok {
+		return nil, fmt.Errorf("%w: trailer line %q", errMalformed, clip(body))
+	}
+	return t, nil
 }
 
 func chunkErr(err error) error {
@@ -490,26 +855,110 @@ func chunkErr(err error) error {
 	return err
 }
 
-func parseChunkSize(b []byte) (int64, bool) {
-	if i := bytes.IndexByte(b, ';'); i >= 0 {
-		b = b[:i]
+// parseChunkLine checks a chunk-size line as read, CRLF included (RFC 9112 §7.1):
+//
+//	chunk-size *( BWS ";" BWS token [ BWS "=" BWS ( token / quoted-string ) ] ) CRLF
+//
+// and returns the size. Extensions are forwarded, never interpreted.
+func parseChunkLine(line []byte) (int64, error) {
+	if len(line) > maxChunkLine {
+		return 0, fmt.Errorf("%w: chunk line too long", errMalformed)
 	}
-	b = bytes.TrimRight(b, " \t")
-	if len(b) == 0 || len(b) > 15 {
-		return 0, false
+	if len(line) < 3 || line[len(line)-2] != '\r' || line[len(line)-1] != '\n' {
+		return 0, fmt.Errorf("%w: chunk-size line not ended by CRLF", errMalformed)
 	}
+	b := line[:len(line)-2]
+	i := 0
 	var n int64
-	for _, c := range b {
+	for ; i < len(b); i++ {
+		c := b[i]
+		var d byte
 		switch {
 		case '0' <= c && c <= '9':
-			n = n<<4 | int64(c-'0')
+			d = c - '0'
 		case 'a' <= c && c <= 'f':
-			n = n<<4 | int64(c-'a'+10)
+			d = c - 'a' + 10
 		case 'A' <= c && c <= 'F':
-			n = n<<4 | int64(c-'A'+10)
+			d = c - 'A' + 10
 		default:
+			goto ext
+		}
+		if i >= 15 {
+			return 0, fmt.Errorf("%w: chunk size too large", errMalformed)
+		}
+		n = n<<4 | int64(d)
+	}
+ext:
+	if i == 0 {
+		return 0, fmt.Errorf("%w: chunk size", errMalformed)
+	}
+	for i < len(b) {
+		i = skipBWS(b, i)
+		if i == len(b) || b[i] != ';' {
+			return 0, fmt.Errorf("%w: chunk size", errMalformed)
+		}
+		i = skipBWS(b, i+1)
+		j := skipToken(b, i)
+		if j == i {
+			return 0, fmt.Errorf("%w: chunk extension name", errMalformed)
+		}
+		i = skipBWS(b, j)
+		if i == len(b) || b[i] != '=' {
+			if i < len(b) && b[i] != ';' {
+				return 0, fmt.Errorf("%w: chunk extension", errMalformed)
+			}
+			continue
+		}
+		i = skipBWS(b, i+1)
+		if i < len(b) && b[i] == '"' {
+			j, ok := skipQuoted(b, i)
+			if !ok {
+				return 0, fmt.Errorf("%w: chunk extension quoted value", errMalformed)
+			}
+			i = j
+		} else {
+			j := skipToken(b, i)
+			if j == i {
+				return 0, fmt.Errorf("%w: chunk extension value", errMalformed)
+			}
+			i = j
+		}
+	}
+	return n, nil
+}
+
+func skipBWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+func skipToken(b []byte, i int) int {
+	for i < len(b) && isTokenChar(b[i]) {
+		i++
+	}
+	return i
+}
+
+// skipQuoted returns the index after the quoted-string starting at b[i] == '"'
+// (RFC 9110 §5.6.4).
+func skipQuoted(b []byte, i int) (int, bool) {
+	for i++; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, true
+		case c == '\\':
+			if i+1 == len(b) || !isQuotedChar(b[i+1]) {
+				return 0, false
+			}
+			i++
+		case !isQuotedChar(c):
 			return 0, false
 		}
 	}
-	return n, true
+	return 0, false
 }
+
+// isQuotedChar: HTAB, SP, VCHAR and obs-text.
+func isQuotedChar(c byte) bool { return c == '\t' || (c >= ' ' && c != 0x7f) }

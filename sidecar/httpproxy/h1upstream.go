@@ -126,7 +126,7 @@ func (p *Proxy) exchangePool(uc *cluster.Conn, out *http.Request, stop func() bo
 	}
 	for i := range m.fields {
 		name := m.name(i)
-		if hopByHop(name) {
+		if m.isHopByHop(i) {
 			if len(name) == len("trailer") && equalFoldLower(name, "trailer") {
 				for _, t := range strings.Split(string(m.value(i)), ",") {
 					if t = strings.TrimSpace(t); t != "" {
@@ -227,7 +227,7 @@ func (b *poolBody) Read(p []byte) (int, error) {
 		return n, b.fail(err)
 	case b.left == 0 && b.chunked:
 		crlf, err := b.r.ReadSlice('\n')
-		if err != nil || len(trimEOL(crlf)) != 0 {
+		if err != nil || len(crlf) != 2 || crlf[0] != '\r' {
 			return n, b.fail(fmt.Errorf("%w: chunk not terminated by CRLF", errMalformed))
 		}
 		b.inChunk = false
@@ -244,34 +244,31 @@ func (b *poolBody) nextChunk() error {
 	if err != nil {
 		return chunkErr(err)
 	}
-	size, ok := parseChunkSize(trimEOL(line))
-	if !ok {
-		return fmt.Errorf("%w: chunk size", errMalformed)
+	size, err := parseChunkLine(line)
+	if err != nil {
+		return err
 	}
 	if size > 0 {
 		b.left, b.inChunk = size, true
 		return nil
 	}
+	total := 0
 	for {
-		t, err := b.r.ReadSlice('\n')
+		t, err := readTrailer(b.r, &total)
 		if err != nil {
-			return chunkErr(err)
+			return err
 		}
-		t = trimEOL(t)
+		t = t[:len(t)-2]
 		if len(t) == 0 {
 			b.finish(b.keep)
 			return nil
 		}
-		if len(t) > maxChunkLine {
-			return fmt.Errorf("%w: trailer line too long", errMalformed)
+		c := strings.IndexByte(string(t), ':')
+		k := http.CanonicalHeaderKey(string(t[:c]))
+		if b.resp.Trailer == nil {
+			b.resp.Trailer = http.Header{}
 		}
-		if c := strings.IndexByte(string(t), ':'); c > 0 {
-			k := http.CanonicalHeaderKey(strings.TrimSpace(string(t[:c])))
-			if b.resp.Trailer == nil {
-				b.resp.Trailer = http.Header{}
-			}
-			b.resp.Trailer[k] = append(b.resp.Trailer[k], strings.TrimSpace(string(t[c+1:])))
-		}
+		b.resp.Trailer[k] = append(b.resp.Trailer[k], strings.TrimSpace(string(t[c+1:])))
 	}
 }
 

@@ -60,7 +60,7 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request, t *Target) {
 	defer func() { p.observe(a.cluster, a.code, start) }()
 	if which := p.admit(t); which != "" {
 		w.Header().Set(OverflowHeader, which)
-		a.code = p.errorReply(w, r, http.StatusServiceUnavailable, "", overflowBody(which))
+		a.code = p.errorReply(w, r, http.StatusServiceUnavailable, LocalOverflow, overflowBody(which))
 		return
 	}
 	defer t.Requests.Release()
@@ -68,16 +68,13 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request, t *Target) {
 	h := httpHeaders{r: r}
 	rr := p.resolve(cfg, t, r.Host, r.URL.RequestURI(), h)
 	if rr.status != 0 {
-		deg := ""
-		if rr.status == http.StatusServiceUnavailable && p.cfg.Degraded != nil {
-			deg = rr.reason
-		}
-		a.code = p.errorReply(w, r, rr.status, deg, rr.reason)
+		a.code = p.errorReply(w, r, rr.status, rr.local, rr.reason)
 		return
 	}
 	route := rr.route
 	if route.Direct != nil {
 		a.code = int(route.Direct.Status)
+		w.Header().Set(LocalHeader, LocalDirect)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(a.code)
 		io.WriteString(w, route.Direct.Body)
@@ -161,13 +158,13 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 		} else {
 			w.Header().Set(TimeoutHeader, timeoutValue(route, true))
 		}
-		a.code = p.errorReply(w, r, http.StatusGatewayTimeout, "", "upstream request timeout")
+		a.code = p.errorReply(w, r, http.StatusGatewayTimeout, LocalTimeout, "upstream request timeout")
 	case errors.Is(lastErr, cluster.ErrOverflow):
-		a.code = p.errorReply(w, r, http.StatusServiceUnavailable, "", "upstream overflow")
+		a.code = p.errorReply(w, r, http.StatusServiceUnavailable, LocalOverflow, "upstream overflow")
 	case lastStatus != 0:
-		a.code = p.errorReply(w, r, lastStatus, "", "upstream failed after retries")
+		a.code = p.errorReply(w, r, lastStatus, LocalRetries, "upstream failed after retries")
 	default:
-		a.code = p.errorReply(w, r, http.StatusServiceUnavailable, "", "upstream connect error or disconnect/reset before headers")
+		a.code = p.errorReply(w, r, http.StatusServiceUnavailable, LocalUpstreamConnect, "upstream connect error or disconnect/reset before headers")
 	}
 }
 
@@ -296,10 +293,18 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, resp *http.Response, head bo
 	hdr := w.Header()
 	for k, v := range resp.Header {
 		switch k {
-		case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Trailer":
+		case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Trailer", "Te":
 			continue
 		}
 		hdr[k] = v
+	}
+	// Headers the upstream named in Connection are hop-by-hop too (RFC 9110 §7.6.1).
+	for _, v := range resp.Header["Connection"] {
+		for _, tok := range strings.Split(v, ",") {
+			if tok = strings.TrimSpace(tok); tok != "" {
+				hdr.Del(tok)
+			}
+		}
 	}
 	for k := range resp.Trailer {
 		hdr.Add("Trailer", k)
@@ -357,11 +362,13 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, resp *http.Response, head bo
 	}
 }
 
-// errorReply answers locally; gRPC callers get a gRPC status instead of an HTTP error.
-// It returns the HTTP status sent.
-func (p *Proxy) errorReply(w http.ResponseWriter, r *http.Request, code int, degraded, msg string) int {
-	if degraded != "" {
-		w.Header().Set(DegradedHeader, sanitizeHeader(degraded))
+// errorReply answers locally, with x-weft-local set to local (and, for
+// LocalDegraded, x-weft-degraded to msg); gRPC callers get a gRPC status instead of
+// an HTTP error. It returns the HTTP status sent.
+func (p *Proxy) errorReply(w http.ResponseWriter, r *http.Request, code int, local, msg string) int {
+	w.Header().Set(LocalHeader, local)
+	if local == LocalDegraded {
+		w.Header().Set(DegradedHeader, sanitizeHeader(msg))
 	}
 	if isGRPC(r) {
 		gs := "14" // UNAVAILABLE
@@ -423,34 +430,26 @@ func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Wr
 	// HTTP/2 client (HPACK's dynamic table keeps :path), and req.buf is overwritten
 	// by the next request on this connection. A view there once made the encoder
 	// index a later, equally long path as the earlier one's table entry.
-	u, err := url.ParseRequestURI(strings.Clone(req.str(req.t0, req.t1)))
+	u, err := url.ParseRequestURI(strings.Clone(req.path()))
 	if err != nil {
-		return p.discardAndReply(br, bw, st, http.StatusBadRequest, "", "bad request target")
+		return p.discardAndReply(br, bw, st, http.StatusBadRequest, LocalParser, "bad request target")
 	}
 	hr := &http.Request{
 		Method: string(req.buf[req.m0:req.m1]), URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: make(http.Header, len(req.fields)), ContentLength: req.contentLength, RemoteAddr: t.Source.String(),
 	}
-	var connTokens []string // headers the client named hop-by-hop in Connection
+	if host, ok := req.authority(); ok {
+		hr.Host = strings.Clone(host)
+	}
 	for i := range req.fields {
-		n := req.name(i)
-		if hopByHop(n) {
-			if len(n) == len("connection") && equalFoldLower(n, "connection") {
-				connTokens = append(connTokens, strings.Split(string(req.value(i)), ",")...)
-			}
+		if req.isHopByHop(i) || i == req.hostIdx {
 			continue
 		}
-		k := http.CanonicalHeaderKey(string(n))
-		if k == "Host" {
-			hr.Host = string(req.value(i))
-			continue
-		}
+		k := http.CanonicalHeaderKey(string(req.name(i)))
 		hr.Header[k] = append(hr.Header[k], string(req.value(i)))
 	}
-	for _, tok := range connTokens {
-		if tok = strings.TrimSpace(tok); tok != "" {
-			hr.Header.Del(tok)
-		}
+	if req.teIdx >= 0 {
+		hr.Header.Set("Te", "trailers")
 	}
 	switch {
 	case req.chunked:

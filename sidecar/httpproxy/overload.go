@@ -55,13 +55,13 @@ func timeoutValue(route *dataplane.Route, routeDeadline bool) string {
 
 // overflowH1 answers an HTTP/1.1 request refused by a sidecar bound.
 func (p *Proxy) overflowH1(br *bufio.Reader, bw *bufio.Writer, st *h1state, which string) bool {
-	return p.discardAndReplyHeader(br, bw, st, http.StatusServiceUnavailable, OverflowHeader, which, overflowBody(which))
+	return p.discardAndReplyHeader(br, bw, st, http.StatusServiceUnavailable, LocalOverflow, OverflowHeader, which, overflowBody(which))
 }
 
 // timeoutH1 answers an HTTP/1.1 request whose upstream did not answer in time.
 func (p *Proxy) timeoutH1(bw *bufio.Writer, st *h1state, route *dataplane.Route, deadline time.Time) {
 	routeDeadline := !deadline.IsZero() && !time.Now().Before(deadline)
-	p.writeReply(bw, st, http.StatusGatewayTimeout, TimeoutHeader, timeoutValue(route, routeDeadline), "upstream request timeout", true)
+	p.writeReply(bw, st, http.StatusGatewayTimeout, LocalTimeout, TimeoutHeader, timeoutValue(route, routeDeadline), "upstream request timeout", true)
 }
 
 // overflowBody is the body of an overflow answer; constant strings, so a refusal

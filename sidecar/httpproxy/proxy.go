@@ -5,6 +5,26 @@
 //
 // Each request loads the active *dataplane.Config once and finishes on it, so a swap
 // never changes a request midway.
+//
+// # Local answers
+//
+// Every response the sidecar generates itself, rather than relays from an upstream,
+// carries the header x-weft-local (LocalHeader) naming the part that answered, so a
+// user can tell a sidecar's 503 from an application's:
+//
+//	parser            400, 414, 431, 501: the request is malformed, too large or unsupported
+//	router            404 nothing routes this host/port/path (the body names what was
+//	                  looked for and which ports the host is served on); 503 no
+//	                  configuration or listener
+//	direct            a route's configured direct response
+//	degraded          503 failing closed; x-weft-degraded says why
+//	overflow          503 a circuit breaker or limit refused the request
+//	upstream-connect  503 no connection, or reset before response headers
+//	upstream-protocol 502 the upstream's response was not valid HTTP/1.1
+//	timeout           504 the route (or per-try) timeout passed
+//	retries           the last upstream status after retries, not the upstream's body
+//
+// HTTP/1.1 and HTTP/2 answers use the same values.
 package httpproxy
 
 import (
@@ -17,6 +37,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,6 +80,10 @@ type Config struct {
 	// for the upstream's first answer before the proxy sends the client 100
 	// Continue itself (an upstream that ignores Expect waits for the body). Default 1s.
 	ExpectContinueTimeout time.Duration
+	// MaxURIBytes bounds an HTTP/1.1 request target; longer ones answer 414.
+	// Default DefaultMaxURIBytes (at most BufferSize-1024, as the request line must
+	// fit the read buffer); 64..BufferSize-1024.
+	MaxURIBytes int
 	// Rand picks weighted clusters; nil uses math/rand/v2.
 	Rand func() uint64
 	// Observer, when set, is told of every answered request. nil records nothing.
@@ -149,6 +174,27 @@ const DefaultExpectContinueTimeout = time.Second
 // Response header naming why a request was failed closed.
 const DegradedHeader = "x-weft-degraded"
 
+// LocalHeader is set on every answer the sidecar generated itself; its value (one of
+// the Local* constants) names the part that answered. See the package doc.
+const LocalHeader = "x-weft-local"
+
+// Values of LocalHeader.
+const (
+	LocalParser           = "parser"
+	LocalRouter           = "router"
+	LocalDirect           = "direct"
+	LocalDegraded         = "degraded"
+	LocalOverflow         = "overflow"
+	LocalUpstreamConnect  = "upstream-connect"
+	LocalUpstreamProtocol = "upstream-protocol"
+	LocalTimeout          = "timeout"
+	LocalRetries          = "retries"
+)
+
+// DefaultMaxURIBytes is Config.MaxURIBytes's default (as nginx's and Envoy's
+// usual request-line bounds).
+const DefaultMaxURIBytes = 8 << 10
+
 // New checks cfg and builds a Proxy. Close releases its upstream connections.
 func New(cfg Config) (*Proxy, error) {
 	if cfg.Logger == nil {
@@ -184,6 +230,9 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.ExpectContinueTimeout == 0 {
 		cfg.ExpectContinueTimeout = DefaultExpectContinueTimeout
 	}
+	if cfg.MaxURIBytes == 0 {
+		cfg.MaxURIBytes = min(DefaultMaxURIBytes, cfg.BufferSize-1024)
+	}
 	switch {
 	case cfg.BufferSize < MinBufferSize || cfg.BufferSize > MaxBufferSize:
 		return nil, fmt.Errorf("httpproxy: BufferSize %d outside 4KiB..1MiB", cfg.BufferSize)
@@ -191,6 +240,8 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("httpproxy: MaxHeaderBytes %d outside 1KiB..1MiB", cfg.MaxHeaderBytes)
 	case cfg.MaxHeaderFields < MinMaxHeaderFields || cfg.MaxHeaderFields > MaxMaxHeaderFields:
 		return nil, fmt.Errorf("httpproxy: MaxHeaderFields %d outside 8..1024", cfg.MaxHeaderFields)
+	case cfg.MaxURIBytes < 64 || cfg.MaxURIBytes > cfg.BufferSize-1024:
+		return nil, fmt.Errorf("httpproxy: MaxURIBytes %d outside 64..BufferSize-1024 (%d)", cfg.MaxURIBytes, cfg.BufferSize-1024)
 	case cfg.IdleTimeout < 0 || cfg.ReadHeaderTimeout < 0 || cfg.ExpectContinueTimeout < 0:
 		return nil, errors.New("httpproxy: timeouts must not be negative")
 	case cfg.MaxConcurrentStreams < 1 || cfg.MaxConcurrentStreams > MaxMaxConcurrentStreams:
@@ -276,13 +327,35 @@ func (p *Proxy) ServeConn(ctx context.Context, conn net.Conn, t Target) {
 	br := p.getReader(conn)
 	// Sniff: prior-knowledge h2c (sidecar peers, gRPC clients) or HTTP/1.1.
 	_ = conn.SetReadDeadline(time.Now().Add(p.cfg.ReadHeaderTimeout))
-	if b, err := br.Peek(len(h2Preface)); err == nil && string(b) == h2Preface {
+	if isH2Preface(br) {
 		_ = conn.SetReadDeadline(time.Time{})
 		p.serveH2Conn(ctx, &bufConn{Conn: conn, r: br, t: t, closed: make(chan struct{})})
 		return
 	}
 	defer p.putReader(br)
 	p.serveH1(ctx, conn, br, t)
+}
+
+// isH2Preface reports whether br starts with the h2c client preface. It decides at
+// the first byte that differs, reading only what has arrived: a request shorter
+// than the preface ("GET / HTTP/1.0\r\n\r\n") is not held waiting for 24 bytes.
+// A read error (EOF, deadline) leaves the HTTP/1.1 path to see and report it.
+func isH2Preface(br *bufio.Reader) bool {
+	for n := 1; ; {
+		_, err := br.Peek(n) // blocks until n bytes have arrived (or err)
+		b, _ := br.Peek(min(br.Buffered(), len(h2Preface)))
+		if string(b) != h2Preface[:len(b)] {
+			return false
+		}
+		if len(b) == len(h2Preface) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+		// Everything that arrived matches so far: wait for one byte more.
+		n = len(b) + 1
+	}
 }
 
 // serveH2Conn hands bc to the HTTP/2 server, which owns it (and its reader) from
@@ -385,6 +458,7 @@ func (p *Proxy) putWriter(bw *bufio.Writer) { bw.Reset(nil); p.writers.Put(bw) }
 type routeResult struct {
 	route  *dataplane.Route
 	status int    // non-zero: answer locally with this status
+	local  string // with status: the LocalHeader value
 	reason string // body / degraded reason
 }
 
@@ -392,36 +466,67 @@ type routeResult struct {
 func (p *Proxy) resolve(cfg *dataplane.Config, t *Target, host, path string, h dataplane.Headers) routeResult {
 	if p.cfg.Degraded != nil {
 		if reason, bad := p.cfg.Degraded(); bad {
-			return routeResult{status: http.StatusServiceUnavailable, reason: reason}
+			return routeResult{status: http.StatusServiceUnavailable, local: LocalDegraded, reason: reason}
 		}
 	}
 	if cfg == nil {
-		return routeResult{status: http.StatusServiceUnavailable, reason: "no active configuration"}
+		return routeResult{status: http.StatusServiceUnavailable, local: LocalRouter, reason: "no active configuration"}
 	}
 	l := cfg.Listener(t.Listener)
 	if l == nil {
-		return routeResult{status: http.StatusServiceUnavailable, reason: "listener " + t.Listener + " not configured"}
+		return routeResult{status: http.StatusServiceUnavailable, local: LocalRouter, reason: "listener " + t.Listener + " not configured"}
 	}
 	// Chains are matched by original destination port. A connection made to the
 	// listener's own port (explicit mode) has none: the inbound listener then has a
 	// default chain (pilot routes it by Host); the outbound listener has only
 	// per-service-port chains, so the port in Host (80 if absent) picks one.
-	fc := l.Chain(t.Dest.Port())
-	if fc == nil && t.Dest.Port() == l.Addr.Port() {
-		fc = l.Chain(hostPort(host))
+	port := t.Dest.Port()
+	fc := l.Chain(port)
+	if fc == nil && port == l.Addr.Port() {
+		port = hostPort(host)
+		fc = l.Chain(port)
 	}
 	if fc == nil || fc.HTTP == nil {
-		return routeResult{status: http.StatusNotFound, reason: "no HTTP filter chain"}
+		return notFound(l, host, port, "no HTTP route table for port")
 	}
 	vh := fc.HTTP.Lookup(host)
 	if vh == nil {
-		return routeResult{status: http.StatusNotFound, reason: "no virtual host for " + host}
+		return notFound(l, host, port, "no virtual host for host")
 	}
 	r := vh.Match(path, h)
 	if r == nil {
-		return routeResult{status: http.StatusNotFound, reason: "no route"}
+		return routeResult{status: http.StatusNotFound, local: LocalRouter,
+			reason: fmt.Sprintf("no route for path %q on host %q port %d (virtual host %s)", clipStr(path), clipStr(host), port, vh.Name)}
 	}
 	return routeResult{route: r}
+}
+
+// notFound words a 404 a user can act on: what was looked for and the ports the
+// host is served on. It allocates, which only a miss pays for.
+func notFound(l *dataplane.Listener, host string, port uint16, what string) routeResult {
+	bare := host
+	if i := strings.LastIndexByte(host, ':'); i > 0 && !strings.HasSuffix(host, "]") {
+		bare = host[:i]
+	}
+	ports := l.HTTPPorts(bare)
+	serves := fmt.Sprintf("host %q is served on no port of listener %s", clipStr(bare), l.Name)
+	if len(ports) > 0 {
+		ps := make([]string, len(ports))
+		for i, p := range ports {
+			ps[i] = strconv.Itoa(int(p))
+		}
+		serves = fmt.Sprintf("host %q is served on port %s", clipStr(bare), strings.Join(ps, ", "))
+	}
+	return routeResult{status: http.StatusNotFound, local: LocalRouter,
+		reason: fmt.Sprintf("%s: looked for host %q port %d on listener %s; %s", what, clipStr(host), port, l.Name, serves)}
+}
+
+// clipStr bounds request data quoted in an answer.
+func clipStr(s string) string {
+	if len(s) > 128 {
+		return s[:128] + "..."
+	}
+	return s
 }
 
 // hostPort is the port in a Host header, 80 when it names none.
