@@ -73,6 +73,8 @@ type Settings struct {
 	// Staleness holds operator overrides "CLASS=WARN/EXPIRE[/ONEXPIRE]" (the sidecar
 	// parses them); for its class, one beats pilot's delivered StalenessPolicy.
 	Staleness []string
+	// Limits are the sidecar's own overload bounds.
+	Limits Limits
 }
 
 // MaxStalenessOverrides bounds --staleness.
@@ -98,6 +100,8 @@ type File struct {
 	// InsecureSkipManifest and Staleness: see Settings.
 	InsecureSkipManifest bool     `json:"insecure-skip-manifest,omitempty"`
 	Staleness            []string `json:"staleness,omitempty"`
+	// Overload bounds, inline: the keys are the flag names.
+	FileLimits
 }
 
 // ErrUsage wraps every error Parse returns, so cmd/sidecar can exit 2.
@@ -128,6 +132,7 @@ func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, err
 	fs.StringVar(&f.AppAddress, "app-address", "", "application IP (default "+DefaultAppAddress+")")
 	fs.StringVar(&f.XDSMode, "xds-mode", "", "delta|sotw (default delta)")
 	fs.BoolVar(&f.InsecureSkipManifest, "insecure-skip-manifest", false, "activate without pilot's signed manifest (plain xDS servers); allows no publisher-key")
+	limitFlags(fs, &f.FileLimits)
 	fs.Var(&stale, "staleness", "operator override CLASS=WARN/EXPIRE[/ONEXPIRE], repeatable; beats pilot's StalenessPolicy for that class")
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
@@ -193,6 +198,7 @@ func (f File) overriddenBy(cmd File, set map[string]bool) File {
 	if set["insecure-skip-manifest"] {
 		f.InsecureSkipManifest = cmd.InsecureSkipManifest
 	}
+	f.FileLimits.override(cmd.FileLimits, set)
 	return f
 }
 
@@ -234,6 +240,11 @@ func ParseLabels(s string) (map[string]string, error) {
 func (f File) Settings() (*Settings, error) {
 	s := &Settings{PublisherKey: f.PublisherKey, StateDir: f.StateDir, XDSMode: f.XDSMode,
 		InsecureSkipManifest: f.InsecureSkipManifest, Staleness: append([]string(nil), f.Staleness...)}
+	lim, err := f.FileLimits.Limits()
+	if err != nil {
+		return nil, err
+	}
+	s.Limits = lim
 	if len(f.Staleness) > MaxStalenessOverrides {
 		return nil, fmt.Errorf("staleness: %d overrides, limit %d", len(f.Staleness), MaxStalenessOverrides)
 	}

@@ -27,8 +27,10 @@ import (
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/sidecar/admin"
 	"github.com/weft-mesh/weft/sidecar/cluster"
+	"github.com/weft-mesh/weft/sidecar/dataplane"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/sidecar/listener"
+	"github.com/weft-mesh/weft/sidecar/overload"
 	"github.com/weft-mesh/weft/sidecar/runtime"
 	"github.com/weft-mesh/weft/sidecar/runtime/staleness"
 	"github.com/weft-mesh/weft/sidecar/tcpproxy"
@@ -116,6 +118,12 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	rcfg := runtime.Config{NodeID: s.Node.ID, StateDir: s.StateDir, Overrides: overrides, Logger: log.Named("runtime"),
 		InsecureSkipManifest: s.InsecureSkipManifest, AppAddress: s.AppAddress}
+	// Routes that set no timeout get --default-route-timeout (0s: none).
+	copts := dataplane.Options{DefaultRouteTimeout: s.Limits.DefaultRouteTimeout}
+	if copts.DefaultRouteTimeout == 0 {
+		copts.DefaultRouteTimeout = -1
+	}
+	rcfg.Compile = func(st map[string]map[string]any) (*dataplane.Config, error) { return dataplane.CompileWith(st, copts) }
 	if s.PublisherKey != "" {
 		pub, err := manifest.LoadPublicKey(s.PublisherKey)
 		if err != nil {
@@ -181,7 +189,23 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	reg.MustRegister(reqs)
-	hp, err := httpproxy.New(httpproxy.Config{Logger: plog, Pool: pool, Degraded: rt.Degraded, Observer: reqs})
+	lim := s.Limits
+	// The memory ceiling is the Go runtime's soft limit (the GC works harder as
+	// it nears it) and the base of shedding, which refuses new requests before
+	// the soft limit is reached, so the kernel's limit is never the one that acts.
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(lim.MemoryLimit)) // restored for the next Run (tests)
+	mem, err := overload.NewMemory(overload.MemoryConfig{Limit: lim.MemoryLimit, HighWater: lim.MemoryHighWater})
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	conns, err := overload.NewLimit(listener.RefusedSidecar, lim.MaxConnections)
+	if err != nil {
+		return fmt.Errorf("sidecar: max-connections: %w", err)
+	}
+	hp, err := httpproxy.New(httpproxy.Config{Logger: plog, Pool: pool, Degraded: rt.Degraded, Observer: reqs,
+		BufferSize: lim.BufferSize, MaxHeaderBytes: lim.MaxHeaderBytes, MaxHeaderFields: lim.MaxHeaderFields,
+		IdleTimeout: lim.IdleTimeout, ReadHeaderTimeout: lim.ReadHeaderTimeout, MaxConcurrentStreams: lim.MaxConcurrentStreams,
+		H2StreamBuffer: lim.H2StreamBuffer, H2ConnBuffer: lim.H2ConnBuffer, Memory: mem})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
@@ -192,12 +216,20 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	servers := map[string]*listener.Server{}
 	for _, name := range []string{OutboundListener, InboundListener} {
-		srv, err := listener.New(listener.Config{Name: name, Logger: log.Named(name), Snapshot: rt, HTTP: hp, TCP: tp})
+		srv, err := listener.New(listener.Config{Name: name, Logger: log.Named(name), Snapshot: rt, HTTP: hp, TCP: tp,
+			MaxConnections: lim.MaxConnectionsPerListener, Connections: conns, MaxRequests: lim.MaxRequestsPerListener})
 		if err != nil {
 			return fmt.Errorf("sidecar: %s listener: %w", name, err)
 		}
 		servers[name] = srv
 	}
+	oc, err := admin.NewOverloadCollector(admin.OverloadConfig{
+		Listeners: []*listener.Server{servers[OutboundListener], servers[InboundListener]}, Connections: conns, Memory: mem,
+		Limits: limitGauges(lim)})
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	reg.MustRegister(oc)
 	reg.MustRegister(admin.NewXDSCollector(client.Status))
 	adm, err := admin.New(admin.Config{Logger: log.Named("admin"), Runtime: rt, XDS: client.Status, Gatherer: reg, Requests: reqs})
 	if err != nil {
@@ -222,6 +254,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	run("inbound", func() error { return servers[InboundListener].Serve(ctx, lns["inbound"]) })
 	run("admin", func() error { return admin.Serve(ctx, lns["admin"], adm.Handler(), log.Named("admin")) })
 	run("ready", func() error { return admin.Serve(ctx, lns["ready"], adm.ReadyHandler(), log.Named("ready")) })
+	run("memory-guard", func() error { mem.Run(ctx); return nil })
 	if o.MemoryRelease > 0 {
 		run("memory", func() error { releaseMemory(ctx, o.MemoryRelease, o.release); return nil })
 	}
@@ -303,4 +336,20 @@ func nextTick(now time.Time, states []staleness.State, interval time.Duration) t
 		}
 	}
 	return max(d, time.Millisecond)
+}
+
+// limitGauges are the fixed bounds /metrics shows as weft_sidecar_limit.
+func limitGauges(l render.Limits) map[string]float64 {
+	return map[string]float64{
+		"buffer_size_bytes":             float64(l.BufferSize),
+		"max_header_bytes":              float64(l.MaxHeaderBytes),
+		"max_header_fields":             float64(l.MaxHeaderFields),
+		"h2_max_concurrent_streams":     float64(l.MaxConcurrentStreams),
+		"h2_stream_buffer_bytes":        float64(l.H2StreamBuffer),
+		"h2_conn_buffer_bytes":          float64(l.H2ConnBuffer),
+		"read_header_timeout_seconds":   l.ReadHeaderTimeout.Seconds(),
+		"idle_timeout_seconds":          l.IdleTimeout.Seconds(),
+		"default_route_timeout_seconds": l.DefaultRouteTimeout.Seconds(),
+		"memory_high_water_fraction":    l.MemoryHighWater,
+	}
 }

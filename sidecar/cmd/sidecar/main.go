@@ -26,7 +26,15 @@ const usage = `usage: sidecar --node-id ID --namespace NS --service-account SA -
        sidecar --version | --help
 Defaults: admin 127.0.0.1:15000, outbound 127.0.0.1:15001, inbound <address>:15006,
 ready <address>:15021, app address 127.0.0.1, xds-mode delta. WEFT_LOG_LEVEL sets the
-log level (trace, debug, info, warn, error).`
+log level (trace, debug, info, warn, error).
+Overload bounds (each also a bootstrap file key; over a bound: connection closed, or
+503 with x-weft-overflow; a route timeout answers 504 with x-weft-timeout):
+  --max-connections N (10000, all listeners)   --max-connections-per-listener N (10000)
+  --max-requests-per-listener N (10000)        --max-concurrent-streams N (250, per h2 conn)
+  --buffer-size SIZE (16KiB)  --max-header-bytes SIZE (64KiB)  --max-header-fields N (128)
+  --h2-stream-buffer SIZE (1MiB)  --h2-conn-buffer SIZE (1MiB)
+  --read-header-timeout D (30s)  --idle-timeout D (5m)  --default-route-timeout D (15s; 0s: none)
+  --memory-limit SIZE (256MiB: Go soft limit)  --memory-high-water F (0.9: shed new requests)`
 
 func main() {
 	// --version and --help answer before the settings are checked (which would
