@@ -30,7 +30,21 @@ type h1state struct {
 	cluster string
 	code    int
 	upErr   error // why the upstream's response was rejected (outcome failProtocol)
-	abort   bool  // reset the client connection: a response failed after its head
+	abort   bool  // reset the client connection: a close-delimited response failed mid-body
+	out     countWriter
+}
+
+// countWriter counts what reached the client connection, so a response that fails
+// before any byte of it was sent can still be replaced by a 502.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
 }
 
 var h1states = sync.Pool{New: func() any {
@@ -64,13 +78,14 @@ func (h *reqHeaders) Get(n string) (string, bool) {
 const maxDiscard = 64 << 10
 
 func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t Target) {
-	bw := p.getWriter(conn)
 	st := h1states.Get().(*h1state)
+	st.out.w = conn
+	bw := p.getWriter(&st.out)
 	defer func() {
 		if l, ok := conn.(interface{ SetLinger(int) error }); ok && st.abort {
 			_ = l.SetLinger(0) // close with a reset: the last response is incomplete
 		}
-		st.abort = false
+		st.abort, st.out = false, countWriter{}
 		conn.Close()
 		p.putWriter(bw)
 		h1states.Put(st)
@@ -518,6 +533,7 @@ func (p *Proxy) forwardResponse(cbw *bufio.Writer, uc *cluster.Conn, st *h1state
 	case noBody || dechunk:
 		resp.chunked = false // HEAD and 304 keep Content-Length: it describes the representation
 	}
+	sent := st.out.n
 	cbw.WriteString("HTTP/1.1")
 	cbw.Write(resp.buf[8:resp.start])
 	cbw.WriteString("\r\n")
@@ -542,22 +558,33 @@ func (p *Proxy) forwardResponse(cbw *bufio.Writer, uc *cluster.Conn, st *h1state
 	case untilClose:
 		err = copyUntilEOF(cbw, uc.R)
 	}
+	if err != nil && st.out.n == sent && errors.Is(err, errMalformed) {
+		// Nothing reached the client yet (the bad chunk came with the head): drop
+		// what is buffered and answer 502 instead.
+		cbw.Reset(&st.out)
+		uc.Close()
+		st.upErr = fmt.Errorf("response body: %w", err)
+		return failProtocol
+	}
 	if err == nil {
-		err = cbw.Flush()
-	}
-	if err != nil {
-		// Mid-body: the head is sent, so no status can tell the client. Reset its
-		// connection so a truncated body is never taken for a whole one.
-		uc.Close()
-		req.close = true
-		st.abort = true
+		// The upstream's message is complete: release its connection before the
+		// client's last flush, so it is pooled by the time the client has the answer.
+		if reusable {
+			p.release(uc)
+		} else {
+			uc.Close()
+		}
+		if err = cbw.Flush(); err != nil {
+			req.close = true
+		}
 		return done
 	}
-	if !reusable {
-		uc.Close()
-		return done
-	}
-	p.release(uc)
+	// Mid-body: the head is sent, so no status can tell the client. Close its
+	// connection: a short length-delimited or unterminated chunked body shows as
+	// truncated; a close-delimited one would not, so that connection is reset.
+	uc.Close()
+	req.close = true
+	st.abort = untilClose || dechunk
 	return done
 }
 

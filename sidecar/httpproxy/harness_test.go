@@ -39,6 +39,7 @@ type sidecarOpts struct {
 	maxRequests    int
 	memory         *overload.Memory
 	defaultTimeout time.Duration // dataplane.Options.DefaultRouteTimeout
+	expectTimeout  time.Duration // httpproxy.Config.ExpectContinueTimeout
 }
 
 // listen reserves a loopback port so configs can name it before the sidecar starts.
@@ -79,7 +80,8 @@ func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOp
 	if err != nil {
 		t.Fatal(err)
 	}
-	hp, err := httpproxy.New(httpproxy.Config{Logger: log, Pool: pool, Degraded: o.degraded, Observer: o.observer, Memory: o.memory})
+	hp, err := httpproxy.New(httpproxy.Config{Logger: log, Pool: pool, Degraded: o.degraded, Observer: o.observer, Memory: o.memory,
+		ExpectContinueTimeout: o.expectTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -443,7 +444,7 @@ func (p *Proxy) getReader(c net.Conn) *bufio.Reader {
 
 func (p *Proxy) putReader(br *bufio.Reader) { br.Reset(nil); p.readers.Put(br) }
 
-func (p *Proxy) getWriter(c net.Conn) *bufio.Writer {
+func (p *Proxy) getWriter(c io.Writer) *bufio.Writer {
 	if v := p.writers.Get(); v != nil {
 		bw := v.(*bufio.Writer)
 		bw.Reset(c)
