@@ -553,6 +553,13 @@ func TestMalformedUpstreamResponse(t *testing.T) {
 		name, resp string
 		want       string // in the 502 body
 	}{
+		{"bare LF in a header", "HTTP/1.1 200 OK\r\nX-A: a\nContent-Length: 2\r\n\r\nok", "malformed"},
+		{"bare CR in a header value", "HTTP/1.1 200 OK\r\nX-A: a\rb\r\nContent-Length: 2\r\n\r\nok", "malformed"},
+		{"NUL in a header value", "HTTP/1.1 200 OK\r\nX-A: a\x00b\r\nContent-Length: 2\r\n\r\nok", "malformed"},
+		{"bare CR in the status line", "HTTP/1.1 200 O\rK\r\nContent-Length: 2\r\n\r\nok", "malformed"},
+		{"bare LF ending the status line", "HTTP/1.1 200 OK\nContent-Length: 2\r\n\r\nok", "malformed"},
+		{"invalid chunk extension", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;a b\r\nok\r\n0\r\n\r\n", "chunk"},
+		{"bare CR in a trailer", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-T: a\rb\r\n\r\n", "malformed"},
 		{"bad status line", "HTTP/1.1 2x0 OK\r\nContent-Length: 2\r\n\r\nok", "status"},
 		{"not HTTP", "SSH-2.0-OpenSSH\r\n\r\n", "status line"},
 		{"header without colon", "HTTP/1.1 200 OK\r\nbroken\r\nContent-Length: 2\r\n\r\nok", "malformed"},
@@ -560,7 +567,7 @@ func TestMalformedUpstreamResponse(t *testing.T) {
 		{"unsupported Transfer-Encoding", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nok", "transfer-encoding"},
 		{"unsolicited 101", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", "101 Switching Protocols to a request that asked for no upgrade"},
 		{"invalid chunk size", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nok\r\n0\r\n\r\n", "chunk size"},
-		{"chunk without CRLF", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokXX0\r\n\r\n", "chunk not terminated"},
+		{"chunk without CRLF", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokXX0\r\n\r\n", "chunk data not followed by CRLF"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, up := scriptedSidecar(t, sidecarOpts{}, func(n int, c net.Conn, r *http.Request) string {
