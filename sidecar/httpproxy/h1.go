@@ -32,6 +32,8 @@ type h1state struct {
 	upErr   error // why the upstream's response was rejected (outcome failProtocol)
 	abort   bool  // reset the client connection: a close-delimited response failed mid-body
 	out     countWriter
+	conn    net.Conn // the client connection (an upgrade splices it)
+	upgrade bool     // this request asks for a protocol switch the proxy forwards
 }
 
 // countWriter counts what reached the client connection, so a response that fails
@@ -79,13 +81,13 @@ const maxDiscard = 64 << 10
 
 func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t Target) {
 	st := h1states.Get().(*h1state)
-	st.out.w = conn
+	st.out.w, st.conn = conn, conn
 	bw := p.getWriter(&st.out)
 	defer func() {
 		if l, ok := conn.(interface{ SetLinger(int) error }); ok && st.abort {
 			_ = l.SetLinger(0) // close with a reset: the last response is incomplete
 		}
-		st.abort, st.out = false, countWriter{}
+		st.abort, st.out, st.conn = false, countWriter{}, nil
 		conn.Close()
 		p.putWriter(bw)
 		h1states.Put(st)
@@ -166,9 +168,7 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 	cfg := t.Snapshot.Load() // the whole request runs on this snapshot
 	host, _ := req.authority()
 	path := req.path()
-	if req.upgrade {
-		return p.discardAndReply(br, bw, st, http.StatusNotImplemented, LocalParser, "protocol upgrade is not supported")
-	}
+	st.upgrade = req.asksUpgrade()
 	if req.m1-req.m0 == 7 && req.str(req.m0, req.m1) == "CONNECT" {
 		return p.discardAndReply(br, bw, st, http.StatusNotImplemented, LocalParser, "CONNECT is not supported")
 	}
@@ -188,6 +188,9 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 	c := route.Pick(p.cfg.Rand())
 	st.cluster = c.Name
 	if c.HTTP2 {
+		if st.upgrade {
+			return p.upgradeToH2(br, bw, st, c)
+		}
 		return p.bridgeH1toH2(ctx, br, bw, st, t, route, c, nil)
 	}
 	retries := 0
@@ -234,6 +237,9 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 		c = route.Fallback[fb]
 		st.cluster = c.Name
 		fb++
+		if c.HTTP2 && st.upgrade {
+			return p.upgradeToH2(br, bw, st, c)
+		}
 		if c.HTTP2 {
 			return p.bridgeH1toH2(ctx, br, bw, st, t, route, c, nil)
 		}
@@ -281,7 +287,9 @@ func (p *Proxy) exchangeH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.Wr
 	if err != nil {
 		return failConnect
 	}
-	if e.Peer {
+	// A peer sidecar's inbound listener also speaks HTTP/1.1: an upgrade goes to it
+	// that way, since HTTP/2 has no upgrade without Extended CONNECT.
+	if e.Peer && !st.upgrade {
 		st.peer = e
 		return toPeer
 	}
@@ -307,7 +315,7 @@ func (p *Proxy) exchangeH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.Wr
 			return failConnect
 		}
 		_ = uc.SetDeadline(tryDeadline)
-		res, retryStale := p.roundTripH1(cbr, cbw, uc, st, reused && stale == 0 && bodyless, route, mayRetry, tryDeadline)
+		res, retryStale := p.roundTripH1(ctx, cbr, cbw, uc, st, reused && stale == 0 && bodyless, route, mayRetry, tryDeadline)
 		if retryStale {
 			uc.Close()
 			continue // a pooled connection the peer had closed: one fresh try, not a retry
@@ -318,11 +326,11 @@ func (p *Proxy) exchangeH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.Wr
 
 // roundTripH1 writes the request on uc and forwards the response. retryStale is set
 // when a reused connection failed before any response byte and may be replaced.
-func (p *Proxy) roundTripH1(cbr *bufio.Reader, cbw *bufio.Writer, uc *cluster.Conn, st *h1state, mayBeStale bool,
+func (p *Proxy) roundTripH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.Writer, uc *cluster.Conn, st *h1state, mayBeStale bool,
 	route *dataplane.Route, mayRetry bool, tryDeadline time.Time) (res outcome, retryStale bool) {
 	req, resp := &st.req, &st.resp
 	w := uc.W
-	req.writeRequestHead(w)
+	req.writeRequestHeadKeep(w, st.upgrade)
 	w.WriteString("\r\n")
 	bodyDone := req.contentLength <= 0 && !req.chunked
 	interim := 0
@@ -410,6 +418,9 @@ func (p *Proxy) roundTripH1(cbr *bufio.Reader, cbw *bufio.Writer, uc *cluster.Co
 		if resp.status >= 200 {
 			break
 		}
+		if resp.status == http.StatusSwitchingProtocols {
+			return p.switchProtocols(ctx, cbr, cbw, uc, st), false
+		}
 		// 1xx informational (100, 103): relay now and keep reading for the final one.
 		if !p.relayInterim(cbw, st) {
 			uc.Close()
@@ -427,7 +438,7 @@ const MaxInterimResponses = 16
 
 // readUpstreamHead reads and checks one response head into st.resp. A malformed head
 // closes uc and yields failProtocol with st.upErr naming the problem; a 101 here is
-// one no request asked for (upgrades are handled before).
+// accepted only for a request that asked to upgrade.
 func (p *Proxy) readUpstreamHead(uc *cluster.Conn, st *h1state, interim *int) (outcome, bool) {
 	resp := &st.resp
 	err := resp.readHead(uc.R, p.cfg.MaxHeaderBytes, p.cfg.MaxHeaderFields)
@@ -444,7 +455,14 @@ func (p *Proxy) readUpstreamHead(uc *cluster.Conn, st *h1state, interim *int) (o
 		return p.upstreamErr(uc, err, true), false
 	}
 	if resp.status == http.StatusSwitchingProtocols {
-		st.upErr = errors.New("101 Switching Protocols to a request that asked for no upgrade")
+		switch {
+		case !st.upgrade:
+			st.upErr = errors.New("101 Switching Protocols to a request that asked for no upgrade")
+		case !resp.upgrade:
+			st.upErr = errors.New("101 Switching Protocols without Upgrade")
+		default:
+			return done, true
+		}
 		uc.Close()
 		return failProtocol, false
 	}
@@ -593,6 +611,13 @@ func (p *Proxy) forwardResponse(cbw *bufio.Writer, uc *cluster.Conn, st *h1state
 func (p *Proxy) release(uc *cluster.Conn) {
 	_ = uc.SetDeadline(time.Time{})
 	p.cfg.Pool.Put(uc)
+}
+
+// upgradeToH2 refuses a protocol switch to an HTTP/2-only cluster: that needs
+// Extended CONNECT (RFC 8441), which the proxy does not speak.
+func (p *Proxy) upgradeToH2(br *bufio.Reader, bw *bufio.Writer, st *h1state, c *cluster.Cluster) bool {
+	return p.discardAndReply(br, bw, st, http.StatusNotImplemented, LocalParser,
+		"protocol upgrade to HTTP/2 cluster "+c.Name+" is not supported (no Extended CONNECT)")
 }
 
 // discardAndReply answers locally after consuming a small request body.

@@ -648,7 +648,11 @@ func (m *msg) writeFieldsKeep(w *bufio.Writer, upgrade bool) {
 // writeRequestHead writes the request line in origin form and the header section
 // (without the blank line ending it). An absolute-form target's authority becomes
 // the Host header (RFC 9112 §3.2.2).
-func (m *msg) writeRequestHead(w *bufio.Writer) {
+func (m *msg) writeRequestHead(w *bufio.Writer) { m.writeRequestHeadKeep(w, false) }
+
+// writeRequestHeadKeep is writeRequestHead; upgrade keeps the protocol switch asked
+// for (writeFieldsKeep).
+func (m *msg) writeRequestHeadKeep(w *bufio.Writer, upgrade bool) {
 	w.Write(m.buf[m.m0:m.m1])
 	w.WriteByte(' ')
 	w.WriteString(m.path())
@@ -663,7 +667,7 @@ func (m *msg) writeRequestHead(w *bufio.Writer) {
 		// have one: empty when the authority is unknown (RFC 9112 §3.2).
 		w.WriteString("Host: \r\n")
 	}
-	m.writeFields(w)
+	m.writeFieldsKeep(w, upgrade)
 }
 
 func appendInt(b []byte, n int64) []byte {

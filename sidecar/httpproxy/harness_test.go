@@ -40,6 +40,7 @@ type sidecarOpts struct {
 	memory         *overload.Memory
 	defaultTimeout time.Duration // dataplane.Options.DefaultRouteTimeout
 	expectTimeout  time.Duration // httpproxy.Config.ExpectContinueTimeout
+	upgradeIdle    time.Duration // httpproxy.Config.UpgradeIdleTimeout
 }
 
 // listen reserves a loopback port so configs can name it before the sidecar starts.
@@ -81,7 +82,7 @@ func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOp
 		t.Fatal(err)
 	}
 	hp, err := httpproxy.New(httpproxy.Config{Logger: log, Pool: pool, Degraded: o.degraded, Observer: o.observer, Memory: o.memory,
-		ExpectContinueTimeout: o.expectTimeout})
+		ExpectContinueTimeout: o.expectTimeout, UpgradeIdleTimeout: o.upgradeIdle})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,6 +77,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	// ReadHeaderTimeout bounds reading one request's header section. Default 30s.
 	ReadHeaderTimeout time.Duration
+	// UpgradeIdleTimeout closes an upgraded (WebSocket) connection silent both ways
+	// this long; route timeouts do not apply after the 101. Default 5m.
+	UpgradeIdleTimeout time.Duration
 	// ExpectContinueTimeout is how long a request with "Expect: 100-continue" waits
 	// for the upstream's first answer before the proxy sends the client 100
 	// Continue itself (an upstream that ignores Expect waits for the body). Default 1s.
@@ -228,6 +231,9 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.H2ConnBuffer == 0 {
 		cfg.H2ConnBuffer = DefaultH2Buffer
 	}
+	if cfg.UpgradeIdleTimeout == 0 {
+		cfg.UpgradeIdleTimeout = DefaultUpgradeIdleTimeout
+	}
 	if cfg.ExpectContinueTimeout == 0 {
 		cfg.ExpectContinueTimeout = DefaultExpectContinueTimeout
 	}
@@ -243,7 +249,7 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("httpproxy: MaxHeaderFields %d outside 8..1024", cfg.MaxHeaderFields)
 	case cfg.MaxURIBytes < 64 || cfg.MaxURIBytes > cfg.BufferSize-1024:
 		return nil, fmt.Errorf("httpproxy: MaxURIBytes %d outside 64..BufferSize-1024 (%d)", cfg.MaxURIBytes, cfg.BufferSize-1024)
-	case cfg.IdleTimeout < 0 || cfg.ReadHeaderTimeout < 0 || cfg.ExpectContinueTimeout < 0:
+	case cfg.IdleTimeout < 0 || cfg.ReadHeaderTimeout < 0 || cfg.ExpectContinueTimeout < 0 || cfg.UpgradeIdleTimeout < 0:
 		return nil, errors.New("httpproxy: timeouts must not be negative")
 	case cfg.MaxConcurrentStreams < 1 || cfg.MaxConcurrentStreams > MaxMaxConcurrentStreams:
 		return nil, fmt.Errorf("httpproxy: MaxConcurrentStreams %d outside 1..%d", cfg.MaxConcurrentStreams, MaxMaxConcurrentStreams)
