@@ -178,7 +178,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
-	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 256, IdleTimeout: 90 * time.Second, BufferSize: 16 << 10})
+	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 256, IdleTimeout: cluster.DefaultIdleTimeout, BufferSize: 16 << 10})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
@@ -255,6 +255,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	run("admin", func() error { return admin.Serve(ctx, lns["admin"], adm.Handler(), log.Named("admin")) })
 	run("ready", func() error { return admin.Serve(ctx, lns["ready"], adm.ReadyHandler(), log.Named("ready")) })
 	run("memory-guard", func() error { mem.Run(ctx); return nil })
+	run("pool-reaper", func() error { reapPool(ctx, pool, rt, cluster.ReapInterval); return nil })
 	if o.MemoryRelease > 0 {
 		run("memory", func() error { releaseMemory(ctx, o.MemoryRelease, o.release); return nil })
 	}
@@ -309,6 +310,30 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	log.Info("sidecar stopped")
 	return errors.Join(errs...)
+}
+
+// reapPool closes idle upstream connections past their idle timeout, or to
+// endpoints the active config no longer has, every interval until ctx ends.
+func reapPool(ctx context.Context, pool *cluster.Pool, cfg interface{ Load() *dataplane.Config }, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			pool.Reap(now, liveEndpoints(cfg.Load()))
+		}
+	}
+}
+
+// liveEndpoints is the address set of cfg's endpoints; empty without a config.
+func liveEndpoints(cfg *dataplane.Config) map[string]struct{} {
+	live := map[string]struct{}{}
+	if cfg != nil {
+		cfg.AddEndpointAddrs(live)
+	}
+	return live
 }
 
 // releaseMemory calls release every interval until ctx ends.

@@ -46,6 +46,16 @@ func (c *Config) RouteTable(name string) *RouteTable { return c.routes[name] }
 // Cluster returns the named cluster or nil.
 func (c *Config) Cluster(name string) *cluster.Cluster { return c.clusters[name] }
 
+// AddEndpointAddrs adds the "ip:port" of every endpoint of every cluster to into:
+// the live set the upstream pool's Reap keeps idle connections for.
+func (c *Config) AddEndpointAddrs(into map[string]struct{}) {
+	for _, cl := range c.clusters {
+		for _, e := range cl.Endpoints() {
+			into[e.Address()] = struct{}{}
+		}
+	}
+}
+
 // Listener is a compiled listener: filter chains by destination port.
 type Listener struct {
 	Name   string
