@@ -303,6 +303,9 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		"admin", s.AdminAddr, "ready", s.ReadyAddr, "pilot", s.Pilot, "xds", s.XDSMode)
 	<-ctx.Done()
 	wg.Wait()
+	// The last-known-good is written off the runtime's lock; the final one must
+	// reach the disk before the process exits.
+	rt.Flush()
 	close(errc)
 	var errs []error
 	for err := range errc {

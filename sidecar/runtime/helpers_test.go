@@ -75,6 +75,15 @@ type env struct {
 	clock *clock
 	dir   string
 	logs  *logBuf
+	rts   []*Runtime // every runtime made, so a restart and a file read see their writes
+}
+
+// flush waits for every runtime's last-known-good writes, as the sidecar does on
+// shutdown: a test reading the file, or starting a new runtime on it, calls it.
+func (e *env) flush() {
+	for _, r := range e.rts {
+		r.Flush()
+	}
 }
 
 func newEnv(t testing.TB) *env {
@@ -101,10 +110,15 @@ func (e *env) runtime(mod ...func(*Config)) *Runtime {
 	for _, m := range mod {
 		m(&cfg)
 	}
+	e.flush() // a new runtime on the same state dir is a restart: the old one stopped
 	r, err := New(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	if len(e.rts) == 0 {
+		e.t.Cleanup(e.flush) // before the state dir is removed
+	}
+	e.rts = append(e.rts, r)
 	return r
 }
 
@@ -152,6 +166,10 @@ type signOpts struct {
 	extra    []manifest.Entry
 	scope    string // content scope; default "test-scope"
 	bindTo   string // binding scope; default scope
+	// notCurrent signs a binding that says pilot timed out waiting for the
+	// compile of streamRev and sent older content.
+	notCurrent bool
+	streamRev  int64
 }
 
 // sign signs a manifest covering res.
@@ -195,7 +213,8 @@ func (e *env) sign(res dt.Resources, o signOpts) *anypb.Any {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	bd, err := manifest.SignBinding(o.priv, manifest.Binding{NodeID: o.node, Scope: o.bindTo, IssuedAt: o.issued, ValidUntil: o.issued.Add(o.validity)})
+	bd, err := manifest.SignBinding(o.priv, manifest.Binding{NodeID: o.node, Scope: o.bindTo, IssuedAt: o.issued, ValidUntil: o.issued.Add(o.validity),
+		Current: !o.notCurrent, StreamRevision: o.streamRev})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ func persisted(t *testing.T, e *env, validity time.Duration) string {
 	if err := r.Apply(context.Background(), e.update(r, res, "v1", e.sign(res, signOpts{revision: 5, validity: validity}))); err != nil {
 		t.Fatal(err)
 	}
+	e.flush()
 	return filepath.Join(e.dir, lkg.FileName)
 }
 
@@ -196,6 +197,7 @@ func TestLastConfirmedPersisted(t *testing.T) {
 	for i, tc := range tests {
 		e.clock.Set(tc.now)
 		r.Tick(tc.now, tc.confirmed)
+		e.flush()
 		s, _, err := lkg.Load(e.dir, e.pub, nodeID, tc.now)
 		if err != nil {
 			t.Fatal(err)

@@ -75,6 +75,10 @@ type Config struct {
 	PersistEvery time.Duration
 	// Compile builds a candidate; nil means dataplane.Compile.
 	Compile func(state map[string]map[string]any) (*dataplane.Config, error)
+	// Save writes a last-known-good snapshot; nil means lkg.Save. It runs on the
+	// runtime's own writer goroutine, never under its lock (tests inject a slow
+	// one to show activation does not wait for the disk).
+	Save func(dir string, s *lkg.Snapshot) error
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// AppAddress, when valid, replaces 127.0.0.1 in the endpoints of inbound
@@ -109,9 +113,14 @@ type Runtime struct {
 	notReady      string       // why nothing is active
 	lkgInfo       LKGInfo
 	lkgCand       *lkgCandidate // verified persisted snapshot, not yet activated
-	savedConfirm  time.Time     // lastConfirmed written with the last save
+	savedConfirm  time.Time     // lastConfirmed handed to the writer with the last save
+	saveSeq       uint64        // saves handed to the writer so far
+	savedSeq      uint64        // newest save whose outcome lkgInfo shows
+	toSave        *pendingSave  // built under mu, handed to the writer after unlock
 	states        []staleness.State
 	counters      Counters
+
+	saver saver // writes last-known-good files off mu
 }
 
 // activeState is the active configuration with what identifies it.
@@ -125,6 +134,10 @@ type activeState struct {
 	policy    *policy // staleness policy in force with this configuration
 	source    string
 	at        time.Time
+	// current: pilot confirmed this content current for its stream (the
+	// manifest binding says so; always in insecure mode). A configuration from
+	// pilot that is not current is served but the sidecar is not ready on it.
+	current bool
 }
 
 type lkgCandidate struct {
@@ -163,8 +176,12 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Save == nil {
+		cfg.Save = lkg.Save
+	}
 	r := &Runtime{cfg: cfg, log: cfg.Logger, seed: staleness.Seed(cfg.NodeID),
 		notReady: "no configuration yet: waiting for pilot"}
+	r.saver.r = r
 	r.lkgInfo.Path = lkgPath(cfg.StateDir)
 	r.publishLocked()
 	return r, nil
@@ -251,10 +268,20 @@ func (r *Runtime) localApp(c *xdsresource.Cluster) *xdsresource.Cluster {
 // not (yet) cover is accepted but not activated: it is an intermediate step of a
 // push and the manifest, sent last, completes it. A covered candidate is compiled
 // and swapped in; a compile failure is a NACK and the old configuration keeps
-// serving. The already active content is a no-op.
+// serving. The already active content is a no-op. A covered candidate that pilot
+// did not confirm current (its manifest binding says so) is activated, since it
+// is the best pilot has, but the sidecar is not ready on it. The last-known-good
+// file is written after the lock is released, by the runtime's writer.
 func (r *Runtime) Apply(_ context.Context, u *xdsclient.Update) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	err := r.applyLocked(u)
+	save := r.takeSaveLocked()
+	r.mu.Unlock()
+	r.saver.offer(save)
+	return err
+}
+
+func (r *Runtime) applyLocked(u *xdsclient.Update) error {
 	now := r.cfg.Now()
 	digest, hashes, raw := content(u)
 	var mv *Manifest
@@ -281,6 +308,7 @@ func (r *Runtime) Apply(_ context.Context, u *xdsclient.Update) error {
 		r.setPendingLocked("warming: waiting for " + missing)
 		return nil
 	}
+	current := mv == nil || mv.Verified.Current
 	if cur := r.cur; cur != nil && cur.digest == digest {
 		if mv == nil || proto.Equal(cur.signed, mv.Signed) {
 			r.counters.NoOps++
@@ -289,10 +317,13 @@ func (r *Runtime) Apply(_ context.Context, u *xdsclient.Update) error {
 			r.publishLocked()
 			return nil
 		}
-		// Same resources, re-signed manifest (new validity): keep the compiled config,
-		// record and persist the new manifest.
+		// Same resources, re-signed manifest (new validity, or a new stream's
+		// binding): keep the compiled config, record and persist the new
+		// manifest. Content once confirmed current stays so: a new stream whose
+		// wait timed out offering the same content says nothing older.
 		next := *cur
 		next.signed, next.m, next.versions, next.resources = mv.Signed, mv.Verified, copyVersions(u.Versions), raw
+		next.current = cur.current || current
 		r.cur, r.lastConfirmed, r.pending = &next, now, ""
 		r.counters.NoOps++
 		r.persistLocked(now)
@@ -324,7 +355,7 @@ func (r *Runtime) Apply(_ context.Context, u *xdsclient.Update) error {
 		return fmt.Errorf("activation: %w", err)
 	}
 	st := &activeState{cfg: cfg, digest: digest, versions: copyVersions(u.Versions), resources: raw, source: SourceXDS, at: now,
-		policy: effectivePolicy(r.cfg.Overrides, deliveredPolicy(state))}
+		policy: effectivePolicy(r.cfg.Overrides, deliveredPolicy(state)), current: current}
 	if mv != nil {
 		st.signed, st.m = mv.Signed, mv.Verified
 	}
@@ -353,7 +384,12 @@ func (r *Runtime) activateLocked(st *activeState, confirmed time.Time) {
 	if st.m != nil {
 		rev = st.m.Revision
 	}
-	r.log.Info("configuration activated", "source", st.source, "revision", rev, "resources", len(st.resources))
+	if st.source == SourceXDS && !st.current {
+		r.log.Warn("configuration activated, not ready on it: pilot did not confirm it current", "revision", rev,
+			"stream_revision", st.m.StreamRevision, "resources", len(st.resources))
+	} else {
+		r.log.Info("configuration activated", "source", st.source, "revision", rev, "resources", len(st.resources))
+	}
 	r.evaluateLocked(r.cfg.Now())
 }
 
@@ -365,21 +401,49 @@ func (r *Runtime) setPendingLocked(why string) {
 	r.publishLocked()
 }
 
-// persistLocked writes the active state as last-known-good; a failure is logged
-// and shown, not fatal (the configuration is active either way).
+// persistLocked queues the active state to be written as last-known-good: the
+// caller hands it to the writer (takeSaveLocked, then saver.offer) once it has
+// released mu, so no disk I/O ever runs under the lock. Only a snapshot that is
+// signed and known good (pilot confirmed it current, or it was loaded from a
+// verified file) is persisted. A write failure is logged and shown, not fatal
+// (the configuration is active either way).
 func (r *Runtime) persistLocked(now time.Time) {
-	if r.cur == nil || r.cur.signed == nil {
+	if r.cur == nil || r.cur.signed == nil || (r.cur.source == SourceXDS && !r.cur.current) {
 		return
 	}
-	s := &lkg.Snapshot{NodeID: r.cfg.NodeID, Resources: r.cur.resources, Manifest: r.cur.signed, LastConfirmed: r.lastConfirmed}
-	if err := lkg.Save(r.cfg.StateDir, s); err != nil {
-		r.lkgInfo.LastError = err.Error()
-		r.log.Error("persist last-known-good", "error", err)
-		return
-	}
-	r.lkgInfo.SavedAt, r.lkgInfo.LastError = now, ""
+	r.saveSeq++
+	r.toSave = &pendingSave{seq: r.saveSeq, at: now,
+		snap: &lkg.Snapshot{NodeID: r.cfg.NodeID, Resources: r.cur.resources, Manifest: r.cur.signed, LastConfirmed: r.lastConfirmed}}
 	r.savedConfirm = r.lastConfirmed
 }
+
+// takeSaveLocked returns (and clears) the save persistLocked queued, if any.
+func (r *Runtime) takeSaveLocked() *pendingSave {
+	p := r.toSave
+	r.toSave = nil
+	return p
+}
+
+// saved records the outcome of save seq, unless a newer one's is already shown.
+func (r *Runtime) saved(seq uint64, at time.Time, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if seq <= r.savedSeq {
+		return
+	}
+	r.savedSeq = seq
+	if err != nil {
+		r.lkgInfo.LastError = err.Error()
+		r.log.Error("persist last-known-good", "error", err)
+	} else {
+		r.lkgInfo.SavedAt, r.lkgInfo.LastError = at, ""
+	}
+	r.publishLocked()
+}
+
+// Flush waits until every last-known-good write queued so far has finished. The
+// sidecar calls it on shutdown so the final snapshot is on disk.
+func (r *Runtime) Flush() { r.saver.flush() }
 
 // content returns the candidate's digest (every non-manifest resource's type, name
 // and content hash), the hashes by type and name, and the raw resources to persist.

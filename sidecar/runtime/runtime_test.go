@@ -96,10 +96,11 @@ func TestActivationWaitsForMatchingManifest(t *testing.T) {
 		t.Fatalf("Ready = %v %q", ok, body)
 	}
 	// Persisted as last-known-good.
+	e.flush()
 	if _, m, err := lkg.Load(e.dir, e.pub, nodeID, t0); err != nil || m.Revision != 3 {
 		t.Fatalf("lkg.Load = %v, %v", m, err)
 	}
-	if d.LastKnownGood.SavedAt.IsZero() || d.LastKnownGood.Path != filepath.Join(e.dir, lkg.FileName) {
+	if d := r.Dump(); d.LastKnownGood.SavedAt.IsZero() || d.LastKnownGood.Path != filepath.Join(e.dir, lkg.FileName) {
 		t.Fatalf("lkg info = %+v", d.LastKnownGood)
 	}
 }
@@ -134,6 +135,7 @@ func TestSameContentIsNoOpAndResignExtendsValidity(t *testing.T) {
 	if r.Load() != first || compiles != 1 {
 		t.Fatalf("re-signed apply recompiled: same pointer %v, compiles %d", r.Load() == first, compiles)
 	}
+	e.flush()
 	if _, m, err := lkg.Load(e.dir, e.pub, nodeID, t0.Add(24*time.Hour+time.Minute)); err != nil || !m.ValidUntil.Equal(t0.Add(25*time.Hour)) {
 		t.Fatalf("lkg after re-sign = %v, %v", m, err)
 	}
@@ -177,6 +179,7 @@ func TestCompileFailureNACKsAndKeepsOld(t *testing.T) {
 	if r.Load() != old || r.Dump().Active.Revision != 1 || r.Dump().Counters.Rejected != 1 {
 		t.Fatalf("old config not kept: dump %+v", r.Dump().Active)
 	}
+	e.flush()
 	if _, m, err := lkg.Load(e.dir, e.pub, nodeID, t0); err != nil || m.Revision != 1 {
 		t.Fatalf("lkg changed by a refused candidate: %v %v", m, err)
 	}

@@ -41,6 +41,10 @@ type ActiveInfo struct {
 	Versions    map[string]string `json:"versions"`  // type URL -> version of the accepted response
 	Resources   map[string]int    `json:"resources"` // type URL -> count
 	Manifest    *ManifestInfo     `json:"manifest,omitempty"`
+	// Current: pilot confirmed this content current for the stream it came on
+	// (always for an unsigned, insecure configuration). A configuration from
+	// pilot that is not current is served, but the sidecar is not ready on it.
+	Current bool `json:"current"`
 }
 
 // ManifestInfo describes the signed manifest covering the active configuration.
@@ -52,6 +56,10 @@ type ManifestInfo struct {
 	Resources  int       `json:"resources"` // how many resources the digest covers
 	Scope      string    `json:"scope,omitempty"`
 	Digest     string    `json:"digest,omitempty"` // hex sha256 committing to every covered resource
+	// Current and StreamRevision are the binding's: whether pilot confirmed the
+	// content current, and the store revision when the stream opened.
+	Current        bool  `json:"current"`
+	StreamRevision int64 `json:"streamRevision"`
 }
 
 // LKGInfo describes the persisted last-known-good snapshot.
@@ -133,8 +141,18 @@ func (r *Runtime) loadConfirmed() time.Time {
 	return time.Time{}
 }
 
+// notCurrentReason is the readiness reason while the active configuration from
+// pilot is not confirmed current.
+func notCurrentReason(c *activeState) string {
+	return fmt.Sprintf("configuration not current: pilot sent revision %d without confirming it current "+
+		"(the store was at revision %d when the stream opened and pilot's compile of it did not come in time); "+
+		"serving it, not ready until pilot confirms a current snapshot", c.m.Revision, c.m.StreamRevision)
+}
+
 // Ready reports readiness and its reason: not ready until a configuration is
-// active, and not ready while routing fails closed on expiry.
+// active, not ready on a configuration pilot did not confirm current (a verified
+// last-known-good counts as current), and not ready while routing fails closed
+// on expiry.
 func (r *Runtime) Ready() (bool, string) {
 	d := r.Dump()
 	if !d.Ready {
@@ -156,7 +174,14 @@ func (r *Runtime) Ready() (bool, string) {
 // about the one serving. Tests drive now directly.
 func (r *Runtime) Tick(now, confirmed time.Time) []staleness.State {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	states := r.tickLocked(now, confirmed)
+	save := r.takeSaveLocked()
+	r.mu.Unlock()
+	r.saver.offer(save)
+	return states
+}
+
+func (r *Runtime) tickLocked(now, confirmed time.Time) []staleness.State {
 	if r.cur != nil && r.pending == "" && confirmed.After(r.lastConfirmed) {
 		r.lastConfirmed = confirmed
 	}
@@ -243,14 +268,15 @@ func (r *Runtime) publishLocked() {
 	r.storeConfirmed()
 	if c := r.cur; c != nil {
 		d.pol = c.policy // Dump judges staleness at read time with it
-		a := &ActiveInfo{Source: c.source, ActivatedAt: c.at, Digest: c.digest, Versions: c.versions, Resources: map[string]int{}}
+		a := &ActiveInfo{Source: c.source, ActivatedAt: c.at, Digest: c.digest, Versions: c.versions, Resources: map[string]int{}, Current: c.current}
 		for _, res := range c.resources {
 			a.Resources[res.TypeURL]++
 		}
 		if c.m != nil {
 			a.Revision = c.m.Revision
 			a.Manifest = &ManifestInfo{Revision: c.m.Revision, IssuedAt: c.m.IssuedAt, ValidUntil: c.m.ValidUntil,
-				KeyID: c.m.KeyID, Resources: c.m.Count, Scope: c.m.Scope, Digest: hex.EncodeToString(c.m.Digest[:])}
+				KeyID: c.m.KeyID, Resources: c.m.Count, Scope: c.m.Scope, Digest: hex.EncodeToString(c.m.Digest[:]),
+				Current: c.m.Current, StreamRevision: c.m.StreamRevision}
 		}
 		d.Active = a
 	}
@@ -260,6 +286,8 @@ func (r *Runtime) publishLocked() {
 	case r.degraded.Load() != nil:
 		d.Reason = "routing fails closed: " + *r.degraded.Load()
 		d.failClosed = true
+	case r.cur.source == SourceXDS && !r.cur.current:
+		d.Reason = notCurrentReason(r.cur)
 	default:
 		d.Ready = true
 	}
