@@ -315,10 +315,15 @@ func (m *msg) parseTarget() error {
 	m.u0, m.u1 = m.t0, m.t1
 	switch {
 	case t[0] == '/':
+		return checkPath(t)
+	case m.m1-m.m0 == 7 && string(m.buf[m.m0:m.m1]) == "CONNECT": // authority-form
+		if !validAuthority(t) {
+			return fmt.Errorf("%w: CONNECT authority", errMalformed)
+		}
+		// Routed (and refused, 501) by its authority, like absolute-form.
+		m.abs, m.a0, m.a1, m.u0 = true, m.t0, m.t1, m.t1
 		return nil
 	case len(t) == 1 && t[0] == '*': // asterisk-form, OPTIONS
-		return nil
-	case m.m1-m.m0 == 7 && string(m.buf[m.m0:m.m1]) == "CONNECT": // authority-form
 		return nil
 	}
 	var n int
@@ -332,22 +337,81 @@ func (m *msg) parseTarget() error {
 	}
 	a := n
 	for a < len(t) && t[a] != '/' && t[a] != '?' && t[a] != '#' {
-		if !isHostChar(t[a]) || t[a] == '@' {
-			return fmt.Errorf("%w: authority of absolute-form target", errMalformed) // userinfo is deprecated (RFC 9110 §4.2.4)
-		}
 		a++
 	}
 	if a == n {
 		return fmt.Errorf("%w: absolute-form target without a host", errMalformed)
 	}
+	if !validAuthority(t[n:a]) {
+		return fmt.Errorf("%w: authority of absolute-form target", errMalformed)
+	}
 	if a < len(t) && t[a] != '/' {
 		// "http://h?q" is "/?q" upstream; we would have to rewrite it: refuse instead.
 		return fmt.Errorf("%w: absolute-form target with a query but no path", errMalformed)
+	}
+	if err := checkPath(t[a:]); err != nil {
+		return err
 	}
 	m.abs = true
 	m.a0, m.a1 = m.t0+n, m.t0+a
 	m.u0 = m.t0 + a
 	return nil
+}
+
+// checkPath checks the percent-encoding of a target's path (RFC 3986 §2.1: "%"
+// then two hex digits); the query is forwarded unchecked, as net/http does.
+func checkPath(t []byte) error {
+	for i := 0; i < len(t) && t[i] != '?'; i++ {
+		if t[i] == '%' && (i+2 >= len(t) || !isHex(t[i+1]) || !isHex(t[i+2])) {
+			return fmt.Errorf("%w: bad percent-encoding in request path", errMalformed)
+		}
+	}
+	return nil
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+// validAuthority accepts host [":" port] with host a reg-name of unreserved and
+// sub-delim bytes or a bracketed IP literal, and port digits (RFC 3986 §3.2).
+// Userinfo ("user@") is refused (deprecated, RFC 9110 §4.2.4), as is
+// percent-encoding in the host (nothing here needs it).
+func validAuthority(a []byte) bool {
+	h := a
+	port := []byte(nil)
+	if len(a) > 0 && a[0] == '[' {
+		e := bytes.IndexByte(a, ']')
+		if e < 2 {
+			return false
+		}
+		for _, c := range a[1:e] {
+			if !isHex(c) && c != ':' && c != '.' {
+				return false
+			}
+		}
+		h, port = nil, a[e+1:]
+		if len(port) > 0 {
+			if port[0] != ':' {
+				return false
+			}
+			port = port[1:]
+		}
+	} else if i := bytes.IndexByte(a, ':'); i >= 0 {
+		h, port = a[:i], a[i+1:]
+	}
+	for _, c := range h {
+		if !isHostChar(c) || c == '@' || c == '%' || c == ':' || c == '[' || c == ']' {
+			return false
+		}
+	}
+	if len(a) == 0 || (h != nil && len(h) == 0) {
+		return false
+	}
+	for _, c := range port {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // isHostChar: bytes of reg-name, IP literals and a port (RFC 3986 §3.2.2), plus '@'
@@ -389,7 +453,7 @@ func (m *msg) parseStatusLine() error {
 // parseFraming reads the headers that decide framing and connection reuse
 // (RFC 9112 §6). Requests and responses share it; m.status is 0 for a request.
 func (m *msg) parseFraming() error {
-	te, cl := -1, false
+	te, cl, badTrailer := -1, false, false
 	for i := range m.fields {
 		n := m.name(i)
 		switch len(n) {
@@ -409,8 +473,15 @@ func (m *msg) parseFraming() error {
 				m.expect100 = true
 			}
 		case 7:
-			if equalFoldLower(n, "upgrade") {
+			switch {
+			case equalFoldLower(n, "upgrade"):
 				m.upgrade = true
+			case equalFoldLower(n, "trailer"):
+				// RFC 9110 §6.5.1: framing fields cannot be trailers; checked below
+				// when the body is chunked (as net/http does).
+				v := m.value(i)
+				badTrailer = badTrailer || containsTokenFold(v, "transfer-encoding") ||
+					containsTokenFold(v, "content-length") || containsTokenFold(v, "trailer")
 			}
 		case 10:
 			if equalFoldLower(n, "connection") {
@@ -445,6 +516,9 @@ func (m *msg) parseFraming() error {
 	}
 	if err := checkTE(m.value(te)); err != nil {
 		return err
+	}
+	if badTrailer {
+		return fmt.Errorf("%w: Trailer names a framing field", errMalformed)
 	}
 	m.chunked = true
 	m.contentLength = -1 // RFC 9112 §6.3: transfer-encoding overrides content-length
