@@ -23,6 +23,7 @@ const (
 	DefaultMaxHeaderFields           = 128
 	DefaultH2StreamBuffer            = 1 << 20
 	DefaultH2ConnBuffer              = 1 << 20
+	DefaultH2MaxFrameSize            = 16 << 10 // HTTP/2's initial value
 	DefaultReadHeaderTimeout         = 30 * time.Second
 	DefaultIdleTimeout               = 5 * time.Minute
 	DefaultRouteTimeout              = 15 * time.Second // Envoy's
@@ -42,6 +43,8 @@ const (
 	MaxConcurrentStreams = 1 << 16
 	MinH2Buffer          = 64 << 10
 	MaxH2Buffer          = 16 << 20
+	MinH2MaxFrameSize    = 16 << 10
+	MaxH2MaxFrameSize    = 1<<24 - 1
 	MaxTimeout           = 24 * time.Hour
 	MinMemoryLimit       = 16 << 20
 	MaxMemoryLimit       = 1 << 40
@@ -60,6 +63,7 @@ type Limits struct {
 	MaxHeaderFields           int
 	H2StreamBuffer            int
 	H2ConnBuffer              int
+	H2MaxFrameSize            int
 	ReadHeaderTimeout         time.Duration
 	IdleTimeout               time.Duration
 	// DefaultRouteTimeout bounds requests on routes that set no timeout; 0
@@ -74,7 +78,7 @@ func DefaultLimits() Limits {
 	return Limits{MaxConnections: DefaultMaxConnections, MaxConnectionsPerListener: DefaultMaxConnectionsPerListener,
 		MaxRequestsPerListener: DefaultMaxRequestsPerListener, MaxConcurrentStreams: DefaultMaxConcurrentStreams,
 		BufferSize: DefaultBufferSize, MaxHeaderBytes: DefaultMaxHeaderBytes, MaxHeaderFields: DefaultMaxHeaderFields,
-		H2StreamBuffer: DefaultH2StreamBuffer, H2ConnBuffer: DefaultH2ConnBuffer,
+		H2StreamBuffer: DefaultH2StreamBuffer, H2ConnBuffer: DefaultH2ConnBuffer, H2MaxFrameSize: DefaultH2MaxFrameSize,
 		ReadHeaderTimeout: DefaultReadHeaderTimeout, IdleTimeout: DefaultIdleTimeout, DefaultRouteTimeout: DefaultRouteTimeout,
 		MemoryLimit: DefaultMemoryLimit, MemoryHighWater: DefaultMemoryHighWater}
 }
@@ -92,6 +96,7 @@ type FileLimits struct {
 	MaxHeaderFields           int     `json:"max-header-fields,omitempty"`
 	H2StreamBuffer            string  `json:"h2-stream-buffer,omitempty"`
 	H2ConnBuffer              string  `json:"h2-conn-buffer,omitempty"`
+	H2MaxFrameSize            string  `json:"h2-max-frame-size,omitempty"`
 	ReadHeaderTimeout         string  `json:"read-header-timeout,omitempty"`
 	IdleTimeout               string  `json:"idle-timeout,omitempty"`
 	DefaultRouteTimeout       string  `json:"default-route-timeout,omitempty"`
@@ -110,6 +115,7 @@ func limitFlags(fs *flag.FlagSet, l *FileLimits) {
 	fs.IntVar(&l.MaxHeaderFields, "max-header-fields", 0, fmt.Sprintf("header lines per message (default %d)", DefaultMaxHeaderFields))
 	fs.StringVar(&l.H2StreamBuffer, "h2-stream-buffer", "", "request body bytes buffered per HTTP/2 stream (default 1MiB)")
 	fs.StringVar(&l.H2ConnBuffer, "h2-conn-buffer", "", "request body bytes buffered per HTTP/2 connection (default 1MiB)")
+	fs.StringVar(&l.H2MaxFrameSize, "h2-max-frame-size", "", "largest HTTP/2 frame a client may send; each connection keeps a read buffer this big (default 16KiB)")
 	fs.StringVar(&l.ReadHeaderTimeout, "read-header-timeout", "", "time to read a request's header section (default 30s)")
 	fs.StringVar(&l.IdleTimeout, "idle-timeout", "", "close a client connection idle this long (default 5m)")
 	fs.StringVar(&l.DefaultRouteTimeout, "default-route-timeout", "", "timeout of routes that set none; 0s disables (default 15s, Envoy's)")
@@ -132,6 +138,7 @@ func (l *FileLimits) override(cmd FileLimits, set map[string]bool) {
 	strs := map[string][2]*string{
 		"buffer-size": {&l.BufferSize, &cmd.BufferSize}, "max-header-bytes": {&l.MaxHeaderBytes, &cmd.MaxHeaderBytes},
 		"h2-stream-buffer": {&l.H2StreamBuffer, &cmd.H2StreamBuffer}, "h2-conn-buffer": {&l.H2ConnBuffer, &cmd.H2ConnBuffer},
+		"h2-max-frame-size":   {&l.H2MaxFrameSize, &cmd.H2MaxFrameSize},
 		"read-header-timeout": {&l.ReadHeaderTimeout, &cmd.ReadHeaderTimeout}, "idle-timeout": {&l.IdleTimeout, &cmd.IdleTimeout},
 		"default-route-timeout": {&l.DefaultRouteTimeout, &cmd.DefaultRouteTimeout}, "memory-limit": {&l.MemoryLimit, &cmd.MemoryLimit},
 	}
@@ -201,6 +208,7 @@ func (l FileLimits) Limits() (Limits, error) {
 		count("max-header-fields", l.MaxHeaderFields, MinMaxHeaderFields, MaxMaxHeaderFields, &out.MaxHeaderFields),
 		size("h2-stream-buffer", l.H2StreamBuffer, MinH2Buffer, MaxH2Buffer, toInt(&out.H2StreamBuffer)),
 		size("h2-conn-buffer", l.H2ConnBuffer, MinH2Buffer, MaxH2Buffer, toInt(&out.H2ConnBuffer)),
+		size("h2-max-frame-size", l.H2MaxFrameSize, MinH2MaxFrameSize, MaxH2MaxFrameSize, toInt(&out.H2MaxFrameSize)),
 		dur("read-header-timeout", l.ReadHeaderTimeout, false, &out.ReadHeaderTimeout),
 		dur("idle-timeout", l.IdleTimeout, false, &out.IdleTimeout),
 		dur("default-route-timeout", l.DefaultRouteTimeout, true, &out.DefaultRouteTimeout),

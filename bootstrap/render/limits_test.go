@@ -35,6 +35,8 @@ func TestLimitFlagsAtBoundsAndOnePast(t *testing.T) {
 		{"max-header-fields", "1024", "1025", func(l Limits) bool { return l.MaxHeaderFields == 1024 }},
 		{"h2-stream-buffer", "64KiB", "65535", func(l Limits) bool { return l.H2StreamBuffer == 64<<10 }},
 		{"h2-conn-buffer", "16MiB", "16385KiB", func(l Limits) bool { return l.H2ConnBuffer == 16<<20 }},
+		{"h2-max-frame-size", "16KiB", "16383", func(l Limits) bool { return l.H2MaxFrameSize == 16<<10 }},
+		{"h2-max-frame-size", "16777215", "16MiB", func(l Limits) bool { return l.H2MaxFrameSize == 1<<24-1 }},
 		{"read-header-timeout", "1ns", "0s", func(l Limits) bool { return l.ReadHeaderTimeout == 1 }},
 		{"idle-timeout", "24h", "24h0m0.000000001s", func(l Limits) bool { return l.IdleTimeout == 24*time.Hour }},
 		{"default-route-timeout", "0s", "-1ns", func(l Limits) bool { return l.DefaultRouteTimeout == 0 }},

@@ -205,7 +205,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	hp, err := httpproxy.New(httpproxy.Config{Logger: plog, Pool: pool, Degraded: rt.Degraded, Observer: reqs,
 		BufferSize: lim.BufferSize, MaxHeaderBytes: lim.MaxHeaderBytes, MaxHeaderFields: lim.MaxHeaderFields,
 		IdleTimeout: lim.IdleTimeout, ReadHeaderTimeout: lim.ReadHeaderTimeout, MaxConcurrentStreams: lim.MaxConcurrentStreams,
-		H2StreamBuffer: lim.H2StreamBuffer, H2ConnBuffer: lim.H2ConnBuffer, Memory: mem})
+		H2StreamBuffer: lim.H2StreamBuffer, H2ConnBuffer: lim.H2ConnBuffer, H2MaxFrameSize: lim.H2MaxFrameSize, Memory: mem})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
@@ -375,6 +375,7 @@ func limitGauges(l render.Limits) map[string]float64 {
 		"h2_max_concurrent_streams":     float64(l.MaxConcurrentStreams),
 		"h2_stream_buffer_bytes":        float64(l.H2StreamBuffer),
 		"h2_conn_buffer_bytes":          float64(l.H2ConnBuffer),
+		"h2_max_frame_size_bytes":       float64(l.H2MaxFrameSize),
 		"read_header_timeout_seconds":   l.ReadHeaderTimeout.Seconds(),
 		"idle_timeout_seconds":          l.IdleTimeout.Seconds(),
 		"default_route_timeout_seconds": l.DefaultRouteTimeout.Seconds(),

@@ -3,6 +3,7 @@ package overload
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"runtime/metrics"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,11 @@ const (
 	DefaultMemoryInterval = 50 * time.Millisecond
 	MinMemoryInterval     = time.Millisecond
 	MaxMemoryInterval     = 10 * time.Second
+	// MemoryGCInterval: while shedding, a garbage collection at most this often
+	// makes the reading count live memory only. Without it an idle sidecar,
+	// which allocates too little to trigger a GC, would keep reading the garbage
+	// its last burst left and shed long after the load ended.
+	MemoryGCInterval = time.Second
 )
 
 // MemoryConfig configures a Memory guard.
@@ -39,9 +45,14 @@ type MemoryConfig struct {
 	// Interval is the sampling period; 0 means DefaultMemoryInterval.
 	Interval time.Duration
 	// Read returns the memory in use, in bytes; nil reads the Go runtime's
-	// mapped memory less what it has returned to the OS (what the soft limit
-	// counts). Tests substitute it.
+	// mapped memory less free heap (returned to the OS or not: the runtime can
+	// reuse or return it). Tests substitute it.
 	Read func() uint64
+	// GC collects garbage while shedding (at most every MemoryGCInterval); nil
+	// is runtime.GC.
+	GC func()
+	// Now is the clock for GC pacing; nil is time.Now.
+	Now func() time.Time
 }
 
 // Memory decides whether to shed new requests because the process is near its
@@ -51,6 +62,9 @@ type Memory struct {
 	limit, high, low uint64
 	interval         time.Duration
 	read             func() uint64
+	gc               func()
+	now              func() time.Time
+	lastGC           time.Time // written by Sample only
 
 	used     atomic.Uint64 // last sample, written by Run only
 	shedding atomic.Bool   // written by Run only
@@ -70,7 +84,13 @@ func NewMemory(cfg MemoryConfig) (*Memory, error) {
 	case cfg.Interval < MinMemoryInterval || cfg.Interval > MaxMemoryInterval:
 		return nil, fmt.Errorf("%w: memory sampling interval %s outside %s..%s", ErrConfig, cfg.Interval, MinMemoryInterval, MaxMemoryInterval)
 	}
-	m := &Memory{limit: uint64(cfg.Limit), interval: cfg.Interval, read: cfg.Read}
+	m := &Memory{limit: uint64(cfg.Limit), interval: cfg.Interval, read: cfg.Read, gc: cfg.GC, now: cfg.Now}
+	if m.gc == nil {
+		m.gc = runtime.GC
+	}
+	if m.now == nil {
+		m.now = time.Now
+	}
 	m.high = uint64(float64(cfg.Limit) * cfg.HighWater)
 	m.low = uint64(float64(cfg.Limit) * max(cfg.HighWater-MemoryHysteresis, 0))
 	if m.read == nil {
@@ -98,6 +118,14 @@ func (m *Memory) Run(ctx context.Context) {
 // tests and for a caller that wants a fresh reading. Not for concurrent use with Run.
 func (m *Memory) Sample() {
 	u := m.read()
+	if u >= m.low && m.shedding.Load() {
+		// Still shedding: is it live memory, or garbage not yet collected?
+		if now := m.now(); now.Sub(m.lastGC) >= MemoryGCInterval {
+			m.lastGC = now
+			m.gc()
+			u = m.read()
+		}
+	}
 	m.used.Store(u)
 	switch {
 	case u >= m.high:
@@ -125,17 +153,19 @@ func (m *Memory) Limit() uint64 { return m.limit }
 // HighWater is the byte count at and above which requests are shed.
 func (m *Memory) HighWater() uint64 { return m.high }
 
-// newRuntimeReader reads the runtime's mapped memory less heap returned to the
-// OS: the quantity debug.SetMemoryLimit bounds. metrics.Read with a reused sample
+// newRuntimeReader reads the runtime's mapped memory less free heap pages (those
+// returned to the OS and those it may return or reuse): what the process holds
+// and cannot give back without freeing objects. metrics.Read with a reused sample
 // slice does not allocate.
 func newRuntimeReader() func() uint64 {
-	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"}}
 	return func() uint64 {
 		metrics.Read(s)
-		total, released := s[0].Value.Uint64(), s[1].Value.Uint64()
-		if released > total {
+		total, free := s[0].Value.Uint64(), s[1].Value.Uint64()+s[2].Value.Uint64()
+		if free > total {
 			return 0
 		}
-		return total - released
+		return total - free
 	}
 }

@@ -180,3 +180,33 @@ func TestMemoryRuntimeReaderReadsSomething(t *testing.T) {
 		t.Fatal("nil Memory sheds")
 	}
 }
+
+// While shedding, a GC at most every MemoryGCInterval: the reading after it decides.
+func TestMemoryCollectsWhileShedding(t *testing.T) {
+	var used atomic.Uint64
+	now := time.Unix(0, 0)
+	gcs := 0
+	m, err := overload.NewMemory(overload.MemoryConfig{Limit: 100 << 20, HighWater: 0.5, Read: used.Load,
+		GC: func() { gcs++; used.Store(1 << 20) }, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used.Store(60 << 20)
+	m.Sample() // not yet shedding: no GC
+	if !m.Shedding() || gcs != 0 {
+		t.Fatalf("shedding %v after %d GCs, want true after 0", m.Shedding(), gcs)
+	}
+	now = now.Add(overload.MemoryGCInterval)
+	used.Store(60 << 20)
+	m.Sample() // shedding: GC, and the garbage was all it was
+	if m.Shedding() || gcs != 1 || m.Used() != 1<<20 {
+		t.Fatalf("after GC: shedding %v, %d GCs, used %d", m.Shedding(), gcs, m.Used())
+	}
+	used.Store(60 << 20)
+	m.Sample()
+	now = now.Add(overload.MemoryGCInterval - 1)
+	m.Sample() // within the interval: no second GC
+	if !m.Shedding() || gcs != 1 {
+		t.Fatalf("shedding %v after %d GCs, want true after 1", m.Shedding(), gcs)
+	}
+}

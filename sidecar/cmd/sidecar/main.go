@@ -32,7 +32,7 @@ Overload bounds (each also a bootstrap file key; over a bound: connection closed
   --max-connections N (10000, all listeners)   --max-connections-per-listener N (10000)
   --max-requests-per-listener N (10000)        --max-concurrent-streams N (250, per h2 conn)
   --buffer-size SIZE (16KiB)  --max-header-bytes SIZE (64KiB)  --max-header-fields N (128)
-  --h2-stream-buffer SIZE (1MiB)  --h2-conn-buffer SIZE (1MiB)
+  --h2-stream-buffer SIZE (1MiB)  --h2-conn-buffer SIZE (1MiB)  --h2-max-frame-size SIZE (16KiB)
   --read-header-timeout D (30s)  --idle-timeout D (5m)  --default-route-timeout D (15s; 0s: none)
   --memory-limit SIZE (256MiB: Go soft limit)  --memory-high-water F (0.9: shed new requests)`
 
