@@ -923,6 +923,69 @@ func readTrailer(src *bufio.Reader, total *int) ([]byte, error) {
 	return t, nil
 }
 
+// chunkedReader reads the content of a chunked body (the bridge to HTTP/2 reframes
+// it), with the same checks as copyChunked: the one chunk-line parser and trailer
+// check. Trailers are checked and dropped.
+type chunkedReader struct {
+	r     *bufio.Reader
+	left  int64 // bytes left in the current chunk
+	total int   // trailer bytes read
+	done  bool
+	err   error
+}
+
+func (c *chunkedReader) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	if c.done {
+		return 0, io.EOF
+	}
+	if c.left == 0 {
+		line, err := c.r.ReadSlice('\n')
+		if err != nil {
+			c.err = chunkErr(err)
+			return 0, c.err
+		}
+		if c.left, c.err = parseChunkLine(line); c.err != nil {
+			return 0, c.err
+		}
+		if c.left == 0 {
+			for {
+				t, err := readTrailer(c.r, &c.total)
+				if err != nil {
+					c.err = err
+					return 0, err
+				}
+				if len(t) == 2 {
+					c.done = true
+					return 0, io.EOF
+				}
+			}
+		}
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		c.err = err
+		return n, err
+	}
+	if c.left == 0 {
+		crlf, err := c.r.ReadSlice('\n')
+		if err != nil || len(crlf) != 2 || crlf[0] != '\r' {
+			c.err = fmt.Errorf("%w: chunk data not followed by CRLF", errMalformed)
+			return n, c.err
+		}
+	}
+	return n, nil
+}
+
 func chunkErr(err error) error {
 	if errors.Is(err, bufio.ErrBufferFull) {
 		return fmt.Errorf("%w: chunk line too long", errMalformed)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 )
@@ -80,6 +81,25 @@ func TestParseChunkLine(t *testing.T) {
 			t.Errorf("%q: size %d err %v, want malformed", tc.line, n, err)
 		case tc.size >= 0 && (err != nil || n != tc.size):
 			t.Errorf("%q: size %d err %v, want %d", tc.line, n, err, tc.size)
+		}
+	}
+}
+
+// TestChunkedReaderAgrees: the bridge's decoding reader and copyChunked accept and
+// refuse the same bodies, and the reader yields the content.
+func TestChunkedReaderAgrees(t *testing.T) {
+	for _, body := range []string{
+		"5;a=b\r\nhello\r\n1\r\n!\r\n0\r\nX: y\r\n\r\n", "0\r\n\r\n",
+		"5\nhello\r\n0\r\n\r\n", "5\r\nhelloX\r\n0\r\n\r\n", "5;\r\nhello\r\n0\r\n\r\n", "0\r\nNoColon\r\n\r\n", "5\r\nhel",
+	} {
+		w := bufio.NewWriter(&bytes.Buffer{})
+		copyErr := copyChunked(w, bufio.NewReader(strings.NewReader(body)))
+		got, readErr := io.ReadAll(&chunkedReader{r: bufio.NewReader(strings.NewReader(body))})
+		if (copyErr == nil) != (readErr == nil) {
+			t.Errorf("%q: copyChunked %v, chunkedReader %v", body, copyErr, readErr)
+		}
+		if readErr == nil && len(body) > 20 && string(got) != "hello!" {
+			t.Errorf("%q: read %q", body, got)
 		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"strconv"
 	"strings"
@@ -454,7 +453,7 @@ func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Wr
 	switch {
 	case req.chunked:
 		hr.ContentLength = -1
-		hr.Body = io.NopCloser(httputil.NewChunkedReader(br))
+		hr.Body = io.NopCloser(&chunkedReader{r: br})
 	case req.contentLength > 0:
 		hr.Body = io.NopCloser(io.LimitReader(br, req.contentLength))
 	default:

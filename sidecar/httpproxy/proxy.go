@@ -18,10 +18,12 @@
 //	                  configuration or listener
 //	direct            a route's configured direct response
 //	degraded          503 failing closed; x-weft-degraded says why
-//	overflow          503 a circuit breaker or limit refused the request
+//	overflow          503 a circuit breaker or limit refused the request;
+//	                  x-weft-overflow names the sidecar bound when it was one
 //	upstream-connect  503 no connection, or reset before response headers
 //	upstream-protocol 502 the upstream's response was not valid HTTP/1.1
-//	timeout           504 the route (or per-try) timeout passed
+//	timeout           504 the route (or per-try) timeout passed; x-weft-timeout
+//	                  names which
 //	retries           the last upstream status after retries, not the upstream's body
 //
 // HTTP/1.1 and HTTP/2 answers use the same values.
