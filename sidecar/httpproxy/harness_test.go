@@ -38,9 +38,10 @@ type sidecarOpts struct {
 	// Overload bounds (zero: the packages' defaults).
 	maxRequests    int
 	memory         *overload.Memory
-	defaultTimeout time.Duration // dataplane.Options.DefaultRouteTimeout
-	expectTimeout  time.Duration // httpproxy.Config.ExpectContinueTimeout
-	upgradeIdle    time.Duration // httpproxy.Config.UpgradeIdleTimeout
+	defaultTimeout time.Duration           // dataplane.Options.DefaultRouteTimeout
+	expectTimeout  time.Duration           // httpproxy.Config.ExpectContinueTimeout
+	upgradeIdle    time.Duration           // httpproxy.Config.UpgradeIdleTimeout
+	proxy          func(*httpproxy.Config) // edits the proxy's config last
 }
 
 // listen reserves a loopback port so configs can name it before the sidecar starts.
@@ -81,8 +82,12 @@ func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOp
 	if err != nil {
 		t.Fatal(err)
 	}
-	hp, err := httpproxy.New(httpproxy.Config{Logger: log, Pool: pool, Degraded: o.degraded, Observer: o.observer, Memory: o.memory,
-		ExpectContinueTimeout: o.expectTimeout, UpgradeIdleTimeout: o.upgradeIdle})
+	pcfg := httpproxy.Config{Logger: log, Pool: pool, Degraded: o.degraded, Observer: o.observer, Memory: o.memory,
+		ExpectContinueTimeout: o.expectTimeout, UpgradeIdleTimeout: o.upgradeIdle}
+	if o.proxy != nil {
+		o.proxy(&pcfg)
+	}
+	hp, err := httpproxy.New(pcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
