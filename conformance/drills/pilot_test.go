@@ -34,6 +34,7 @@ type pilotProc struct {
 	t       *testing.T
 	ip      string
 	dataDir string
+	extra   []string // flags added to every start
 	cmd     *exec.Cmd
 	logs    *syncBuf
 	exited  chan struct{}
@@ -45,9 +46,9 @@ func pilotBin(t *testing.T) string {
 	return filepath.Join(binDir, "pilot")
 }
 
-func startPilot(t *testing.T, ip string) *pilotProc {
+func startPilot(t *testing.T, ip string, extra ...string) *pilotProc {
 	t.Helper()
-	p := &pilotProc{t: t, ip: ip, dataDir: filepath.Join(t.TempDir(), "pilot"), logs: &syncBuf{}}
+	p := &pilotProc{t: t, ip: ip, dataDir: filepath.Join(t.TempDir(), "pilot"), logs: &syncBuf{}, extra: extra}
 	p.up()
 	t.Cleanup(func() {
 		p.stop()
@@ -64,8 +65,9 @@ func (p *pilotProc) keyFile() string { return filepath.Join(p.dataDir, "publishe
 
 func (p *pilotProc) up() {
 	p.t.Helper()
-	cmd := exec.Command(pilotBin(p.t), "--data-dir", p.dataDir, "--admin-addr", p.ip+":15014", "--xds-addr", p.addr(),
-		"--log-level", "info", "--xds-debounce", "10ms")
+	args := append([]string{"--data-dir", p.dataDir, "--admin-addr", p.ip + ":15014", "--xds-addr", p.addr(),
+		"--log-level", "info", "--xds-debounce", "10ms"}, p.extra...)
+	cmd := exec.Command(pilotBin(p.t), args...)
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs
 	if err := cmd.Start(); err != nil {
 		p.t.Fatal(err)
