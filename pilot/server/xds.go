@@ -124,7 +124,7 @@ func ServeADS(lim XDSLimits) XDSFunc {
 
 		src, err := publish.New(publish.Config{
 			Logger: log.Named("source"), Key: priv, Validity: lim.ManifestValidity,
-			ReportGenError: env.Status.GenError,
+			ReportGenError: env.Status.GenError, ReportCurrency: env.Status.Currency,
 		})
 		if err != nil {
 			return err

@@ -397,9 +397,20 @@ func TestNotCurrentAfterWait(t *testing.T) {
 		}
 		return out
 	}
+	sawNotCurrent := false // pilot's status said so while the stream had the older snapshot
 	servertest.Eventually(t, 10*time.Second, "a current manifest", func() bool {
+		if ps, ok := p.Proxy(t, sc.ID); ok && ps.NotCurrent && ps.StreamRevision == rev {
+			sawNotCurrent = true
+		}
 		ms := manifests()
 		return len(ms) > 0 && ms[len(ms)-1].Current
+	})
+	if !sawNotCurrent {
+		t.Error("proxy status never showed the stream was sent a snapshot not current for it")
+	}
+	servertest.Eventually(t, 10*time.Second, "status shows the stream current", func() bool {
+		ps, ok := p.Proxy(t, sc.ID)
+		return ok && !ps.NotCurrent && ps.StreamRevision == rev
 	})
 	ms := manifests()
 	first := c.Responses()[0]

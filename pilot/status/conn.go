@@ -24,6 +24,8 @@ type Conn struct {
 	effective    int64
 	genErr       string // why pilot refused to send the snapshot generated for this proxy ("" = none)
 	genErrRev    int64  // the revision that snapshot was generated at
+	streamRev    int64  // store revision when the stream opened (as the source reported it)
+	notCurrent   bool   // the stream was sent a snapshot older than streamRev after its wait timed out
 }
 
 type typeRec struct {
@@ -253,6 +255,12 @@ type ProxyStatus struct {
 	// validation); the proxy keeps what it has.
 	GenError         string `json:"genError,omitempty"`
 	GenErrorRevision int64  `json:"genErrorRevision,omitempty"`
+	// StreamRevision is the store revision when the stream opened. NotCurrent:
+	// pilot's compile of it did not come within its wait (--xds-current-wait),
+	// so the stream was sent the older snapshot pilot had, marked not current;
+	// a Weft sidecar is not ready on it. Cleared when a current one is sent.
+	StreamRevision int64 `json:"streamRevision,omitempty"`
+	NotCurrent     bool  `json:"notCurrent,omitempty"`
 }
 
 // Status returns a copy of the connection's status.
@@ -260,7 +268,7 @@ func (c *Conn) Status() ProxyStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ps := ProxyStatus{Node: c.id, Namespace: c.node.Namespace, ConnectedSince: c.connectedAt, LastSeen: c.lastSeen, EffectiveRevision: c.effective,
-		GenError: c.genErr, GenErrorRevision: c.genErrRev}
+		GenError: c.genErr, GenErrorRevision: c.genErrRev, StreamRevision: c.streamRev, NotCurrent: c.notCurrent}
 	for _, typ := range orderedTypes(c.types) {
 		r := c.types[typ]
 		ts := TypeStatus{Type: TypeName(typ), TypeURL: typ, Status: r.status(), VersionSent: r.versionSent, Nonce: r.nonce,
@@ -325,5 +333,13 @@ func (c *Conn) GenError(rev int64, msg string) {
 	if msg == "" {
 		c.genErrRev = 0
 	}
+	c.mu.Unlock()
+}
+
+// Currency records what the source offers the stream: the store revision when
+// it opened, and whether the snapshot sent is current for it.
+func (c *Conn) Currency(streamRev int64, current bool) {
+	c.mu.Lock()
+	c.streamRev, c.notCurrent = streamRev, !current
 	c.mu.Unlock()
 }

@@ -310,6 +310,16 @@ func (t *Tracker) GenError(id string, rev int64, msg string) {
 	c.GenError(rev, msg)
 }
 
+// Currency records, for proxy id's stream, the store revision it opened at and
+// whether the snapshot it was sent is current for it (ProxyStatus.NotCurrent).
+func (t *Tracker) Currency(id string, streamRev int64, current bool) {
+	c, err := t.conn(id)
+	if err != nil {
+		return
+	}
+	c.Currency(streamRev, current)
+}
+
 // TypeName is the short name of an xDS type URL used in labels and JSON.
 func TypeName(typeURL string) string {
 	switch typeURL {

@@ -70,6 +70,10 @@ func (e *env) proxyStatus(ctx context.Context, args []string) error {
 				notes = append(notes, fmt.Sprintf("%s %s NACKED version %s: %s", ps.Node, columnName(ts.TypeURL), ts.VersionRejected, oneLine(ts.Error)))
 			}
 		}
+		if ps.NotCurrent {
+			notes = append(notes, fmt.Sprintf("%s: sent a snapshot not current for its stream: pilot's compile of store revision %d (when the stream opened) "+
+				"did not come within --xds-current-wait; a Weft sidecar is not ready on it", ps.Node, ps.StreamRevision))
+		}
 		if ps.GenError != "" {
 			notes = append(notes, fmt.Sprintf("%s: pilot refused its snapshot at revision %d (not sent): %s", ps.Node, ps.GenErrorRevision, oneLine(ps.GenError)))
 		}

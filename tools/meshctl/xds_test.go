@@ -174,7 +174,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // spelled out under the table, one line each.
 func TestProxyStatusNotes(t *testing.T) {
 	body := `{"proxies":[{"node":"p1","status":"NACKED","connectedSince":"2026-01-01T00:00:00Z","lastSeen":"2026-01-01T00:00:00Z",
-  "effectiveRevision":4,"genError":"snapshot for p1 at revision 6 fails sidecar validation, not sent: CDS \"c\":\nbad","genErrorRevision":6,
+  "effectiveRevision":4,"genError":"snapshot for p1 at revision 6 fails sidecar validation, not sent: CDS \"c\":\nbad","genErrorRevision":6,"streamRevision":7,"notCurrent":true,
   "types":[{"type":"CDS","typeUrl":"` + snapshot.ClusterType + `","status":"NACKED","versionRejected":"v5","error":"cluster c:\n  refused"},
            {"type":"MANIFEST","typeUrl":"type.googleapis.com/weft.manifest.v1.SignedManifest","status":"SYNCED"}]}]}`
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(body)) }))
@@ -186,9 +186,10 @@ func TestProxyStatusNotes(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	want := []string{
 		`p1 CDS NACKED version v5: cluster c: refused`,
+		`p1: sent a snapshot not current for its stream: pilot's compile of store revision 7 (when the stream opened) did not come within --xds-current-wait; a Weft sidecar is not ready on it`,
 		`p1: pilot refused its snapshot at revision 6 (not sent): snapshot for p1 at revision 6 fails sidecar validation, not sent: CDS "c": bad`,
 	}
-	if len(lines) != 4 || !regexp.MustCompile(`^p1 +NACKED +- +- +- +SYNCED +4 `).MatchString(lines[1]) {
+	if len(lines) != 5 || !regexp.MustCompile(`^p1 +NACKED +- +- +- +SYNCED +4 `).MatchString(lines[1]) {
 		t.Fatalf("table:\n%s", out.String())
 	}
 	if d := cmp.Diff(want, lines[2:]); d != "" {

@@ -36,6 +36,9 @@ type Config struct {
 	// ReportGenError shows a proxy's failed (msg != "") or recovered (msg == "")
 	// generation in its status.
 	ReportGenError func(nodeID string, rev int64, msg string)
+	// ReportCurrency, if set, shows in the stream's status the store revision it
+	// opened at and whether the snapshot it is sent is current for it.
+	ReportCurrency func(nodeID string, streamRev int64, current bool)
 }
 
 func (c *Config) check() error {
@@ -199,6 +202,7 @@ type watch struct {
 	signed   *snapshot.Snapshot
 	timer    *time.Timer
 	reported string // generation error last reported to status
+	offered  int    // currency last reported: 0 none, 1 not current, 2 current
 	closed   bool
 }
 
@@ -237,6 +241,9 @@ func (w *watch) Changed() <-chan struct{} { return w.changed }
 func (w *watch) Snapshot() *snapshot.Snapshot {
 	w.reportGenError()
 	base, current := w.p.Offer()
+	if base != nil {
+		w.reportCurrency(current)
+	}
 	if base == nil || w.scope == "" {
 		return base
 	}
@@ -292,6 +299,22 @@ func (w *watch) Snapshot() *snapshot.Snapshot {
 		w.timer = time.AfterFunc(max(due.Add(half).Sub(now), 0), w.poke)
 	}
 	return w.signed
+}
+
+// reportCurrency shows in status whether what the stream is offered is current,
+// once per change.
+func (w *watch) reportCurrency(current bool) {
+	v := 1
+	if current {
+		v = 2
+	}
+	w.mu.Lock()
+	changed := v != w.offered
+	w.offered = v
+	w.mu.Unlock()
+	if changed && w.s.cfg.ReportCurrency != nil {
+		w.s.cfg.ReportCurrency(w.n.ID, w.p.StoreRevision(), current)
+	}
 }
 
 // reportGenError shows (or clears) a failed generation of this proxy's scope in
