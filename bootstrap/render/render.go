@@ -75,6 +75,9 @@ type Settings struct {
 	Staleness []string
 	// Limits are the sidecar's own overload bounds.
 	Limits Limits
+	// Pprof serves Go's profiler (net/http/pprof) under /debug/pprof/ on the admin
+	// address, which must then be a loopback address: profiles reveal memory.
+	Pprof bool
 }
 
 // MaxStalenessOverrides bounds --staleness.
@@ -102,6 +105,8 @@ type File struct {
 	Staleness            []string `json:"staleness,omitempty"`
 	// Overload bounds, inline: the keys are the flag names.
 	FileLimits
+	// Pprof: see Settings.
+	Pprof bool `json:"pprof,omitempty"`
 }
 
 // ErrUsage wraps every error Parse returns, so cmd/sidecar can exit 2.
@@ -133,6 +138,7 @@ func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, err
 	fs.StringVar(&f.XDSMode, "xds-mode", "", "delta|sotw (default delta)")
 	fs.BoolVar(&f.InsecureSkipManifest, "insecure-skip-manifest", false, "activate without pilot's signed manifest (plain xDS servers); allows no publisher-key")
 	limitFlags(fs, &f.FileLimits)
+	fs.BoolVar(&f.Pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ on the admin address (loopback only)")
 	fs.Var(&stale, "staleness", "operator override CLASS=WARN/EXPIRE[/ONEXPIRE], repeatable; beats pilot's StalenessPolicy for that class")
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
@@ -199,6 +205,9 @@ func (f File) overriddenBy(cmd File, set map[string]bool) File {
 		f.InsecureSkipManifest = cmd.InsecureSkipManifest
 	}
 	f.FileLimits.override(cmd.FileLimits, set)
+	if set["pprof"] {
+		f.Pprof = cmd.Pprof
+	}
 	return f
 }
 
@@ -239,7 +248,7 @@ func ParseLabels(s string) (map[string]string, error) {
 // Settings validates the file's values and applies defaults.
 func (f File) Settings() (*Settings, error) {
 	s := &Settings{PublisherKey: f.PublisherKey, StateDir: f.StateDir, XDSMode: f.XDSMode,
-		InsecureSkipManifest: f.InsecureSkipManifest, Staleness: append([]string(nil), f.Staleness...)}
+		InsecureSkipManifest: f.InsecureSkipManifest, Staleness: append([]string(nil), f.Staleness...), Pprof: f.Pprof}
 	lim, err := f.FileLimits.Limits()
 	if err != nil {
 		return nil, err
@@ -303,6 +312,9 @@ func (f File) Settings() (*Settings, error) {
 		}
 		used[ap] = l.name
 		*l.out = ap
+	}
+	if s.Pprof && !s.AdminAddr.Addr().IsLoopback() {
+		return nil, fmt.Errorf("pprof: admin-addr %s is not a loopback address; the profiler is served on loopback only", s.AdminAddr)
 	}
 	if s.AppAddress, err = parseIP("app-address", f.AppAddress, DefaultAppAddress); err != nil {
 		return nil, err

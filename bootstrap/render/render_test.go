@@ -135,6 +135,7 @@ func TestParse(t *testing.T) {
 				s.InsecureSkipManifest = true
 				s.Staleness = []string{"routes=1s/3s"}
 			}), ""},
+		{"pprof on the loopback admin address", with("--pprof"), want(func(s *Settings) { s.Pprof = true }), ""},
 		{"empty labels", without("--labels", "--labels", ""), want(func(s *Settings) { s.Node.Labels = map[string]string{} }), ""},
 
 		{"unknown flag", with("--nope"), nil, "sidecar settings: flag provided but not defined: -nope"},
@@ -164,6 +165,8 @@ func TestParse(t *testing.T) {
 		{"hostname listener", with("--inbound-addr", "localhost:15006"), nil, `sidecar settings: inbound-addr: "localhost:15006" is not IP:PORT with a port in 1..65535`},
 		{"listener clash", with("--outbound-addr", "127.0.0.1:15000"), nil, "sidecar settings: outbound-addr: 127.0.0.1:15000 already used by admin-addr"},
 		{"bad app address", with("--app-address", "app"), nil, `sidecar settings: app-address: "app" is not an IP literal`},
+		{"pprof on a non-loopback admin address", with("--pprof", "--admin-addr", "10.0.0.1:15000"), nil,
+			"sidecar settings: pprof: admin-addr 10.0.0.1:15000 is not a loopback address; the profiler is served on loopback only"},
 		{"bad xds mode", with("--xds-mode", "incremental"), nil, `sidecar settings: xds-mode: "incremental", want delta or sotw`},
 		{"bad locality", with("--locality", "a/b/c/d"), nil, `sidecar settings: locality: locality "a/b/c/d": want region/zone/subzone`},
 		{"bootstrap missing", []string{"--bootstrap", "nope.yaml"}, nil, "sidecar settings: bootstrap: open nope.yaml: file does not exist"},

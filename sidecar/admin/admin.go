@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -58,6 +59,9 @@ type Config struct {
 	// Requests, when set, adds per-cluster request and TCP counts to /stats
 	// (register it with Gatherer's registry for /metrics).
 	Requests *RequestMetrics
+	// Pprof adds Go's profiler under /debug/pprof/ (bootstrap/render allows it on
+	// a loopback admin address only).
+	Pprof bool
 }
 
 // Admin holds the handlers.
@@ -90,6 +94,13 @@ func (a *Admin) Handler() http.Handler {
 	mux.HandleFunc("GET /config_dump", a.configDump)
 	mux.HandleFunc("GET /stats", a.stats)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{}))
+	if a.cfg.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "weft sidecar admin: /config_dump /stats /metrics")
 	})

@@ -206,3 +206,20 @@ func TestXDSCollector(t *testing.T) {
 		}
 	}
 }
+
+// The profiler is served only when Config.Pprof asks for it.
+func TestPprofOnlyWhenEnabled(t *testing.T) {
+	off := newAdmin(t, &fakeRuntime{}).Handler()
+	if code, _ := get(t, off, "/debug/pprof/"); code != http.StatusNotFound {
+		t.Fatalf("pprof off: /debug/pprof/ = %d, want 404", code)
+	}
+	a := newAdmin(t, &fakeRuntime{})
+	a.cfg.Pprof = true
+	on := a.Handler()
+	if code, body := get(t, on, "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+		t.Fatalf("pprof on: /debug/pprof/ = %d %.200q", code, body)
+	}
+	if code, body := get(t, on, "/debug/pprof/cmdline"); code != http.StatusOK || body == "" {
+		t.Fatalf("pprof on: /debug/pprof/cmdline = %d %q", code, body)
+	}
+}

@@ -231,7 +231,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	reg.MustRegister(oc)
 	reg.MustRegister(admin.NewXDSCollector(client.Status))
-	adm, err := admin.New(admin.Config{Logger: log.Named("admin"), Runtime: rt, XDS: client.Status, Gatherer: reg, Requests: reqs})
+	adm, err := admin.New(admin.Config{Logger: log.Named("admin"), Runtime: rt, XDS: client.Status, Gatherer: reg, Requests: reqs, Pprof: s.Pprof})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
