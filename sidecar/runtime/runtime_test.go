@@ -290,6 +290,24 @@ func TestMetrics(t *testing.T) {
 	if got := value(t, m.activations.WithLabelValues(SourceXDS)); got != 1 {
 		t.Errorf("activations = %v", got)
 	}
+	var hist dto.Metric
+	if err := m.activationDuration.Write(&hist); err != nil {
+		t.Fatal(err)
+	}
+	took := r.LastActivation()
+	if hist.Histogram.GetSampleCount() != 1 || took <= 0 || hist.Histogram.GetSampleSum() != took.Seconds() {
+		t.Errorf("activation duration: %d samples, sum %v; LastActivation %s", hist.Histogram.GetSampleCount(), hist.Histogram.GetSampleSum(), took)
+	}
+	// The same content again is a no-op, not an activation: not observed.
+	if err := r.Apply(context.Background(), e.update(r, res, "v1", e.sign(res, signOpts{}))); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.activationDuration.Write(&hist); err != nil {
+		t.Fatal(err)
+	}
+	if hist.Histogram.GetSampleCount() != 1 {
+		t.Errorf("a no-op Apply was observed: %d samples", hist.Histogram.GetSampleCount())
+	}
 	if got := value(t, m.age.WithLabelValues("routes")); got != 5 {
 		t.Errorf("routes age = %v", got)
 	}

@@ -48,6 +48,14 @@ func TestDecodeErrors(t *testing.T) {
 	zeroWeights := dt.PrefixRoute("/", "c", 0)
 	zeroWeights.GetRoute().ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{
 		Clusters: []*routev3.WeightedCluster_ClusterWeight{{Name: "a", Weight: wrapperspb.UInt32(0)}}}}
+	noHeaderName := dt.PrefixRoute("/", "c", 0)
+	noHeaderName.Match.Headers = []*routev3.HeaderMatcher{{Name: "x-a"}, {Name: "x-b"}, {Name: ""}}
+	badHeaderRegex := dt.PrefixRoute("/", "c", 0)
+	badHeaderRegex.Match.Headers = []*routev3.HeaderMatcher{{Name: "x-a", HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{
+		StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: "(a"}}}}}}
+	noWeightedName := dt.PrefixRoute("/", "c", 0)
+	noWeightedName.GetRoute().ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{
+		Clusters: []*routev3.WeightedCluster_ClusterWeight{{Name: "a", Weight: wrapperspb.UInt32(1)}, {Name: "", Weight: wrapperspb.UInt32(1)}}}}
 	badFallback := dt.PrefixRoute("/", "c", 0)
 	badFallback.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"weft.fallback": {Fields: map[string]*structpb.Value{"clusters": structpb.NewStringValue("x")}}}}
 	twoFilters := dt.Listener("in", dt.MustAddr("127.0.0.1:15006"), dt.HTTPChain(0, "r"))
@@ -73,6 +81,12 @@ func TestDecodeErrors(t *testing.T) {
 			`route "r": virtual_hosts[0].routes[0].route.retry_policy.retry_on: unknown condition "sometimes"`},
 		{"zero weights", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, zeroWeights)),
 			`route "r": virtual_hosts[0].routes[0].route.weighted_clusters: weights sum to 0`},
+		{"header matcher without name", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}), dt.VirtualHost("w", []string{"b"}, dt.PrefixRoute("/", "c", 0), noHeaderName)),
+			`route "r": virtual_hosts[1].routes[1].match.headers[2].name: must not be empty`},
+		{"header regex", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, badHeaderRegex)),
+			`route "r": virtual_hosts[0].routes[0].match.headers[0].string_match.safe_regex: invalid RE2: missing closing )`},
+		{"weighted cluster without name", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, noWeightedName)),
+			`route "r": virtual_hosts[0].routes[0].route.weighted_clusters.clusters[1].name: must not be empty`},
 		{"fallback not list", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, badFallback)),
 			`route "r": virtual_hosts[0].routes[0].metadata.filter_metadata["weft.fallback"].clusters: must be a list of cluster names`},
 		{"empty route name", xdsresource.RouteType, dt.RouteConfig(""), `route "": name: must not be empty`},
