@@ -22,7 +22,7 @@ import (
 )
 
 // tap is a raw TCP upstream that records every byte it received (per connection,
-// in accept order) and answers each request net/http's parser reads with okFor,
+// numbered as their handlers start, not necessarily in accept order) and answers each request net/http's parser reads with okFor,
 // or with answer when set.
 type tap struct {
 	addr   netip.AddrPort
@@ -98,6 +98,13 @@ func (u *tap) bytes() string {
 	return s.String()
 }
 
+// connBytes is what upstream connection id (upReq.conn) received.
+func (u *tap) connBytes(id int64) string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.raw[id-1].String()
+}
+
 // uris lists "METHOD uri" of the requests the upstream parsed.
 func (u *tap) uris() string {
 	var s []string
@@ -170,7 +177,7 @@ func TestShortFirstRequest(t *testing.T) {
 		t.Fatalf("upstream received %q", up.uris())
 	}
 	// Forwarded as HTTP/1.1 with the (empty) Host HTTP/1.1 requires.
-	if raw := up.bytes(); !strings.HasPrefix(raw, "GET / HTTP/1.1\r\nHost: \r\n") {
+	if raw := up.connBytes(got[0].conn); !strings.HasPrefix(raw, "GET / HTTP/1.1\r\nHost: \r\n") {
 		t.Errorf("upstream received %q", raw)
 	}
 	// The next client, on another connection, is not affected.
@@ -310,7 +317,8 @@ func TestMalformedChunkedRequestBody(t *testing.T) {
 			b := dialRaw(t, s)
 			b.send(getReq("/after"))
 			b.expectOK("/after")
-			if got := up.requests(); len(got) != 1 || got[0].uri != "/after" || got[0].conn == 1 {
+			// On a fresh connection: the one that had the malformed body is closed.
+			if got := up.requests(); len(got) != 1 || got[0].uri != "/after" || !strings.HasPrefix(up.connBytes(got[0].conn), "GET /after ") {
 				t.Fatalf("upstream requests %+v; want /after on a fresh connection", got)
 			}
 		})
@@ -536,6 +544,30 @@ func TestLocalAnswersNamed(t *testing.T) {
 				t.Errorf("%s %s%s: %d %s=%q %q, want %d %q containing %q", resp.Proto, tc.host, tc.path, resp.StatusCode,
 					httpproxy.LocalHeader, resp.Header.Get(httpproxy.LocalHeader), body, tc.code, tc.local, tc.body)
 			}
+		}
+	}
+}
+
+// TestLocalAnswersTimeoutDegraded: a route timeout (504) and failing closed (503)
+// are named too, over HTTP/1.1 and HTTP/2.
+func TestLocalAnswersTimeoutDegraded(t *testing.T) {
+	silent := dt.ServeTCP(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) }) // reads, never answers
+	ln := listen(t)
+	s := startSidecar(t, ln, oneRoute(addrOf(ln), dt.PrefixRoute("/", "silent", 200*time.Millisecond),
+		map[string][]netip.AddrPort{"silent": {silent}}), sidecarOpts{})
+	for _, c := range []*http.Client{client(t), h2cClient(t)} {
+		resp, body := do(t, c, "GET", "http://"+s.Addr.String()+"/slow", "svc", "")
+		if resp.StatusCode != 504 || resp.Header.Get(httpproxy.LocalHeader) != httpproxy.LocalTimeout || resp.Header.Get(httpproxy.TimeoutHeader) != "route=200ms" {
+			t.Errorf("%s: %d %v %q, want 504 from %q", resp.Proto, resp.StatusCode, resp.Header, body, httpproxy.LocalTimeout)
+		}
+	}
+	ln = listen(t)
+	d := startSidecar(t, ln, oneRoute(addrOf(ln), dt.PrefixRoute("/", "silent", 0), map[string][]netip.AddrPort{"silent": {silent}}),
+		sidecarOpts{degraded: func() (string, bool) { return "routes expired", true }})
+	for _, c := range []*http.Client{client(t), h2cClient(t)} {
+		resp, body := do(t, c, "GET", "http://"+d.Addr.String()+"/", "svc", "")
+		if resp.StatusCode != 503 || resp.Header.Get(httpproxy.LocalHeader) != httpproxy.LocalDegraded || resp.Header.Get(httpproxy.DegradedHeader) != "routes expired" {
+			t.Errorf("%s: %d %v %q, want 503 from %q", resp.Proto, resp.StatusCode, resp.Header, body, httpproxy.LocalDegraded)
 		}
 	}
 }
