@@ -27,6 +27,7 @@ const (
 	DefaultReadHeaderTimeout         = 30 * time.Second
 	DefaultIdleTimeout               = 5 * time.Minute
 	DefaultRouteTimeout              = 15 * time.Second // Envoy's
+	DefaultDrainTimeout              = 5 * time.Second  // Istio's termination drain duration
 	DefaultMemoryLimit               = 256 << 20
 	DefaultMemoryHighWater           = 0.9
 )
@@ -46,6 +47,7 @@ const (
 	MinH2MaxFrameSize    = 16 << 10
 	MaxH2MaxFrameSize    = 1<<24 - 1
 	MaxTimeout           = 24 * time.Hour
+	MaxDrainTimeout      = 10 * time.Minute
 	MinMemoryLimit       = 16 << 20
 	MaxMemoryLimit       = 1 << 40
 	MinMemoryHighWater   = 0.1
@@ -69,8 +71,10 @@ type Limits struct {
 	// DefaultRouteTimeout bounds requests on routes that set no timeout; 0
 	// disables it.
 	DefaultRouteTimeout time.Duration
-	MemoryLimit         int64   // bytes: the Go soft limit and the shedding base
-	MemoryHighWater     float64 // fraction of MemoryLimit at which new requests are shed
+	// DrainTimeout is how long shutdown lets HTTP/2 streams finish after GOAWAY.
+	DrainTimeout    time.Duration
+	MemoryLimit     int64   // bytes: the Go soft limit and the shedding base
+	MemoryHighWater float64 // fraction of MemoryLimit at which new requests are shed
 }
 
 // DefaultLimits are the bounds with no flag given.
@@ -80,7 +84,8 @@ func DefaultLimits() Limits {
 		BufferSize: DefaultBufferSize, MaxHeaderBytes: DefaultMaxHeaderBytes, MaxHeaderFields: DefaultMaxHeaderFields,
 		H2StreamBuffer: DefaultH2StreamBuffer, H2ConnBuffer: DefaultH2ConnBuffer, H2MaxFrameSize: DefaultH2MaxFrameSize,
 		ReadHeaderTimeout: DefaultReadHeaderTimeout, IdleTimeout: DefaultIdleTimeout, DefaultRouteTimeout: DefaultRouteTimeout,
-		MemoryLimit: DefaultMemoryLimit, MemoryHighWater: DefaultMemoryHighWater}
+		DrainTimeout: DefaultDrainTimeout,
+		MemoryLimit:  DefaultMemoryLimit, MemoryHighWater: DefaultMemoryHighWater}
 }
 
 // FileLimits are the overload keys of the bootstrap file (and the flags' raw
@@ -100,6 +105,7 @@ type FileLimits struct {
 	ReadHeaderTimeout         string  `json:"read-header-timeout,omitempty"`
 	IdleTimeout               string  `json:"idle-timeout,omitempty"`
 	DefaultRouteTimeout       string  `json:"default-route-timeout,omitempty"`
+	DrainTimeout              string  `json:"drain-timeout,omitempty"`
 	MemoryLimit               string  `json:"memory-limit,omitempty"`
 	MemoryHighWater           float64 `json:"memory-high-water,omitempty"`
 }
@@ -119,6 +125,7 @@ func limitFlags(fs *flag.FlagSet, l *FileLimits) {
 	fs.StringVar(&l.ReadHeaderTimeout, "read-header-timeout", "", "time to read a request's header section (default 30s)")
 	fs.StringVar(&l.IdleTimeout, "idle-timeout", "", "close a client connection idle this long (default 5m)")
 	fs.StringVar(&l.DefaultRouteTimeout, "default-route-timeout", "", "timeout of routes that set none; 0s disables (default 15s, Envoy's)")
+	fs.StringVar(&l.DrainTimeout, "drain-timeout", "", "on shutdown, time HTTP/2 streams get to finish after GOAWAY before connections are closed (default 5s)")
 	fs.StringVar(&l.MemoryLimit, "memory-limit", "", "memory ceiling: the Go soft limit and the base of --memory-high-water (default 256MiB)")
 	fs.Float64Var(&l.MemoryHighWater, "memory-high-water", 0, fmt.Sprintf("fraction of --memory-limit at which new requests are shed with 503 (default %v)", DefaultMemoryHighWater))
 }
@@ -141,6 +148,7 @@ func (l *FileLimits) override(cmd FileLimits, set map[string]bool) {
 		"h2-max-frame-size":   {&l.H2MaxFrameSize, &cmd.H2MaxFrameSize},
 		"read-header-timeout": {&l.ReadHeaderTimeout, &cmd.ReadHeaderTimeout}, "idle-timeout": {&l.IdleTimeout, &cmd.IdleTimeout},
 		"default-route-timeout": {&l.DefaultRouteTimeout, &cmd.DefaultRouteTimeout}, "memory-limit": {&l.MemoryLimit, &cmd.MemoryLimit},
+		"drain-timeout": {&l.DrainTimeout, &cmd.DrainTimeout},
 	}
 	for name, v := range strs {
 		if set[name] {
@@ -180,7 +188,7 @@ func (l FileLimits) Limits() (Limits, error) {
 		return nil
 	}
 	toInt := func(dst *int) func(int64) { return func(n int64) { *dst = int(n) } }
-	dur := func(name, v string, allowZero bool, dst *time.Duration) error {
+	dur := func(name, v string, allowZero bool, limit time.Duration, dst *time.Duration) error {
 		if v == "" {
 			return nil
 		}
@@ -188,12 +196,12 @@ func (l FileLimits) Limits() (Limits, error) {
 		if err != nil {
 			return fmt.Errorf("%s: %q is not a duration (like 15s)", name, v)
 		}
-		if d < 0 || (d == 0 && !allowZero) || d > MaxTimeout {
+		if d < 0 || (d == 0 && !allowZero) || d > limit {
 			lo := "1ns"
 			if allowZero {
 				lo = "0s"
 			}
-			return fmt.Errorf("%s: %s outside %s..%s", name, v, lo, MaxTimeout)
+			return fmt.Errorf("%s: %s outside %s..%s", name, v, lo, limit)
 		}
 		*dst = d
 		return nil
@@ -209,9 +217,10 @@ func (l FileLimits) Limits() (Limits, error) {
 		size("h2-stream-buffer", l.H2StreamBuffer, MinH2Buffer, MaxH2Buffer, toInt(&out.H2StreamBuffer)),
 		size("h2-conn-buffer", l.H2ConnBuffer, MinH2Buffer, MaxH2Buffer, toInt(&out.H2ConnBuffer)),
 		size("h2-max-frame-size", l.H2MaxFrameSize, MinH2MaxFrameSize, MaxH2MaxFrameSize, toInt(&out.H2MaxFrameSize)),
-		dur("read-header-timeout", l.ReadHeaderTimeout, false, &out.ReadHeaderTimeout),
-		dur("idle-timeout", l.IdleTimeout, false, &out.IdleTimeout),
-		dur("default-route-timeout", l.DefaultRouteTimeout, true, &out.DefaultRouteTimeout),
+		dur("read-header-timeout", l.ReadHeaderTimeout, false, MaxTimeout, &out.ReadHeaderTimeout),
+		dur("idle-timeout", l.IdleTimeout, false, MaxTimeout, &out.IdleTimeout),
+		dur("default-route-timeout", l.DefaultRouteTimeout, true, MaxTimeout, &out.DefaultRouteTimeout),
+		dur("drain-timeout", l.DrainTimeout, false, MaxDrainTimeout, &out.DrainTimeout),
 		size("memory-limit", l.MemoryLimit, MinMemoryLimit, MaxMemoryLimit, func(n int64) { out.MemoryLimit = n }),
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -41,6 +41,8 @@ func TestLimitFlagsAtBoundsAndOnePast(t *testing.T) {
 		{"idle-timeout", "24h", "24h0m0.000000001s", func(l Limits) bool { return l.IdleTimeout == 24*time.Hour }},
 		{"default-route-timeout", "0s", "-1ns", func(l Limits) bool { return l.DefaultRouteTimeout == 0 }},
 		{"default-route-timeout", "1s", "fast", func(l Limits) bool { return l.DefaultRouteTimeout == time.Second }},
+		{"drain-timeout", "10m", "10m0.000000001s", func(l Limits) bool { return l.DrainTimeout == 10*time.Minute }},
+		{"drain-timeout", "1ns", "0s", func(l Limits) bool { return l.DrainTimeout == 1 }},
 		{"memory-limit", "16MiB", "16383KiB", func(l Limits) bool { return l.MemoryLimit == 16<<20 }},
 		{"memory-limit", "1024GiB", "1025GiB", func(l Limits) bool { return l.MemoryLimit == 1<<40 }},
 		{"memory-limit", "268435456", "256MB", func(l Limits) bool { return l.MemoryLimit == 256<<20 }},

@@ -217,7 +217,8 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	servers := map[string]*listener.Server{}
 	for _, name := range []string{OutboundListener, InboundListener} {
 		srv, err := listener.New(listener.Config{Name: name, Logger: log.Named(name), Snapshot: rt, HTTP: hp, TCP: tp,
-			MaxConnections: lim.MaxConnectionsPerListener, Connections: conns, MaxRequests: lim.MaxRequestsPerListener})
+			MaxConnections: lim.MaxConnectionsPerListener, Connections: conns, MaxRequests: lim.MaxRequestsPerListener,
+			DrainTimeout: lim.DrainTimeout})
 		if err != nil {
 			return fmt.Errorf("sidecar: %s listener: %w", name, err)
 		}
@@ -379,6 +380,7 @@ func limitGauges(l render.Limits) map[string]float64 {
 		"read_header_timeout_seconds":   l.ReadHeaderTimeout.Seconds(),
 		"idle_timeout_seconds":          l.IdleTimeout.Seconds(),
 		"default_route_timeout_seconds": l.DefaultRouteTimeout.Seconds(),
+		"drain_timeout_seconds":         l.DrainTimeout.Seconds(),
 		"memory_high_water_fraction":    l.MemoryHighWater,
 	}
 }

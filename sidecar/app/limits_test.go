@@ -49,6 +49,8 @@ func TestFlagDefaultsAndBoundsAreThePackages(t *testing.T) {
 		{"idle timeout", int64(render.DefaultIdleTimeout), int64(httpproxy.DefaultIdleTimeout)},
 		{"route timeout", int64(render.DefaultRouteTimeout), int64(dataplane.DefaultRouteTimeout)},
 		{"connection bound", render.MaxConnectionLimit, overload.MaxLimit},
+		{"drain timeout", int64(render.DefaultDrainTimeout), int64(listener.DefaultDrainTimeout)},
+		{"drain timeout max", int64(render.MaxDrainTimeout), int64(listener.MaxDrainTimeout)},
 		{"memory limit min", render.MinMemoryLimit, overload.MinMemoryLimit},
 		{"memory limit max", render.MaxMemoryLimit, overload.MaxMemoryLimit},
 	} {

@@ -273,3 +273,80 @@ func TestHTTP1TimeoutsAtBound(t *testing.T) {
 		t.Errorf("idle connection closed after %s, want about %s", d, idle)
 	}
 }
+
+// readUntil reads frames until match says stop; it fails on a read error.
+func readUntil(t *testing.T, fr *http2.Framer, what string, match func(http2.Frame) bool) {
+	t.Helper()
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if match(f) {
+			return
+		}
+	}
+}
+
+// Shutdown drains HTTP/2 connections (finding 8): GOAWAY first, the stream in
+// flight finishes with its answer, then the connection is closed, and Serve
+// returns without waiting out the drain timeout. A stream that does not finish is
+// cut at the drain timeout.
+func TestShutdownDrainsHTTP2(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		finish  bool
+		drain   time.Duration
+		atLeast time.Duration
+	}{{"stream finishes", true, 10 * time.Second, 0}, {"stream cut at drain timeout", false, 300 * time.Millisecond, 300 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := startHoldApp(t)
+			ln := listen(t)
+			s := startSidecar(t, ln, dt.Simple("outbound", addrOf(ln), false, a.ap()), sidecarOpts{drain: tc.drain})
+			c, fr, _ := h2Conn(t, s.Addr.String())
+			_ = c.SetDeadline(time.Now().Add(15 * time.Second))
+			if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: headersFor(t, "/hold"), EndStream: true, EndHeaders: true}); err != nil {
+				t.Fatal(err)
+			}
+			testkit.Eventually(t, 5*time.Second, "the stream at the app", func() bool { return a.holding.Load() == 1 })
+			start := time.Now()
+			stopped := make(chan struct{})
+			go func() { s.shutdown(); close(stopped) }()
+			readUntil(t, fr, "GOAWAY", func(f http2.Frame) bool {
+				g, ok := f.(*http2.GoAwayFrame)
+				return ok && g.ErrCode == http2.ErrCodeNo
+			})
+			if tc.finish {
+				close(a.release)
+				var status string
+				dec := hpack.NewDecoder(4096, func(f hpack.HeaderField) {
+					if f.Name == ":status" {
+						status = f.Value
+					}
+				})
+				readUntil(t, fr, "the response", func(f http2.Frame) bool {
+					if h, ok := f.(*http2.HeadersFrame); ok && h.StreamID == 1 {
+						dec.Write(h.HeaderBlockFragment())
+					}
+					return f.Header().StreamID == 1 && f.Header().Flags.Has(http2.FlagDataEndStream)
+				})
+				if status != "200" {
+					t.Fatalf("drained stream answered %q, want 200", status)
+				}
+			} else {
+				defer close(a.release)
+			}
+			if _, err := io.Copy(io.Discard, c); err != nil {
+				t.Fatalf("connection not closed after the drain: %v", err)
+			}
+			select {
+			case <-stopped:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Serve did not return after the drain")
+			}
+			if took := time.Since(start); took < tc.atLeast || took > tc.atLeast+3*time.Second {
+				t.Errorf("shutdown took %s, want about %s", took, tc.atLeast)
+			}
+		})
+	}
+}

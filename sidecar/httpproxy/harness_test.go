@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,6 +29,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type sidecar struct {
 	Addr netip.AddrPort
 	snap atomic.Pointer[dataplane.Config]
+	// shutdown ends the listener's Serve (drain, close) and waits for it; the
+	// test's cleanup calls it too.
+	shutdown func()
 }
 
 type sidecarOpts struct {
@@ -42,6 +46,7 @@ type sidecarOpts struct {
 	expectTimeout  time.Duration           // httpproxy.Config.ExpectContinueTimeout
 	upgradeIdle    time.Duration           // httpproxy.Config.UpgradeIdleTimeout
 	proxy          func(*httpproxy.Config) // edits the proxy's config last
+	drain          time.Duration           // listener.Config.DrainTimeout
 }
 
 // listen reserves a loopback port so configs can name it before the sidecar starts.
@@ -95,7 +100,8 @@ func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOp
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := listener.New(listener.Config{Name: o.name, Logger: log, Snapshot: &s.snap, HTTP: hp, TCP: tp, MaxRequests: o.maxRequests})
+	srv, err := listener.New(listener.Config{Name: o.name, Logger: log, Snapshot: &s.snap, HTTP: hp, TCP: tp, MaxRequests: o.maxRequests,
+		DrainTimeout: o.drain})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,9 +113,9 @@ func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOp
 			t.Errorf("Serve: %v", err)
 		}
 	}()
+	s.shutdown = sync.OnceFunc(func() { cancel(); <-done })
 	t.Cleanup(func() {
-		cancel()
-		<-done
+		s.shutdown()
 		hp.Close()
 		pool.Close()
 	})

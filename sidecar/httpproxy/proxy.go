@@ -168,11 +168,12 @@ type Proxy struct {
 	log     hclog.Logger
 	h2      *cluster.H2Pool // h2c upstreams (peer sidecars, HTTP2/gRPC apps), multiplexed
 	h1std   *http.Transport // HTTP/1.1 upstreams reached from HTTP/2 clients
-	h2srv   *http.Server    // serves h2c client connections handed over by ServeConn
-	h2ln    *connListener
-	h2done  chan struct{} // closed when h2srv.Serve returns
-	readers sync.Pool     // *bufio.Reader
-	writers sync.Pool     // *bufio.Writer
+	h2c     http.Protocols
+	h2mu    sync.Mutex           // guards h2srvs and closed
+	h2srvs  map[string]*h2Server // by listener name: serve h2c connections handed over by ServeConn
+	closed  bool                 // Close was called: no new HTTP/2 servers
+	readers sync.Pool            // *bufio.Reader
+	writers sync.Pool            // *bufio.Writer
 	ctx     context.Context
 	cancel  context.CancelFunc
 }
@@ -296,10 +297,34 @@ func New(cfg Config) (*Proxy, error) {
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
-	p.h2ln = newConnListener()
-	p.h2done = make(chan struct{})
-	p.h2srv = &http.Server{
-		Protocols:         &h2c,
+	p.h2c = h2c
+	p.h2srvs = map[string]*h2Server{}
+	return p, nil
+}
+
+// h2Server is one listener's HTTP/2 server, so a listener's shutdown drains its
+// own connections (GOAWAY) and no other listener's.
+type h2Server struct {
+	srv  *http.Server
+	ln   *connListener
+	done chan struct{} // closed when srv.Serve returns
+}
+
+// h2For returns listener's HTTP/2 server, starting it on first use; nil once
+// the proxy is closed.
+func (p *Proxy) h2For(listener string) *h2Server {
+	p.h2mu.Lock()
+	defer p.h2mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	if s := p.h2srvs[listener]; s != nil {
+		return s
+	}
+	cfg := p.cfg
+	s := &h2Server{ln: newConnListener(), done: make(chan struct{})}
+	s.srv = &http.Server{
+		Protocols:         &p.h2c,
 		Handler:           http.HandlerFunc(p.serveH2Request),
 		IdleTimeout:       cfg.IdleTimeout,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -314,18 +339,44 @@ func New(cfg Config) (*Proxy, error) {
 			MaxReceiveBufferPerConnection: cfg.H2ConnBuffer, MaxReceiveBufferPerStream: cfg.H2StreamBuffer},
 	}
 	go func() {
-		defer close(p.h2done)
-		_ = p.h2srv.Serve(p.h2ln)
+		defer close(s.done)
+		_ = s.srv.Serve(s.ln)
 	}()
-	return p, nil
+	p.h2srvs[listener] = s
+	return s
 }
 
-// Close closes the HTTP/2 upstream pool (interrupting its requests) and drops idle
-// connections of the bridging transport. The HTTP/1.1 pool is the caller's to close.
+// DrainHTTP2 gracefully shuts down listener's HTTP/2 connections: each is sent
+// GOAWAY, takes no new streams and closes when its streams have finished. It
+// returns when they all have, or when ctx ends, and then closes what remains.
+// A later connection for listener gets a new server.
+func (p *Proxy) DrainHTTP2(ctx context.Context, listener string) {
+	p.h2mu.Lock()
+	s := p.h2srvs[listener]
+	delete(p.h2srvs, listener)
+	p.h2mu.Unlock()
+	if s == nil {
+		return
+	}
+	_ = s.srv.Shutdown(ctx)
+	_ = s.srv.Close()
+	<-s.done
+}
+
+// Close closes the HTTP/2 upstream pool (interrupting its requests), the HTTP/2
+// servers and their connections, and drops idle connections of the bridging
+// transport. The HTTP/1.1 pool is the caller's to close.
 func (p *Proxy) Close() {
 	p.cancel()
-	_ = p.h2srv.Close()
-	<-p.h2done
+	p.h2mu.Lock()
+	p.closed = true
+	srvs := p.h2srvs
+	p.h2srvs = nil
+	p.h2mu.Unlock()
+	for _, s := range srvs {
+		_ = s.srv.Close()
+		<-s.done
+	}
 	p.h2.Close()
 	p.h1std.CloseIdleConnections()
 }
@@ -383,19 +434,17 @@ func isH2Preface(br *bufio.Reader) bool {
 	}
 }
 
-// serveH2Conn hands bc to the HTTP/2 server, which owns it (and its reader) from
-// then on, and waits until the server has closed it. When ctx ends first the
-// connection is closed here and the wait continues until the server lets go.
+// serveH2Conn hands bc to its listener's HTTP/2 server, which owns it (and its
+// reader) from then on, and waits until the server has closed it. Ending ctx
+// does not close it: the listener's shutdown drains it (DrainHTTP2) and then
+// closes every connection it still has.
 func (p *Proxy) serveH2Conn(ctx context.Context, bc *bufConn) {
-	if !p.h2ln.push(ctx, bc) {
+	s := p.h2For(bc.t.Listener)
+	if s == nil || !s.ln.push(ctx, bc) {
 		bc.Close()
 		return
 	}
-	select {
-	case <-bc.closed:
-	case <-ctx.Done():
-		bc.Close()
-	}
+	<-bc.closed
 }
 
 // bufConn replays bytes already buffered by the sniffing reader and reports when

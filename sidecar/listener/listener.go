@@ -60,12 +60,20 @@ type Config struct {
 	// with header x-weft-overflow: requests. 0 means DefaultMaxRequests; at most
 	// overload.MaxLimit.
 	MaxRequests int
+	// DrainTimeout is how long shutdown lets HTTP/2 connections finish their
+	// streams after GOAWAY (requests in flight on HTTP/1.1 connections go on
+	// meanwhile) before every connection is closed. 0 means DefaultDrainTimeout;
+	// at most MaxDrainTimeout.
+	DrainTimeout time.Duration
 }
 
 // Defaults of Config.
 const (
 	DefaultMaxConnections = 10000
 	DefaultMaxRequests    = 10000
+	// DefaultDrainTimeout is Istio's default termination drain duration.
+	DefaultDrainTimeout = 5 * time.Second
+	MaxDrainTimeout     = 10 * time.Minute
 )
 
 // Reasons a connection is refused (label values of the refusal metric).
@@ -124,6 +132,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("listener: MaxConnections must not be negative")
 	case cfg.MaxRequests < 0:
 		return nil, errors.New("listener: MaxRequests must not be negative")
+	case cfg.DrainTimeout < 0 || cfg.DrainTimeout > MaxDrainTimeout:
+		return nil, fmt.Errorf("listener: DrainTimeout %s outside 0..%s", cfg.DrainTimeout, MaxDrainTimeout)
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
 	}
 	if cfg.MaxConnections == 0 {
 		cfg.MaxConnections = DefaultMaxConnections
@@ -204,7 +217,13 @@ func (s *Server) untrack(c net.Conn) {
 	s.conns.Release()
 }
 
+// shutdown drains the listener's HTTP/2 connections (GOAWAY, then up to
+// DrainTimeout for their streams), closes every connection still open and waits
+// for all handlers to return.
 func (s *Server) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	s.cfg.HTTP.DrainHTTP2(ctx, s.cfg.Name)
+	cancel()
 	s.mu.Lock()
 	for c := range s.open {
 		c.Close()
@@ -246,7 +265,7 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 	}
 	// HTTP, or nothing configured yet: the HTTP proxy answers 503/404 with a reason.
 	// ServeConn returns when the connection has closed, HTTP/2 ones included, so
-	// the connection stays counted and is closed on shutdown like any other.
+	// the connection stays counted and is drained and closed on shutdown.
 	s.cfg.HTTP.ServeConn(ctx, c, httpproxy.Target{Snapshot: s.cfg.Snapshot, Listener: s.cfg.Name, Dest: dst, Source: src,
 		Requests: s.requests})
 }

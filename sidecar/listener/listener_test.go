@@ -342,3 +342,28 @@ func TestMaxConnectionsAtBoundAndOnePast(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+func TestConfigBoundsAtBoundAndOnePast(t *testing.T) {
+	hp, tp, log := setup(t)
+	var snap atomic.Pointer[dataplane.Config]
+	for _, tc := range []struct {
+		name string
+		edit func(*listener.Config)
+		ok   bool
+	}{
+		{"drain at max", func(c *listener.Config) { c.DrainTimeout = listener.MaxDrainTimeout }, true},
+		{"drain past max", func(c *listener.Config) { c.DrainTimeout = listener.MaxDrainTimeout + 1 }, false},
+		{"drain negative", func(c *listener.Config) { c.DrainTimeout = -1 }, false},
+		{"connections at max", func(c *listener.Config) { c.MaxConnections = overload.MaxLimit }, true},
+		{"connections past max", func(c *listener.Config) { c.MaxConnections = overload.MaxLimit + 1 }, false},
+		{"requests at max", func(c *listener.Config) { c.MaxRequests = overload.MaxLimit }, true},
+		{"requests past max", func(c *listener.Config) { c.MaxRequests = overload.MaxLimit + 1 }, false},
+		{"requests negative", func(c *listener.Config) { c.MaxRequests = -1 }, false},
+	} {
+		cfg := listener.Config{Name: "x", Logger: log, Snapshot: &snap, HTTP: hp, TCP: tp}
+		tc.edit(&cfg)
+		if _, err := listener.New(cfg); (err == nil) != tc.ok {
+			t.Errorf("%s: %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+}
