@@ -140,11 +140,26 @@ func FuzzPoolBody(f *testing.F) {
 // pipelined message after another, and fails when they disagree on a message both
 // accept (bytes consumed, method, target, authority, header set after
 // canonicalisation, body), or when ours accepts a message net/http rejects.
-// Rejecting what net/http accepts is allowed (we are stricter: see
-// stricterThanNetHTTP); comparing stops at the first message either side rejects,
-// and after a message that closes the connection on our side.
+// Rejecting what net/http accepts is allowed; comparing stops at the first message
+// either side rejects, and after a message that closes the connection on our side.
 //
-// Deliberate differences, each handled below where it shows:
+// Where we are stricter than net/http (we reject, it accepts), on purpose:
+//   - a line ended by a bare LF (head, chunk lines, trailers), and a bare CR at a
+//     line's end: an upstream splitting lines otherwise could be smuggled to;
+//   - obsolete line folding (net/http joins the lines);
+//   - an HTTP/1.1 request without Host, or with a Host of bytes outside RFC 3986's
+//     authority (net/http's server checks these, ReadRequest does not);
+//   - Transfer-Encoding on an HTTP/1.0 request (net/http ignores it and frames by
+//     Content-Length), and an invalid Content-Length beside Transfer-Encoding;
+//   - protocols other than HTTP/1.0 and HTTP/1.1; absolute-form targets with a
+//     scheme other than http(s), userinfo, "%" in the host, or a query but no path;
+//   - chunk-size lines with whitespace not followed by an extension, extensions
+//     that are not ;token[=token|quoted-string], sizes of more than 15 hex digits,
+//     trailer lines that are not well-formed header lines, trailer sections over
+//     MaxTrailerBytes.
+//
+// Where we accept what net/http rejects, or differ on an accepted message, each
+// handled below where it shows:
 //   - Leading empty lines (CRLF) before a request line are skipped by us (RFC 9112
 //     §2.2 SHOULD) and are a malformed request line to ReadRequest (net/http's
 //     server skips them itself): they are stripped before net/http reads.
