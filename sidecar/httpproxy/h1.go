@@ -447,12 +447,16 @@ func (p *Proxy) readUpstreamHead(uc *cluster.Conn, st *h1state, interim *int) (o
 	}
 	switch {
 	case err == nil:
+	case errors.Is(err, errURITooLong): // the reader's name for an over-long start line
+		st.upErr = fmt.Errorf("%w: status line longer than %d bytes", errHeaderTooLarge, uc.R.Size())
+		uc.Close()
+		return failProtocol, false
 	case errors.Is(err, errMalformed) || errors.Is(err, errHeaderTooLarge) || errors.Is(err, errUnsupportedTE):
 		st.upErr = err
 		uc.Close()
 		return failProtocol, false
-	default:
-		return p.upstreamErr(uc, err, true), false
+	default: // cut or timed out mid-head: nothing was forwarded
+		return p.upstreamErr(uc, err, false), false
 	}
 	if resp.status == http.StatusSwitchingProtocols {
 		switch {
@@ -516,11 +520,10 @@ func isHead(req *msg) bool { return req.m1-req.m0 == 4 && string(req.buf[req.m0:
 // says and nothing more arrived.
 func (p *Proxy) forwardResponse(cbw *bufio.Writer, uc *cluster.Conn, st *h1state, route *dataplane.Route, canRetry, reusable bool) outcome {
 	req, resp := &st.req, &st.resp
-	// RFC 9112 §6.3: HEAD, 204 and 304 responses end at their header section whatever
-	// their headers say.
-	noBody := resp.status == http.StatusNoContent || resp.status == http.StatusNotModified || isHead(req)
+	fr := resp.responseFraming(isHead(req))
+	noBody := fr == noContent
 	chunked, n := resp.chunked, resp.contentLength
-	untilClose := !noBody && !chunked && n < 0
+	untilClose := fr == closeContent
 	if resp.status == http.StatusNoContent && (chunked || n > 0) {
 		// A 204 announcing content: whatever follows cannot be trusted as the next
 		// response. Deliver the 204, then discard the connection.
@@ -564,18 +567,7 @@ func (p *Proxy) forwardResponse(cbw *bufio.Writer, uc *cluster.Conn, st *h1state
 		cbw.WriteString("Connection: keep-alive\r\n") // an HTTP/1.0 client asked for it
 	}
 	cbw.WriteString("\r\n")
-	var err error
-	switch {
-	case noBody:
-	case dechunk:
-		err = dechunkBody(cbw, uc.R)
-	case chunked:
-		err = copyChunked(cbw, uc.R)
-	case n > 0:
-		err = copyN(cbw, uc.R, n)
-	case untilClose:
-		err = copyUntilEOF(cbw, uc.R)
-	}
+	err := copyResponseBody(cbw, uc.R, fr, n, dechunk)
 	if err != nil && st.out.n == sent && errors.Is(err, errMalformed) {
 		// Nothing reached the client yet (the bad chunk came with the head): drop
 		// what is buffered and answer 502 instead.

@@ -47,8 +47,9 @@ type msg struct {
 	hostIdx       int // field index of Host, -1 if none
 	expect100     bool
 	upgrade       bool
-	teIdx         int // field index of a TE request header that asks for trailers, -1 if none
-	maxFields     int // the limit readHead ran with; bounds Connection tokens too
+	leadingCRLF   bool // empty lines came before the start line (allowed for requests only)
+	teIdx         int  // field index of a TE request header that asks for trailers, -1 if none
+	maxFields     int  // the limit readHead ran with; bounds Connection tokens too
 }
 
 func (m *msg) reset() {
@@ -56,7 +57,7 @@ func (m *msg) reset() {
 	m.fields = m.fields[:0]
 	m.conn = m.conn[:0]
 	m.contentLength = -1
-	m.chunked, m.close, m.http10, m.expect100, m.upgrade, m.abs = false, false, false, false, false, false
+	m.chunked, m.close, m.http10, m.expect100, m.upgrade, m.abs, m.leadingCRLF = false, false, false, false, false, false, false
 	m.hostIdx, m.teIdx = -1, -1
 	m.status = 0
 }
@@ -186,6 +187,7 @@ func (m *msg) readHead(r *bufio.Reader, maxBytes int, maxFields int) error {
 				continue
 			}
 			first = false
+			m.leadingCRLF = skipped > 0
 			m.buf = append(m.buf, line...)
 			m.start = len(m.buf)
 			continue
@@ -431,7 +433,12 @@ func isHostChar(c byte) bool {
 // parseStatusLine splits "HTTP/1.x SP code SP reason".
 func (m *msg) parseStatusLine() error {
 	l := m.buf[:m.start]
-	if len(l) < 12 || !bytes.HasPrefix(l, []byte("HTTP/1.")) || l[8] != ' ' {
+	if m.leadingCRLF {
+		// RFC 9112 §2.2 lets a server skip empty lines before a request; before a
+		// response they are bytes the previous message did not account for.
+		return fmt.Errorf("%w: empty line before the status line", errMalformed)
+	}
+	if len(l) < 12 || !bytes.HasPrefix(l, []byte("HTTP/1.")) || l[7] < '0' || l[7] > '9' || l[8] != ' ' {
 		return fmt.Errorf("%w: status line", errMalformed)
 	}
 	code := 0
@@ -447,7 +454,55 @@ func (m *msg) parseStatusLine() error {
 	m.status = code
 	m.http10 = l[7] == '0'
 	m.close = m.http10
-	return m.parseFraming()
+	if err := m.parseFraming(); err != nil {
+		return err
+	}
+	if m.http10 && m.chunked {
+		// RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing.
+		return fmt.Errorf("%w: Transfer-Encoding in an HTTP/1.0 response", errMalformed)
+	}
+	return nil
+}
+
+// framing is how a response's content is delimited (RFC 9112 §6.3).
+type framing uint8
+
+const (
+	noContent      framing = iota // HEAD, 1xx, 204, 304: the message ends at its head
+	chunkedContent                // chunked transfer coding
+	lengthContent                 // exactly contentLength bytes (maybe 0)
+	closeContent                  // until the connection closes
+)
+
+// responseFraming is the framing of response m to a request that was HEAD or not;
+// the status decides before any header does.
+func (m *msg) responseFraming(head bool) framing {
+	switch {
+	case head || m.status < 200 || m.status == 204 || m.status == 304:
+		return noContent
+	case m.chunked:
+		return chunkedContent
+	case m.contentLength >= 0:
+		return lengthContent
+	}
+	return closeContent
+}
+
+// copyResponseBody copies the content of a response framed fr (n bytes for
+// lengthContent) from src to dst: chunked as received, or decoded when dechunk.
+func copyResponseBody(dst *bufio.Writer, src *bufio.Reader, fr framing, n int64, dechunk bool) error {
+	switch fr {
+	case chunkedContent:
+		if dechunk {
+			return dechunkBody(dst, src)
+		}
+		return copyChunked(dst, src)
+	case lengthContent:
+		return copyN(dst, src, n)
+	case closeContent:
+		return copyUntilEOF(dst, src)
+	}
+	return nil
 }
 
 // parseFraming reads the headers that decide framing and connection reuse
