@@ -79,6 +79,13 @@ type Options struct {
 	// 19.8 MiB with a release every 30s. Under load the cost per interval is one
 	// extra GC (among many) and re-faulting the pages released. Zero means
 	// DefaultMemoryRelease; a negative value turns it off.
+	//
+	// Memory is also released soon after each activation (at most once per
+	// MinMemoryRelease): an activation leaves the old configuration, the
+	// decoded protos and the old compiled config as garbage, and the heap grew
+	// to hold them. Measured with 1,000 Services x 10 rules
+	// (tools/bench/proxy/activationrss.sh): RSS 54, 68, 81, 68 MiB after four
+	// activations without it.
 	MemoryRelease time.Duration
 
 	// release replaces debug.FreeOSMemory in tests.
@@ -168,8 +175,11 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		lns[a.name] = ln
 	}
 
+	// activated tells the memory goroutine a configuration was swapped in (one
+	// pending signal is enough; the stream never waits on it).
+	activated := make(chan struct{}, 1)
 	initial, _ := rt.LoadLastKnownGood() // a refusal is logged and shown by the runtime
-	xcfg := xdsclient.Config{Node: &s.Node, Servers: s.Pilot, Types: rt.Types(), Decode: rt.Decode, Apply: rt.Apply,
+	xcfg := xdsclient.Config{Node: &s.Node, Servers: s.Pilot, Types: rt.Types(), Decode: rt.Decode, Apply: applied(rt, activated),
 		Logger: log, Backoff: o.Backoff, ConfirmAfter: o.ConfirmAfter, Initial: initial, InitialConfirmed: rt.LastKnownGoodConfirmed()}
 	if s.XDSMode == "sotw" {
 		xcfg.Mode = xdsclient.SotW
@@ -258,7 +268,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	run("memory-guard", func() error { mem.Run(ctx); return nil })
 	run("pool-reaper", func() error { reapPool(ctx, pool, rt, cluster.ReapInterval); return nil })
 	if o.MemoryRelease > 0 {
-		run("memory", func() error { releaseMemory(ctx, o.MemoryRelease, o.release); return nil })
+		run("memory", func() error { releaseMemory(ctx, o.MemoryRelease, o.release, activated); return nil })
 	}
 	run("xds", func() error {
 		if err := client.Run(ctx); !errors.Is(err, context.Canceled) {
@@ -340,16 +350,55 @@ func liveEndpoints(cfg *dataplane.Config) map[string]struct{} {
 	return live
 }
 
-// releaseMemory calls release every interval until ctx ends.
-func releaseMemory(ctx context.Context, every time.Duration, release func()) {
+// applied wraps rt.Apply: when a new configuration was swapped in, it signals
+// activated without blocking.
+func applied(rt *runtime.Runtime, activated chan<- struct{}) xdsclient.ApplyFunc {
+	return func(ctx context.Context, u *xdsclient.Update) error {
+		before := rt.Load()
+		err := rt.Apply(ctx, u)
+		if rt.Load() != before {
+			select {
+			case activated <- struct{}{}:
+			default:
+			}
+		}
+		return err
+	}
+}
+
+// releaseMemory calls release every interval, and after each signal on
+// activated, but never twice within MinMemoryRelease (signals in between are
+// coalesced into one release when that time has passed), until ctx ends.
+func releaseMemory(ctx context.Context, every time.Duration, release func(), activated <-chan struct{}) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	soon := time.NewTimer(0)
+	if !soon.Stop() {
+		<-soon.C
+	}
+	var last time.Time
+	waiting := false
+	do := func() { release(); last = time.Now() }
 	for {
 		select {
 		case <-ctx.Done():
+			soon.Stop()
 			return
 		case <-t.C:
-			release()
+			do()
+		case <-activated:
+			if waiting {
+				continue
+			}
+			if d := MinMemoryRelease - time.Since(last); d > 0 {
+				soon.Reset(d)
+				waiting = true
+				continue
+			}
+			do()
+		case <-soon.C:
+			waiting = false
+			do()
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/weft-mesh/weft/bootstrap/render"
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/sidecar/runtime/staleness"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -208,5 +210,40 @@ func TestRunReleasesMemory(t *testing.T) {
 				t.Fatalf("%d releases, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// An activation releases memory at once; activations within MinMemoryRelease of
+// a release are coalesced into one release when that time has passed.
+func TestReleaseMemoryAfterActivation(t *testing.T) {
+	var mu sync.Mutex
+	var at []time.Time
+	releases := func() []time.Time { mu.Lock(); defer mu.Unlock(); return append([]time.Time(nil), at...) }
+	activated := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		releaseMemory(ctx, MaxMemoryRelease, func() { mu.Lock(); at = append(at, time.Now()); mu.Unlock() }, activated)
+	}()
+	defer func() { cancel(); <-done }()
+
+	activated <- struct{}{}
+	testkit.Eventually(t, 10*time.Second, "a release after the first activation", func() bool { return len(releases()) == 1 })
+	for range 3 { // coalesced: the signal channel holds one, the loop waits for the spacing
+		activated <- struct{}{}
+	}
+	testkit.Eventually(t, 10*time.Second, "the coalesced release", func() bool { return len(releases()) >= 2 })
+	got := releases()
+	if gap := got[1].Sub(got[0]); gap < MinMemoryRelease {
+		t.Fatalf("second release %s after the first, want >= %s", gap, MinMemoryRelease)
+	}
+	// Nothing more was pending: the next release is the next activation's, one
+	// spacing after the second (an uncoalesced release would come sooner).
+	activated <- struct{}{}
+	testkit.Eventually(t, 10*time.Second, "the next activation's release", func() bool { return len(releases()) >= 3 })
+	got = releases()
+	if gap := got[2].Sub(got[1]); len(got) != 3 || gap < MinMemoryRelease {
+		t.Fatalf("%d releases; third %s after the second, want 3 releases and >= %s", len(got), gap, MinMemoryRelease)
 	}
 }

@@ -28,6 +28,16 @@ if [ "$#" -eq 0 ] && [ -z "${SKIP_PROXY_BENCH:-}" ]; then
   bash tools/bench/proxy/run.sh "${PROXY_BENCH_ROUNDS:-3}"
 fi
 
+# Activation at size (issue #7): the real bin/sidecar receiving 1,000 Services x
+# 10 route rules from a real pilot, re-applied with changes; RSS after each.
+if [ "$#" -eq 0 ] && [ -z "${SKIP_PROXY_BENCH:-}" ]; then
+  echo "== activation at size (tools/bench/proxy/activationrss.sh)"
+  bin=$(mktemp -d /tmp/weft-bench-bin.XXXXXX)
+  make -s build BIN="$bin" >/dev/null
+  bash tools/bench/proxy/activationrss.sh "$bin"
+  rm -rf "$bin"
+fi
+
 # Pilot load test (issue #3): N simulated delta-ADS clients over loopback gRPC
 # against the production pilot stack, 1,000 services; skipped when packages are
 # named. ADSLOAD_PROXIES=1000 for a quick run.
