@@ -16,6 +16,8 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -90,6 +92,41 @@ type Options struct {
 
 	// release replaces debug.FreeOSMemory in tests.
 	release func()
+	// cgroupMemory replaces reading the container's memory limit in tests.
+	cgroupMemory func() int64
+}
+
+// CgroupMemoryFraction: when the container's memory limit (cgroup) is below
+// --memory-limit, the ceiling becomes this fraction of it, so shedding and the Go
+// soft limit act before the kernel's OOM killer does.
+const CgroupMemoryFraction = 0.9
+
+// cgroupMemoryFiles hold a container's memory limit: cgroup v2, then v1.
+var cgroupMemoryFiles = [...]string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
+
+// readCgroupMemory returns the container's memory limit in bytes, 0 if none.
+func readCgroupMemory() int64 {
+	for _, f := range cgroupMemoryFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil || n <= 0 || n >= 1<<62 { // "max", or v1's "unlimited" (a huge number)
+			return 0
+		}
+		return n
+	}
+	return 0
+}
+
+// memoryCeiling is the flag's ceiling, lowered to CgroupMemoryFraction of the
+// container's limit when that is smaller (never below overload.MinMemoryLimit).
+func memoryCeiling(flag, cgroup int64) int64 {
+	if cgroup <= 0 {
+		return flag
+	}
+	return max(min(flag, int64(float64(cgroup)*CgroupMemoryFraction)), overload.MinMemoryLimit)
 }
 
 // Run runs the sidecar until ctx ends and everything has stopped. It returns an
@@ -200,6 +237,13 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	reg.MustRegister(reqs)
 	lim := s.Limits
+	if o.cgroupMemory == nil {
+		o.cgroupMemory = readCgroupMemory
+	}
+	if c := memoryCeiling(lim.MemoryLimit, o.cgroupMemory()); c != lim.MemoryLimit {
+		log.Warn("memory ceiling lowered below the container's memory limit", "memory-limit", lim.MemoryLimit, "ceiling", c)
+		lim.MemoryLimit = c
+	}
 	// The memory ceiling is the Go runtime's soft limit (the GC works harder as
 	// it nears it) and the base of shedding, which refuses new requests before
 	// the soft limit is reached, so the kernel's limit is never the one that acts.

@@ -116,3 +116,40 @@ func TestMetricsShowOverloadBounds(t *testing.T) {
 		t.Logf("/metrics:\n%s", body)
 	}
 }
+
+// A container limit below --memory-limit lowers the ceiling to 90% of it.
+func TestMemoryCeilingFollowsCgroup(t *testing.T) {
+	for _, tc := range []struct{ flag, cgroup, want int64 }{
+		{256 << 20, 0, 256 << 20},
+		{256 << 20, 1 << 30, 256 << 20},
+		{256 << 20, 200 << 20, 180 << 20},
+		{256 << 20, 1 << 20, overload.MinMemoryLimit},
+	} {
+		if got := memoryCeiling(tc.flag, tc.cgroup); got != tc.want {
+			t.Errorf("memoryCeiling(%d, %d) = %d, want %d", tc.flag, tc.cgroup, got, tc.want)
+		}
+	}
+	s := settings(t, "127.77.9.7")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, s, Options{Logger: hclog.NewNullLogger(), cgroupMemory: func() int64 { return 100 << 20 }})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	want := "weft_sidecar_memory_limit_bytes 9.437184e+07" // 90% of 100 MiB
+	testkit.Eventually(t, 10*time.Second, want, func() bool {
+		resp, err := hc.Get("http://" + s.AdminAddr.String() + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), want)
+	})
+}
