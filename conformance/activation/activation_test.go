@@ -23,6 +23,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/xds/gen"
 	"github.com/weft-mesh/weft/pilot/xds/sign"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+	"github.com/weft-mesh/weft/sidecar/dataplane"
 	"github.com/weft-mesh/weft/sidecar/runtime"
 	"github.com/weft-mesh/weft/sidecar/xdsclient"
 )
@@ -38,11 +39,12 @@ const (
 var client = &node.Node{ID: "bench-client", Namespace: "bench", ServiceAccount: "client",
 	Labels: map[string]string{"app": "client"}, Address: "10.250.0.1"}
 
-// meshInput: Services in the client's namespace, each with one HTTP port, one
-// Workload and a Route of RulesPerRoute rules (path prefix plus header matches,
-// a catch-all last). gen differs between two inputs with different gen values:
-// every rule's timeout changes, so every route configuration is new.
-func meshInput(services, rules, gen int, revision int64) compile.Input {
+// meshInputTo: Services in the client's namespace, each with one HTTP port, one
+// Workload and a Route of rules rules (path prefix plus header matches, a
+// catch-all last); when appPort is not 0, svc-0's Workload is at
+// 127.0.0.1:appPort (a backend the test runs). Inputs with different gen values
+// differ in every rule's timeout, so every route configuration is new.
+func meshInputTo(services, rules, gen int, revision int64, appPort int) compile.Input {
 	var objs []*resource.Object
 	o := func(kind, name string, labels map[string]string, spec any) {
 		objs = append(objs, &resource.Object{APIVersion: resource.APIVersion, Kind: kind,
@@ -51,12 +53,16 @@ func meshInput(services, rules, gen int, revision int64) compile.Input {
 	str := func(s string) *string { return &s }
 	for i := range services {
 		name := fmt.Sprintf("svc-%d", i)
+		target, addr := int32(8080), fmt.Sprintf("10.%d.%d.1", i/250, i%250)
+		if i == 0 && appPort != 0 {
+			target, addr = int32(appPort), "127.0.0.1"
+		}
 		o(resource.KindService, name, nil, &resource.ServiceSpec{
 			Selector: map[string]string{"app": name},
-			Ports:    []resource.ServicePort{{Name: "http", Port: 8080, TargetPort: 8080, Protocol: "HTTP"}},
+			Ports:    []resource.ServicePort{{Name: "http", Port: 8080, TargetPort: target, Protocol: "HTTP"}},
 		})
 		o(resource.KindWorkload, name+"-a", map[string]string{"app": name},
-			&resource.WorkloadSpec{Address: fmt.Sprintf("10.%d.%d.1", i/250, i%250), ServiceAccount: name, Weight: 1})
+			&resource.WorkloadSpec{Address: addr, ServiceAccount: name, Weight: 1})
 		var hr []resource.HTTPRoute
 		for k := range rules {
 			r := resource.HTTPRoute{Name: fmt.Sprintf("rule-%d", k),
@@ -121,19 +127,24 @@ type fixture struct {
 	snaps [2]*snapshot.Snapshot // two revisions that differ in every route
 }
 
-func newFixture(tb testing.TB) *fixture {
+func newFixture(tb testing.TB) *fixture { return newFixtureWith(tb, 0, nil) }
+
+// newFixtureWith: svc-0 at 127.0.0.1:appPort (if not 0), and compile (nil:
+// dataplane.Compile) as the runtime's Compile.
+func newFixtureWith(tb testing.TB, appPort int, compile func(map[string]map[string]any) (*dataplane.Config, error)) *fixture {
 	tb.Helper()
 	pub, priv, err := ed25519.GenerateKey(nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	rt, err := runtime.New(runtime.Config{NodeID: client.ID, PublisherKey: pub, StateDir: tb.TempDir(), Logger: hclog.NewNullLogger()})
+	rt, err := runtime.New(runtime.Config{NodeID: client.ID, PublisherKey: pub, StateDir: tb.TempDir(), Logger: hclog.NewNullLogger(),
+		Compile: compile})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	f := &fixture{rt: rt}
 	for i := range f.snaps {
-		f.snaps[i] = snapshotFor(tb, priv, meshInput(Services, RulesPerRoute, i, int64(i+1)))
+		f.snaps[i] = snapshotFor(tb, priv, meshInputTo(Services, RulesPerRoute, i, int64(i+1), appPort))
 	}
 	return f
 }
