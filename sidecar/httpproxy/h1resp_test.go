@@ -3,12 +3,14 @@ package httpproxy_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -132,11 +134,16 @@ func (rc *rawClient) expectOK(uri string) {
 	}
 }
 
-// expectEOF checks the sidecar closed the client connection.
+// expectEOF checks the sidecar closed the client connection (a timeout is not a
+// close).
 func (rc *rawClient) expectEOF() {
 	rc.t.Helper()
-	if b, err := rc.br.ReadByte(); err == nil {
+	b, err := rc.br.ReadByte()
+	if err == nil {
 		rc.t.Fatalf("client connection still open: read %q", b)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		rc.t.Fatalf("client connection not closed within its deadline")
 	}
 }
 

@@ -64,6 +64,7 @@ func (p *Proxy) splice(ctx context.Context, client net.Conn, cbr *bufio.Reader, 
 	s := &spliceState{idle: p.cfg.UpgradeIdleTimeout, ctx: ctx}
 	s.last.Store(time.Now().UnixNano())
 	abort := func() {
+		s.stopped.Store(true) // before the deadlines: a woken reader must see it
 		past := time.Unix(1, 0)
 		_ = client.SetDeadline(past)
 		_ = up.SetDeadline(past)
@@ -80,9 +81,10 @@ func (p *Proxy) splice(ctx context.Context, client net.Conn, cbr *bufio.Reader, 
 }
 
 type spliceState struct {
-	idle time.Duration
-	ctx  context.Context
-	last atomic.Int64 // unix ns of the last byte copied either way
+	idle    time.Duration
+	ctx     context.Context
+	last    atomic.Int64 // unix ns of the last byte copied either way
+	stopped atomic.Bool  // set by abort: both directions end
 }
 
 // direction copies src (read through its buffer) to dst until src ends.
@@ -92,12 +94,12 @@ func (s *spliceState) direction(dst net.Conn, src *bufio.Reader, srcConn net.Con
 			// The idle clock is shared: a direction silent while the other is busy
 			// is not idle.
 			_ = srcConn.SetReadDeadline(time.Unix(0, s.last.Load()).Add(s.idle))
-			if s.ctx.Err() != nil {
+			if s.ctx.Err() != nil || s.stopped.Load() {
 				abort()
 				return
 			}
 			if _, err := src.Peek(1); err != nil {
-				if errors.Is(err, os.ErrDeadlineExceeded) && s.ctx.Err() == nil &&
+				if errors.Is(err, os.ErrDeadlineExceeded) && s.ctx.Err() == nil && !s.stopped.Load() &&
 					time.Since(time.Unix(0, s.last.Load())) < s.idle {
 					continue
 				}

@@ -258,3 +258,36 @@ func TestUpgradeNotTaken(t *testing.T) {
 		t.Error("a declined upgrade cost the upstream connection")
 	}
 }
+
+// TestWebSocketThroughTwoSidecars: outbound sidecar → peer sidecar's inbound
+// listener → app. Peer hops are HTTP/2, which has no upgrade without Extended
+// CONNECT, so the upgrade goes to the peer over HTTP/1.1 (its listener speaks both)
+// and is spliced at both hops; ordinary requests still take HTTP/2.
+func TestWebSocketThroughTwoSidecars(t *testing.T) {
+	up := wsEcho(t)
+	m := startPeerMesh(t, up.addr, peerOpts{timeout: 100 * time.Millisecond})
+	a := dialRaw(t, m.out)
+	a.send(wsHandshake("/chat"))
+	resp, err := http.ReadResponse(a.br, &http.Request{Method: "GET"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 101 || resp.Header.Get("Sec-WebSocket-Accept") != wsAccept(wsKey) {
+		t.Fatalf("handshake answer %d %v", resp.StatusCode, resp.Header)
+	}
+	for _, msg := range []string{"one", strings.Repeat("y", 70000), "three"} {
+		a.wsEchoes(msg)
+	}
+	a.send(string(wsFrame(0x8, []byte{0x03, 0xe8}, wsMask)))
+	if op, _, _, err := readWSFrame(a.br); err != nil || op != 0x8 {
+		t.Fatalf("close frame: op %d, %v", op, err)
+	}
+	a.expectEOF()
+	b := dialRaw(t, m.out)
+	b.send(getReq("/after"))
+	b.expectOK("/after")
+	if _, h2 := m.inbound.conns(); h2 != 1 {
+		t.Errorf("peer saw %d HTTP/2 connections, want 1 (the ordinary request)", h2)
+	}
+	checkUpstreamGot(t, up, "GET /chat", "GET /after")
+}
