@@ -296,7 +296,7 @@ func TestPoolReap(t *testing.T) {
 		{"young, both live", 30 * time.Second, false, 1, 1, 2},
 		{"endpoint left the config", 30 * time.Second, true, 1, 0, 1},
 		{"one tick before the idle timeout", idle - time.Millisecond, true, 1, 0, 1},
-		{"at the idle timeout", idle + time.Second, true, 0, 0, 0},
+		{"at the idle timeout", idle, true, 0, 0, 0},
 	}
 	for _, tc := range tests {
 		if tc.dropGone {

@@ -647,3 +647,45 @@ func TestMalformedChunkMidBody(t *testing.T) {
 		})
 	}
 }
+
+// TestResponseFramingExactFromHTTP2 (finding 1, HTTP/2 clients): requests that came
+// over h2c to an HTTP/1.1 endpoint use the same pool; an upstream sending more than
+// its response's framing allows loses its connection there too, and the next
+// request (another stream, or another client connection) gets its own answer.
+func TestResponseFramingExactFromHTTP2(t *testing.T) {
+	for _, tc := range []struct {
+		name, method, first string
+		wantCode            int
+	}{
+		{"body on 204", "GET", "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\nhello", 204},
+		{"body on HEAD", "HEAD", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", 200},
+		{"more than Content-Length", "GET", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nsmuggled!", 200},
+		{"Transfer-Encoding on 204", "GET", "HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 204},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, up := scriptedSidecar(t, sidecarOpts{}, func(n int, _ net.Conn, r *http.Request) string {
+				if n == 0 {
+					return tc.first
+				}
+				return okFor(r)
+			})
+			for i, c := range []*http.Client{h2cClient(t), h2cClient(t)} {
+				if i == 0 {
+					resp, _ := do(t, c, tc.method, "http://"+s.Addr.String()+"/1", "svc", "")
+					if resp.StatusCode != tc.wantCode {
+						t.Fatalf("first response %d, want %d", resp.StatusCode, tc.wantCode)
+					}
+				}
+				uri := "/" + strconv.Itoa(i+2)
+				resp, body := do(t, c, "GET", "http://"+s.Addr.String()+uri, "svc", "")
+				if resp.StatusCode != 200 || body != "resp "+uri {
+					t.Fatalf("%s: %d %q, want the upstream's answer to it", uri, resp.StatusCode, body)
+				}
+			}
+			got := checkUpstreamGot(t, up, tc.method+" /1", "GET /2", "GET /3")
+			if got[1].conn == got[0].conn {
+				t.Error("the connection with extra bytes carried the next request")
+			}
+		})
+	}
+}
