@@ -350,3 +350,74 @@ func TestShutdownDrainsHTTP2(t *testing.T) {
 		})
 	}
 }
+
+// Shutdown drains HTTP/1.1 connections: one waiting for its next request closes at
+// once; one with a request in flight gets the whole answer, then is closed; Serve
+// returns then, not at the drain timeout. A request that never ends is cut at it.
+func TestShutdownDrainsHTTP1(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		finish  bool
+		drain   time.Duration
+		atLeast time.Duration
+	}{{"request finishes", true, 10 * time.Second, 0}, {"request cut at drain timeout", false, 300 * time.Millisecond, 300 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := startHoldApp(t)
+			ln := listen(t)
+			s := startSidecar(t, ln, dt.Simple("outbound", addrOf(ln), false, a.ap()), sidecarOpts{drain: tc.drain})
+			dial := func() (net.Conn, *bufio.Reader) {
+				c, err := net.Dial("tcp", s.Addr.String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				_ = c.SetDeadline(time.Now().Add(15 * time.Second))
+				return c, bufio.NewReader(c)
+			}
+			idle, idleR := dial()
+			io.WriteString(idle, "GET /first HTTP/1.1\r\nHost: svc\r\n\r\n")
+			if resp, err := http.ReadResponse(idleR, nil); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("first request: %v %v", resp, err)
+			} else {
+				io.Copy(io.Discard, resp.Body)
+			}
+			fresh, _ := dial() // accepted, nothing sent yet
+			busy, busyR := dial()
+			io.WriteString(busy, "GET /hold HTTP/1.1\r\nHost: svc\r\n\r\n")
+			testkit.Eventually(t, 5*time.Second, "the request at the app", func() bool { return a.holding.Load() == 1 })
+
+			start := time.Now()
+			stopped := make(chan struct{})
+			go func() { s.shutdown(); close(stopped) }()
+			for name, c := range map[string]net.Conn{"idle keep-alive": idle, "fresh": fresh} {
+				_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+				if n, err := c.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+					t.Errorf("%s connection at shutdown: read %d %v, want EOF at once", name, n, err)
+				}
+			}
+			if tc.finish {
+				close(a.release)
+				resp, err := http.ReadResponse(busyR, nil)
+				if err != nil || resp.StatusCode != 200 {
+					t.Fatalf("request in flight at shutdown: %v %v, want 200", resp, err)
+				}
+				if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "ok" {
+					t.Fatalf("its body: %q %v", b, err)
+				}
+			} else {
+				defer close(a.release)
+			}
+			if _, err := io.Copy(io.Discard, busyR); err != nil {
+				t.Fatalf("busy connection not closed after the drain: %v", err)
+			}
+			select {
+			case <-stopped:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Serve did not return after the drain")
+			}
+			if took := time.Since(start); took < tc.atLeast || took > tc.atLeast+3*time.Second {
+				t.Errorf("shutdown took %s, want about %s", took, tc.atLeast)
+			}
+		})
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
@@ -34,6 +35,10 @@ type h1state struct {
 	out     countWriter
 	conn    net.Conn // the client connection (an upgrade splices it)
 	upgrade bool     // this request asks for a protocol switch the proxy forwards
+	// up holds the upstream connection a request is using, per client connection
+	// (not pooled with the state), so ending the connection's context can cut a
+	// request stalled on its upstream (serveH1).
+	up *atomic.Pointer[cluster.Conn]
 }
 
 // countWriter counts what reached the client connection, so a response that fails
@@ -79,10 +84,21 @@ func (h *reqHeaders) Get(n string) (string, bool) {
 // after a local reply; larger bodies close the connection instead.
 const maxDiscard = 64 << 10
 
-func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t Target) {
+func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t Target, dw *drainWatch) {
 	st := h1states.Get().(*h1state)
 	st.out.w, st.conn = conn, conn
 	bw := p.getWriter(&st.out)
+	// When ctx ends (the listener's drain is over) a request waiting on its
+	// upstream is cut there: closing the client connection alone would not wake
+	// it. Per connection, not per request.
+	up := &atomic.Pointer[cluster.Conn]{}
+	st.up = up
+	stopCut := context.AfterFunc(ctx, func() {
+		if uc := up.Load(); uc != nil {
+			_ = uc.SetDeadline(time.Unix(1, 0))
+		}
+	})
+	defer stopCut()
 	defer func() {
 		if l, ok := conn.(interface{ SetLinger(int) error }); ok && st.abort {
 			_ = l.SetLinger(0) // close with a reset: the last response is incomplete
@@ -106,6 +122,7 @@ func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t 
 			return
 		}
 		_ = conn.SetReadDeadline(time.Time{})
+		draining := dw.busy() // a request read is served even if the listener drains
 		var start time.Time
 		if p.cfg.Observer != nil {
 			start = time.Now()
@@ -119,14 +136,13 @@ func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t 
 			t.Requests.Release()
 		}
 		p.observe(st.cluster, st.code, start)
-		if !keep {
+		if !keep || draining || !dw.idleAgain(conn, time.Now().Add(p.cfg.IdleTimeout)) {
 			return
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(p.cfg.IdleTimeout))
 		if _, err := br.Peek(1); err != nil {
 			return
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(p.cfg.ReadHeaderTimeout))
+		dw.readDeadline(conn, time.Now().Add(p.cfg.ReadHeaderTimeout))
 	}
 }
 
@@ -306,6 +322,7 @@ func (p *Proxy) exchangeH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.Wr
 		}
 	}
 	bodyless := req.contentLength <= 0 && !req.chunked
+	defer st.up.Store(nil)
 	for stale := 0; ; stale++ {
 		uc, reused, err := p.cfg.Pool.Get(ctx, c, e)
 		if err != nil {
@@ -315,6 +332,7 @@ func (p *Proxy) exchangeH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.Wr
 			return failConnect
 		}
 		_ = uc.SetDeadline(tryDeadline)
+		st.up.Store(uc)
 		res, retryStale := p.roundTripH1(ctx, cbr, cbw, uc, st, reused && stale == 0 && bodyless, route, mayRetry, tryDeadline)
 		if retryStale {
 			uc.Close()

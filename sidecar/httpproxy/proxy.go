@@ -391,6 +391,10 @@ type Target struct {
 	// Requests bounds the listener's requests in flight (HTTP/1.1 requests and
 	// HTTP/2 streams together); nil is unbounded.
 	Requests *overload.Limit
+	// Drain, when it ends, drains an HTTP/1.1 connection: closed at once if it
+	// is waiting for a request, after its answer if one is in flight. (HTTP/2
+	// connections are drained by DrainHTTP2.) nil: never.
+	Drain context.Context
 }
 
 // h2Preface is the client connection preface of prior-knowledge h2c.
@@ -401,15 +405,18 @@ const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 // caller's accounting (connection limits, shutdown) covers the connection's life.
 func (p *Proxy) ServeConn(ctx context.Context, conn net.Conn, t Target) {
 	br := p.getReader(conn)
+	dw := watchDrain(conn, t.Drain) // the sniff waits like an idle connection
 	// Sniff: prior-knowledge h2c (sidecar peers, gRPC clients) or HTTP/1.1.
-	_ = conn.SetReadDeadline(time.Now().Add(p.cfg.ReadHeaderTimeout))
+	dw.readDeadline(conn, time.Now().Add(p.cfg.ReadHeaderTimeout))
 	if isH2Preface(br) {
+		dw.close()
 		_ = conn.SetReadDeadline(time.Time{})
 		p.serveH2Conn(ctx, &bufConn{Conn: conn, r: br, t: t, closed: make(chan struct{})})
 		return
 	}
 	defer p.putReader(br)
-	p.serveH1(ctx, conn, br, t)
+	defer dw.close()
+	p.serveH1(ctx, conn, br, t, dw)
 }
 
 // isH2Preface reports whether br starts with the h2c client preface. It decides at

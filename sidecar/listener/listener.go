@@ -92,6 +92,8 @@ type Server struct {
 	refusedListener atomic.Uint64
 	refusedSidecar  atomic.Uint64
 
+	drain context.Context // ends when shutdown starts; set by Serve before any handler
+
 	mu   sync.Mutex            // guards open
 	open map[net.Conn]struct{} // open client connections, closed on shutdown
 	wg   sync.WaitGroup
@@ -163,7 +165,12 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	defer s.shutdown()
+	// Connections outlive ctx by the drain: they run on connCtx, cut only when
+	// the drain is over; drain tells HTTP/1.1 connections to finish.
+	connCtx, force := context.WithCancel(context.WithoutCancel(ctx))
+	drain, startDrain := context.WithCancel(context.Background())
+	defer s.shutdown(startDrain, force)
+	s.drain = drain
 	var backoff time.Duration
 	for {
 		c, err := ln.Accept()
@@ -187,7 +194,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			continue
 		}
 		s.wg.Add(1)
-		go s.handle(ctx, c)
+		go s.handle(connCtx, c)
 	}
 }
 
@@ -217,19 +224,28 @@ func (s *Server) untrack(c net.Conn) {
 	s.conns.Release()
 }
 
-// shutdown drains the listener's HTTP/2 connections (GOAWAY, then up to
-// DrainTimeout for their streams), closes every connection still open and waits
-// for all handlers to return.
-func (s *Server) shutdown() {
+// shutdown drains the listener: HTTP/1.1 connections waiting for a request
+// close at once and those with one in flight after its answer; HTTP/2 ones get
+// GOAWAY and finish their streams. After DrainTimeout (or once all are done)
+// every connection still open is closed, and shutdown waits for the handlers.
+func (s *Server) shutdown(startDrain, force context.CancelFunc) {
+	startDrain()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	defer cancel()
+	all := make(chan struct{})
+	go func() { s.wg.Wait(); close(all) }() // no Add after Serve's accept loop ended
 	s.cfg.HTTP.DrainHTTP2(ctx, s.cfg.Name)
-	cancel()
+	select {
+	case <-all:
+	case <-ctx.Done():
+	}
+	force()
 	s.mu.Lock()
 	for c := range s.open {
 		c.Close()
 	}
 	s.mu.Unlock()
-	s.wg.Wait()
+	<-all
 }
 
 func (s *Server) handle(ctx context.Context, c net.Conn) {
@@ -267,5 +283,5 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 	// ServeConn returns when the connection has closed, HTTP/2 ones included, so
 	// the connection stays counted and is drained and closed on shutdown.
 	s.cfg.HTTP.ServeConn(ctx, c, httpproxy.Target{Snapshot: s.cfg.Snapshot, Listener: s.cfg.Name, Dest: dst, Source: src,
-		Requests: s.requests})
+		Requests: s.requests, Drain: s.drain})
 }
