@@ -399,6 +399,10 @@ func TestDrillMemoryShedding(t *testing.T) {
 	sc.waitReady(10 * time.Second)
 	pid := sc.cmd.Process.Pid
 	idle, idleUsed := rss(t, pid), sc.metric("weft_sidecar_memory_used_bytes")
+	// The ceiling is the Go runtime's soft limit in the real process.
+	if v := sc.metric("go_gc_gomemlimit_bytes"); v != limit {
+		t.Errorf("go_gc_gomemlimit_bytes = %v, want --memory-limit %d", v, limit)
+	}
 
 	// Each upload on its own HTTP/2 connection (each with its own 1 MiB window
 	// the sidecar grants), started a few at a time so new requests keep arriving
@@ -459,7 +463,7 @@ func TestDrillMemoryShedding(t *testing.T) {
 			}
 		}()
 		if i%10 == 9 {
-			time.Sleep(10 * time.Millisecond) // arrivals spread over time, not one burst
+			time.Sleep(20 * time.Millisecond) // arrivals spread over time (500/s), not one burst
 		}
 	}
 	testkit.Eventually(t, 20*time.Second, "requests shed for memory", func() bool { return shed.Load() > 0 })
