@@ -520,13 +520,16 @@ func isReset(err error) bool {
 	return errors.As(err, &ne)
 }
 
+// upstreamErr closes uc and classifies its failure. A timeout is a timeout (504)
+// whether or not the request body was sent: a request with a body is never retried
+// (it has no retry budget), so failBodySent only marks resets after the body.
 func (p *Proxy) upstreamErr(uc *cluster.Conn, err error, bodySent bool) outcome {
 	uc.Close()
-	if bodySent {
-		return failBodySent
-	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return failTimeout
+	}
+	if bodySent {
+		return failBodySent
 	}
 	return failReset
 }

@@ -689,3 +689,33 @@ func TestResponseFramingExactFromHTTP2(t *testing.T) {
 		})
 	}
 }
+
+// TestTimeoutAfterRequestBody: an upstream that took the request body and never
+// answers is a 504 at the route timeout (not a 503 blaming a reset), and another
+// client connection is served after it.
+func TestTimeoutAfterRequestBody(t *testing.T) {
+	hang := make(chan struct{})
+	up := startScripted(t, func(n int, _ net.Conn, r *http.Request) string {
+		if n == 0 {
+			<-hang
+			return closeAfter
+		}
+		return okFor(r)
+	})
+	t.Cleanup(func() { close(hang) }) // runs before the upstream's cleanup waits for it
+	ln := listen(t)
+	s := startSidecar(t, ln, oneRoute(addrOf(ln), dt.PrefixRoute("/", "backend", 100*time.Millisecond),
+		map[string][]netip.AddrPort{"backend": {up.addr}}), sidecarOpts{})
+	a := dialRaw(t, s)
+	a.send("POST /slow HTTP/1.1\r\nHost: svc\r\nContent-Length: 4\r\n\r\nbody")
+	if resp, body := a.read("POST"); resp.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("got %d %q, want 504", resp.StatusCode, body)
+	}
+	b := dialRaw(t, s)
+	b.send(getReq("/next"))
+	b.expectOK("/next")
+	got := checkUpstreamGot(t, up, "POST /slow", "GET /next")
+	if got[0].body != "body" {
+		t.Errorf("upstream got body %q", got[0].body)
+	}
+}
