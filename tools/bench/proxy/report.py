@@ -28,6 +28,7 @@ def main():
     ap.add_argument("--idle-benchproxy-kb", type=int)
     ap.add_argument("--idle-nginx-kb", type=int)
     ap.add_argument("--idlerss", default="", help="idlerss.sh's last line")
+    ap.add_argument("--alt", default="", help="how sidecar-alt differs from sidecar")
     a = ap.parse_args()
 
     rows = [l.rstrip("\n").split("\t") for l in open(a.tsv) if l.strip()]
@@ -88,11 +89,15 @@ def main():
               f"{fm(max(P['rss']) / 1024 if prox else None, '8.1f'):>8}")
 
     g = lambda ok: "met" if ok else "MISSED"
-    P = per.get("sidecar")
-    if P and P["cpux"]:
-        c, cm, rp = med(P["cpux"]), med(P["cpumaxx"]), med(P["rpsx"])
-        print(f"\ngoals, real sidecar vs nginx (medians): CPU/req at {a.qps} rps {c:.2f}x (<= 1.0x: {g(c <= 1.0)}); "
-              f"at saturation {cm:.2f}x (<= 1.0x: {g(cm <= 1.0)}); max rps {rp:.2f}x (>= 0.9x: {g(rp >= 0.9)})")
+    print()
+    for n in ("sidecar", "sidecar-alt"):
+        P = per.get(n)
+        if P and P["cpux"]:
+            c, cm, rp = med(P["cpux"]), med(P["cpumaxx"]), med(P["rpsx"])
+            print(f"goals, {n} vs nginx (medians): CPU/req at {a.qps} rps {c:.2f}x (<= 1.0x: {g(c <= 1.0)}); "
+                  f"at saturation {cm:.2f}x (<= 1.0x: {g(cm <= 1.0)}); max rps {rp:.2f}x (>= 0.9x: {g(rp >= 0.9)})")
+    if "sidecar-alt" in per:
+        print(f"sidecar-alt = the real sidecar with {a.alt or '(nothing different)'}")
     if a.idle_sidecar_kb:
         mib = a.idle_sidecar_kb / 1024
         extra = ""

@@ -22,7 +22,9 @@
 # Usage: tools/bench/proxy/run.sh [rounds]   (env: DURATION=10s CONNS=32 WRK_CONNS=64
 # QPS=2000 TARGETS="direct sidecar nginx benchproxy benchproxy2 benchproxy2h2";
 # STEADY=S adds the idle sidecar's highest RSS over S more seconds of scrapes;
-# PPROF=FILE profiles the real sidecar for PPROF_SECONDS=8 under wrk load first)
+# PPROF=FILE profiles the real sidecar for PPROF_SECONDS=8 under wrk load first;
+# target sidecar-alt is a second real sidecar started with ALT_ENV="K=V ..." in its
+# environment and ALT_FLAGS, for an A/B of a setting in the same interleaved run)
 set -euo pipefail
 ROUNDS=${1:-${ROUNDS:-3}}
 DURATION=${DURATION:-10s}
@@ -152,6 +154,16 @@ start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/bin/sidecar" --node-id bench-client -
 	--labels app=client --address "$SCR_IP" --pilot "$PILOT_IP:15010" --publisher-key "$RUN/pilot/publisher.pub" \
 	--state-dir "$RUN/state" --admin-addr "$SCR_IP:15000" --outbound-addr "$SCR" $SIDECAR_FLAGS >"$RUN/sidecar.log" 2>&1
 PID_SCR=$!
+SCA_IP=$IP_PREFIX.12
+SCA=$SCA_IP:15001
+PID_SCA=
+if [[ " $TARGETS " == *" sidecar-alt "* ]]; then
+	# shellcheck disable=SC2086 # ALT_ENV and ALT_FLAGS are word lists
+	start env GODEBUG="$SIDECAR_GODEBUG" ${ALT_ENV:-} "$RUN/bin/sidecar" --node-id bench-client-alt --namespace bench --service-account client \
+		--labels app=client --address "$SCA_IP" --pilot "$PILOT_IP:15010" --publisher-key "$RUN/pilot/publisher.pub" \
+		--state-dir "$RUN/state-alt" --admin-addr "$SCA_IP:15000" --outbound-addr "$SCA" ${ALT_FLAGS:-} >"$RUN/sidecar-alt.log" 2>&1
+	PID_SCA=$!
+fi
 sc_ready() { [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$SCR_IP:15021/healthz/ready")" = 200 ]; }
 until_ok 20 sc_ready || fail "real sidecar not ready"
 "$RUN/bin/meshctl" --pilot "http://$PILOT_IP:15014" rollout status --wait --timeout 20s >"$RUN/rollout.log" 2>&1 ||
@@ -159,9 +171,11 @@ until_ok 20 sc_ready || fail "real sidecar not ready"
 
 # Wait for readiness by content (200 with the full body), not by port.
 ok200() { [ "$(curl -s -o /dev/null -w '%{http_code} %{size_download}' -H "Host: $HOST" "http://$1/")" = "200 1024" ]; }
-for u in $APP $BP1 $BP2 $BP3 $NGX $SCR; do
+for u in $APP $BP1 $BP2 $BP3 $NGX $SCR ${PID_SCA:+$SCA}; do
 	until_ok 10 ok200 "$u" || fail "$u does not answer 200 with 1024 bytes"
 done
+# A port already in use makes a peer exit while another process answers for it.
+for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null || fail "process $p exited (port in use?)"; done
 
 # CPU ticks (utime+stime) summed over a process and its children threads/processes.
 ticks() {
@@ -176,8 +190,8 @@ ticks() {
 rss_kb() { local t=0; for p in "$@"; do for c in $p $(pgrep -P "$p" || true); do t=$((t + $(awk '/VmRSS/{print $2}' "/proc/$c/status"))); done; done; echo $t; }
 HZ=$(getconf CLK_TCK)
 
-declare -A TARGET=([direct]=$APP [sidecar]=$SCR [nginx]=$NGX [benchproxy]=$BP1 [benchproxy2]=$BP2 [benchproxy2h2]=$BP3)
-declare -A PROCS=([direct]="" [sidecar]="$PID_SCR" [nginx]="$PID_NGX" [benchproxy]="$PID_BP1"
+declare -A TARGET=([direct]=$APP [sidecar]=$SCR [sidecar-alt]=$SCA [nginx]=$NGX [benchproxy]=$BP1 [benchproxy2]=$BP2 [benchproxy2h2]=$BP3)
+declare -A PROCS=([direct]="" [sidecar]="$PID_SCR" [sidecar-alt]="$PID_SCA" [nginx]="$PID_NGX" [benchproxy]="$PID_BP1"
 	[benchproxy2]="$PID_BP2 $PID_BP1" [benchproxy2h2]="$PID_BP3 $PID_BP1")
 read -r -a ORDER <<<"$TARGETS"
 for n in "${ORDER[@]}"; do [ -n "${TARGET[$n]:-}" ] || fail "unknown target $n (TARGETS)"; done
@@ -237,4 +251,4 @@ if [ -n "${KEEP_RESULTS:-}" ]; then cp "$RES" "$KEEP_RESULTS"; fi
 
 python3 tools/bench/proxy/report.py "$RES" --qps "$QPS" --conns "$CONNS" --wrk-conns "$WRK_CONNS" --duration "$DURATION" \
 	--host "$HOST" --godebug "$SIDECAR_GODEBUG" --idle-sidecar-kb "$IDLE_RSS_SCR" --idle-benchproxy-kb "$IDLE_RSS_BP" \
-	--idle-nginx-kb "$IDLE_RSS_NGX" --idlerss "$IDLE_REAL"
+	--idle-nginx-kb "$IDLE_RSS_NGX" --idlerss "$IDLE_REAL" --alt "${ALT_ENV:-} ${ALT_FLAGS:-}"
