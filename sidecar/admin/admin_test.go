@@ -207,19 +207,16 @@ func TestXDSCollector(t *testing.T) {
 	}
 }
 
-// The profiler is served only when Config.Pprof asks for it.
-func TestPprofOnlyWhenEnabled(t *testing.T) {
-	off := newAdmin(t, &fakeRuntime{}).Handler()
-	if code, _ := get(t, off, "/debug/pprof/"); code != http.StatusNotFound {
-		t.Fatalf("pprof off: /debug/pprof/ = %d, want 404", code)
+// Without the build tag, the profiler is not linked in: New refuses Pprof.
+func TestPprofNeedsBuildTag(t *testing.T) {
+	_, err := New(Config{Logger: hclog.NewNullLogger(), Runtime: &fakeRuntime{}, Gatherer: prometheus.NewRegistry(), Pprof: true})
+	if pprofBuilt {
+		if err != nil {
+			t.Fatalf("built with %s: New(Pprof) = %v", PprofTag, err)
+		}
+		return
 	}
-	a := newAdmin(t, &fakeRuntime{})
-	a.cfg.Pprof = true
-	on := a.Handler()
-	if code, body := get(t, on, "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
-		t.Fatalf("pprof on: /debug/pprof/ = %d %.200q", code, body)
-	}
-	if code, body := get(t, on, "/debug/pprof/cmdline"); code != http.StatusOK || body == "" {
-		t.Fatalf("pprof on: /debug/pprof/cmdline = %d %q", code, body)
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "-tags "+PprofTag) {
+		t.Fatalf("New(Pprof) without %s = %v", PprofTag, err)
 	}
 }

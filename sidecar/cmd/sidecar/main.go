@@ -21,7 +21,7 @@ const usage = `usage: sidecar --node-id ID --namespace NS --service-account SA -
                --address IP --pilot HOST:PORT[,HOST:PORT] --publisher-key FILE --state-dir DIR
                [--admin-addr IP:PORT] [--outbound-addr IP:PORT] [--inbound-addr IP:PORT]
                [--ready-addr IP:PORT] [--app-address IP] [--locality R/Z/S] [--xds-mode delta|sotw]
-               [--staleness CLASS=WARN/EXPIRE[/ONEXPIRE]]... [--insecure-skip-manifest] [--pprof]
+               [--staleness CLASS=WARN/EXPIRE[/ONEXPIRE]]... [--insecure-skip-manifest] [--pprof (built with -tags weftpprof)]
        sidecar --bootstrap FILE [flags overriding the file]
        sidecar --version | --help
 Defaults: admin 127.0.0.1:15000, outbound 127.0.0.1:15001, inbound <address>:15006,

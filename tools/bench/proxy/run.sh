@@ -22,7 +22,8 @@
 # Usage: tools/bench/proxy/run.sh [rounds]   (env: DURATION=10s CONNS=32 WRK_CONNS=64
 # QPS=2000 TARGETS="direct sidecar nginx benchproxy benchproxy2 benchproxy2h2";
 # STEADY=S adds the idle sidecar's highest RSS over S more seconds of scrapes;
-# PPROF=FILE profiles the real sidecar for PPROF_SECONDS=8 under wrk load first;
+# PPROF=FILE profiles the real sidecar (then built with -tags weftpprof, the
+# profiler served with --pprof) for PPROF_SECONDS=8 under wrk load first;
 # target sidecar-alt is a second real sidecar started with ALT_ENV="K=V ..." in its
 # environment and ALT_FLAGS, for an A/B of a setting in the same interleaved run)
 set -euo pipefail
@@ -61,6 +62,11 @@ go build -o "$RUN/benchproxy" ./tools/bench/proxy/benchproxy
 # The real binaries, built as `make build` builds them (the sidecar's flags matter
 # for its CPU and RSS).
 make -s build BIN="$RUN/bin" >/dev/null
+if [ -n "${PPROF:-}" ]; then
+	# The profiler is linked in only with this tag (sidecar/admin PprofTag).
+	CGO_ENABLED=0 go build -tags grpcnotrace,weftpprof -o "$RUN/bin/sidecar" ./sidecar/cmd/sidecar
+	SIDECAR_FLAGS="${SIDECAR_FLAGS:-} --pprof"
+fi
 
 APP=127.0.0.1:19100
 BP1=127.0.0.1:19101   # benchproxy in front of the app (also the 2nd hop of the chain)
@@ -148,7 +154,7 @@ spec:
       weight: 100
 MESH
 "$RUN/bin/meshctl" --pilot "http://$PILOT_IP:15014" apply -f "$RUN/mesh.yaml" >"$RUN/apply.log" 2>&1 || fail "meshctl apply failed"
-SIDECAR_FLAGS=${SIDECAR_FLAGS:-}
+SIDECAR_FLAGS=${SIDECAR_FLAGS:-}  # with PPROF set: built with the profiler, --pprof added
 # shellcheck disable=SC2086 # SIDECAR_FLAGS is a word list
 start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/bin/sidecar" --node-id bench-client --namespace bench --service-account client \
 	--labels app=client --address "$SCR_IP" --pilot "$PILOT_IP:15010" --publisher-key "$RUN/pilot/publisher.pub" \
@@ -208,7 +214,7 @@ if [ -n "${PPROF:-}" ]; then
 	wrk -t1 -c"$WRK_CONNS" -d"$((PPROF_SECONDS + 2))s" -H "Host: $HOST" "http://$SCR/" >/dev/null &
 	wpid=$!
 	sleep 1
-	curl -sf -o "$PPROF" "http://$SCR_IP:15000/debug/pprof/profile?seconds=$PPROF_SECONDS" || echo "no pprof (run the sidecar with SIDECAR_FLAGS=--pprof)" >&2
+	curl -sf -o "$PPROF" "http://$SCR_IP:15000/debug/pprof/profile?seconds=$PPROF_SECONDS" || echo "profile failed" >&2
 	wait "$wpid"
 fi
 
