@@ -7,6 +7,7 @@ package xdsclient
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // event is one request the server received, classified.
@@ -222,7 +224,7 @@ func TestConformanceGoControlPlane(t *testing.T) {
 			c := runClient(t, testConfig(t, mode, ap, srv.addr))
 
 			// 1. Good version: every type ACKed, state complete.
-			eventually(t, "v1 ACKed for all types", func() bool { return ackedAll(srv.rec, "v1") })
+			testkit.Eventually(t, waitTimeout, "v1 ACKed for all types", func() bool { return ackedAll(srv.rec, "v1") })
 			for tu, want := range map[string][]string{TypeListener: {"l1"}, TypeRoute: {"r1"}, TypeCluster: {"c1"}, TypeEndpoint: {"c1"}} {
 				if got := names(c.State(), tu); !slices.Equal(got, want) {
 					t.Fatalf("%s: hold %v, want %v", ShortName(tu), got, want)
@@ -240,12 +242,12 @@ func TestConformanceGoControlPlane(t *testing.T) {
 			if diff := cmp.Diff(testNode(), got); diff != "" {
 				t.Fatalf("registered node (-want +got):\n%s", diff)
 			}
-			eventuallyConfirmed(t, c)
+			testkit.Wait(t, waitTimeout, confirmed(c))
 
 			// 2. Bad version: NACK with the exact message, old state kept.
 			setSnapshot(t, cache, snapshot(t, "v2", listener("l1", "r1"), listener("bad-l", "r1")))
 			const wantNACK = "type Listener: resource bad-l: invalid"
-			eventually(t, "NACK of v2", func() bool {
+			testkit.Eventually(t, waitTimeout, "NACK of v2", func() bool {
 				return srv.rec.has(func(e event) bool { return e.typeURL == TypeListener && e.isNACK() })
 			})
 			for _, e := range srv.rec.find(func(e event) bool { return e.isNACK() }) {
@@ -270,18 +272,18 @@ func TestConformanceGoControlPlane(t *testing.T) {
 
 			// 3. Next good version recovers.
 			setSnapshot(t, cache, snapshot(t, "v3", listener("l1", "r1"), listener("l2", "r1")))
-			eventually(t, "v3 ACKed", func() bool {
+			testkit.Eventually(t, waitTimeout, "v3 ACKed", func() bool {
 				return srv.rec.has(func(e event) bool { return e.typeURL == TypeListener && e.isACK() && e.version == "v3" })
 			})
-			eventually(t, "v3 held", func() bool { return holds(c, TypeListener, "l1", "l2") })
+			testkit.Eventually(t, waitTimeout, "v3 held", func() bool { return holds(c, TypeListener, "l1", "l2") })
 			if st := typeStatus(c, TypeListener); st.LastError != "" || st.Version != "v3" {
 				t.Fatalf("status after recovery: %+v", st)
 			}
-			eventuallyConfirmed(t, c)
+			testkit.Wait(t, waitTimeout, confirmed(c))
 
 			// 4. The listener now points at another route: RDS follows, r1 is dropped.
 			setSnapshot(t, cache, snapshotRoutes(t, "v4", []types.Resource{route("r2")}, listener("l1", "r2")))
-			eventually(t, "route r2 replaces r1", func() bool { return holds(c, TypeRoute, "r2") && holds(c, TypeListener, "l1") })
+			testkit.Eventually(t, waitTimeout, "route r2 replaces r1", func() bool { return holds(c, TypeRoute, "r2") && holds(c, TypeListener, "l1") })
 			if st := typeStatus(c, TypeRoute); !slices.Equal(st.Subscribed, []string{"r2"}) {
 				t.Fatalf("RDS subscribed to %v, want [r2]", st.Subscribed)
 			}
@@ -289,12 +291,16 @@ func TestConformanceGoControlPlane(t *testing.T) {
 	}
 }
 
-func eventuallyConfirmed(t *testing.T, c *Client) {
-	t.Helper()
-	eventually(t, "state confirmed", func() bool {
+// confirmed holds when the client's state is confirmed current as of now; its error
+// says when it was last confirmed.
+func confirmed(c *Client) func() error {
+	return func() error {
 		now := time.Now()
-		return c.LastConfirmed(now).Equal(now)
-	})
+		if got := c.LastConfirmed(now); !got.Equal(now) {
+			return fmt.Errorf("state last confirmed %v ago (status %+v)", now.Sub(got), c.Status())
+		}
+		return nil
+	}
 }
 
 func typeStatus(c *Client, typeURL string) TypeStatus {
@@ -316,15 +322,15 @@ func TestReconnect(t *testing.T) {
 			setSnapshot(t, cache, snapshot(t, "v1", listener("l1", "r1")))
 			srv := startServer(t, cache, "127.0.0.1:0")
 			c := runClient(t, testConfig(t, mode, &applier{}, srv.addr))
-			eventually(t, "v1 ACKed", func() bool { return ackedAll(srv.rec, "v1") })
-			eventuallyConfirmed(t, c)
+			testkit.Eventually(t, waitTimeout, "v1 ACKed", func() bool { return ackedAll(srv.rec, "v1") })
+			testkit.Wait(t, waitTimeout, confirmed(c))
 			held := map[string]string{}
 			for n, r := range c.State().Resources[TypeListener] {
 				held[n] = r.Version
 			}
 
 			srv.stop()
-			eventually(t, "disconnected", func() bool { return !c.Status().Connected })
+			testkit.Eventually(t, waitTimeout, "disconnected", func() bool { return !c.Status().Connected })
 			frozen := c.LastConfirmed(time.Now())
 			if later := time.Now().Add(time.Hour); !c.LastConfirmed(later).Equal(frozen) {
 				t.Fatalf("confirmation clock runs without a stream")
@@ -335,7 +341,7 @@ func TestReconnect(t *testing.T) {
 
 			srv2 := startServer(t, cache, srv.addr)
 			initialLDS := func(e event) bool { return e.typeURL == TypeListener && e.nonce == "" }
-			eventually(t, "LDS resubscribed after reconnect", func() bool { return srv2.rec.has(initialLDS) })
+			testkit.Eventually(t, waitTimeout, "LDS resubscribed after reconnect", func() bool { return srv2.rec.has(initialLDS) })
 			lds := srv2.rec.find(initialLDS)
 			if mode == Delta {
 				if diff := cmp.Diff(held, lds[0].initial); diff != "" {
@@ -343,14 +349,14 @@ func TestReconnect(t *testing.T) {
 				}
 				// Named types are resubscribed by name, with their versions too.
 				initialRDS := func(e event) bool { return e.typeURL == TypeRoute && e.nonce == "" }
-				eventually(t, "RDS resubscribed", func() bool { return srv2.rec.has(initialRDS) })
+				testkit.Eventually(t, waitTimeout, "RDS resubscribed", func() bool { return srv2.rec.has(initialRDS) })
 				if got, want := srv2.rec.find(initialRDS)[0].initial, map[string]string{"r1": c.State().Resources[TypeRoute]["r1"].Version}; !cmp.Equal(got, want) {
 					t.Fatalf("RDS initial_resource_versions %v, want %v", got, want)
 				}
 			} else if lds[0].version != "v1" {
 				t.Fatalf("SotW reconnect version_info %q, want v1", lds[0].version)
 			}
-			eventuallyConfirmed(t, c)
+			testkit.Wait(t, waitTimeout, confirmed(c))
 		})
 	}
 }
@@ -373,7 +379,7 @@ func TestFailover(t *testing.T) {
 			lis.Close()
 			second := startServer(t, cache, "127.0.0.1:0")
 			c := runClient(t, testConfig(t, mode, &applier{}, dead, second.addr))
-			eventually(t, "v1 ACKed by the second server", func() bool { return ackedAll(second.rec, "v1") })
+			testkit.Eventually(t, waitTimeout, "v1 ACKed by the second server", func() bool { return ackedAll(second.rec, "v1") })
 			if got := c.Status().Server; got != second.addr {
 				t.Fatalf("server %q, want %q", got, second.addr)
 			}
@@ -381,7 +387,7 @@ func TestFailover(t *testing.T) {
 			second.stop()
 			// Delta: the server has nothing new for what the client announces, so it
 			// stays silent; being subscribed on the first server is the proof.
-			eventually(t, "failed over to the first server", func() bool {
+			testkit.Eventually(t, waitTimeout, "failed over to the first server", func() bool {
 				st := c.Status()
 				return st.Connected && st.Server == dead && first.rec.has(func(e event) bool { return e.first })
 			})
@@ -401,7 +407,7 @@ func TestDeltaLinearCache(t *testing.T) {
 	cfg := testConfig(t, Delta, &applier{}, srv.addr)
 	cfg.Types = []string{TypeListener}
 	c := runClient(t, cfg)
-	eventually(t, "l1", func() bool { return holds(c, TypeListener, "l1") })
+	testkit.Eventually(t, waitTimeout, "l1", func() bool { return holds(c, TypeListener, "l1") })
 
 	steps := []struct {
 		name string
@@ -420,7 +426,7 @@ func TestDeltaLinearCache(t *testing.T) {
 		if err := s.do(); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		eventually(t, s.name+" answered", func() bool {
+		testkit.Eventually(t, waitTimeout, s.name+" answered", func() bool {
 			return len(srv.rec.find(func(e event) bool { return e.nonce != "" })) > before
 		})
 		last := srv.rec.find(func(e event) bool { return e.nonce != "" })
@@ -473,7 +479,7 @@ func TestHungServerFailover(t *testing.T) {
 	cfg.ConnectTimeout = 200 * time.Millisecond
 	start := time.Now()
 	c := runClient(t, cfg)
-	eventually(t, "served by the second server", func() bool { return holds(c, TypeListener, "l1") })
+	testkit.Eventually(t, waitTimeout, "served by the second server", func() bool { return holds(c, TypeListener, "l1") })
 	if took := time.Since(start); took > 3*time.Second {
 		t.Fatalf("failover took %v with a 200ms connect timeout", took)
 	}
@@ -489,12 +495,12 @@ func TestMaxRecvBytes(t *testing.T) {
 	cfg.Types = []string{TypeListener}
 	cfg.MaxRecvBytes = 1024
 	c := runClient(t, cfg)
-	eventually(t, "l1", func() bool { return holds(c, TypeListener, "l1") })
+	testkit.Eventually(t, waitTimeout, "l1", func() bool { return holds(c, TypeListener, "l1") })
 	big := &listenerv3.Listener{Name: "l2", StatPrefix: strings.Repeat("r", 2048)}
 	if err := lc.UpdateResource("l2", big); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a reconnect after the oversized response", func() bool {
+	testkit.Eventually(t, waitTimeout, "a reconnect after the oversized response", func() bool {
 		return len(srv.rec.find(func(e event) bool { return e.first })) >= 2
 	})
 	if !holds(c, TypeListener, "l1") {

@@ -11,6 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // corruptAny is a Listener Any whose bytes do not parse.
@@ -467,7 +469,7 @@ func TestRunTwice(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	eventually(t, "running", func() bool { return c.running.Load() })
+	testkit.Eventually(t, waitTimeout, "running", func() bool { return c.running.Load() })
 	if err := c.Run(ctx); !errors.Is(err, ErrRunning) {
 		t.Fatalf("second Run: %v, want ErrRunning", err)
 	}

@@ -158,14 +158,5 @@ func names(u *Update, typeURL string) []string {
 	return slices.Sorted(maps.Keys(u.Resources[typeURL]))
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitTimeout bounds every wait on the client's state in these tests.
+const waitTimeout = 10 * time.Second

@@ -1,6 +1,7 @@
 package xdsclient
 
 import (
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -9,6 +10,8 @@ import (
 
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // blackhole is a TCP proxy that can silently stop delivering bytes while keeping
@@ -94,18 +97,17 @@ func TestKeepaliveDetectsVanishedServer(t *testing.T) {
 	cfg.Keepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: time.Second}
 	cfg.ConnectTimeout = 500 * time.Millisecond
 	c := runClient(t, cfg)
-	eventually(t, "v1 ACKed", func() bool { return ackedAll(srv.rec, "v1") })
-	eventuallyConfirmed(t, c)
+	testkit.Eventually(t, waitTimeout, "v1 ACKed", func() bool { return ackedAll(srv.rec, "v1") })
+	testkit.Wait(t, waitTimeout, confirmed(c))
 
 	bh.frozen.Store(true)
 	frozenAt := time.Now()
-	deadline := time.Now().Add(30 * time.Second)
-	for st := c.Status(); st.Connected || !st.StreamUpSince.IsZero(); st = c.Status() {
-		if time.Now().After(deadline) {
-			t.Fatal("stream still looks up 30s after the server vanished")
+	testkit.Wait(t, 30*time.Second, func() error {
+		if st := c.Status(); st.Connected || !st.StreamUpSince.IsZero() {
+			return fmt.Errorf("stream still looks up after the server vanished: connected=%v up since %v", st.Connected, st.StreamUpSince)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	later := time.Now().Add(time.Hour)
 	if got := c.LastConfirmed(later); got.Equal(later) || got.After(time.Now()) {
 		t.Fatalf("LastConfirmed %v still running after the server vanished", got)
