@@ -217,13 +217,7 @@ func TestPoolLimits(t *testing.T) {
 		errc <- err
 		got <- cn
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for c.Breaker.InUse(circuitbreak.Pending) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("third Get never became pending")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "third Get pending", func() bool { return c.Breaker.InUse(circuitbreak.Pending) == 1 })
 	if _, _, err := p.Get(ctx, c, e); !errors.Is(err, cluster.ErrOverflow) ||
 		err.Error() != `cluster "c": upstream overflow: max pending requests` {
 		t.Fatalf("fourth Get: %v, want overflow", err)

@@ -133,11 +133,6 @@ func waitArrived(t *testing.T, s *h2Server, n int) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	testkit.Eventually(t, 10*time.Second, what, cond)
-}
-
 func collect(t *testing.T, chs []<-chan error) {
 	t.Helper()
 	for i, ch := range chs {
@@ -200,7 +195,7 @@ func TestH2PoolMaxConnections(t *testing.T) {
 	first := []<-chan error{send(t.Context(), p, c, e), send(t.Context(), p, c, e)}
 	waitArrived(t, s, 2) // the only connection is full
 	waiter := send(t.Context(), p, c, e)
-	waitFor(t, "a pending request", func() bool { return c.Breaker.InUse(circuitbreak.Pending) == 1 })
+	testkit.Eventually(t, 10*time.Second, "a pending request", func() bool { return c.Breaker.InUse(circuitbreak.Pending) == 1 })
 	if _, err := p.Get(t.Context(), c, e); !errors.Is(err, cluster.ErrOverflow) {
 		t.Errorf("Get beyond max pending: err = %v, want ErrOverflow", err)
 	}
@@ -209,7 +204,7 @@ func TestH2PoolMaxConnections(t *testing.T) {
 	}
 	// A waiter proceeds as soon as a stream frees up.
 	waiter = send(t.Context(), p, c, e)
-	waitFor(t, "a pending request", func() bool { return c.Breaker.InUse(circuitbreak.Pending) == 1 })
+	testkit.Eventually(t, 10*time.Second, "a pending request", func() bool { return c.Breaker.InUse(circuitbreak.Pending) == 1 })
 	s.release <- struct{}{}
 	waitArrived(t, s, 1)
 	close(s.release)
@@ -231,7 +226,7 @@ func TestH2PoolConnectionLifecycle(t *testing.T) {
 	if p.Conns(e.Address()) != 1 {
 		t.Fatalf("Conns = %d after a request, want 1", p.Conns(e.Address()))
 	}
-	waitFor(t, "the idle connection to close", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the idle connection to close", func() bool {
 		return p.Conns(e.Address()) == 0 && c.Breaker.InUse(circuitbreak.Connections) == 0
 	})
 	collect(t, []<-chan error{send(t.Context(), p, c, e)})
@@ -241,7 +236,7 @@ func TestH2PoolConnectionLifecycle(t *testing.T) {
 	}
 	// The peer goes away: the slot is freed, and Get reports the connect error.
 	s.srv.Close()
-	waitFor(t, "the closed connection to leave the pool", func() bool { return c.Breaker.InUse(circuitbreak.Connections) == 0 })
+	testkit.Eventually(t, 10*time.Second, "the closed connection to leave the pool", func() bool { return c.Breaker.InUse(circuitbreak.Connections) == 0 })
 	if _, err := p.Get(t.Context(), c, e); err == nil || errors.Is(err, cluster.ErrOverflow) {
 		t.Errorf("Get to a closed peer: err = %v, want a connect error", err)
 	}
