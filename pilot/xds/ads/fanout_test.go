@@ -16,6 +16,7 @@ import (
 
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // BenchmarkFanout measures one endpoint change pushed to N delta clients (each its
@@ -110,13 +111,16 @@ func BenchmarkFanout(b *testing.B) {
 	for range n {
 		<-ready
 	}
+	// Outside the timed region (before ResetTimer, after StopTimer), so polling does
+	// not count in the measurement.
 	waitConverged := func(rev int64) {
-		for {
-			if rs := tr.Revision(rev); rs.Connected == n && rs.Converged {
-				return
+		b.Helper()
+		testkit.Wait(b, 30*time.Second, func() error {
+			if rs := tr.Revision(rev); rs.Connected != n || !rs.Converged {
+				return fmt.Errorf("revision %d: %+v, want %d connected and converged", rev, rs, n)
 			}
-			time.Sleep(time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitConverged(1)
 	snaps := make([]*snapshot.Snapshot, b.N)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // A real, independent SotW client: grpc-go's xDS resolver and balancers dial
@@ -109,7 +110,7 @@ func TestGRPCGoClient(t *testing.T) {
 			return err == nil && r.Status == healthpb.HealthCheckResponse_SERVING
 		}
 	}
-	waitFor(t, "calls reach b1", reaches("b1"))
+	testkit.Eventually(t, 10*time.Second, "calls reach b1", reaches("b1"))
 	synced := func(rev int64) func(status.ProxyStatus) bool {
 		return func(ps status.ProxyStatus) bool {
 			if ps.Status != status.Synced || ps.EffectiveRevision != rev || len(ps.Types) != 4 {
@@ -127,7 +128,7 @@ func TestGRPCGoClient(t *testing.T) {
 
 	// Endpoints move to b2.
 	e.src.publish(grpcSnap(t, 2, b2, true))
-	waitFor(t, "calls reach b2", reaches("b2"))
+	testkit.Eventually(t, 10*time.Second, "calls reach b2", reaches("b2"))
 	e.waitStatus(t, "grpc-client", "SYNCED at 2", synced(2))
 
 	// A listener grpc-go rejects (no HTTP filters): NACKED with its error, the
@@ -142,7 +143,7 @@ func TestGRPCGoClient(t *testing.T) {
 		t.Fatal("calls fail after a NACK; the previous config should still serve")
 	}
 	e.src.publish(grpcSnap(t, 4, b1, true))
-	waitFor(t, "calls reach b1 again", reaches("b1"))
+	testkit.Eventually(t, 10*time.Second, "calls reach b1 again", reaches("b1"))
 	ps = e.waitStatus(t, "grpc-client", "SYNCED at 4", synced(4))
 	if lt := typeStatus(ps, lds); lt.Nonce == "" || lt.VersionRejected != "" {
 		t.Fatalf("LDS after recovery = %+v", lt)

@@ -25,6 +25,7 @@ import (
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -307,17 +308,15 @@ func ver(s *snapshot.Snapshot, typ, name string) string { return s.Resources[typ
 // waitStatus polls the tracker until cond holds for node id.
 func (e *env) waitStatus(t *testing.T, id string, what string, cond func(status.ProxyStatus) bool) status.ProxyStatus {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ps, err := e.tracker.Proxy(id)
-		if err == nil && cond(ps) {
-			return ps
+	var ps status.ProxyStatus
+	testkit.Wait(t, 5*time.Second, func() error {
+		var err error
+		if ps, err = e.tracker.Proxy(id); err != nil || !cond(ps) {
+			return fmt.Errorf("proxy %s: %s not reached; status %+v (err %v)", id, what, ps, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("proxy %s: %s not reached; status %+v (err %v)", id, what, ps, err)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
+	return ps
 }
 
 func typeStatus(ps status.ProxyStatus, typ string) status.TypeStatus {

@@ -24,6 +24,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/compile"
 	"github.com/weft-mesh/weft/pilot/resource"
 	"github.com/weft-mesh/weft/pilot/xds/gen"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // This file checks gen's output against a real, independent xDS client: grpc-go's
@@ -242,40 +243,35 @@ func TestGRPCGoAcceptsProxylessSnapshot(t *testing.T) {
 	// Calls reach both subsets of the 50/50 split; any NACK fails at once.
 	seen := map[string]int{}
 	var lastErr error
-	deadline := time.Now().Add(20 * time.Second)
-	for len(seen) < 2 {
-		if nacks, _ := rec.state(); len(nacks) > 0 {
+	testkit.Wait(t, 20*time.Second, func() error {
+		nacks, acked := rec.state()
+		if len(nacks) > 0 {
 			t.Fatalf("grpc-go NACKed gen's output:\n%s", strings.Join(nacks, "\n"))
-		}
-		if time.Now().After(deadline) {
-			_, acked := rec.state()
-			t.Fatalf("calls did not reach both subsets within 20s: %v; last error: %v; acked: %v", seen, lastErr, acked)
 		}
 		callCtx, callCancel := context.WithTimeout(ctx, 2*time.Second)
 		r, err := client.UnaryCall(callCtx, &testgrpc.SimpleRequest{})
 		callCancel()
 		if err != nil {
-			lastErr = err
-			time.Sleep(20 * time.Millisecond) // resources still arriving; poll until the deadline
-			continue
+			lastErr = err // resources still arriving
+		} else {
+			seen[r.GetServerId()]++
 		}
-		seen[r.GetServerId()]++
-	}
+		if len(seen) < 2 {
+			return fmt.Errorf("calls did not reach both subsets: %v; last error: %v; acked: %v", seen, lastErr, acked)
+		}
+		return nil
+	})
 	// Every type is ACKed (the last ACK may still be in flight) and none NACKed.
 	types := []string{"Listener", "RouteConfiguration", "Cluster", "ClusterLoadAssignment"}
-	for {
+	testkit.Wait(t, 10*time.Second, func() error {
 		nacks, acked := rec.state()
 		if len(nacks) > 0 {
 			t.Fatalf("grpc-go NACKed gen's output:\n%s", strings.Join(nacks, "\n"))
 		}
-		missing := slices.DeleteFunc(slices.Clone(types), func(typ string) bool { return acked[typ] })
-		if len(missing) == 0 {
-			break
+		if missing := slices.DeleteFunc(slices.Clone(types), func(typ string) bool { return acked[typ] }); len(missing) > 0 {
+			return fmt.Errorf("grpc-go never ACKed %v (acked: %v)", missing, acked)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("grpc-go never ACKed %v (acked: %v)", missing, acked)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("calls per subset: %v", seen)
 }

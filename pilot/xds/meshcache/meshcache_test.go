@@ -22,6 +22,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/store"
 	"github.com/weft-mesh/weft/pilot/store/boltstore"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -272,7 +273,7 @@ func TestDebounceCoalescesBursts(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(20 * time.Millisecond):
+			case <-time.After(20 * time.Millisecond): // pacing the writes, not a wait for a condition
 				f.put(t, workload(fmt.Sprintf("x%d", i), "10.0.0.2"))
 			}
 		}
@@ -293,22 +294,18 @@ func TestRegisteringProxies(t *testing.T) {
 	reg := &node.Node{ID: "sc-1", Namespace: "shop", Address: "10.1.0.1"}
 	waitProxies := func(want []string) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testkit.Wait(t, 5*time.Second, func() error {
 			var got []string
 			if f.rec.count() > 0 {
 				for _, n := range f.rec.last().Proxies {
 					got = append(got, n.ID)
 				}
 			}
-			if cmp.Equal(want, got) {
-				return
+			if !cmp.Equal(want, got) {
+				return fmt.Errorf("compiled proxies = %v, want %v", got, want)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("compiled proxies = %v, want %v", got, want)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	p1, _ := f.cache.Connect(reg)
 	p2, _ := f.cache.Connect(&node.Node{ID: "sc-1", Namespace: "shop", Address: "10.1.0.2"}) // reconnect, newer wins
@@ -331,13 +328,7 @@ func TestCompileErrorKeepsSnapshots(t *testing.T) {
 	good := waitRev(t, p, rev)
 	f.rec.failNext.Store(true)
 	f.put(t, workload("w2", "10.0.0.1"))
-	deadline := time.Now().Add(5 * time.Second)
-	for f.rec.failNext.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("compile not attempted")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "compile attempted", func() bool { return !f.rec.failNext.Load() })
 	if p.Snapshot() != good {
 		t.Fatal("failed compile replaced the snapshot")
 	}
@@ -374,13 +365,12 @@ func TestWatchCutResyncs(t *testing.T) {
 	})
 	p, _ := f.cache.Connect(&node.Node{ID: "p", Namespace: "a"})
 	defer p.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for fs.cuts.Load() >= 0 { // two cut watches, then a real one
-		if time.Now().After(deadline) {
-			t.Fatalf("watch was not retried after being cut (%d cuts left)", fs.cuts.Load()+1)
+	testkit.Wait(t, 5*time.Second, func() error { // two cut watches, then a real one
+		if left := fs.cuts.Load() + 1; left > 0 {
+			return fmt.Errorf("watch was not retried after being cut (%d cuts left)", left)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	// Changes after the resync arrive.
 	rev := f.put(t, workload("w1", "10.0.0.1"))
 	waitRev(t, p, rev)
