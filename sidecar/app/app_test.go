@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"crypto/ed25519"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -115,17 +116,16 @@ func TestRunNotReadyWithoutPilot(t *testing.T) {
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	var code int
 	var body string
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	testkit.Wait(t, 10*time.Second, func() error {
 		resp, err := hc.Get("http://" + netip.AddrPortFrom(s.ReadyAddr.Addr(), s.ReadyAddr.Port()).String() + "/healthz/ready")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			code, body = resp.StatusCode, string(b)
-			break
+		if err != nil {
+			return err
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		code, body = resp.StatusCode, string(b)
+		return nil
+	})
 	if code != http.StatusServiceUnavailable || body != "no configuration yet: waiting for pilot\n" {
 		t.Fatalf("ready = %d %q", code, body)
 	}
@@ -146,22 +146,18 @@ func TestRunNotReadyWithoutPilot(t *testing.T) {
 		{"/metrics", `weft_sidecar_requests_total{cluster="none",code="503"} 1`},
 		{"/stats", "cluster.none.rq_503: 1"},
 	} {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testkit.Wait(t, 5*time.Second, func() error {
 			resp, err := hc.Get(admin + w.path)
 			if err != nil {
 				t.Fatal(err)
 			}
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if strings.Contains(string(b), w.line+"\n") {
-				break
+			if !strings.Contains(string(b), w.line+"\n") {
+				return fmt.Errorf("%s lacks %q:\n%s", w.path, w.line, b)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s lacks %q:\n%s", w.path, w.line, b)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	cancel()
 	select {
@@ -194,12 +190,19 @@ func TestRunReleasesMemory(t *testing.T) {
 			go func() {
 				done <- Run(ctx, settings(t, tc.ip), Options{Logger: hclog.NewNullLogger(), MemoryRelease: tc.every, release: func() { n.Add(1) }})
 			}()
-			wait := 2*MinMemoryRelease + 500*time.Millisecond
 			if tc.want > 0 {
-				wait = 20 * time.Second // a loaded machine may run the ticker late
-			}
-			for deadline := time.Now().Add(wait); n.Load() < max(tc.want, 1) && time.Now().Before(deadline); {
-				time.Sleep(20 * time.Millisecond)
+				// A loaded machine may run the ticker late. A miss is reported below,
+				// after Run has stopped.
+				_ = testkit.Poll(20*time.Second, func() error {
+					if got := n.Load(); got < tc.want {
+						return fmt.Errorf("%d releases", got)
+					}
+					return nil
+				})
+			} else {
+				// Not a wait for a condition: a window, past two periods, in which no
+				// release may happen.
+				time.Sleep(2*MinMemoryRelease + 500*time.Millisecond)
 			}
 			cancel()
 			if err := <-done; err != nil {

@@ -2,6 +2,7 @@ package httpproxy_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/weft-mesh/weft/sidecar/admin"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // metricsServer serves m on /metrics the way the sidecar's admin does.
@@ -33,9 +35,7 @@ func metricsServer(t *testing.T, m *admin.RequestMetrics) string {
 // records a request after its response is written, so a client can be first.
 func waitMetrics(t *testing.T, url string, want []string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	var missing []string
-	for {
+	testkit.Wait(t, 5*time.Second, func() error {
 		resp, err := http.Get(url)
 		if err != nil {
 			t.Fatal(err)
@@ -49,20 +49,17 @@ func waitMetrics(t *testing.T, url string, want []string) {
 		for _, l := range strings.Split(string(b), "\n") {
 			lines[l] = true
 		}
-		missing = missing[:0]
+		var missing []string
 		for _, w := range want {
 			if !lines[w] {
 				missing = append(missing, w)
 			}
 		}
-		if len(missing) == 0 {
-			return
+		if len(missing) > 0 {
+			return fmt.Errorf("/metrics lacks %q; got:\n%s", missing, b)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics lacks %q; got:\n%s", missing, b)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestRequestMetricsThroughProxy sends requests through a real proxy on every
