@@ -76,6 +76,7 @@ func want(mut func(*Settings)) *Settings {
 		ReadyAddr:    netip.MustParseAddrPort("127.0.0.21:15021"),
 		AppAddress:   netip.MustParseAddr("127.0.0.1"),
 		XDSMode:      "delta",
+		Concurrency:  DefaultConcurrency,
 		Limits:       DefaultLimits(),
 	}
 	if mut != nil {
@@ -135,6 +136,9 @@ func TestParse(t *testing.T) {
 				s.InsecureSkipManifest = true
 				s.Staleness = []string{"routes=1s/3s"}
 			}), ""},
+		{"concurrency at the bound", with("--concurrency", fmt.Sprint(MaxConcurrency)), want(func(s *Settings) { s.Concurrency = MaxConcurrency }), ""},
+		{"concurrency one past the bound", with("--concurrency", fmt.Sprint(MaxConcurrency+1)), nil, "sidecar settings: concurrency: 257 outside 1..256"},
+		{"negative concurrency", with("--concurrency", "-1"), nil, "sidecar settings: concurrency: -1 outside 1..256"},
 		{"pprof on the loopback admin address", with("--pprof"), want(func(s *Settings) { s.Pprof = true }), ""},
 		{"empty labels", without("--labels", "--labels", ""), want(func(s *Settings) { s.Node.Labels = map[string]string{} }), ""},
 

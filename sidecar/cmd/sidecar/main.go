@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
@@ -21,11 +22,13 @@ const usage = `usage: sidecar --node-id ID --namespace NS --service-account SA -
                --address IP --pilot HOST:PORT[,HOST:PORT] --publisher-key FILE --state-dir DIR
                [--admin-addr IP:PORT] [--outbound-addr IP:PORT] [--inbound-addr IP:PORT]
                [--ready-addr IP:PORT] [--app-address IP] [--locality R/Z/S] [--xds-mode delta|sotw]
-               [--staleness CLASS=WARN/EXPIRE[/ONEXPIRE]]... [--insecure-skip-manifest] [--pprof (built with -tags weftpprof)]
+               [--staleness CLASS=WARN/EXPIRE[/ONEXPIRE]]... [--insecure-skip-manifest] [--concurrency N]
+               [--pprof (built with -tags weftpprof)]
        sidecar --bootstrap FILE [flags overriding the file]
        sidecar --version | --help
 Defaults: admin 127.0.0.1:15000, outbound 127.0.0.1:15001, inbound <address>:15006,
-ready <address>:15021, app address 127.0.0.1, xds-mode delta. WEFT_LOG_LEVEL sets the
+ready <address>:15021, app address 127.0.0.1, xds-mode delta, concurrency 1 (GOMAXPROCS
+in the environment overrides it). WEFT_LOG_LEVEL sets the
 log level (trace, debug, info, warn, error).
 Overload bounds (each also a bootstrap file key; over a bound: connection closed, or
 503 with x-weft-overflow; a route timeout answers 504 with x-weft-timeout):
@@ -56,6 +59,11 @@ func main() {
 			os.Exit(2)
 		}
 		os.Exit(1)
+	}
+	// The sidecar's worker threads (render.DefaultConcurrency explains the
+	// default); an operator's GOMAXPROCS wins.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(s.Concurrency)
 	}
 	level := hclog.LevelFromString(os.Getenv("WEFT_LOG_LEVEL"))
 	if level == hclog.NoLevel {

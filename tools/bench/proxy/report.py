@@ -114,7 +114,7 @@ def main():
               f"anon {real['rss_anon_kb']:.1f} + file {real['rss_file_kb']:.1f} (<= 20 MiB: {g(r <= 20)})")
         if "steady_max_rss_kb" in real:
             print(f"bin/sidecar steady idle with /metrics scraped every 15s: highest RSS {real['steady_max_rss_kb']:.1f} MiB")
-    print(f"sidecars' GODEBUG={a.godebug!r}; GOMAXPROCS default (2 CPUs) vs nginx worker_processes 2; "
+    print(f"sidecars' GODEBUG={a.godebug!r}; real sidecar --concurrency default 1 (GOMAXPROCS=1), benchproxy GOMAXPROCS 2, nginx worker_processes 2; "
           f"load average at each measurement in the per-round table")
 
 

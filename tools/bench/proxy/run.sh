@@ -12,9 +12,11 @@
 #               sidecar's request path with a fixed Go-built config and no metrics
 #               Observer (benchproxy2: two of them chained over HTTP/1.1,
 #               benchproxy2h2: the hop between them over h2c).
-# Fairness: both proxies may use both cores: nginx has 2 worker processes, the Go
-# sidecars run with GOMAXPROCS = the 2 CPUs (Go's default); the load generator and
-# the app share the same 2 CPUs with them.
+# Fairness: both proxies may use both cores. nginx has 2 worker processes; the real
+# sidecar runs as shipped, with its default --concurrency 1 (one worker thread,
+# GOMAXPROCS=1: it could use both cores with --concurrency 2, measured as
+# TARGETS="... sidecar-alt" ALT_FLAGS="--concurrency 2"); benchproxy rows use Go's
+# default GOMAXPROCS (2). The load generator and the app share the same 2 CPUs.
 # Per round and target: fortio fixed 2000 rps uniform (latency, CPU/req), then wrk
 # closed-loop (max rps, CPU/req). CPU from /proc/<pid>/stat utime+stime deltas over
 # the proxy's processes. The idle RSS of the real sidecar is read after it
