@@ -11,6 +11,7 @@ import (
 
 	"github.com/weft-mesh/weft/pilot/resource"
 	"github.com/weft-mesh/weft/pilot/store"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // Run runs the contract against fresh, empty stores made by open.
@@ -408,19 +409,17 @@ func testWatchConcurrent(t *testing.T, s store.Store) {
 	}()
 	received := func(n int) []store.Event {
 		t.Helper()
-		deadline := time.Now().Add(waitTimeout)
-		for {
+		var c []store.Event
+		testkit.Wait(t, waitTimeout, func() error {
 			gotMu.Lock()
-			c := append([]store.Event(nil), got...)
+			c = append([]store.Event(nil), got...)
 			gotMu.Unlock()
-			if len(c) >= n {
-				return c
+			if len(c) < n {
+				return fmt.Errorf("received %d of %d events (watch err %v)", len(c), n, w.Err())
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("received %d of %d events before the deadline (watch err %v)", len(c), n, w.Err())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
+		return c
 	}
 	wg.Wait()
 	close(errs)
