@@ -21,6 +21,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	"github.com/weft-mesh/weft/tools/meshctl"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -89,7 +90,7 @@ func drill(t *testing.T, delta bool) {
 	rollout := func(rev int64) (int, string, string) {
 		return meshctlRun(p, "rollout", "status", strconv.FormatInt(rev, 10), "--wait", "--timeout", "10s")
 	}
-	servertest.Eventually(t, 10*time.Second, nodeID+" connected", func() bool { _, ok := p.Proxy(t, nodeID); return ok })
+	p.WaitProxy(t, 10*time.Second, nodeID, "connected", func(status.ProxyStatus) bool { return true })
 	if code, out, errOut := rollout(rev1); code != meshctl.ExitOK {
 		t.Fatalf("first revision: rollout status exit %d\n%s%s", code, out, errOut)
 	}
@@ -123,7 +124,7 @@ func drill(t *testing.T, delta bool) {
 	for i := range 3 {
 		at := time.Now()
 		p.Apply(t, good+"---\n"+fmt.Sprintf(workload, i, 10+i))
-		servertest.Eventually(t, 10*time.Second, "an EDS push after the workload change", func() bool {
+		testkit.Eventually(t, 10*time.Second, "an EDS push after the workload change", func() bool {
 			for _, r := range c.Responses() {
 				if r.TypeURL == snapshot.EndpointType && r.At.After(at) {
 					return true

@@ -21,8 +21,10 @@ import (
 	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
 	"github.com/weft-mesh/weft/pilot/server"
 	"github.com/weft-mesh/weft/pilot/server/servertest"
+	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/xds/meshcache"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 const mesh = `apiVersion: mesh.weft.dev/v1alpha1
@@ -79,9 +81,8 @@ func TestDeltaReconnectEndToEnd(t *testing.T) {
 	types := []string{snapshot.ClusterType, snapshot.EndpointType}
 	n := (&node.Node{ID: "debugger"}).ToProto()
 	c := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: n, Types: types})
-	servertest.Eventually(t, 10*time.Second, "first sync", func() bool {
-		ps, ok := p.Proxy(t, "debugger")
-		return ok && ps.EffectiveRevision >= rev && ps.Status == "SYNCED"
+	p.WaitProxy(t, 10*time.Second, "debugger", "first sync", func(ps status.ProxyStatus) bool {
+		return ps.EffectiveRevision >= rev && ps.Status == "SYNCED"
 	})
 	first := c.Responses()
 	cds, eds := held(first, snapshot.ClusterType), held(first, snapshot.EndpointType)
@@ -100,12 +101,11 @@ kind: Workload
 metadata: {name: reviews-2, namespace: shop, labels: {app: reviews}}
 spec: {address: 10.0.0.2}
 `)
-	servertest.Eventually(t, 10*time.Second, "pilot compiled the new revision", func() bool { return p.Revision(t, rev).WrittenAt != nil })
+	testkit.Eventually(t, 10*time.Second, "pilot compiled the new revision", func() bool { return p.Revision(t, rev).WrittenAt != nil })
 	c2 := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: n, Types: types,
 		Initial: map[string]map[string]string{snapshot.ClusterType: cds, snapshot.EndpointType: eds}})
-	servertest.Eventually(t, 10*time.Second, "resync", func() bool {
-		ps, ok := p.Proxy(t, "debugger")
-		return ok && ps.EffectiveRevision >= rev && ps.Status == "SYNCED"
+	p.WaitProxy(t, 10*time.Second, "debugger", "resync", func(ps status.ProxyStatus) bool {
+		return ps.EffectiveRevision >= rev && ps.Status == "SYNCED"
 	})
 	type view struct {
 		Type    string
@@ -196,14 +196,11 @@ func TestSidecarManifest(t *testing.T) {
 	c := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: sc.ToProto(), Types: snapshot.PushOrder})
 	plain := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: (&node.Node{ID: "plain"}).ToProto(),
 		Types: []string{snapshot.ClusterType, manifest.TypeURL}, Names: map[string][]string{manifest.TypeURL: {manifest.Name}}})
-	synced := func(id string, rev int64) func() bool {
-		return func() bool {
-			ps, ok := p.Proxy(t, id)
-			return ok && ps.EffectiveRevision >= rev && ps.Status == "SYNCED"
-		}
+	synced := func(rev int64) func(status.ProxyStatus) bool {
+		return func(ps status.ProxyStatus) bool { return ps.EffectiveRevision >= rev && ps.Status == "SYNCED" }
 	}
-	servertest.Eventually(t, 10*time.Second, "sidecar synced", synced("reviews-1", rev))
-	servertest.Eventually(t, 10*time.Second, "plain client synced", synced("plain", rev))
+	p.WaitProxy(t, 10*time.Second, "reviews-1", "sidecar synced", synced(rev))
+	p.WaitProxy(t, 10*time.Second, "plain", "plain client synced", synced(rev))
 	pub, err := manifest.LoadPublicKey(filepath.Join(p.DataDir, manifest.PublicKeyFile))
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +253,7 @@ func TestSidecarManifest(t *testing.T) {
 	// A push: the manifest is its last response.
 	n := len(c.Responses())
 	rev = p.Apply(t, strings.Replace(mesh[strings.Index(mesh, "---\napiVersion: mesh.weft.dev/v1alpha1\nkind: Workload"):], "10.0.0.1", "10.0.0.2", 1))
-	servertest.Eventually(t, 10*time.Second, "sidecar synced after the push", synced("reviews-1", rev))
+	p.WaitProxy(t, 10*time.Second, "reviews-1", "sidecar synced after the push", synced(rev))
 	push := c.Responses()[n:]
 	if len(push) < 2 || push[len(push)-1].TypeURL != manifest.TypeURL {
 		var got []string
@@ -281,7 +278,7 @@ spec:
   ports:
   - {name: http, port: 80, protocol: HTTP}
 `)
-	servertest.Eventually(t, 10*time.Second, "sidecar effective at the unrelated revision", synced("reviews-1", rev))
+	p.WaitProxy(t, 10*time.Second, "reviews-1", "sidecar effective at the unrelated revision", synced(rev))
 	if extra := c.Responses()[n:]; len(extra) != 0 {
 		t.Errorf("an unrelated revision sent %d responses (first %s), want none", len(extra), extra[0].TypeURL)
 	}
@@ -289,7 +286,7 @@ spec:
 	// Re-signed at half the 4s validity with nothing changed in the store: the
 	// node's binding at half of its own, the shared content statement (now at
 	// the latest revision) at half of its own.
-	servertest.Eventually(t, 5*time.Second, "manifest content and binding re-signed", func() bool {
+	testkit.Eventually(t, 5*time.Second, "manifest content and binding re-signed", func() bool {
 		m3 := verify()
 		return m3.IssuedAt.After(m2.IssuedAt) && m3.Revision == rev && m3.BindingIssuedAt.After(m1.BindingIssuedAt) &&
 			m3.Current && m3.StreamRevision == openRev
@@ -318,9 +315,8 @@ func TestManifestSharedPerScope(t *testing.T) {
 		clients = append(clients, servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: sc.ToProto(), Types: snapshot.PushOrder}))
 	}
 	for _, id := range ids {
-		servertest.Eventually(t, 10*time.Second, id+" synced", func() bool {
-			ps, ok := p.Proxy(t, id)
-			return ok && ps.EffectiveRevision >= rev && ps.Status == "SYNCED"
+		p.WaitProxy(t, 10*time.Second, id, "synced", func(ps status.ProxyStatus) bool {
+			return ps.EffectiveRevision >= rev && ps.Status == "SYNCED"
 		})
 	}
 	pub, err := manifest.LoadPublicKey(filepath.Join(p.DataDir, manifest.PublicKeyFile))
@@ -370,7 +366,7 @@ func TestNotCurrentAfterWait(t *testing.T) {
 	lim.Debounce, lim.MaxDelay, lim.CurrentWait = 1500*time.Millisecond, 1500*time.Millisecond, 300*time.Millisecond
 	p := servertest.Start(t, servertest.Options{Limits: &lim})
 	var pub ed25519.PublicKey
-	servertest.Eventually(t, 10*time.Second, "pilot's publisher key", func() bool {
+	testkit.Eventually(t, 10*time.Second, "pilot's publisher key", func() bool {
 		var err error
 		pub, err = manifest.LoadPublicKey(filepath.Join(p.DataDir, manifest.PublicKeyFile))
 		return err == nil
@@ -398,7 +394,7 @@ func TestNotCurrentAfterWait(t *testing.T) {
 		return out
 	}
 	sawNotCurrent := false // pilot's status said so while the stream had the older snapshot
-	servertest.Eventually(t, 10*time.Second, "a current manifest", func() bool {
+	testkit.Eventually(t, 10*time.Second, "a current manifest", func() bool {
 		if ps, ok := p.Proxy(t, sc.ID); ok && ps.NotCurrent && ps.StreamRevision == rev {
 			sawNotCurrent = true
 		}
@@ -408,9 +404,8 @@ func TestNotCurrentAfterWait(t *testing.T) {
 	if !sawNotCurrent {
 		t.Error("proxy status never showed the stream was sent a snapshot not current for it")
 	}
-	servertest.Eventually(t, 10*time.Second, "status shows the stream current", func() bool {
-		ps, ok := p.Proxy(t, sc.ID)
-		return ok && !ps.NotCurrent && ps.StreamRevision == rev
+	p.WaitProxy(t, 10*time.Second, sc.ID, "status shows the stream current", func(ps status.ProxyStatus) bool {
+		return !ps.NotCurrent && ps.StreamRevision == rev
 	})
 	ms := manifests()
 	first := c.Responses()[0]

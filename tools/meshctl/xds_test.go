@@ -39,9 +39,8 @@ func runX(t *testing.T, p *servertest.Pilot, args ...string) (int, string, strin
 
 func waitEffective(t *testing.T, p *servertest.Pilot, id string, rev int64) {
 	t.Helper()
-	servertest.Eventually(t, 10*time.Second, id+" effective at the revision", func() bool {
-		ps, ok := p.Proxy(t, id)
-		return ok && ps.EffectiveRevision >= rev && ps.Status == status.Synced
+	p.WaitProxy(t, 10*time.Second, id, "effective at the revision", func(ps status.ProxyStatus) bool {
+		return ps.EffectiveRevision >= rev && ps.Status == status.Synced
 	})
 }
 
@@ -53,10 +52,7 @@ func TestProxyStatusAndConfigDump(t *testing.T) {
 	servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: sidecarNode("reviews-1").ToProto(), Types: xdsTypes})
 	servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Node: (&node.Node{ID: "stuck"}).ToProto(), Types: xdsTypes[:1], Silent: true})
 	waitEffective(t, p, "reviews-1", rev)
-	servertest.Eventually(t, 10*time.Second, "stuck pending", func() bool {
-		ps, ok := p.Proxy(t, "stuck")
-		return ok && ps.Status == status.PendingAck
-	})
+	p.WaitProxy(t, 10*time.Second, "stuck", "pending", func(ps status.ProxyStatus) bool { return ps.Status == status.PendingAck })
 
 	code, out, errOut := runX(t, p, "proxy-status")
 	if code != meshctl.ExitOK {
@@ -118,7 +114,7 @@ func TestRolloutStatus(t *testing.T) {
 	p := servertest.Start(t, servertest.Options{})
 	rev := p.Apply(t, svc)
 	servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: sidecarNode("reviews-1").ToProto(), Types: xdsTypes})
-	servertest.Eventually(t, 10*time.Second, "reviews-1 connected", func() bool { _, ok := p.Proxy(t, "reviews-1"); return ok })
+	p.WaitProxy(t, 10*time.Second, "reviews-1", "connected", func(status.ProxyStatus) bool { return true })
 
 	code, out, errOut := runX(t, p, "rollout", "status", "--wait", "--timeout", "10s")
 	if code != meshctl.ExitOK {
@@ -131,10 +127,7 @@ func TestRolloutStatus(t *testing.T) {
 
 	// A proxy that never answers keeps the next revision pending.
 	servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: (&node.Node{ID: "stuck"}).ToProto(), Types: xdsTypes[:1], Silent: true})
-	servertest.Eventually(t, 10*time.Second, "stuck pending", func() bool {
-		ps, ok := p.Proxy(t, "stuck")
-		return ok && ps.Status == status.PendingAck
-	})
+	p.WaitProxy(t, 10*time.Second, "stuck", "pending", func(ps status.ProxyStatus) bool { return ps.Status == status.PendingAck })
 	rev2 := p.Apply(t, svcChanged)
 	waitEffective(t, p, "reviews-1", rev2)
 

@@ -182,10 +182,22 @@ func (p *Pilot) Revision(t testing.TB, rev int64) status.RevisionStatus {
 	return rs
 }
 
-// Eventually is testkit.Eventually, kept here for the callers of servertest.
-func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+// WaitProxy waits up to d until node id is connected with a status cond accepts and
+// returns that status; the failure names what and shows the last status seen.
+func (p *Pilot) WaitProxy(t testing.TB, d time.Duration, id, what string, cond func(status.ProxyStatus) bool) status.ProxyStatus {
 	t.Helper()
-	testkit.Eventually(t, d, what, cond)
+	var ps status.ProxyStatus
+	testkit.Wait(t, d, func() error {
+		var ok bool
+		if ps, ok = p.Proxy(t, id); !ok {
+			return fmt.Errorf("proxy %s: %s: not connected", id, what)
+		}
+		if !cond(ps) {
+			return fmt.Errorf("proxy %s: %s: status %+v", id, what, ps)
+		}
+		return nil
+	})
+	return ps
 }
 
 // Metrics returns the admin /metrics page (Prometheus text format).
