@@ -20,6 +20,7 @@ import (
 
 	"github.com/weft-mesh/weft/pilot/server/servertest"
 	"github.com/weft-mesh/weft/pilot/status"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -121,19 +122,18 @@ func TestGRPCClient(t *testing.T) {
 
 	// Both backends answer (round robin; allow a few calls while EDS settles).
 	seen := map[string]int{}
-	deadline := time.Now().Add(20 * time.Second)
-	for len(seen) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("calls did not reach both backends within 20s: %v", seen)
+	var lastErr error
+	testkit.Wait(t, 20*time.Second, func() error {
+		if id, err := call(); err != nil {
+			lastErr = err
+		} else {
+			seen[id]++
 		}
-		id, err := call()
-		if err != nil {
-			t.Logf("call: %v", err)
-			time.Sleep(50 * time.Millisecond)
-			continue
+		if len(seen) < 2 {
+			return fmt.Errorf("calls did not reach both backends: %v (last error: %v)", seen, lastErr)
 		}
-		seen[id]++
-	}
+		return nil
+	})
 	t.Logf("reached both backends: %v", seen)
 
 	rev := p.Apply(t, meshYAML(b1, b2)) // unchanged: same revision
@@ -143,7 +143,7 @@ func TestGRPCClient(t *testing.T) {
 	start := time.Now()
 	rev = p.Delete(t, "workloads", ns, b1.id)
 	var lastB1 time.Time
-	for time.Since(start) < 3*time.Second {
+	for time.Since(start) < 3*time.Second { // a window of back-to-back calls, not a wait
 		id, err := call()
 		if err != nil {
 			t.Fatalf("call after delete: %v", err)
@@ -170,19 +170,8 @@ func TestGRPCClient(t *testing.T) {
 // waitSynced waits until grpc-go has ACKed rev for all four types.
 func waitSynced(t *testing.T, p *servertest.Pilot, rev int64) {
 	t.Helper()
-	var last status.ProxyStatus
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ps, ok := p.Proxy(t, nodeID)
-		last = ps
-		if ok && synced(ps, rev) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("proxy %s not SYNCED at revision %d for CDS, EDS, LDS, RDS within 10s: %+v", nodeID, rev, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	p.WaitProxy(t, 10*time.Second, nodeID, fmt.Sprintf("SYNCED at revision %d for CDS, EDS, LDS, RDS", rev),
+		func(ps status.ProxyStatus) bool { return synced(ps, rev) })
 }
 
 func synced(ps status.ProxyStatus, rev int64) bool {

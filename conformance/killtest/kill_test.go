@@ -25,6 +25,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/weft-mesh/weft/pilot/api"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -177,7 +178,7 @@ func startPilot(t *testing.T, bin, dataDir string, iter int) *pilotProc {
 		lf.Close()
 		p := &pilotProc{cmd: cmd, url: "http://" + addr, logf: logf, exited: make(chan error, 1)}
 		go func() { p.exited <- cmd.Wait() }()
-		err = p.waitHealthy(deadline)
+		err = p.waitHealthy(time.Until(deadline))
 		if err == nil {
 			return p
 		}
@@ -194,27 +195,32 @@ func (p *pilotProc) log() string {
 	return string(b)
 }
 
-func (p *pilotProc) waitHealthy(deadline time.Time) error {
+// waitHealthy polls /healthz for up to d; it gives up at once if pilot exits.
+func (p *pilotProc) waitHealthy(d time.Duration) error {
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Second}
-	for {
+	var exited error // set when pilot is gone: the poll ends, there is nothing to wait for
+	err := testkit.Poll(d, func() error {
 		select {
 		case err := <-p.exited:
 			p.exited <- err
-			return fmt.Errorf("pilot exited: %v", err)
+			exited = fmt.Errorf("pilot exited: %v", err)
+			return nil
 		default:
 		}
 		resp, err := hc.Get(p.url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		if err != nil {
+			return fmt.Errorf("no healthy /healthz: %w", err)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no healthy /healthz by the deadline: %v", err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("no healthy /healthz: %s", resp.Status)
 		}
-		time.Sleep(10 * time.Millisecond) // polling with a deadline
+		return nil
+	})
+	if exited != nil {
+		return exited
 	}
+	return err
 }
 
 // kill SIGKILLs pilot and waits for it to be gone.
