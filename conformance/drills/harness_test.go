@@ -36,6 +36,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	"github.com/weft-mesh/weft/sidecar/admin"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 var binDir string
@@ -202,20 +203,19 @@ func (s *sidecar) configDump() *admin.ConfigDump {
 func (s *sidecar) waitReady(within time.Duration) time.Duration {
 	s.t.Helper()
 	start := time.Now()
-	var code int
-	var body string
-	for time.Since(start) < within {
-		if code, body = s.ready(); code == http.StatusOK {
-			return time.Since(start)
+	testkit.Wait(s.t, within, func() error {
+		code, body := s.ready()
+		if code == http.StatusOK {
+			return nil
 		}
 		select {
 		case <-s.exited:
 			s.t.Fatalf("sidecar exited:\n%s", s.logs.String())
-		case <-time.After(10 * time.Millisecond):
+		default:
 		}
-	}
-	s.t.Fatalf("not ready within %s: %d %q", within, code, body)
-	return 0
+		return fmt.Errorf("sidecar not ready: %d %q", code, body)
+	})
+	return time.Since(start)
 }
 
 // get sends one request through the sidecar's outbound listener.
@@ -232,18 +232,6 @@ func get(client *http.Client, s ws, host, path string) (int, string, http.Header
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), resp.Header, err
-}
-
-// eventually polls cond until it holds or within passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // app is a small application server answering its name.
@@ -335,13 +323,10 @@ func (r *refServer) start() {
 	var ln net.Listener
 	var err error
 	// The port may still be in TIME_WAIT-free teardown after a stop: retry briefly.
-	for i := 0; i < 50; i++ {
-		if ln, err = net.Listen("tcp", r.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
+	if err = testkit.Poll(time.Second, func() error {
+		ln, err = net.Listen("tcp", r.addr)
+		return err
+	}); err != nil {
 		r.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

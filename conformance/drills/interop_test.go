@@ -10,6 +10,7 @@ import (
 
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // The sidecar binary against go-control-plane's server, the independent referee,
@@ -54,7 +55,7 @@ func TestInteropGoControlPlane(t *testing.T) {
 			bad.Add(xdsresource.RouteType, dt.RouteConfig("routes", dt.VirtualHost("all", []string{"*"}, dt.PrefixRoute("/", "nowhere", 0))))
 			ref.push(bad, 2, validity)
 			var nack string
-			eventually(t, 10*time.Second, "NACK of version 2", func() bool {
+			testkit.Eventually(t, 10*time.Second, "NACK of version 2", func() bool {
 				for _, ts := range sc.configDump().XDS.Types {
 					if strings.Contains(ts.LastError, "nowhere") {
 						nack = ts.LastError
@@ -70,7 +71,7 @@ func TestInteropGoControlPlane(t *testing.T) {
 
 			// Version 3 recovers.
 			ref.push(meshTo(w, ip+".3:8080"), 3, validity)
-			eventually(t, 10*time.Second, "version 3 served", func() bool { return serves("v2") })
+			testkit.Eventually(t, 10*time.Second, "version 3 served", func() bool { return serves("v2") })
 		})
 	}
 }

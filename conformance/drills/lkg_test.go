@@ -2,6 +2,7 @@ package drills
 
 import (
 	"crypto/ed25519"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/weft-mesh/weft/sidecar/runtime/lkg"
 	"github.com/weft-mesh/weft/sidecar/runtime/runtimetest"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // Drill (c): the persisted last-known-good file altered by one byte, taken from
@@ -44,19 +46,22 @@ func TestDrillLKGRefused(t *testing.T) {
 			pilot.push(meshTo(w, tc.ip+":8080"), 1, tc.validity)
 			sc := startSidecar(t, w, pilot.addr)
 			sc.waitReady(10 * time.Second)
-			eventually(t, 5*time.Second, "last-known-good saved", func() bool { return !sc.configDump().LastKnownGood.SavedAt.IsZero() })
+			testkit.Eventually(t, 5*time.Second, "last-known-good saved", func() bool { return !sc.configDump().LastKnownGood.SavedAt.IsZero() })
 			sc.stop()
 			pilot.stop()
 
 			tc.alter(t, &w)
 			sc = startSidecar(t, w, pilot.addr)
-			// Well past the 500ms the sidecar gives pilot before using the file.
-			time.Sleep(1500 * time.Millisecond)
-			code, body := sc.ready()
+			// The sidecar gives pilot 500ms before it tries the file and refuses it.
 			want := "last-known-good refused (" + tc.check + " check failed): "
-			if code != http.StatusServiceUnavailable || !strings.HasPrefix(body, want) {
-				t.Fatalf("readiness = %d %q, want 503 %q...", code, body, want)
-			}
+			testkit.Wait(t, 10*time.Second, func() error {
+				if code, body := sc.ready(); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, want) {
+					return fmt.Errorf("readiness = %d %q, want 503 %q...", code, body, want)
+				}
+				return nil
+			})
+			// Readiness changes just before the log line is written and read back.
+			testkit.Eventually(t, 5*time.Second, "the refusal logged", func() bool { return sc.logs.count("last-known-good refused") > 0 })
 			if n := sc.logs.count("last-known-good refused"); n != 1 {
 				t.Fatalf("%d refusal log lines, want 1:\n%s", n, sc.logs.String())
 			}

@@ -425,7 +425,7 @@ func TestDrillMemoryShedding(t *testing.T) {
 					}
 				}
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the RSS sampler's interval, not a wait for a condition
 		}
 	}()
 	var p http.Protocols

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weft-mesh/weft/tools/meshctl"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // controlPlane is what a drill does to the xDS server: go-control-plane in-process
@@ -75,7 +76,7 @@ func (p *pilotProc) up() {
 	p.cmd, p.exited = cmd, make(chan struct{})
 	exited := p.exited
 	go func() { cmd.Wait(); close(exited) }()
-	eventually(p.t, 20*time.Second, "pilot healthy", func() bool {
+	testkit.Eventually(p.t, 20*time.Second, "pilot healthy", func() bool {
 		resp, err := hc.Get(p.url() + "/healthz")
 		if err != nil {
 			return false
@@ -84,7 +85,7 @@ func (p *pilotProc) up() {
 		return resp.StatusCode == http.StatusOK
 	})
 	// Pilot writes its publisher key after it answers /healthz; sidecars need it.
-	eventually(p.t, 20*time.Second, "pilot's publisher key", func() bool {
+	testkit.Eventually(p.t, 20*time.Second, "pilot's publisher key", func() bool {
 		_, err := os.Stat(p.keyFile())
 		return err == nil
 	})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weft-mesh/weft/sidecar/runtime"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // loadgen sends GETs through a sidecar at a steady rate until stop is closed and
@@ -83,12 +84,12 @@ func TestDrillPilotKilledUnderLoad(t *testing.T) {
 			stop := make(chan struct{})
 			loadStart := time.Now()
 			lg, wg := runLoad(w, 200, "v1 /load", stop)
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // not a wait for a condition: a second of load before the kill
 			cp.down()
 			killed := time.Now()
-			eventually(t, 5*time.Second, "xDS stream noticed down", func() bool { return !sc.configDump().XDS.Connected })
+			testkit.Eventually(t, 5*time.Second, "xDS stream noticed down", func() bool { return !sc.configDump().XDS.Connected })
 			age1 := classAge(sc, "routes")
-			time.Sleep(2 * time.Second)
+			time.Sleep(2 * time.Second) // not a wait for a condition: lets the staleness age grow
 			age2 := classAge(sc, "routes")
 			close(stop)
 			loadFor := time.Since(loadStart)
@@ -125,7 +126,7 @@ func TestDrillRestartWithoutPilot(t *testing.T) {
 				t.Fatalf("before: %d %v", code, err)
 			}
 			rev := sc.configDump().Revision
-			eventually(t, 5*time.Second, "last-known-good saved", func() bool { return !sc.configDump().LastKnownGood.SavedAt.IsZero() })
+			testkit.Eventually(t, 5*time.Second, "last-known-good saved", func() bool { return !sc.configDump().LastKnownGood.SavedAt.IsZero() })
 			sc.stop()
 			cp.down()
 
@@ -180,7 +181,7 @@ func TestDrillRoutingExpiryDeliveredPolicy(t *testing.T) {
 			sc := startSidecar(t, w, cp.addr(), "--xds-mode", mode)
 			sc.waitReady(10 * time.Second)
 			var routes runtime.PolicyInfo
-			eventually(t, 10*time.Second, "pilot's routes policy in config_dump", func() bool {
+			testkit.Eventually(t, 10*time.Second, "pilot's routes policy in config_dump", func() bool {
 				for _, s := range sc.configDump().Staleness {
 					if s.Class == "routes" {
 						routes = s.Policy
@@ -208,7 +209,7 @@ func expireAndResume(t *testing.T, w ws, sc *sidecar, cp controlPlane) {
 	cp.down()
 	killed := time.Now()
 	var hdr string
-	eventually(t, 10*time.Second, "503 with x-weft-degraded", func() bool {
+	testkit.Eventually(t, 10*time.Second, "503 with x-weft-degraded", func() bool {
 		code, _, h, err := get(hc, w, "reviews:9080", "/")
 		if err != nil || code != http.StatusServiceUnavailable {
 			return false
@@ -227,7 +228,7 @@ func expireAndResume(t *testing.T, w ws, sc *sidecar, cp controlPlane) {
 
 	cp.up()
 	start := time.Now()
-	eventually(t, 40*time.Second, "service resumes after pilot returns", func() bool {
+	testkit.Eventually(t, 40*time.Second, "service resumes after pilot returns", func() bool {
 		code, body, _, err := get(hc, w, "reviews:9080", "/")
 		return err == nil && code == http.StatusOK && body == "v1 /"
 	})

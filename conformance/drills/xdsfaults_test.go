@@ -20,6 +20,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/sidecar/xdsclient"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // handADS is a hand-driven SotW ADS server: the test decides every response.
@@ -229,7 +230,7 @@ func TestDrillBadResponses(t *testing.T) {
 	if r := hs.answer(xdsclient.TypeEndpoint, fmt.Sprint(hs.nonce), 500*time.Millisecond); r != nil {
 		t.Fatalf("replayed nonce answered: %v", r)
 	}
-	eventually(t, 5*time.Second, "replay counted as ignored", func() bool { return typeStatus(xdsclient.TypeEndpoint).ignored == 1 })
+	testkit.Eventually(t, 5*time.Second, "replay counted as ignored", func() bool { return typeStatus(xdsclient.TypeEndpoint).ignored == 1 })
 	serves("v1")
 
 	// Out of order: a route configuration nobody references yet (its listener has
@@ -248,7 +249,7 @@ func TestDrillBadResponses(t *testing.T) {
 	if r := hs.answer("type.googleapis.com/weft.unknown.v1.Thing", "u1", 500*time.Millisecond); r != nil {
 		t.Fatalf("unknown type answered: %v", r)
 	}
-	eventually(t, 5*time.Second, "unknown type counted", func() bool { return sc.configDump().XDS.UnknownTypeResponses == 1 })
+	testkit.Eventually(t, 5*time.Second, "unknown type counted", func() bool { return sc.configDump().XDS.UnknownTypeResponses == 1 })
 	serves("v1")
 
 	// A manifest signed for another node: NACKed naming the check.
