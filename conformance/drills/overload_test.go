@@ -468,9 +468,13 @@ func TestDrillMemoryShedding(t *testing.T) {
 	}
 	testkit.Eventually(t, 20*time.Second, "requests shed for memory", func() bool { return shed.Load() > 0 })
 	shedAt := time.Since(start)
-	// Still answering while shedding: the admin endpoint, and the metric says so.
-	if v := sc.metric("weft_sidecar_memory_shedding"); v != 1 {
-		t.Errorf("weft_sidecar_memory_shedding = %v while requests are shed", v)
+	// Still answering while shedding: the admin endpoint, and the metrics say so.
+	// The shed counter, not the shedding gauge: the gauge may already be back at 0
+	// here (a GC while shedding can bring use under the hysteresis mark between the
+	// shed answer and this scrape); the gauge's transitions are table-tested in
+	// sidecar/overload.
+	if v := sc.metric("weft_sidecar_memory_shed_requests_total"); v < 1 {
+		t.Errorf("weft_sidecar_memory_shed_requests_total = %v after a client saw a memory shed", v)
 	}
 	usedShedding := sc.metric("weft_sidecar_memory_used_bytes")
 	if usedShedding >= limit {
