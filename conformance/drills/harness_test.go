@@ -1,11 +1,10 @@
 // Package drills runs the sidecar's failure drills (issue #4) against real
-// processes: bin/sidecar built from source, a small Go application server, and an
+// processes: bin/sidecar and bin/pilot built as `make build` builds them, a small Go application server, and an
 // xDS server (go-control-plane's, with manifests signed by pilot/xds/sign, or a
 // hand-driven one for protocol faults).
 package drills
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -14,12 +13,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,66 +32,10 @@ import (
 	"github.com/weft-mesh/weft/sidecar/admin"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/tools/testkit"
+	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
 
-var binDir string
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) {
-		if binDir != "" {
-			os.RemoveAll(binDir)
-		}
-	}))
-}
-
-var buildOnce sync.Once
-var buildErr error
-
-// sidecarBin builds bin/sidecar and bin/pilot once per test binary, as `make
-// build` does (Makefile SIDECAR_BUILD: CGO_ENABLED=0 -tags grpcnotrace), so
-// memory measured here is the product's.
-func sidecarBin(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "weft-drills-bin-")
-		if buildErr != nil {
-			return
-		}
-		for _, cmd := range []string{"sidecar/cmd/sidecar", "pilot/cmd/pilot"} {
-			build := exec.Command("go", "build", "-tags", "grpcnotrace", "-o", binDir, "github.com/weft-mesh/weft/"+cmd)
-			build.Env = append(os.Environ(), "CGO_ENABLED=0")
-			out, err := build.CombinedOutput()
-			if err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", cmd, err, out)
-				return
-			}
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return filepath.Join(binDir, "sidecar")
-}
-
-// syncBuf is a goroutine-safe log buffer.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuf) count(substr string) int { return strings.Count(s.String(), substr) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(proc.Cleanup)) }
 
 // ws is one workload's addresses: a loopback IP of its own.
 type ws struct {
@@ -110,13 +49,12 @@ func (w ws) outbound() string { return w.ip + ":15001" }
 func (w ws) admin() string    { return w.ip + ":15000" }
 func (w ws) ready() string    { return w.ip + ":15021" }
 
-// sidecar is a running bin/sidecar.
+// sidecar is a running bin/sidecar, built as `make build` builds it, so memory
+// measured here is the product's.
 type sidecar struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	logs   *syncBuf
-	w      ws
-	exited chan struct{}
+	t *testing.T
+	*proc.Proc
+	w ws
 }
 
 func startSidecar(t *testing.T, w ws, pilot string, extra ...string) *sidecar {
@@ -135,42 +73,11 @@ func startSidecar(t *testing.T, w ws, pilot string, extra ...string) *sidecar {
 		}
 	}
 	args = append(args, extra...)
-	cmd := exec.Command(sidecarBin(t), args...)
-	logs := &syncBuf{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &sidecar{t: t, cmd: cmd, logs: logs, w: w, exited: make(chan struct{})}
-	go func() { cmd.Wait(); close(s.exited) }()
-	t.Cleanup(func() {
-		s.stop()
-		if t.Failed() {
-			t.Logf("sidecar %s log:\n%s", w.nodeID, logs.String())
-		}
-	})
-	return s
+	return &sidecar{t: t, Proc: proc.Start(t, "sidecar "+w.nodeID, proc.Build(t, proc.Sidecar), args...), w: w}
 }
 
-// stop sends SIGTERM and waits (SIGKILL after 10s).
-func (s *sidecar) stop() { stopProc(s.cmd, s.exited, 10*time.Second) }
-
-// stopProc sends SIGTERM unless the process has exited, and waits; SIGKILL after
-// grace.
-func stopProc(cmd *exec.Cmd, exited <-chan struct{}, grace time.Duration) {
-	select {
-	case <-exited:
-		return
-	default:
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(grace):
-		cmd.Process.Kill()
-		<-exited
-	}
-}
+// stop sends SIGTERM and waits (SIGKILL after proc.StopGrace).
+func (s *sidecar) stop() { _ = s.Stop(s.Grace) }
 
 var hc = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
@@ -209,8 +116,8 @@ func (s *sidecar) waitReady(within time.Duration) time.Duration {
 			return nil
 		}
 		select {
-		case <-s.exited:
-			s.t.Fatalf("sidecar exited:\n%s", s.logs.String())
+		case <-s.Exited():
+			s.t.Fatalf("sidecar exited:\n%s", s.Logs.String())
 		default:
 		}
 		return fmt.Errorf("sidecar not ready: %d %q", code, body)

@@ -172,7 +172,7 @@ func TestDrillConnectionFloodRefused(t *testing.T) {
 	// A header timeout longer than the drill, so admitted idle connections stay.
 	sc := startSidecar(t, w, pilot.addr, "--max-connections", strconv.Itoa(limit), "--read-header-timeout", "2m")
 	sc.waitReady(10 * time.Second)
-	pid := sc.cmd.Process.Pid
+	pid := sc.Cmd.Process.Pid
 	// The real process's default route timeout is Envoy's 15s.
 	if v := sc.metric(`weft_sidecar_limit{limit="default_route_timeout_seconds"}`); v != 15 {
 		t.Errorf("default route timeout without the flag: %v s, want 15", v)
@@ -256,7 +256,7 @@ func TestDrillSlowUpstreamFreedByDefaultTimeout(t *testing.T) {
 	pilot.push(meshDefaultTimeout(w, ip+":8080"), 1, 0)
 	sc := startSidecar(t, w, pilot.addr, "--default-route-timeout", timeout.String())
 	sc.waitReady(10 * time.Second)
-	pid := sc.cmd.Process.Pid
+	pid := sc.Cmd.Process.Pid
 	if v := sc.metric(`weft_sidecar_limit{limit="default_route_timeout_seconds"}`); v != timeout.Seconds() {
 		t.Fatalf("default route timeout %v s, want %v", v, timeout.Seconds())
 	}
@@ -397,7 +397,7 @@ func TestDrillMemoryShedding(t *testing.T) {
 	pilot.push(res, 1, 0)
 	sc := startSidecar(t, w, pilot.addr, "--memory-limit", strconv.Itoa(limit), "--memory-high-water", fmt.Sprint(highWater))
 	sc.waitReady(10 * time.Second)
-	pid := sc.cmd.Process.Pid
+	pid := sc.Cmd.Process.Pid
 	idle, idleUsed := rss(t, pid), sc.metric("weft_sidecar_memory_used_bytes")
 	// The ceiling is the Go runtime's soft limit in the real process.
 	if v := sc.metric("go_gc_gomemlimit_bytes"); v != limit {
@@ -494,8 +494,8 @@ func TestDrillMemoryShedding(t *testing.T) {
 		t.Errorf("%d uploads answered with something other than a memory shed", other.Load())
 	}
 	select {
-	case <-sc.exited:
-		t.Fatalf("sidecar exited under load:\n%s", sc.logs.String())
+	case <-sc.Exited():
+		t.Fatalf("sidecar exited under load:\n%s", sc.Logs.String())
 	default:
 	}
 	// Recovered: shedding stops and a new request is served.

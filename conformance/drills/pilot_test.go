@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/weft-mesh/weft/tools/meshctl"
 	"github.com/weft-mesh/weft/tools/testkit"
+	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
 
 // controlPlane is what a drill does to the xDS server: go-control-plane in-process
@@ -30,33 +30,19 @@ func (r refCP) addr() string { return r.refServer.addr }
 func (r refCP) down()        { r.stop() }
 func (r refCP) up()          { r.start() }
 
-// pilotProc is a real bin/pilot.
+// pilotProc is a real bin/pilot, restarted by up after down.
 type pilotProc struct {
 	t       *testing.T
 	ip      string
 	dataDir string
 	extra   []string // flags added to every start
-	cmd     *exec.Cmd
-	logs    *syncBuf
-	exited  chan struct{}
-}
-
-func pilotBin(t *testing.T) string {
-	t.Helper()
-	sidecarBin(t) // builds both
-	return filepath.Join(binDir, "pilot")
+	*proc.Proc
 }
 
 func startPilot(t *testing.T, ip string, extra ...string) *pilotProc {
 	t.Helper()
-	p := &pilotProc{t: t, ip: ip, dataDir: filepath.Join(t.TempDir(), "pilot"), logs: &syncBuf{}, extra: extra}
+	p := &pilotProc{t: t, ip: ip, dataDir: filepath.Join(t.TempDir(), "pilot"), extra: extra}
 	p.up()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("pilot log:\n%s", p.logs.String())
-		}
-	})
 	return p
 }
 
@@ -68,14 +54,8 @@ func (p *pilotProc) up() {
 	p.t.Helper()
 	args := append([]string{"--data-dir", p.dataDir, "--admin-addr", p.ip + ":15014", "--xds-addr", p.addr(),
 		"--log-level", "info", "--xds-debounce", "10ms"}, p.extra...)
-	cmd := exec.Command(pilotBin(p.t), args...)
-	cmd.Stdout, cmd.Stderr = p.logs, p.logs
-	if err := cmd.Start(); err != nil {
-		p.t.Fatal(err)
-	}
-	p.cmd, p.exited = cmd, make(chan struct{})
-	exited := p.exited
-	go func() { cmd.Wait(); close(exited) }()
+	p.Proc = proc.Start(p.t, "pilot", proc.Build(p.t, proc.Pilot), args...)
+	p.Grace = pilotGrace
 	testkit.Eventually(p.t, 20*time.Second, "pilot healthy", func() bool {
 		resp, err := hc.Get(p.url() + "/healthz")
 		if err != nil {
@@ -91,13 +71,16 @@ func (p *pilotProc) up() {
 	})
 }
 
+// pilotGrace is pilot's SIGTERM-to-SIGKILL time: it closes its store and streams.
+const pilotGrace = 15 * time.Second
+
 // down kills pilot with SIGKILL.
 func (p *pilotProc) down() {
-	p.cmd.Process.Kill()
-	<-p.exited
+	p.t.Helper()
+	if err := p.Kill(); err != nil {
+		p.t.Fatal(err)
+	}
 }
-
-func (p *pilotProc) stop() { stopProc(p.cmd, p.exited, 15*time.Second) }
 
 // apply applies YAML with meshctl.
 func (p *pilotProc) apply(yaml string) {

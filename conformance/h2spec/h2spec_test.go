@@ -2,7 +2,7 @@
 // (github.com/summerwind/h2spec, a go tool pinned in go.mod) against the sidecar's
 // two listeners and, as the referee, against Go's own h2c server.
 //
-// The setup is all real processes: bin/pilot and bin/sidecar built from source,
+// The setup is all real processes: bin/pilot and bin/sidecar built as `make build` builds them,
 // the sidecar configured by pilot over xDS, and h2spec itself run as a program. The
 // application behind the sidecar is the referee server, so both listeners proxy to
 // the very server h2spec is also run against directly:
@@ -36,7 +36,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -44,9 +43,10 @@ import (
 
 	"github.com/weft-mesh/weft/tools/meshctl"
 	"github.com/weft-mesh/weft/tools/testkit"
+	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(proc.Cleanup)) }
 
 // Addresses: loopback IPs of this package's own, so no other package's ports meet ours.
 const (
@@ -426,71 +426,21 @@ spec:
 `, outPort, appIP)
 }
 
-type binaries struct{ dir, pilot, sidecar, h2spec string }
+type binaries struct{ pilot, sidecar, h2spec string }
 
-// build builds bin/pilot, bin/sidecar and h2spec (the go tool pinned in go.mod).
+// build builds bin/pilot and bin/sidecar as `make build` does, and h2spec (the go
+// tool pinned in go.mod).
 func build(t *testing.T) binaries {
 	t.Helper()
-	dir := t.TempDir()
-	for _, pkg := range []string{"github.com/weft-mesh/weft/pilot/cmd/pilot", "github.com/weft-mesh/weft/sidecar/cmd/sidecar", "github.com/summerwind/h2spec/cmd/h2spec"} {
-		out, err := exec.Command("go", "build", "-o", dir, pkg).CombinedOutput()
-		if err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
+	h2spec := filepath.Join(t.TempDir(), "h2spec")
+	if out, err := exec.Command("go", "build", "-o", h2spec, "github.com/summerwind/h2spec/cmd/h2spec").CombinedOutput(); err != nil {
+		t.Fatalf("go build h2spec: %v\n%s", err, out)
 	}
-	return binaries{dir: dir, pilot: filepath.Join(dir, "pilot"), sidecar: filepath.Join(dir, "sidecar"), h2spec: filepath.Join(dir, "h2spec")}
-}
-
-// syncBuf is a goroutine-safe log buffer.
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-type proc struct {
-	cmd    *exec.Cmd
-	logs   *syncBuf
-	exited chan struct{}
-}
-
-// start runs bin with args until the test ends (SIGTERM, SIGKILL after 10s).
-func start(t *testing.T, name, bin string, args ...string) *proc {
-	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), logs: &syncBuf{}, exited: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("%s log:\n%s", name, p.logs.String())
-		}
-	})
-	return p
+	return binaries{pilot: proc.Build(t, proc.Pilot), sidecar: proc.Build(t, proc.Sidecar), h2spec: h2spec}
 }
 
 type pilotProc struct {
-	*proc
+	*proc.Proc
 	dataDir string
 }
 
@@ -499,7 +449,7 @@ func (p *pilotProc) url() string { return "http://" + pilotIP + ":15014" }
 func startPilot(t *testing.T, b binaries) *pilotProc {
 	t.Helper()
 	dataDir := filepath.Join(t.TempDir(), "pilot")
-	p := &pilotProc{dataDir: dataDir, proc: start(t, "pilot", b.pilot, "--data-dir", dataDir,
+	p := &pilotProc{dataDir: dataDir, Proc: proc.Start(t, "pilot", b.pilot, "--data-dir", dataDir,
 		"--admin-addr", pilotIP+":15014", "--xds-addr", pilotIP+":15010", "--xds-debounce", "10ms")}
 	hc := &http.Client{Timeout: 2 * time.Second}
 	testkit.Eventually(t, 30*time.Second, "pilot healthy and its publisher key written", func() bool {
@@ -526,9 +476,9 @@ func (p *pilotProc) apply(t *testing.T, yaml string) {
 	}
 }
 
-func startSidecar(t *testing.T, b binaries, p *pilotProc, outPort int) *proc {
+func startSidecar(t *testing.T, b binaries, p *pilotProc, outPort int) *proc.Proc {
 	t.Helper()
-	s := start(t, "sidecar", b.sidecar, "--node-id", "productpage-a", "--namespace", "shop", "--service-account", "productpage",
+	s := proc.Start(t, "sidecar", b.sidecar, "--node-id", "productpage-a", "--namespace", "shop", "--service-account", "productpage",
 		"--labels", "app=productpage", "--address", sidecarIP, "--pilot", pilotIP+":15010",
 		"--publisher-key", filepath.Join(p.dataDir, "publisher.pub"), "--state-dir", filepath.Join(t.TempDir(), "state"),
 		"--admin-addr", sidecarIP+":15000", "--outbound-addr", "127.0.0.1:"+strconv.Itoa(outPort),
@@ -536,8 +486,8 @@ func startSidecar(t *testing.T, b binaries, p *pilotProc, outPort int) *proc {
 	hc := &http.Client{Timeout: 2 * time.Second}
 	testkit.Eventually(t, 30*time.Second, "sidecar ready", func() bool {
 		select {
-		case <-s.exited:
-			t.Fatalf("sidecar exited:\n%s", s.logs.String())
+		case <-s.Exited():
+			t.Fatalf("sidecar exited:\n%s", s.Logs.String())
 		default:
 		}
 		resp, err := hc.Get("http://" + sidecarIP + ":15021/healthz/ready")

@@ -13,12 +13,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,9 +23,10 @@ import (
 
 	"github.com/weft-mesh/weft/pilot/api"
 	"github.com/weft-mesh/weft/tools/testkit"
+	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(proc.Cleanup)) }
 
 var (
 	iterations = flag.Int("killtest.iterations", 50, "kill -9 iterations")
@@ -53,9 +51,8 @@ type state struct {
 }
 
 func TestKillDuringApply(t *testing.T) {
-	dir := t.TempDir()
-	bin := buildPilot(t, dir)
-	dataDir := filepath.Join(dir, "data")
+	bin := proc.Build(t, proc.Pilot)
+	dataDir := filepath.Join(t.TempDir(), "data")
 	s := *seed
 	if s == 0 {
 		s = uint64(time.Now().UnixNano())
@@ -129,21 +126,9 @@ type killed struct {
 	applyErr error
 }
 
-func buildPilot(t *testing.T, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "pilot")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/weft-mesh/weft/pilot/cmd/pilot")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building pilot: %v\n%s", err, out)
-	}
-	return bin
-}
-
 type pilotProc struct {
-	cmd    *exec.Cmd
-	url    string
-	logf   string
-	exited chan error
+	*proc.Proc
+	url string
 }
 
 // freePort picks a port on a loopback address no other test uses, so the freed
@@ -164,21 +149,9 @@ func startPilot(t *testing.T, bin, dataDir string, iter int) *pilotProc {
 	deadline := time.Now().Add(startTimeout)
 	for attempt := 0; ; attempt++ {
 		addr := freePort(t)
-		logf := filepath.Join(filepath.Dir(dataDir), fmt.Sprintf("pilot-%d-%d.log", iter, attempt))
-		lf, err := os.Create(logf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "--data-dir", dataDir, "--admin-addr", addr, "--xds-addr", "127.0.0.1:0", "--log-level", "warn")
-		cmd.Stdout, cmd.Stderr = lf, lf
-		if err := cmd.Start(); err != nil {
-			lf.Close()
-			t.Fatalf("starting pilot: %v", err)
-		}
-		lf.Close()
-		p := &pilotProc{cmd: cmd, url: "http://" + addr, logf: logf, exited: make(chan error, 1)}
-		go func() { p.exited <- cmd.Wait() }()
-		err = p.waitHealthy(time.Until(deadline))
+		p := &pilotProc{url: "http://" + addr, Proc: proc.Start(t, fmt.Sprintf("pilot %d (attempt %d)", iter, attempt), bin,
+			"--data-dir", dataDir, "--admin-addr", addr, "--xds-addr", "127.0.0.1:0", "--log-level", "warn")}
+		err := p.waitHealthy(time.Until(deadline))
 		if err == nil {
 			return p
 		}
@@ -190,10 +163,7 @@ func startPilot(t *testing.T, bin, dataDir string, iter int) *pilotProc {
 	}
 }
 
-func (p *pilotProc) log() string {
-	b, _ := os.ReadFile(p.logf)
-	return string(b)
-}
+func (p *pilotProc) log() string { return p.Logs.String() }
 
 // waitHealthy polls /healthz for up to d; it gives up at once if pilot exits.
 func (p *pilotProc) waitHealthy(d time.Duration) error {
@@ -201,9 +171,8 @@ func (p *pilotProc) waitHealthy(d time.Duration) error {
 	var exited error // set when pilot is gone: the poll ends, there is nothing to wait for
 	err := testkit.Poll(d, func() error {
 		select {
-		case err := <-p.exited:
-			p.exited <- err
-			exited = fmt.Errorf("pilot exited: %v", err)
+		case <-p.Exited():
+			exited = fmt.Errorf("pilot exited: %v", p.Err())
 			return nil
 		default:
 		}
@@ -226,25 +195,16 @@ func (p *pilotProc) waitHealthy(d time.Duration) error {
 // kill SIGKILLs pilot and waits for it to be gone.
 func (p *pilotProc) kill(t *testing.T) {
 	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-p.exited:
-	case <-time.After(startTimeout):
-		t.Fatal("pilot did not die after SIGKILL")
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // stop SIGTERMs pilot and expects a clean exit.
 func (p *pilotProc) stop(t *testing.T) {
 	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			t.Errorf("pilot after SIGTERM: %v\nlog:\n%s", err, p.log())
-		}
-	case <-time.After(startTimeout):
-		t.Fatal("pilot did not stop after SIGTERM")
+	if err := p.Stop(startTimeout); err != nil {
+		t.Errorf("pilot after SIGTERM: %v\nlog:\n%s", err, p.log())
 	}
 }
 

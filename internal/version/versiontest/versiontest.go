@@ -1,10 +1,9 @@
-// Package versiontest checks a command's --version end to end: it builds the real
-// binary with the Makefile's -ldflags setting and runs it.
+// Package versiontest checks a command's --version end to end, on the real binary
+// built with the Makefile's -ldflags setting (tools/testkit/proc links Sentinel).
 package versiontest
 
 import (
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,19 +14,6 @@ const VarFlag = "github.com/weft-mesh/weft/internal/version.Version"
 
 // Sentinel is the version the check links in.
 const Sentinel = "v0.0.0-versiontest"
-
-// Build builds pkg (an import path) into a temporary directory with Version set to
-// Sentinel and returns the binary's path.
-func Build(t *testing.T, pkg string, buildFlags ...string) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
-	args := append([]string{"build", "-o", bin, "-ldflags", "-X " + VarFlag + "=" + Sentinel}, buildFlags...)
-	out, err := exec.Command("go", append(args, pkg)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-	}
-	return bin
-}
 
 // Check runs `bin --version` and wants exit 0 and one line
 // "<program> <Sentinel> (revision ..., go1.x)" on stdout, nothing on stderr.

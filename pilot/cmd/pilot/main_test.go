@@ -8,12 +8,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/weft-mesh/weft/internal/version/versiontest"
+	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(proc.Cleanup)) }
 
 func TestVersionAndHelp(t *testing.T) {
-	bin := versiontest.Build(t, "github.com/weft-mesh/weft/pilot/cmd/pilot")
+	bin := proc.Build(t, proc.Pilot)
 	versiontest.Check(t, bin, "pilot")
 	for _, arg := range []string{"-h", "--help"} {
 		out, err := exec.Command(bin, arg).CombinedOutput()

@@ -1,22 +1,21 @@
 package main
 
 import (
-	"os"
 	"os/exec"
-	"regexp"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
 
 	"github.com/weft-mesh/weft/internal/version/versiontest"
+	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(proc.Cleanup)) }
 
 // sidecarTags are the build tags `make build` gives the sidecar (Makefile
-// SIDECAR_BUILD); TestMakefileBuildsSidecarLean keeps the two in step.
-const sidecarTags = "grpcnotrace"
+// SIDECAR_BUILD); proc's TestMatchesMakefile keeps the two in step.
+const sidecarTags = proc.SidecarTags
 
 // The sidecar's idle RSS (issue #4: <= 20 MiB) is mostly its own code and
 // read-only data, so a dependency that makes the linker keep dead code costs
@@ -47,28 +46,8 @@ func TestNoDependencyDisablingDeadMethodElimination(t *testing.T) {
 	}
 }
 
-// The flags the RSS target is measured with must be the ones `make build` uses.
-func TestMakefileBuildsSidecarLean(t *testing.T) {
-	mk, err := os.ReadFile("../../../Makefile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	def := regexp.MustCompile(`(?m)^SIDECAR_BUILD \?= (.*)$`).FindSubmatch(mk)
-	if def == nil {
-		t.Fatal("Makefile: no SIDECAR_BUILD definition")
-	}
-	for _, want := range []string{"CGO_ENABLED=0", "-tags " + sidecarTags} {
-		if !strings.Contains(string(def[1]), want) {
-			t.Errorf("Makefile SIDECAR_BUILD = %q lacks %q", def[1], want)
-		}
-	}
-	if !regexp.MustCompile(`(?m)^\t\$\(SIDECAR_BUILD\) (-ldflags "\$\(LDFLAGS\)" )?-o \$\(BIN\)/sidecar \./sidecar/cmd/sidecar$`).Match(mk) {
-		t.Error("Makefile build target does not build bin/sidecar with $(SIDECAR_BUILD)")
-	}
-}
-
 func TestVersionAndHelp(t *testing.T) {
-	bin := versiontest.Build(t, "github.com/weft-mesh/weft/sidecar/cmd/sidecar", "-tags", sidecarTags)
+	bin := proc.Build(t, proc.Sidecar)
 	versiontest.Check(t, bin, "sidecar")
 	for _, args := range [][]string{{"-h"}, {"--help"}, {"--node-id", "x", "--help"}} {
 		out, err := exec.Command(bin, args...).Output()
