@@ -14,7 +14,6 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/weft-mesh/weft/sidecar/cluster"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/tools/testkit"
@@ -22,11 +21,7 @@ import (
 
 // Every bound of Config: accepted at its limits, refused one past them.
 func TestConfigBounds(t *testing.T) {
-	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 1, IdleTimeout: time.Minute, BufferSize: 8192})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := validationPool(t)
 	for _, tc := range []struct {
 		name   string
 		set    func(*httpproxy.Config, int)
@@ -339,15 +334,22 @@ func TestShutdownDrainsHTTP2(t *testing.T) {
 			if _, err := io.Copy(io.Discard, c); err != nil {
 				t.Fatalf("connection not closed after the drain: %v", err)
 			}
-			select {
-			case <-stopped:
-			case <-time.After(10 * time.Second):
-				t.Fatal("Serve did not return after the drain")
-			}
-			if took := time.Since(start); took < tc.atLeast || took > tc.atLeast+3*time.Second {
-				t.Errorf("shutdown took %s, want about %s", took, tc.atLeast)
-			}
+			checkDrained(t, stopped, start, tc.atLeast)
 		})
+	}
+}
+
+// checkDrained waits for Serve to return (stopped closed) and wants the shutdown
+// begun at start to have taken about atLeast.
+func checkDrained(t *testing.T, stopped <-chan struct{}, start time.Time, atLeast time.Duration) {
+	t.Helper()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after the drain")
+	}
+	if took := time.Since(start); took < atLeast || took > atLeast+3*time.Second {
+		t.Errorf("shutdown took %s, want about %s", took, atLeast)
 	}
 }
 
@@ -410,14 +412,7 @@ func TestShutdownDrainsHTTP1(t *testing.T) {
 			if _, err := io.Copy(io.Discard, busyR); err != nil {
 				t.Fatalf("busy connection not closed after the drain: %v", err)
 			}
-			select {
-			case <-stopped:
-			case <-time.After(10 * time.Second):
-				t.Fatal("Serve did not return after the drain")
-			}
-			if took := time.Since(start); took < tc.atLeast || took > tc.atLeast+3*time.Second {
-				t.Errorf("shutdown took %s, want about %s", took, tc.atLeast)
-			}
+			checkDrained(t, stopped, start, tc.atLeast)
 		})
 	}
 }

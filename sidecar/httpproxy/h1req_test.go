@@ -1,155 +1,27 @@
 package httpproxy_test
 
 import (
-	"bufio"
-	"bytes"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/weft-mesh/weft/sidecar/cluster"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
 )
 
-// tap is a raw TCP upstream that records every byte it received (per connection,
-// numbered as their handlers start, not necessarily in accept order) and answers each request net/http's parser reads with okFor,
-// or with answer when set.
-type tap struct {
-	addr   netip.AddrPort
-	mu     sync.Mutex
-	raw    []*bytes.Buffer
-	got    []upReq
-	answer func(r *http.Request) string
-}
-
-type teeReader struct {
-	r  io.Reader
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (t teeReader) Read(p []byte) (int, error) {
-	n, err := t.r.Read(p)
-	t.mu.Lock()
-	t.b.Write(p[:n])
-	t.mu.Unlock()
-	return n, err
-}
-
-func startTap(t *testing.T) *tap {
-	t.Helper()
-	u := &tap{}
-	u.addr = dt.ServeTCP(t, func(c net.Conn) {
-		u.mu.Lock()
-		b := &bytes.Buffer{}
-		u.raw = append(u.raw, b)
-		id := int64(len(u.raw))
-		u.mu.Unlock()
-		br := bufio.NewReader(teeReader{r: c, mu: &u.mu, b: b})
-		for {
-			r, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			body, err := io.ReadAll(r.Body)
-			if err != nil {
-				return
-			}
-			u.mu.Lock()
-			u.got = append(u.got, upReq{conn: id, method: r.Method, uri: r.RequestURI, header: r.Header, body: string(body)})
-			answer := u.answer
-			u.mu.Unlock()
-			out := okFor(r)
-			if answer != nil {
-				out = answer(r)
-			}
-			if _, err := io.WriteString(c, out); err != nil {
-				return
-			}
-		}
-	})
-	return u
-}
-
-func (u *tap) requests() []upReq {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append([]upReq(nil), u.got...)
-}
-
-// bytes is everything the upstream received, all connections.
-func (u *tap) bytes() string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	var s strings.Builder
-	for _, b := range u.raw {
-		s.Write(b.Bytes())
-	}
-	return s.String()
-}
-
-// connBytes is what upstream connection id (upReq.conn) received.
-func (u *tap) connBytes(id int64) string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.raw[id-1].String()
-}
-
-// uris lists "METHOD uri" of the requests the upstream parsed.
-func (u *tap) uris() string {
-	var s []string
-	for _, r := range u.requests() {
-		s = append(s, r.method+" "+r.uri)
-	}
-	return strings.Join(s, ",")
-}
-
-// readLocal reads a response the sidecar must have generated itself: code, the
-// x-weft-local value, Connection: close, then the connection closed.
-func (rc *rawClient) readLocal(code int, local string) string {
-	rc.t.Helper()
-	resp, body := rc.read("GET")
-	if resp.StatusCode != code || resp.Header.Get(httpproxy.LocalHeader) != local {
-		rc.t.Fatalf("got %d %s=%q %q, want %d from %q", resp.StatusCode, httpproxy.LocalHeader, resp.Header.Get(httpproxy.LocalHeader), body, code, local)
-	}
-	if !resp.Close {
-		rc.t.Errorf("%d answer without Connection: close", code)
-	}
-	rc.expectClosed()
-	return body
-}
-
-// expectClosed checks the sidecar closed the client connection (nothing more
-// arrives: in particular no answer to a request pipelined after a rejected one).
-func (rc *rawClient) expectClosed() {
-	rc.t.Helper()
-	if b, err := rc.br.ReadByte(); err == nil {
-		rest, _ := rc.br.Peek(rc.br.Buffered())
-		rc.t.Fatalf("client connection still open, sent %q", append([]byte{b}, rest...))
-	}
-}
-
-// simpleSidecar is one sidecar routing every host to up.
-func simpleSidecar(t *testing.T, up netip.AddrPort) *sidecar {
-	ln := listen(t)
-	return startSidecar(t, ln, dt.Simple("outbound", addrOf(ln), false, up), sidecarOpts{})
-}
-
 // TestShortFirstRequest (finding 3): a first request shorter than the HTTP/2
 // preface is answered at once, not after the header timeout (30 s): the sniff
 // decides at the first byte that differs from the preface.
 func TestShortFirstRequest(t *testing.T) {
-	up := startTap(t)
+	up := startScripted(t, nil)
 	s := simpleSidecar(t, up.addr)
 	for _, req := range []string{
 		"GET / HTTP/1.0\r\n\r\n",       // 18 bytes, no headers
@@ -233,7 +105,7 @@ var badRequests = []struct{ name, raw string }{
 // upstream (not one byte), and ends the client connection, so a request pipelined
 // behind it is not read; another client connection is unaffected.
 func TestMalformedRequestHead(t *testing.T) {
-	up := startTap(t)
+	up := startScripted(t, nil)
 	s := simpleSidecar(t, up.addr)
 	for _, tc := range badRequests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -258,7 +130,7 @@ func TestMalformedRequestHead(t *testing.T) {
 
 // TestUnsupportedTransferCoding: a coding other than chunked is 501 (RFC 9112 §6.1).
 func TestUnsupportedTransferCoding(t *testing.T) {
-	up := startTap(t)
+	up := startScripted(t, nil)
 	s := simpleSidecar(t, up.addr)
 	c := dialRaw(t, s)
 	c.send("POST /x HTTP/1.1\r\nHost: svc\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n" + getReq("/pipelined"))
@@ -302,7 +174,7 @@ func TestMalformedChunkedRequestBody(t *testing.T) {
 		{"trailer section too long", "5\r\nhello\r\n0\r\n" + strings.Repeat("X-Pad: "+strings.Repeat("p", 1000)+"\r\n", 17) + "\r\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			up := startTap(t)
+			up := startScripted(t, nil)
 			s := simpleSidecar(t, up.addr)
 			c := dialRaw(t, s)
 			c.send(head + tc.body + getReq("/pipelined"))
@@ -329,7 +201,7 @@ func TestMalformedChunkedRequestBody(t *testing.T) {
 // quoted-string values) and trailers are forwarded as sent; the keep-alive client
 // connection then carries the next request.
 func TestChunkedRequestBodyForwarded(t *testing.T) {
-	up := startTap(t)
+	up := startScripted(t, nil)
 	s := simpleSidecar(t, up.addr)
 	c := dialRaw(t, s)
 	body := "5;a=b;c=\"q\\\"x y\" ; d\r\nhello\r\n1;e=f\r\n!\r\n0\r\nX-Sum: 6\r\n\r\n"
@@ -349,7 +221,7 @@ func TestChunkedRequestBodyForwarded(t *testing.T) {
 // by Transfer-Encoding, forwarded without Content-Length, and the client
 // connection is closed after the response: what followed is not read as a request.
 func TestContentLengthAndTransferEncoding(t *testing.T) {
-	up := startTap(t)
+	up := startScripted(t, nil)
 	s := simpleSidecar(t, up.addr)
 	c := dialRaw(t, s)
 	c.send("POST /clte HTTP/1.1\r\nHost: svc\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" + getReq("/pipelined"))
@@ -380,12 +252,11 @@ func TestContentLengthAndTransferEncoding(t *testing.T) {
 // gets and from the response the client gets (HTTP/1.1 and HTTP/2 clients). TE
 // survives only as "trailers".
 func TestHopByHopHeaders(t *testing.T) {
-	up := startTap(t)
-	up.answer = func(r *http.Request) string {
+	up := startScripted(t, func(_ int, _ net.Conn, r *http.Request) string {
 		b := "resp " + r.RequestURI
 		return "HTTP/1.1 200 OK\r\nConnection: X-Up-Secret, keep-alive\r\nX-Up-Secret: 1\r\nKeep-Alive: timeout=5\r\n" +
 			"Proxy-Connection: keep-alive\r\nX-Kept: yes\r\nContent-Length: " + strconv.Itoa(len(b)) + "\r\n\r\n" + b
-	}
+	})
 	s := simpleSidecar(t, up.addr)
 	c := dialRaw(t, s)
 	c.send("GET /hop HTTP/1.1\r\nHost: svc\r\nConnection: X-Secret, keep-alive\r\nX-Secret: 1\r\nKeep-Alive: timeout=5\r\n" +
@@ -431,7 +302,7 @@ func TestHopByHopHeaders(t *testing.T) {
 // authority, which overrides Host (RFC 9112 §3.2.2), and goes upstream in
 // origin form with Host set to that authority.
 func TestAbsoluteForm(t *testing.T) {
-	svc, other := startTap(t), startTap(t)
+	svc, other := startScripted(t, nil), startScripted(t, nil)
 	ln := listen(t)
 	res := dt.Resources{}
 	res.Add(xdsresource.ListenerType, dt.HTTPListener("outbound", addrOf(ln), "routes"))
@@ -465,7 +336,7 @@ func TestAbsoluteForm(t *testing.T) {
 // TestURITooLong (finding 7): a target of DefaultMaxURIBytes is forwarded; one
 // byte more is a 414 from the sidecar.
 func TestURITooLong(t *testing.T) {
-	up := startTap(t)
+	up := startScripted(t, nil)
 	s := simpleSidecar(t, up.addr)
 	atBound := "/" + strings.Repeat("a", httpproxy.DefaultMaxURIBytes-1)
 	c := dialRaw(t, s)
@@ -489,11 +360,7 @@ func TestURITooLong(t *testing.T) {
 
 // TestMaxURIBytesValidated: the limit is checked in New.
 func TestMaxURIBytesValidated(t *testing.T) {
-	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 1, IdleTimeout: time.Minute, BufferSize: 8192})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := validationPool(t)
 	for _, tc := range []struct {
 		buf, uri int
 		ok       bool
@@ -514,7 +381,7 @@ func TestMaxURIBytesValidated(t *testing.T) {
 // part answered (x-weft-local), over HTTP/1.1 and HTTP/2; a 404 names the host and
 // port it looked for and the ports that host is served on.
 func TestLocalAnswersNamed(t *testing.T) {
-	up := startTap(t)
+	up := startScripted(t, nil)
 	ln := listen(t)
 	res := dt.Resources{}
 	res.Add(xdsresource.ListenerType, dt.Listener("outbound", addrOf(ln), dt.HTTPChain(9080, "9080"), dt.HTTPChain(80, "80")))

@@ -3,17 +3,14 @@ package httpproxy_test
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,146 +18,6 @@ import (
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 )
-
-// upReq is one request as a scripted upstream read it.
-type upReq struct {
-	conn   int64 // which upstream connection (1-based, in accept order)
-	method string
-	uri    string
-	header http.Header
-	body   string
-}
-
-// scripted is a raw TCP upstream: it reads requests with net/http's parser and
-// writes, for the n-th request it read (0-based, across connections), exactly the
-// bytes answer returns. It records what it read.
-type scripted struct {
-	addr  netip.AddrPort
-	conns atomic.Int64
-	mu    sync.Mutex
-	got   []upReq
-}
-
-// closeAfter, ending an answer, makes the upstream close the connection after it.
-const closeAfter = "\x00close"
-
-func startScripted(t *testing.T, answer func(n int, c net.Conn, r *http.Request) string) *scripted {
-	t.Helper()
-	s := &scripted{}
-	s.addr = dt.ServeTCP(t, func(c net.Conn) {
-		id := s.conns.Add(1)
-		br := bufio.NewReader(c)
-		for {
-			r, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			b, err := io.ReadAll(r.Body)
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			n := len(s.got)
-			s.got = append(s.got, upReq{conn: id, method: r.Method, uri: r.RequestURI, header: r.Header, body: string(b)})
-			s.mu.Unlock()
-			out := answer(n, c, r)
-			closeIt := strings.HasSuffix(out, closeAfter)
-			if _, err := io.WriteString(c, strings.TrimSuffix(out, closeAfter)); err != nil || closeIt {
-				return
-			}
-		}
-	})
-	return s
-}
-
-func (s *scripted) requests() []upReq {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]upReq(nil), s.got...)
-}
-
-// okFor is a well-framed answer naming the request, so a shifted response shows.
-func okFor(r *http.Request) string {
-	b := "resp " + r.RequestURI
-	return "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(b)) + "\r\n\r\n" + b
-}
-
-// rawClient is a downstream client connection that writes exact bytes and reads
-// responses with net/http's parser.
-type rawClient struct {
-	t  *testing.T
-	c  net.Conn
-	br *bufio.Reader
-}
-
-func dialRaw(t *testing.T, s *sidecar) *rawClient {
-	t.Helper()
-	c, err := net.Dial("tcp", s.Addr.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	t.Cleanup(func() { c.Close() })
-	return &rawClient{t: t, c: c, br: bufio.NewReader(c)}
-}
-
-func (rc *rawClient) send(s string) {
-	rc.t.Helper()
-	if _, err := io.WriteString(rc.c, s); err != nil {
-		rc.t.Fatal(err)
-	}
-}
-
-// read reads one response to a request of method (net/http needs it for HEAD).
-func (rc *rawClient) read(method string) (*http.Response, string) {
-	rc.t.Helper()
-	resp, err := http.ReadResponse(rc.br, &http.Request{Method: method})
-	if err != nil {
-		rc.t.Fatalf("reading response: %v", err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		rc.t.Fatalf("reading response body: %v", err)
-	}
-	return resp, string(b)
-}
-
-// expectOK reads a 200 that must be the upstream's answer to uri.
-func (rc *rawClient) expectOK(uri string) {
-	rc.t.Helper()
-	resp, body := rc.read("GET")
-	if resp.StatusCode != 200 || body != "resp "+uri {
-		rc.t.Fatalf("response to %s: %d %q, want 200 %q (responses shifted?)", uri, resp.StatusCode, body, "resp "+uri)
-	}
-}
-
-// expectEOF checks the sidecar closed the client connection (a timeout is not a
-// close).
-func (rc *rawClient) expectEOF() {
-	rc.t.Helper()
-	b, err := rc.br.ReadByte()
-	if err == nil {
-		rc.t.Fatalf("client connection still open: read %q", b)
-	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		rc.t.Fatalf("client connection not closed within its deadline")
-	}
-}
-
-func getReq(uri string) string { return "GET " + uri + " HTTP/1.1\r\nHost: svc\r\n\r\n" }
-
-func checkUpstreamGot(t *testing.T, s *scripted, want ...string) []upReq {
-	t.Helper()
-	got := s.requests()
-	var uris []string
-	for _, r := range got {
-		uris = append(uris, r.method+" "+r.uri)
-	}
-	if strings.Join(uris, ",") != strings.Join(want, ",") {
-		t.Fatalf("upstream received %q, want %q", uris, want)
-	}
-	return got
-}
 
 // TestResponseFramingExact (finding 1): an upstream that sends more than its
 // response's framing allows never gets its connection back in the pool. The client
@@ -256,14 +113,6 @@ func TestResponseBytesWhileIdle(t *testing.T) {
 	}
 }
 
-// scriptedSidecar is a sidecar routing everything to one scripted upstream.
-func scriptedSidecar(t *testing.T, o sidecarOpts, answer func(n int, c net.Conn, r *http.Request) string) (*sidecar, *scripted) {
-	t.Helper()
-	up := startScripted(t, answer)
-	ln := listen(t)
-	return startSidecar(t, ln, dt.Simple("outbound", addrOf(ln), false, up.addr), o), up
-}
-
 // TestInterimResponses (finding 2): 1xx responses other than 101 are relayed to an
 // HTTP/1.1 client as they arrive (the final response waits until the client has
 // the 103), dropped for an HTTP/1.0 client, and the final response follows on the
@@ -309,7 +158,7 @@ func TestInterimResponses(t *testing.T) {
 	c := dialRaw(t, s)
 	c.send("GET /hints10 HTTP/1.0\r\nHost: svc\r\n\r\n")
 	c.expectOK("/hints10")
-	c.expectEOF()
+	c.expectClosed()
 	got := checkUpstreamGot(t, up, "GET /hints", "GET /2", "GET /3", "GET /hints10")
 	for _, r := range got[1:] {
 		if r.conn != got[0].conn {
@@ -413,10 +262,7 @@ func TestExpectContinueNetHTTP(t *testing.T) {
 // from the sidecar.
 func TestExpectContinueScripted(t *testing.T) {
 	const wait = 200 * time.Millisecond
-	up := &scripted{}
-	up.addr = dt.ServeTCP(t, func(c net.Conn) {
-		id := up.conns.Add(1)
-		br := bufio.NewReader(c)
+	up := serveScripted(t, func(up *scripted, id int64, c net.Conn, br *bufio.Reader) {
 		for {
 			r, err := http.ReadRequest(br)
 			if err != nil {
@@ -463,7 +309,7 @@ func TestExpectContinueScripted(t *testing.T) {
 	if resp.StatusCode != 417 || body != "nope" || !resp.Close {
 		t.Fatalf("refusal: %d %q close=%v, want 417 \"nope\" with Connection: close", resp.StatusCode, body, resp.Close)
 	}
-	b.expectEOF()
+	b.expectClosed()
 
 	c := dialRaw(t, s)
 	start := time.Now()
@@ -489,12 +335,6 @@ func TestExpectContinueScripted(t *testing.T) {
 	if got[3].conn == got[2].conn {
 		t.Error("the connection whose request body was never sent carried the next request")
 	}
-}
-
-func (s *scripted) record(conn int64, r *http.Request, body string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.got = append(s.got, upReq{conn: conn, method: r.Method, uri: r.RequestURI, header: r.Header, body: body})
 }
 
 // TestHTTP10ClientNeverChunked (finding 5): an HTTP/1.0 client gets a chunked
@@ -593,7 +433,7 @@ func TestMalformedUpstreamResponse(t *testing.T) {
 			if resp.StatusCode != 502 || !strings.Contains(body, "invalid response from upstream") || !strings.Contains(body, tc.want) {
 				t.Fatalf("got %d %q, want 502 naming %q", resp.StatusCode, body, tc.want)
 			}
-			a.expectEOF()
+			a.expectClosed()
 			b := dialRaw(t, s)
 			b.send(getReq("/3"))
 			b.expectOK("/3")

@@ -49,6 +49,17 @@ type sidecarOpts struct {
 	drain          time.Duration           // listener.Config.DrainTimeout
 }
 
+// validationPool is an upstream pool for tests of httpproxy.New's checks.
+func validationPool(t *testing.T) *cluster.Pool {
+	t.Helper()
+	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 1, IdleTimeout: time.Minute, BufferSize: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 // listen reserves a loopback port so configs can name it before the sidecar starts.
 func listen(t *testing.T) net.Listener {
 	t.Helper()

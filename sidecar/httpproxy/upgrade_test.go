@@ -95,10 +95,7 @@ func readWSFrame(r *bufio.Reader) (op byte, payload []byte, masked bool, err err
 // checks the handshake it received, answers 101, and echoes every data frame
 // unmasked; a close frame is echoed and ends the connection.
 func wsEcho(t *testing.T) *scripted {
-	up := &scripted{}
-	up.addr = dt.ServeTCP(t, func(c net.Conn) {
-		id := up.conns.Add(1)
-		br := bufio.NewReader(c)
+	return serveScripted(t, func(up *scripted, id int64, c net.Conn, br *bufio.Reader) {
 		for {
 			r, err := http.ReadRequest(br)
 			if err != nil {
@@ -126,7 +123,6 @@ func wsEcho(t *testing.T) *scripted {
 			}
 		}
 	})
-	return up
 }
 
 const wsKey = "dGhlIHNhbXBsZSBub25jZQ=="
@@ -185,7 +181,7 @@ func TestWebSocketThroughSidecar(t *testing.T) {
 	if op, _, _, err := readWSFrame(a.br); err != nil || op != 0x8 {
 		t.Fatalf("close frame: op %d, %v", op, err)
 	}
-	a.expectEOF()
+	a.expectClosed()
 
 	got := up.requests()
 	if len(got) != 1 {
@@ -223,7 +219,7 @@ func TestWebSocketIdleTimeout(t *testing.T) {
 	time.Sleep(idle * 3 / 4) // not a wait for a condition: silence just under the bound, past the route timeout
 	a.wsEchoes("two")
 	last := time.Now()
-	a.expectEOF() // silent past the bound
+	a.expectClosed() // silent past the bound
 	if d := time.Since(last); d < idle || d > idle+2*time.Second {
 		t.Errorf("idle upgraded connection closed after %v, want %v (and not much more)", d, idle)
 	}
@@ -282,7 +278,7 @@ func TestWebSocketThroughTwoSidecars(t *testing.T) {
 	if op, _, _, err := readWSFrame(a.br); err != nil || op != 0x8 {
 		t.Fatalf("close frame: op %d, %v", op, err)
 	}
-	a.expectEOF()
+	a.expectClosed()
 	b := dialRaw(t, m.out)
 	b.send(getReq("/after"))
 	b.expectOK("/after")
