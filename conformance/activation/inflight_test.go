@@ -12,11 +12,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
-	"github.com/weft-mesh/weft/sidecar/httpproxy"
+	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/sidecar/listener"
-	"github.com/weft-mesh/weft/sidecar/tcpproxy"
 )
 
 // Requests never wait on an activation: while a 1,000 Services × 10 rules
@@ -56,33 +54,13 @@ func TestRequestsDuringBigActivation(t *testing.T) {
 	f.activate(t, f.snaps[0])
 
 	log := hclog.NewNullLogger()
-	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 8, IdleTimeout: time.Minute, BufferSize: 16 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	hp, err := httpproxy.New(httpproxy.Config{Logger: log, Pool: pool, Degraded: f.rt.Degraded})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hp.Close()
-	tp, err := tcpproxy.New(tcpproxy.Config{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hp, tp := dt.Proxies(t, log, f.rt.Degraded)
 	srv, err := listener.New(listener.Config{Name: "outbound", Logger: log, Snapshot: f.rt, HTTP: hp, TCP: tp,
 		Destination: servicePort{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln) }()
-	defer func() { cancel(); <-served }()
+	addr, _ := dt.Serve(t, srv, nil)
 
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	defer client.CloseIdleConnections()
@@ -91,7 +69,7 @@ func TestRequestsDuringBigActivation(t *testing.T) {
 		err  error
 	}
 	get := func(path string) result {
-		req, err := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+path, nil)
+		req, err := http.NewRequest(http.MethodGet, "http://"+addr.String()+path, nil)
 		if err != nil {
 			return result{err: err}
 		}

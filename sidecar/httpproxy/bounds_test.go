@@ -54,22 +54,6 @@ func TestConfigBounds(t *testing.T) {
 	}
 }
 
-// rawStatus sends raw bytes on a new connection and returns the status line.
-func rawStatus(t *testing.T, addr, req string) string {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(c, req); err != nil {
-		t.Fatal(err)
-	}
-	l, _ := bufio.NewReader(c).ReadString('\n')
-	return strings.TrimSpace(l)
-}
-
 // MaxHeaderBytes counts the request line and header lines without their CRLFs;
 // MaxHeaderFields counts header lines. At the bound: answered; one past: 431.
 func TestHeaderBoundsAtBoundAndOnePast(t *testing.T) {
@@ -98,7 +82,7 @@ func TestHeaderBoundsAtBoundAndOnePast(t *testing.T) {
 		{"fields at bound", fieldsReq(maxFields), "HTTP/1.1 200 OK"},
 		{"fields one past", fieldsReq(maxFields + 1), "HTTP/1.1 431 Request Header Fields Too Large"},
 	} {
-		if got := rawStatus(t, addr, tc.req); got != tc.want {
+		if got := dt.StatusLine(t, addr, tc.req); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}

@@ -1,12 +1,10 @@
 package httpproxy_test
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,20 +114,11 @@ func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOp
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ctx, ln); err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	s.shutdown = sync.OnceFunc(func() { cancel(); <-done })
 	t.Cleanup(func() {
-		s.shutdown()
 		hp.Close()
 		pool.Close()
 	})
+	_, s.shutdown = dt.Serve(t, srv, ln) // its cleanup, first, stops Serve
 	return s
 }
 

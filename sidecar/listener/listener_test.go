@@ -1,7 +1,6 @@
 package listener_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,8 +16,8 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/net/http2"
 
-	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
+	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/sidecar/listener"
 	"github.com/weft-mesh/weft/sidecar/overload"
@@ -45,19 +42,7 @@ func (failDest) Destination(net.Conn) (netip.AddrPort, error) {
 func setup(t *testing.T) (*httpproxy.Proxy, *tcpproxy.Proxy, hclog.Logger) {
 	t.Helper()
 	log := hclog.NewNullLogger()
-	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 1, IdleTimeout: time.Minute, BufferSize: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hp, err := httpproxy.New(httpproxy.Config{Logger: log, Pool: pool})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp, err := tcpproxy.New(tcpproxy.Config{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { hp.Close(); pool.Close() })
+	hp, tp := dt.Proxies(t, log, nil)
 	return hp, tp, log
 }
 
@@ -99,43 +84,14 @@ func serveServer(t *testing.T, cfg listener.Config) (srv *listener.Server, addr 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-	var once sync.Once
-	return s, ln.Addr().String(), func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Serve: %v", err)
-			}
-		})
-	}
-}
-
-func statusLine(t *testing.T, addr string) string {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: a\r\n\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	l, _ := bufio.NewReader(c).ReadString('\n')
-	return strings.TrimSpace(l)
+	a, stop := dt.Serve(t, s, nil)
+	return s, a.String(), stop
 }
 
 func TestNoConfigAnswers503(t *testing.T) {
 	addr, stop := serve(t, listener.Config{Destination: fixedDest{port: 9080}})
 	defer stop()
-	if got := statusLine(t, addr); got != "HTTP/1.1 503 Service Unavailable" {
+	if got := dt.StatusLine(t, addr, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); got != "HTTP/1.1 503 Service Unavailable" {
 		t.Errorf("status %q", got)
 	}
 }
@@ -143,7 +99,7 @@ func TestNoConfigAnswers503(t *testing.T) {
 func TestDestinationFailureClosesConn(t *testing.T) {
 	addr, stop := serve(t, listener.Config{Destination: failDest{}})
 	defer stop()
-	if got := statusLine(t, addr); got != "" {
+	if got := dt.StatusLine(t, addr, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); got != "" {
 		t.Errorf("want connection closed without a response, got %q", got)
 	}
 }

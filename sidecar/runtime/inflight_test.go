@@ -12,11 +12,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/weft-mesh/weft/sidecar/cluster"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
-	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/sidecar/listener"
-	"github.com/weft-mesh/weft/sidecar/tcpproxy"
 )
 
 // backend answers its name; with a release channel it first signals started and
@@ -49,32 +46,13 @@ func TestInFlightRequestFinishesOnOldConfig(t *testing.T) {
 	fast := backend(t, "new", nil, nil)
 
 	log := hclog.NewNullLogger()
-	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 8, IdleTimeout: time.Minute, BufferSize: 16 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	hp, err := httpproxy.New(httpproxy.Config{Logger: log, Pool: pool, Degraded: r.Degraded})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hp.Close()
-	tp, err := tcpproxy.New(tcpproxy.Config{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hp, tp := dt.Proxies(t, log, r.Degraded)
 	srv, err := listener.New(listener.Config{Name: "outbound", Logger: log, Snapshot: r, HTTP: hp, TCP: tp})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln) }()
-	defer func() { cancel(); <-served }()
+	addr, _ := dt.Serve(t, srv, nil)
+	ctx := context.Background()
 
 	activate := func(res dt.Resources, rev int64) {
 		t.Helper()
@@ -83,13 +61,13 @@ func TestInFlightRequestFinishesOnOldConfig(t *testing.T) {
 		}
 	}
 	mesh := func(up string) dt.Resources {
-		return dt.Simple("outbound", dt.MustAddr(ln.Addr().String()), false, dt.MustAddr(up))
+		return dt.Simple("outbound", addr, false, dt.MustAddr(up))
 	}
 	activate(mesh(slow), 1)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	defer client.CloseIdleConnections()
 	get := func() (string, error) {
-		resp, err := client.Get("http://" + ln.Addr().String() + "/")
+		resp, err := client.Get("http://" + addr.String() + "/")
 		if err != nil {
 			return "", err
 		}

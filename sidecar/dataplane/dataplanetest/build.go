@@ -1,6 +1,6 @@
 // Package dataplanetest builds small Envoy v3 configurations for tests and benchmarks
 // and runs them through xdsresource.Decode and dataplane.Compile, the same path the
-// xDS client takes.
+// xDS client takes, and serves listeners and raw TCP peers for them.
 package dataplanetest
 
 import (
