@@ -1,18 +1,12 @@
 package drills
 
 import (
-	"bytes"
-	"context"
 	"crypto/ed25519"
 	"fmt"
-	"net/http"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/weft-mesh/weft/tools/meshctl"
-	"github.com/weft-mesh/weft/tools/testkit"
 	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
 
@@ -36,7 +30,7 @@ type pilotProc struct {
 	ip      string
 	dataDir string
 	extra   []string // flags added to every start
-	*proc.Proc
+	*proc.PilotProcess
 }
 
 func startPilot(t *testing.T, ip string, extra ...string) *pilotProc {
@@ -46,29 +40,12 @@ func startPilot(t *testing.T, ip string, extra ...string) *pilotProc {
 	return p
 }
 
-func (p *pilotProc) addr() string    { return p.ip + ":15010" }
-func (p *pilotProc) url() string     { return "http://" + p.ip + ":15014" }
-func (p *pilotProc) keyFile() string { return filepath.Join(p.dataDir, "publisher.pub") }
+func (p *pilotProc) addr() string { return p.XDSAddr() }
 
 func (p *pilotProc) up() {
 	p.t.Helper()
-	args := append([]string{"--data-dir", p.dataDir, "--admin-addr", p.ip + ":15014", "--xds-addr", p.addr(),
-		"--log-level", "info", "--xds-debounce", "10ms"}, p.extra...)
-	p.Proc = proc.Start(p.t, "pilot", proc.Build(p.t, proc.Pilot), args...)
+	p.PilotProcess = proc.StartPilot(p.t, p.ip, p.dataDir, append([]string{"--log-level", "info"}, p.extra...)...)
 	p.Grace = pilotGrace
-	testkit.Eventually(p.t, 20*time.Second, "pilot healthy", func() bool {
-		resp, err := hc.Get(p.url() + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	// Pilot writes its publisher key after it answers /healthz; sidecars need it.
-	testkit.Eventually(p.t, 20*time.Second, "pilot's publisher key", func() bool {
-		_, err := os.Stat(p.keyFile())
-		return err == nil
-	})
 }
 
 // pilotGrace is pilot's SIGTERM-to-SIGKILL time: it closes its store and streams.
@@ -83,17 +60,7 @@ func (p *pilotProc) down() {
 }
 
 // apply applies YAML with meshctl.
-func (p *pilotProc) apply(yaml string) {
-	p.t.Helper()
-	f := filepath.Join(p.t.TempDir(), "mesh.yaml")
-	if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
-		p.t.Fatal(err)
-	}
-	var out, errb bytes.Buffer
-	if code := meshctl.Run(context.Background(), []string{"--pilot", p.url(), "apply", "-f", f}, &out, &errb); code != 0 {
-		p.t.Fatalf("meshctl apply: %d %s %s", code, out.String(), errb.String())
-	}
-}
+func (p *pilotProc) apply(yaml string) { p.t.Helper(); p.Apply(p.t, yaml) }
 
 // meshYAML: Service reviews (port 9080 -> the app's 8080) with one static Workload
 // at the application's address.
@@ -124,7 +91,7 @@ func setup(t *testing.T, kind, base string) (ws, controlPlane) {
 	if kind == "pilot" {
 		p := startPilot(t, sidecarIP)
 		p.apply(meshYAML(appIP))
-		w := ws{ip: sidecarIP, nodeID: "productpage-a", stateDir: filepath.Join(t.TempDir(), "state"), keyFile: p.keyFile()}
+		w := ws{ip: sidecarIP, nodeID: "productpage-a", stateDir: filepath.Join(t.TempDir(), "state"), keyFile: p.KeyFile()}
 		return w, p
 	}
 	priv := newKey(t)

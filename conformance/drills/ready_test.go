@@ -18,7 +18,7 @@ import (
 // revision the apply produced.
 func (p *pilotProc) applyRev(yaml string) int64 {
 	p.t.Helper()
-	resp, err := hc.Post(p.url()+api.Prefix+"/apply", "application/yaml", bytes.NewReader([]byte(yaml)))
+	resp, err := hc.Post(p.URL()+api.Prefix+"/apply", "application/yaml", bytes.NewReader([]byte(yaml)))
 	if err != nil {
 		p.t.Fatalf("apply: %v", err)
 	}
@@ -65,7 +65,7 @@ func TestReadyMeansCurrent(t *testing.T) {
 	var took []time.Duration
 	for i := range readyStarts {
 		rev := p.applyRev(serviceYAML(i))
-		w := ws{ip: sidecarIP, nodeID: fmt.Sprintf("productpage-%d", i), stateDir: filepath.Join(t.TempDir(), "state"), keyFile: p.keyFile()}
+		w := ws{ip: sidecarIP, nodeID: fmt.Sprintf("productpage-%d", i), stateDir: filepath.Join(t.TempDir(), "state"), keyFile: p.KeyFile()}
 		start := time.Now()
 		sc := startSidecar(t, w, p.addr())
 		polls := 0

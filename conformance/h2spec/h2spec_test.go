@@ -41,7 +41,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/weft-mesh/weft/tools/meshctl"
 	"github.com/weft-mesh/weft/tools/testkit"
 	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
@@ -210,8 +209,8 @@ func TestH2spec(t *testing.T) {
 	bins := build(t)
 	startReferee(t, appAddr)
 	outPort := freePort(t)
-	p := startPilot(t, bins)
-	p.apply(t, meshYAML(outPort))
+	p := proc.StartPilot(t, pilotIP, filepath.Join(t.TempDir(), "pilot"))
+	p.Apply(t, meshYAML(outPort))
 	startSidecar(t, bins, p, outPort)
 
 	// Each listener proxies h2c to the app before h2spec runs: the config is in.
@@ -426,61 +425,24 @@ spec:
 `, outPort, appIP)
 }
 
-type binaries struct{ pilot, sidecar, h2spec string }
+type binaries struct{ sidecar, h2spec string }
 
-// build builds bin/pilot and bin/sidecar as `make build` does, and h2spec (the go
-// tool pinned in go.mod).
+// build builds bin/sidecar as `make build` does, and h2spec (the go tool pinned in
+// go.mod).
 func build(t *testing.T) binaries {
 	t.Helper()
 	h2spec := filepath.Join(t.TempDir(), "h2spec")
 	if out, err := exec.Command("go", "build", "-o", h2spec, "github.com/summerwind/h2spec/cmd/h2spec").CombinedOutput(); err != nil {
 		t.Fatalf("go build h2spec: %v\n%s", err, out)
 	}
-	return binaries{pilot: proc.Build(t, proc.Pilot), sidecar: proc.Build(t, proc.Sidecar), h2spec: h2spec}
+	return binaries{sidecar: proc.Build(t, proc.Sidecar), h2spec: h2spec}
 }
 
-type pilotProc struct {
-	*proc.Proc
-	dataDir string
-}
-
-func (p *pilotProc) url() string { return "http://" + pilotIP + ":15014" }
-
-func startPilot(t *testing.T, b binaries) *pilotProc {
-	t.Helper()
-	dataDir := filepath.Join(t.TempDir(), "pilot")
-	p := &pilotProc{dataDir: dataDir, Proc: proc.Start(t, "pilot", b.pilot, "--data-dir", dataDir,
-		"--admin-addr", pilotIP+":15014", "--xds-addr", pilotIP+":15010", "--xds-debounce", "10ms")}
-	hc := &http.Client{Timeout: 2 * time.Second}
-	testkit.Eventually(t, 30*time.Second, "pilot healthy and its publisher key written", func() bool {
-		resp, err := hc.Get(p.url() + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		_, serr := os.Stat(filepath.Join(dataDir, "publisher.pub"))
-		return resp.StatusCode == http.StatusOK && serr == nil
-	})
-	return p
-}
-
-func (p *pilotProc) apply(t *testing.T, yaml string) {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "mesh.yaml")
-	if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var out, errb strings.Builder
-	if code := meshctl.Run(context.Background(), []string{"--pilot", p.url(), "apply", "-f", f}, &out, &errb); code != 0 {
-		t.Fatalf("meshctl apply: exit %d: %s %s", code, out.String(), errb.String())
-	}
-}
-
-func startSidecar(t *testing.T, b binaries, p *pilotProc, outPort int) *proc.Proc {
+func startSidecar(t *testing.T, b binaries, p *proc.PilotProcess, outPort int) *proc.Proc {
 	t.Helper()
 	s := proc.Start(t, "sidecar", b.sidecar, "--node-id", "productpage-a", "--namespace", "shop", "--service-account", "productpage",
-		"--labels", "app=productpage", "--address", sidecarIP, "--pilot", pilotIP+":15010",
-		"--publisher-key", filepath.Join(p.dataDir, "publisher.pub"), "--state-dir", filepath.Join(t.TempDir(), "state"),
+		"--labels", "app=productpage", "--address", sidecarIP, "--pilot", p.XDSAddr(),
+		"--publisher-key", p.KeyFile(), "--state-dir", filepath.Join(t.TempDir(), "state"),
 		"--admin-addr", sidecarIP+":15000", "--outbound-addr", "127.0.0.1:"+strconv.Itoa(outPort),
 		"--inbound-addr", sidecarIP+":15006", "--ready-addr", sidecarIP+":15021", "--app-address", appIP)
 	hc := &http.Client{Timeout: 2 * time.Second}

@@ -170,3 +170,22 @@ func TestMatchesMakefile(t *testing.T) {
 		}
 	}
 }
+
+// StartPilot returns a pilot that is healthy, has its key written and takes an
+// apply; SIGTERM ends it cleanly.
+func TestStartPilot(t *testing.T) {
+	p := StartPilot(t, "127.79.9.1", t.TempDir())
+	if _, err := os.Stat(p.KeyFile()); err != nil {
+		t.Fatalf("publisher key: %v", err)
+	}
+	p.Apply(t, `apiVersion: mesh.weft.dev/v1alpha1
+kind: Service
+metadata: {name: reviews, namespace: shop}
+spec:
+  selector: {app: reviews}
+  ports: [{name: http, port: 9080, targetPort: 8080, protocol: HTTP}]
+`)
+	if err := p.Stop(StopGrace); err != nil {
+		t.Fatalf("pilot after SIGTERM: %v\n%s", err, p.Logs.String())
+	}
+}

@@ -1,0 +1,80 @@
+package proc
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-mesh/weft/tools/meshctl"
+	"github.com/weft-mesh/weft/tools/testkit"
+)
+
+// PilotStartTimeout bounds StartPilot's wait for pilot to answer /healthz and to
+// have written its publisher key (generous: builds and tests share 2 cores).
+const PilotStartTimeout = 30 * time.Second
+
+// PilotProcess is a running bin/pilot with its admin API on IP:15014, xDS on IP:15010
+// and its store in DataDir.
+type PilotProcess struct {
+	*Proc
+	IP, DataDir string
+}
+
+// StartPilot builds and starts bin/pilot with pushes debounced 10ms (tests
+// apply and wait) and extra flags, which may override that, and waits for it.
+func StartPilot(t testing.TB, ip, dataDir string, extra ...string) *PilotProcess {
+	t.Helper()
+	p := &PilotProcess{IP: ip, DataDir: dataDir}
+	args := append([]string{"--data-dir", dataDir, "--admin-addr", ip + ":15014", "--xds-addr", p.XDSAddr(),
+		"--xds-debounce", "10ms"}, extra...)
+	p.Proc = Start(t, "pilot", Build(t, Pilot), args...)
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	testkit.Wait(t, PilotStartTimeout, func() error {
+		select {
+		case <-p.Exited():
+			t.Fatalf("pilot exited: %v\n%s", p.Err(), p.Logs.String())
+		default:
+		}
+		resp, err := hc.Get(p.URL() + "/healthz")
+		if err != nil {
+			return fmt.Errorf("pilot /healthz: %w", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("pilot /healthz: %s", resp.Status)
+		}
+		// Pilot writes its publisher key after it answers /healthz; sidecars need it.
+		if _, err := os.Stat(p.KeyFile()); err != nil {
+			return fmt.Errorf("pilot's publisher key: %w", err)
+		}
+		return nil
+	})
+	return p
+}
+
+// URL is pilot's admin API.
+func (p *PilotProcess) URL() string { return "http://" + p.IP + ":15014" }
+
+// XDSAddr is pilot's xDS address.
+func (p *PilotProcess) XDSAddr() string { return p.IP + ":15010" }
+
+// KeyFile is the publisher key pilot writes, which sidecars verify manifests with.
+func (p *PilotProcess) KeyFile() string { return filepath.Join(p.DataDir, "publisher.pub") }
+
+// Apply applies the YAML documents with meshctl apply.
+func (p *PilotProcess) Apply(t testing.TB, yaml string) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "mesh.yaml")
+	if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb strings.Builder
+	if code := meshctl.Run(context.Background(), []string{"--pilot", p.URL(), "apply", "-f", f}, &out, &errb); code != 0 {
+		t.Fatalf("meshctl apply: exit %d: %s %s", code, out.String(), errb.String())
+	}
+}
