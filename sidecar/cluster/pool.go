@@ -66,7 +66,7 @@ type Conn struct {
 	// The idle readability check: rc is the raw socket (nil when the dialer gave no
 	// *net.TCPConn), peekFn is c.peek bound once so a check allocates nothing.
 	rc      syscall.RawConn
-	peekFn  func(fd uintptr) bool
+	peekFn  func(fd uintptr)
 	peekBuf [1]byte
 	peekBad bool
 }
@@ -91,7 +91,9 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 // the connection served a request before (it may have been closed by the peer).
 // A pooled connection on which anything arrived while it was idle (bytes the peer
 // sent past its last response, or its close) is closed here, never handed out: those
-// bytes would be read as the next request's response.
+// bytes would be read as the next request's response. A reused connection keeps the
+// deadline its last user left (possibly passed): the caller sets its own before any
+// I/O, so a release need not clear it.
 func (p *Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (conn *Conn, reused bool, err error) {
 	addr := e.Address()
 	for {
@@ -234,7 +236,7 @@ func (c *Conn) quiet() bool {
 		return true
 	}
 	c.peekBad = false
-	if err := c.rc.Read(c.peekFn); err != nil {
+	if err := c.rc.Control(c.peekFn); err != nil {
 		return false
 	}
 	return !c.peekBad

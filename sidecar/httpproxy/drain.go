@@ -52,11 +52,12 @@ func (w *drainWatch) busy() bool {
 	return w.draining
 }
 
-// idleAgain marks conn as waiting for its next request, reading until deadline;
-// false when draining has begun and the connection should close instead.
-func (w *drainWatch) idleAgain(conn net.Conn, deadline time.Time) bool {
+// idleAgain marks conn as waiting for its next request, for timeout after now
+// (rd.idle: within its slack); false when draining has begun and the connection
+// should close instead.
+func (w *drainWatch) idleAgain(conn net.Conn, rd *readDeadline, now time.Time, timeout time.Duration) bool {
 	if w == nil {
-		_ = conn.SetReadDeadline(deadline)
+		rd.idle(conn, now, timeout)
 		return true
 	}
 	w.mu.Lock()
@@ -65,21 +66,22 @@ func (w *drainWatch) idleAgain(conn net.Conn, deadline time.Time) bool {
 		return false
 	}
 	w.idle = true
-	_ = conn.SetReadDeadline(deadline)
+	rd.idle(conn, now, timeout)
 	return true
 }
 
-// readDeadline sets conn's read deadline for an idle wait, unless the drain has
-// already cut that wait short (its earlier deadline stands).
-func (w *drainWatch) readDeadline(conn net.Conn, deadline time.Time) {
+// readDeadline sets conn's read deadline (through rd) for an idle wait, unless the
+// drain has already cut that wait short (its earlier deadline stands; the
+// connection closes after it, so rd is not consulted again).
+func (w *drainWatch) readDeadline(conn net.Conn, rd *readDeadline, deadline time.Time) {
 	if w == nil {
-		_ = conn.SetReadDeadline(deadline)
+		rd.set(conn, deadline)
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.draining {
-		_ = conn.SetReadDeadline(deadline)
+		rd.set(conn, deadline)
 	}
 }
 

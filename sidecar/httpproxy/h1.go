@@ -84,7 +84,7 @@ func (h *reqHeaders) Get(n string) (string, bool) {
 // after a local reply; larger bodies close the connection instead.
 const maxDiscard = 64 << 10
 
-func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t Target, dw *drainWatch) {
+func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t Target, dw *drainWatch, rd *readDeadline) {
 	st := h1states.Get().(*h1state)
 	st.out.w, st.conn = conn, conn
 	bw := p.getWriter(&st.out)
@@ -121,28 +121,35 @@ func (p *Proxy) serveH1(ctx context.Context, conn net.Conn, br *bufio.Reader, t 
 			}
 			return
 		}
-		_ = conn.SetReadDeadline(time.Time{})
-		draining := dw.busy() // a request read is served even if the listener drains
-		var start time.Time
-		if p.cfg.Observer != nil {
-			start = time.Now()
+		// A request that reads nothing more from the client (no body, no upgrade)
+		// keeps the idle deadline: it is moved after the answer anyway, and a read
+		// deadline passing while nothing reads does nothing.
+		if req := &st.req; req.contentLength > 0 || req.chunked || req.upgrade {
+			rd.clear(conn)
 		}
+		draining := dw.busy() // a request read is served even if the listener drains
+		// One clock read for the request's start (Observer, route deadline) and
+		// one for its end (Observer, idle deadline).
+		start := time.Now()
 		st.cluster, st.code, st.upErr = "", 0, nil
 		var keep bool
 		if which := p.admit(&t); which != "" {
 			keep = p.overflowH1(br, bw, st, which)
 		} else {
-			keep = p.handleH1(ctx, br, bw, st, &t)
+			keep = p.handleH1(ctx, br, bw, st, &t, start)
 			t.Requests.Release()
 		}
-		p.observe(st.cluster, st.code, start)
-		if !keep || draining || !dw.idleAgain(conn, time.Now().Add(p.cfg.IdleTimeout)) {
+		end := time.Now()
+		p.observeAt(st.cluster, st.code, start, end)
+		if !keep || draining || !dw.idleAgain(conn, rd, end, p.cfg.IdleTimeout) {
 			return
 		}
 		if _, err := br.Peek(1); err != nil {
 			return
 		}
-		dw.readDeadline(conn, time.Now().Add(p.cfg.ReadHeaderTimeout))
+		if !headBuffered(br) {
+			dw.readDeadline(conn, rd, time.Now().Add(p.cfg.ReadHeaderTimeout))
+		}
 	}
 }
 
@@ -179,7 +186,7 @@ const (
 )
 
 // handleH1 proxies one request; false means close the client connection.
-func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer, st *h1state, t *Target) bool {
+func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer, st *h1state, t *Target, start time.Time) bool {
 	req := &st.req
 	cfg := t.Snapshot.Load() // the whole request runs on this snapshot
 	host, _ := req.authority()
@@ -198,7 +205,7 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 	}
 	var deadline time.Time
 	if route.Timeout > 0 {
-		deadline = time.Now().Add(route.Timeout)
+		deadline = start.Add(route.Timeout)
 	}
 	bodyless := req.contentLength <= 0 && !req.chunked
 	c := route.Pick(p.cfg.Rand())
@@ -620,9 +627,9 @@ func (p *Proxy) forwardResponse(cbw *bufio.Writer, uc *cluster.Conn, st *h1state
 }
 
 // release gives a connection whose message ended back to the pool (which closes it
-// if bytes past the message are buffered).
+// if bytes past the message are buffered). Its deadline stays: the next Get's
+// caller sets its own (cluster.Pool.Get).
 func (p *Proxy) release(uc *cluster.Conn) {
-	_ = uc.SetDeadline(time.Time{})
 	p.cfg.Pool.Put(uc)
 }
 

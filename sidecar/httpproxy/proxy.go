@@ -76,8 +76,13 @@ type Config struct {
 	// MaxHeaderFields bounds header lines per message. Default 128.
 	MaxHeaderFields int
 	// IdleTimeout closes a client connection idle between requests. Default 5m.
+	// It fires between IdleTimeout and IdleTimeout + IdleTimeout/IdleTimeoutSlackDivisor
+	// after the last answer (never early), so a busy connection need not move its
+	// deadline on every request.
 	IdleTimeout time.Duration
-	// ReadHeaderTimeout bounds reading one request's header section. Default 30s.
+	// ReadHeaderTimeout bounds reading one request's header section, from its first
+	// byte (the first request's: from accept). Default 30s. A head that arrived whole
+	// with its first byte needs no read, so it is parsed under the idle deadline.
 	ReadHeaderTimeout time.Duration
 	// UpgradeIdleTimeout closes an upgraded (WebSocket) connection silent both ways
 	// this long; route timeouts do not apply after the 101. Default 5m.
@@ -159,6 +164,13 @@ type Observer interface {
 func (p *Proxy) observe(cluster string, code int, start time.Time) {
 	if p.cfg.Observer != nil {
 		p.cfg.Observer.Request(cluster, code, time.Since(start))
+	}
+}
+
+// observeAt is observe with the end time already read.
+func (p *Proxy) observeAt(cluster string, code int, start, end time.Time) {
+	if p.cfg.Observer != nil {
+		p.cfg.Observer.Request(cluster, code, end.Sub(start))
 	}
 }
 
@@ -406,8 +418,9 @@ const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 func (p *Proxy) ServeConn(ctx context.Context, conn net.Conn, t Target) {
 	br := p.getReader(conn)
 	dw := watchDrain(conn, t.Drain) // the sniff waits like an idle connection
+	var rd readDeadline
 	// Sniff: prior-knowledge h2c (sidecar peers, gRPC clients) or HTTP/1.1.
-	dw.readDeadline(conn, time.Now().Add(p.cfg.ReadHeaderTimeout))
+	dw.readDeadline(conn, &rd, time.Now().Add(p.cfg.ReadHeaderTimeout))
 	if isH2Preface(br) {
 		dw.close()
 		_ = conn.SetReadDeadline(time.Time{})
@@ -416,7 +429,7 @@ func (p *Proxy) ServeConn(ctx context.Context, conn net.Conn, t Target) {
 	}
 	defer p.putReader(br)
 	defer dw.close()
-	p.serveH1(ctx, conn, br, t, dw)
+	p.serveH1(ctx, conn, br, t, dw, &rd)
 }
 
 // isH2Preface reports whether br starts with the h2c client preface. It decides at

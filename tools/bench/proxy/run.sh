@@ -27,7 +27,9 @@
 # PPROF=FILE profiles the real sidecar (then built with -tags weftpprof, the
 # profiler served with --pprof) for PPROF_SECONDS=8 under wrk load first;
 # target sidecar-alt is a second real sidecar started with ALT_ENV="K=V ..." in its
-# environment and ALT_FLAGS, for an A/B of a setting in the same interleaved run)
+# environment and ALT_FLAGS, for an A/B of a setting in the same interleaved run;
+# ALT_BIN=PATH runs that binary as sidecar-alt instead, for an A/B of two builds,
+# e.g. main's: CGO_ENABLED=0 go build -tags grpcnotrace -o /tmp/a/sidecar ./sidecar/cmd/sidecar)
 set -euo pipefail
 ROUNDS=${1:-${ROUNDS:-3}}
 DURATION=${DURATION:-10s}
@@ -167,7 +169,7 @@ SCA=$SCA_IP:15001
 PID_SCA=
 if [[ " $TARGETS " == *" sidecar-alt "* ]]; then
 	# shellcheck disable=SC2086 # ALT_ENV and ALT_FLAGS are word lists
-	start env GODEBUG="$SIDECAR_GODEBUG" ${ALT_ENV:-} "$RUN/bin/sidecar" --node-id bench-client-alt --namespace bench --service-account client \
+	start env GODEBUG="$SIDECAR_GODEBUG" ${ALT_ENV:-} "${ALT_BIN:-$RUN/bin/sidecar}" --node-id bench-client-alt --namespace bench --service-account client \
 		--labels app=client --address "$SCA_IP" --pilot "$PILOT_IP:15010" --publisher-key "$RUN/pilot/publisher.pub" \
 		--state-dir "$RUN/state-alt" --admin-addr "$SCA_IP:15000" --outbound-addr "$SCA" ${ALT_FLAGS:-} >"$RUN/sidecar-alt.log" 2>&1
 	PID_SCA=$!
@@ -259,4 +261,4 @@ if [ -n "${KEEP_RESULTS:-}" ]; then cp "$RES" "$KEEP_RESULTS"; fi
 
 python3 tools/bench/proxy/report.py "$RES" --qps "$QPS" --conns "$CONNS" --wrk-conns "$WRK_CONNS" --duration "$DURATION" \
 	--host "$HOST" --godebug "$SIDECAR_GODEBUG" --idle-sidecar-kb "$IDLE_RSS_SCR" --idle-benchproxy-kb "$IDLE_RSS_BP" \
-	--idle-nginx-kb "$IDLE_RSS_NGX" --idlerss "$IDLE_REAL" --alt "${ALT_ENV:-} ${ALT_FLAGS:-}"
+	--idle-nginx-kb "$IDLE_RSS_NGX" --idlerss "$IDLE_REAL" --alt "${ALT_BIN:+bin $ALT_BIN }${ALT_ENV:-} ${ALT_FLAGS:-}"
