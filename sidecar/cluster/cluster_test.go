@@ -401,6 +401,22 @@ func TestPoolNeverHandsOutNoisyConn(t *testing.T) {
 		}
 		b.Close()
 	})
+	t.Run("quiet connection whose last deadline passed is reused", func(t *testing.T) {
+		// The proxy does not clear its request's deadline at Put: the next Get's
+		// caller sets its own, so the check must not take a passed one for a fault.
+		a, _, err := p.Get(ctx, c, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-wrote
+		_ = a.SetDeadline(time.Unix(1, 0))
+		p.Put(a)
+		b, reused, err := p.Get(ctx, c, e)
+		if err != nil || b != a || !reused {
+			t.Fatalf("Get: %v, same=%v reused=%v: want the quiet idle connection", err, b == a, reused)
+		}
+		b.Close()
+	})
 }
 
 // BenchmarkPoolGetPut: the reuse check (one non-blocking recv) allocates nothing.
