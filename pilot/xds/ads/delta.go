@@ -223,12 +223,16 @@ func (st *deltaStream) sendResp(typ string, t *deltaType, latest *snapshot.Snaps
 	}
 	sel := selectFor(latest, typ, t.ack)
 	resp.Nonce, resp.SystemVersionInfo = nonce, sel.version
+	// Recorded before the send: once the proxy can hold this response, the status
+	// must already say it is pending, or a reader could see the previous ACK as
+	// current for a response already delivered. A failed send ends the stream,
+	// which marks the proxy disconnected.
+	st.conn.Sent(status.Sent{Type: typ, Version: sel.version, Nonce: nonce, Revision: latest.Revision, Bytes: proto.Size(resp),
+		Snapshot: latest, Only: sel.only}, st.s.cfg.Clock())
 	if err := st.sendMsg(resp); err != nil {
 		return err
 	}
 	t.ack = t.ack.Sent(nonce)
-	st.conn.Sent(status.Sent{Type: typ, Version: sel.version, Nonce: nonce, Revision: latest.Revision, Bytes: proto.Size(resp),
-		Snapshot: latest, Only: sel.only}, st.s.cfg.Clock())
 	if st.log.IsTrace() {
 		st.log.Trace("sent", "type", typ, "version", sel.version, "nonce", nonce, "resources", len(resp.Resources), "removed", len(resp.RemovedResources))
 	}

@@ -212,13 +212,17 @@ func (st *sotwStream) sendSel(typ string, t *sotwType, from *snapshot.Snapshot, 
 		return err
 	}
 	resp := &discoveryv3.DiscoveryResponse{VersionInfo: sel.version, Resources: anys, TypeUrl: typ, Nonce: nonce}
+	// Recorded before the send: once the proxy can hold this response, the status
+	// must already say it is pending, or a reader could see the previous ACK as
+	// current for a response already delivered. A failed send ends the stream,
+	// which marks the proxy disconnected.
+	st.conn.Sent(status.Sent{Type: typ, Version: sel.version, Nonce: nonce, Revision: from.Revision, Bytes: proto.Size(resp),
+		Snapshot: from, Only: sel.only}, st.s.cfg.Clock())
 	if err := st.sendMsg(resp); err != nil {
 		return err
 	}
 	t.ack = t.ack.Sent(nonce)
 	t.sent, t.sentSel, t.version = from, sel, sel.version
-	st.conn.Sent(status.Sent{Type: typ, Version: sel.version, Nonce: nonce, Revision: from.Revision, Bytes: proto.Size(resp),
-		Snapshot: from, Only: sel.only}, st.s.cfg.Clock())
 	if st.log.IsTrace() {
 		st.log.Trace("sent", "type", typ, "version", sel.version, "nonce", nonce, "resources", len(anys))
 	}

@@ -166,6 +166,11 @@ func TestSotWUnsubscribe(t *testing.T) {
 	if got := viewSotW(t, r); !cmp.Equal(got.Names, []string{"a"}) || got.Nonce != "2" {
 		t.Fatalf("got %+v, want only a with nonce 2 (b's change is not sent)", got)
 	}
+	// Observed state never lags what the proxy holds: the response is pending in the
+	// status the moment the proxy has it (no wait here).
+	if ts := typeStatus(mustProxy(t, e, "n1"), eds); ts.Nonce != "2" {
+		t.Fatalf("status shows EDS nonce %q after the proxy received nonce 2", ts.Nonce)
+	}
 	c.ack(r) // names empty now: unsubscribe everything (EDS has no wildcard)
 	e.waitStatus(t, "n1", "synced", func(ps status.ProxyStatus) bool { return ps.Status == status.Synced })
 	e.src.publish(mkSnap(t, 4, res{eds: {"a": "4", "b": "4"}}))
