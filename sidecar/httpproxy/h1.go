@@ -431,6 +431,11 @@ func (p *Proxy) roundTripH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.W
 	if err := w.Flush(); err != nil {
 		return p.upstreamErr(uc, err, !bodyDone), mayBeStale && bodyDone
 	}
+	// This first read is almost always EAGAIN before the netpoller's wait (the
+	// upstream has not answered yet). Waiting first instead (a syscall.RawConn.Read
+	// callback that declines its first call) loses answers: RawRead's prepareRead
+	// resets the poller's readiness, so a response that arrived before the wait
+	// is never signalled (tried: requests hung until their deadline).
 	for {
 		_, err := uc.R.Peek(1)
 		if err != nil {
