@@ -25,30 +25,15 @@ for b in pilot sidecar meshctl; do
 	[ -x "$BIN/$b" ] || { echo "activationrss: $BIN/$b missing (make build)" >&2; exit 1; }
 done
 RUN=$(mktemp -d /tmp/weft-actrss.XXXXXX)
-PIDS=()
-cleanup() {
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$RUN"
-}
-trap cleanup EXIT
-fail() { echo "activationrss: $*" >&2; for f in "$RUN"/*.log; do echo "--- $f" >&2; tail -20 "$f" >&2; done; exit 1; }
-until_ok() {
-	local end=$((SECONDS + $1)); shift
-	until "$@" >/dev/null 2>&1; do
-		[ "$SECONDS" -lt "$end" ] || return 1
-		sleep 0.05
-	done
-}
+NAME=activationrss
+# shellcheck source=tools/bench/proxy/lib.sh
+. "$ROOT/tools/bench/proxy/lib.sh"
 MESHCTL=("$BIN/meshctl" --pilot "http://$PILOT_IP:15014")
 mesh() { python3 "$ROOT/tools/bench/proxy/bigmesh.py" --services "$SERVICES" --rules "$RULES" --gen "$1" >"$RUN/mesh.yaml"; }
 apply() { "${MESHCTL[@]}" apply -f "$RUN/mesh.yaml" >"$RUN/apply.log" 2>&1 || fail "meshctl apply failed"; }
 effective() { "${MESHCTL[@]}" rollout status --wait --timeout 60s >"$RUN/rollout.log" 2>&1 || fail "pilot's revision not effective on the sidecar"; }
 
-"$BIN/pilot" --data-dir "$RUN/pilot" --admin-addr "$PILOT_IP:15014" --xds-addr "$PILOT_IP:15010" >"$RUN/pilot.log" 2>&1 &
-PIDS+=($!)
-until_ok 20 test -s "$RUN/pilot/publisher.pub" || fail "pilot wrote no publisher key"
-until_ok 20 curl -sf "http://$PILOT_IP:15014/healthz" || fail "pilot not healthy"
+start_pilot "$BIN" "$PILOT_IP"
 mesh 0
 apply
 "$BIN/sidecar" --node-id big-client --namespace bench --service-account client --labels app=client \
@@ -56,8 +41,7 @@ apply
 	--state-dir "$RUN/state" --admin-addr "$SC_IP:15000" --outbound-addr "$SC_IP:15001" >"$RUN/sidecar.log" 2>&1 &
 SC=$!
 PIDS+=($SC)
-ready() { [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$SC_IP:15021/healthz/ready")" = 200 ]; }
-until_ok 60 ready || fail "sidecar not ready"
+until_ok 60 sidecar_ready "$SC_IP" || fail "sidecar not ready"
 
 kb() { awk -v k="$1:" '$1==k{print $2}' "/proc/$SC/status"; }
 mib() { awk -v k="$1" 'BEGIN{printf "%.1f", k/1024}'; }

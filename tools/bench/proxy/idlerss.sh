@@ -24,27 +24,11 @@ for b in pilot sidecar meshctl; do
 	[ -x "$BIN/$b" ] || { echo "idlerss: $BIN/$b missing (make build)" >&2; exit 1; }
 done
 RUN=$(mktemp -d /tmp/weft-idlerss.XXXXXX)
-PIDS=()
-cleanup() {
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$RUN"
-}
-trap cleanup EXIT
-fail() { echo "idlerss: $*" >&2; for f in "$RUN"/*.log; do echo "--- $f" >&2; tail -20 "$f" >&2; done; exit 1; }
-# until DEADLINE_S CMD...: polls CMD every 50ms until it succeeds or the deadline passes.
-until_ok() {
-	local end=$((SECONDS + $1)); shift
-	until "$@" >/dev/null 2>&1; do
-		[ "$SECONDS" -lt "$end" ] || return 1
-		sleep 0.05
-	done
-}
+NAME=idlerss
+# shellcheck source=tools/bench/proxy/lib.sh
+. "$ROOT/tools/bench/proxy/lib.sh"
 
-"$BIN/pilot" --data-dir "$RUN/pilot" --admin-addr "$PILOT_IP:15014" --xds-addr "$PILOT_IP:15010" >"$RUN/pilot.log" 2>&1 &
-PIDS+=($!)
-until_ok 20 test -s "$RUN/pilot/publisher.pub" || fail "pilot wrote no publisher key"
-until_ok 20 curl -sf "http://$PILOT_IP:15014/healthz" || fail "pilot not healthy"
+start_pilot "$BIN" "$PILOT_IP"
 "$BIN/meshctl" --pilot "http://$PILOT_IP:15014" apply -f "$ROOT/examples" >"$RUN/apply.log" 2>&1 || fail "meshctl apply failed"
 
 "$BIN/sidecar" --node-id frontend-a --namespace shop --service-account frontend --labels app=frontend \
@@ -52,8 +36,7 @@ until_ok 20 curl -sf "http://$PILOT_IP:15014/healthz" || fail "pilot not healthy
 	--state-dir "$RUN/state" --admin-addr "$SC_IP:15000" --outbound-addr "$SC_IP:15001" >"$RUN/sidecar.log" 2>&1 &
 SC=$!
 PIDS+=($SC)
-ready() { [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$SC_IP:15021/healthz/ready")" = 200 ]; }
-until_ok 20 ready || fail "sidecar not ready"
+until_ok 20 sidecar_ready "$SC_IP" || fail "sidecar not ready"
 "$BIN/meshctl" --pilot "http://$PILOT_IP:15014" rollout status --wait --timeout 20s >"$RUN/rollout.log" 2>&1 ||
 	fail "pilot's latest revision not effective on the sidecar"
 sleep "$SETTLE" # the measured state: idle for SETTLE seconds after activation

@@ -40,13 +40,9 @@ TARGETS=${TARGETS:-direct sidecar nginx benchproxy benchproxy2 benchproxy2h2}
 PPROF_SECONDS=${PPROF_SECONDS:-8}
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 RUN=$(mktemp -d /tmp/weft-bench.XXXXXX)
-PIDS=()
-cleanup() {
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$RUN"
-}
-trap cleanup EXIT
+NAME=bench
+# shellcheck source=tools/bench/proxy/lib.sh
+. "$ROOT/tools/bench/proxy/lib.sh"
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need wrk || ! need nginx; then
@@ -86,15 +82,6 @@ SCR=$SCR_IP:15001     # its outbound listener
 HOST=bench:9080       # the Service's name and port, as the app would call it
 
 start() { "$@" & PIDS+=($!); }
-fail() { echo "bench: $*" >&2; for f in "$RUN"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }; done; exit 1; }
-# until_ok DEADLINE_S CMD...: polls CMD every 50ms until it succeeds or the deadline passes.
-until_ok() {
-	local end=$((SECONDS + $1)); shift
-	until "$@" >/dev/null 2>&1; do
-		[ "$SECONDS" -lt "$end" ] || return 1
-		sleep 0.05
-	done
-}
 # Go runtime setting for the sidecars. With schedtrace set, sysmon never parks in
 # sysmonwait, so a syscall does not have to futex-wake it: at 2,000 rps that wake is
 # ~10% of the proxy's CPU (pprof: runtime.entersyscallWakeSysmon). The hourly SCHED
@@ -126,10 +113,7 @@ NGX
 start "$NGINX" -c "$RUN/nginx/nginx.conf" -p "$RUN/nginx"; PID_NGX=$!
 
 # The real sidecar, configured by a real pilot.
-"$RUN/bin/pilot" --data-dir "$RUN/pilot" --admin-addr "$PILOT_IP:15014" --xds-addr "$PILOT_IP:15010" >"$RUN/pilot.log" 2>&1 &
-PIDS+=($!)
-until_ok 20 test -s "$RUN/pilot/publisher.pub" || fail "pilot wrote no publisher key"
-until_ok 20 curl -sf "http://$PILOT_IP:15014/healthz" || fail "pilot not healthy"
+start_pilot "$RUN/bin" "$PILOT_IP"
 cat >"$RUN/mesh.yaml" <<MESH
 apiVersion: mesh.weft.dev/v1alpha1
 kind: Service
@@ -174,8 +158,7 @@ if [[ " $TARGETS " == *" sidecar-alt "* ]]; then
 		--state-dir "$RUN/state-alt" --admin-addr "$SCA_IP:15000" --outbound-addr "$SCA" ${ALT_FLAGS:-} >"$RUN/sidecar-alt.log" 2>&1
 	PID_SCA=$!
 fi
-sc_ready() { [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$SCR_IP:15021/healthz/ready")" = 200 ]; }
-until_ok 20 sc_ready || fail "real sidecar not ready"
+until_ok 20 sidecar_ready "$SCR_IP" || fail "real sidecar not ready"
 "$RUN/bin/meshctl" --pilot "http://$PILOT_IP:15014" rollout status --wait --timeout 20s >"$RUN/rollout.log" 2>&1 ||
 	fail "pilot's latest revision not effective on the real sidecar"
 
