@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
+	"github.com/weft-mesh/weft/sidecar/outlier"
 )
 
 // Policy is a load-balancing policy.
@@ -143,3 +144,8 @@ func (c *Cluster) Pick(hash uint64) (*Endpoint, error) {
 	}
 	return e, nil
 }
+
+// Observe records the outcome of one request to e for outlier detection. Called on
+// the request path once per attempt; must stay allocation-free.
+// TODO(#8 outlier): feeds the cluster's detector; until then it records nothing.
+func (c *Cluster) Observe(e *Endpoint, o outlier.Outcome) {}
