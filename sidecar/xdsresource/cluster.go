@@ -4,11 +4,17 @@ package xdsresource
 
 import (
 	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -116,28 +122,34 @@ func decodeCluster(m *clusterv3.Cluster) (*Cluster, error) {
 		if t.GetMaxRetries() != nil {
 			c.Limits.MaxRetries = t.GetMaxRetries().GetValue() // 0 is legal: no retries
 		}
+		if rb := t.GetRetryBudget(); rb != nil {
+			b := &RetryBudget{Percent: 20, MinConcurrency: 3} // Envoy's defaults
+			if p := rb.GetBudgetPercent(); p != nil {
+				v, err := percentValue(e, f+".retry_budget.budget_percent", p.GetValue())
+				if err != nil {
+					return nil, err
+				}
+				b.Percent = v
+			}
+			if v := rb.GetMinRetryConcurrency(); v != nil {
+				b.MinConcurrency = v.GetValue() // 0 is legal: the percent alone
+			}
+			c.Budget = b
+		}
 	}
 	if od := m.GetOutlierDetection(); od != nil {
-		o := &Outlier{Consecutive5xx: 5, ConsecutiveGatewayError: 0, MaxEjectionPercent: 10}
-		if v := od.GetConsecutive_5Xx(); v != nil {
-			o.Consecutive5xx = v.GetValue()
-		}
-		if v := od.GetConsecutiveGatewayFailure(); v != nil {
-			o.ConsecutiveGatewayError = v.GetValue()
-		}
-		if v := od.GetMaxEjectionPercent(); v != nil {
-			if v.GetValue() > 100 {
-				return nil, e.at("outlier_detection.max_ejection_percent", "must be 0..100, got %d", v.GetValue())
-			}
-			o.MaxEjectionPercent = v.GetValue()
-		}
-		if o.Interval, err = duration(e, "outlier_detection.interval", od.GetInterval(), 10e9); err != nil {
+		if c.Outlier, err = decodeOutlier(e, od); err != nil {
 			return nil, err
 		}
-		if o.BaseEjectionTime, err = duration(e, "outlier_detection.base_ejection_time", od.GetBaseEjectionTime(), 30e9); err != nil {
+	}
+	c.PanicThreshold = 50 // Envoy's default
+	if p := m.GetCommonLbConfig().GetHealthyPanicThreshold(); p != nil {
+		if c.PanicThreshold, err = percentValue(e, "common_lb_config.healthy_panic_threshold", p.GetValue()); err != nil {
 			return nil, err
 		}
-		c.Outlier = o
+	}
+	if c.RateLimit, err = decodeRateLimit(e, m.GetMetadata().GetFilterMetadata()[RateLimitMetadataKey]); err != nil {
+		return nil, err
 	}
 	if m.GetHttp2ProtocolOptions() != nil {
 		c.HTTP2 = true
@@ -223,4 +235,141 @@ func decodeAssignment(e errs, prefix string, m *endpointv3.ClusterLoadAssignment
 		}
 	}
 	return out, nil
+}
+
+// RateLimitMetadataKey is the cluster filter_metadata key pilot writes a
+// DestinationPolicy's localRateLimit under (pilot/xds/gen.RateLimitMetadataKey).
+const RateLimitMetadataKey = "weft.localRateLimit"
+
+// decodeOutlier applies Envoy's defaults to absent fields and rejects what Envoy's
+// proto validation (percents ≤ 100, durations > 0) and its outlier detector
+// (max_ejection_time ≥ base_ejection_time) reject.
+func decodeOutlier(e errs, od *clusterv3.OutlierDetection) (*Outlier, error) {
+	const f = "outlier_detection."
+	o := &Outlier{SplitExternalLocalOriginErrors: od.GetSplitExternalLocalOriginErrors()}
+	type u32 struct {
+		dst  *uint32
+		v    *wrapperspb.UInt32Value
+		name string
+		def  uint32
+		pct  bool // a percent: 0..100
+	}
+	sr := &SuccessRate{}
+	fp := &FailurePercentage{}
+	var stdev uint32
+	for _, s := range []u32{
+		{&o.Consecutive5xx, od.GetConsecutive_5Xx(), "consecutive_5xx", 5, false},
+		{&o.ConsecutiveGatewayFailure, od.GetConsecutiveGatewayFailure(), "consecutive_gateway_failure", 5, false},
+		{&o.ConsecutiveLocalOriginFailure, od.GetConsecutiveLocalOriginFailure(), "consecutive_local_origin_failure", 5, false},
+		{&o.EnforcingConsecutive5xx, od.GetEnforcingConsecutive_5Xx(), "enforcing_consecutive_5xx", 100, true},
+		{&o.EnforcingConsecutiveGatewayFailure, od.GetEnforcingConsecutiveGatewayFailure(), "enforcing_consecutive_gateway_failure", 0, true},
+		{&o.EnforcingConsecutiveLocalOriginFailure, od.GetEnforcingConsecutiveLocalOriginFailure(), "enforcing_consecutive_local_origin_failure", 100, true},
+		{&o.MaxEjectionPercent, od.GetMaxEjectionPercent(), "max_ejection_percent", 10, true},
+		{&sr.MinimumHosts, od.GetSuccessRateMinimumHosts(), "success_rate_minimum_hosts", 5, false},
+		{&sr.RequestVolume, od.GetSuccessRateRequestVolume(), "success_rate_request_volume", 100, false},
+		{&stdev, od.GetSuccessRateStdevFactor(), "success_rate_stdev_factor", 1900, false},
+		{&sr.Enforcing, od.GetEnforcingSuccessRate(), "enforcing_success_rate", 100, true},
+		{&sr.EnforcingLocalOrigin, od.GetEnforcingLocalOriginSuccessRate(), "enforcing_local_origin_success_rate", 100, true},
+		{&fp.Threshold, od.GetFailurePercentageThreshold(), "failure_percentage_threshold", 85, true},
+		{&fp.MinimumHosts, od.GetFailurePercentageMinimumHosts(), "failure_percentage_minimum_hosts", 5, false},
+		{&fp.RequestVolume, od.GetFailurePercentageRequestVolume(), "failure_percentage_request_volume", 50, false},
+		{&fp.Enforcing, od.GetEnforcingFailurePercentage(), "enforcing_failure_percentage", 0, true},
+		{&fp.EnforcingLocalOrigin, od.GetEnforcingFailurePercentageLocalOrigin(), "enforcing_failure_percentage_local_origin", 0, true},
+	} {
+		*s.dst = s.def
+		if s.v == nil {
+			continue
+		}
+		if s.pct && s.v.GetValue() > 100 {
+			return nil, e.at(f+s.name, "must be 0..100, got %d", s.v.GetValue())
+		}
+		*s.dst = s.v.GetValue()
+	}
+	sr.StdevFactor = float64(stdev) / 1000
+	// A detector no enforcement can apply to is off: the detector need not run.
+	if sr.Enforcing > 0 || (o.SplitExternalLocalOriginErrors && sr.EnforcingLocalOrigin > 0) {
+		o.SuccessRate = sr
+	}
+	if fp.Enforcing > 0 || (o.SplitExternalLocalOriginErrors && fp.EnforcingLocalOrigin > 0) {
+		o.FailurePercentage = fp
+	}
+	for _, d := range []struct {
+		dst  *time.Duration
+		v    *durationpb.Duration
+		name string
+		def  time.Duration
+	}{
+		{&o.Interval, od.GetInterval(), "interval", 10 * time.Second},
+		{&o.BaseEjectionTime, od.GetBaseEjectionTime(), "base_ejection_time", 30 * time.Second},
+		{&o.MaxEjectionTime, od.GetMaxEjectionTime(), "max_ejection_time", 300 * time.Second},
+		{&o.MaxEjectionTimeJitter, od.GetMaxEjectionTimeJitter(), "max_ejection_time_jitter", 0},
+	} {
+		v, err := duration(e, f+d.name, d.v, d.def)
+		if err != nil {
+			return nil, err
+		}
+		if v == 0 && d.name != "max_ejection_time_jitter" {
+			return nil, e.at(f+d.name, "must be positive")
+		}
+		*d.dst = v
+	}
+	switch {
+	case od.GetMaxEjectionTime() == nil && o.MaxEjectionTime < o.BaseEjectionTime:
+		// Envoy: "the default (300s) or base_ejection_time, whichever is larger".
+		o.MaxEjectionTime = o.BaseEjectionTime
+	case o.MaxEjectionTime < o.BaseEjectionTime:
+		return nil, e.at(f+"max_ejection_time", "%s is less than base_ejection_time %s", o.MaxEjectionTime, o.BaseEjectionTime)
+	}
+	return o, nil
+}
+
+// percentValue checks an envoy.type.v3.Percent value (0..100).
+func percentValue(e errs, field string, v float64) (float64, error) {
+	if !(v >= 0 && v <= 100) { // also rejects NaN
+		return 0, e.at(field, "must be 0..100, got %v", v)
+	}
+	return v, nil
+}
+
+// decodeRateLimit reads pilot's {requestsPerSecond, burst, dryRun} struct; nil s: no
+// limit. Unknown fields are rejected so a newer pilot's setting is never silently
+// ignored.
+func decodeRateLimit(e errs, s *structpb.Struct) (*RateLimit, error) {
+	if s == nil {
+		return nil, nil
+	}
+	f := "metadata.filter_metadata[\"" + RateLimitMetadataKey + "\"]."
+	rl := &RateLimit{}
+	for _, k := range slices.Sorted(maps.Keys(s.GetFields())) { // sorted: one bad input, one error
+		v := s.GetFields()[k]
+		switch k {
+		case "requestsPerSecond":
+			n, ok := v.GetKind().(*structpb.Value_NumberValue)
+			if !ok || !(n.NumberValue > 0 && n.NumberValue <= MaxRateLimitRPS) {
+				return nil, e.at(f+k, "must be a number in (0, %g], got %v", float64(MaxRateLimitRPS), v.AsInterface())
+			}
+			rl.RequestsPerSecond = n.NumberValue
+		case "burst":
+			n, ok := v.GetKind().(*structpb.Value_NumberValue)
+			if !ok || !(n.NumberValue >= 0 && n.NumberValue <= MaxRateLimitBurst) || n.NumberValue != math.Trunc(n.NumberValue) {
+				return nil, e.at(f+k, "must be an integer 0..%d, got %v", MaxRateLimitBurst, v.AsInterface())
+			}
+			rl.Burst = uint32(n.NumberValue)
+		case "dryRun":
+			b, ok := v.GetKind().(*structpb.Value_BoolValue)
+			if !ok {
+				return nil, e.at(f+k, "must be a bool, got %v", v.AsInterface())
+			}
+			rl.DryRun = b.BoolValue
+		default:
+			return nil, e.at(f+k, "unknown field")
+		}
+	}
+	if rl.RequestsPerSecond == 0 {
+		return nil, e.at(f+"requestsPerSecond", "required")
+	}
+	if rl.Burst == 0 {
+		rl.Burst = DefaultBurst(rl.RequestsPerSecond)
+	}
+	return rl, nil
 }

@@ -187,7 +187,7 @@ func TestDecodeValid(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantC := &xdsresource.Cluster{Name: c.Name, EDSName: c.Name, LB: xdsresource.RingHash, RingMin: 1024, RingMax: xdsresource.MaxRingSize,
-		ConnectTimeout: time.Second, HTTP2: true, Limits: xdsresource.Thresholds{MaxConnections: 10, MaxPendingRequests: 1024, MaxRequests: 1024, MaxRetries: 3}}
+		ConnectTimeout: time.Second, HTTP2: true, Limits: xdsresource.Thresholds{MaxConnections: 10, MaxPendingRequests: 1024, MaxRequests: 1024, MaxRetries: 3}, PanicThreshold: 50}
 	if d := cmp.Diff(wantC, cv); d != "" {
 		t.Errorf("cluster (-want +got):\n%s", d)
 	}

@@ -8,6 +8,7 @@
 package xdsresource
 
 import (
+	"math"
 	"net/netip"
 	"regexp"
 	"time"
@@ -37,6 +38,9 @@ const (
 	MaxEndpoints       = 10000
 	MaxRingSize        = 1 << 20
 	MaxDirectBodyBytes = 4096
+	// MaxRateLimitRPS and MaxRateLimitBurst bound a decoded local rate limit.
+	MaxRateLimitRPS   = 1e9
+	MaxRateLimitBurst = 1 << 30
 )
 
 // Referrer is implemented by decoded values that name other resources.
@@ -226,13 +230,73 @@ type Thresholds struct {
 // Envoy's default circuit-breaker thresholds.
 var DefaultThresholds = Thresholds{MaxConnections: 1024, MaxPendingRequests: 1024, MaxRequests: 1024, MaxRetries: 3}
 
-// Outlier holds passive-ejection settings, decoded for the outlier detector.
+// Outlier is a cluster's outlier detection (envoy.config.cluster.v3.OutlierDetection)
+// with Envoy's defaults filled in for absent fields. Percents are 0..100. As in Envoy,
+// the local-origin fields (ConsecutiveLocalOriginFailure, its enforcing percent and
+// the EnforcingLocalOrigin of SuccessRate and FailurePercentage) only apply when
+// SplitExternalLocalOriginErrors is set; without it a local-origin failure (connect
+// failure, reset, timeout) counts as an upstream 5xx/gateway failure.
 type Outlier struct {
-	Consecutive5xx          uint32
-	ConsecutiveGatewayError uint32
-	Interval                time.Duration
-	BaseEjectionTime        time.Duration
-	MaxEjectionPercent      uint32
+	Consecutive5xx                         uint32
+	ConsecutiveGatewayFailure              uint32
+	ConsecutiveLocalOriginFailure          uint32
+	EnforcingConsecutive5xx                uint32
+	EnforcingConsecutiveGatewayFailure     uint32
+	EnforcingConsecutiveLocalOriginFailure uint32
+	SplitExternalLocalOriginErrors         bool
+	SuccessRate                            *SuccessRate       // nil: detector off (no enforcement can apply)
+	FailurePercentage                      *FailurePercentage // nil: detector off
+	Interval                               time.Duration      // > 0
+	BaseEjectionTime                       time.Duration      // > 0
+	MaxEjectionTime                        time.Duration      // ≥ BaseEjectionTime
+	MaxEjectionTimeJitter                  time.Duration      // ≥ 0; a random 0..jitter is added to each ejection
+	MaxEjectionPercent                     uint32
+}
+
+// SuccessRate is the success-rate detector: a host is an outlier below
+// mean − StdevFactor × stdev over hosts with at least RequestVolume requests, once at
+// least MinimumHosts hosts qualify.
+type SuccessRate struct {
+	MinimumHosts, RequestVolume uint32
+	StdevFactor                 float64 // Envoy's success_rate_stdev_factor / 1000 (1900 → 1.9)
+	Enforcing                   uint32  // enforcing_success_rate
+	EnforcingLocalOrigin        uint32  // enforcing_local_origin_success_rate (split only)
+}
+
+// FailurePercentage is the failure-percentage detector: a host is an outlier when its
+// failure percentage is ≥ Threshold (0..100).
+type FailurePercentage struct {
+	Threshold, MinimumHosts, RequestVolume uint32
+	Enforcing                              uint32 // enforcing_failure_percentage
+	EnforcingLocalOrigin                   uint32 // enforcing_failure_percentage_local_origin (split only)
+}
+
+// RetryBudget is circuit_breakers.thresholds[DEFAULT].retry_budget: concurrent retries
+// allowed as a share of active requests, never fewer than MinConcurrency.
+type RetryBudget struct {
+	Percent        float64 // 0..100; Envoy's default 20
+	MinConcurrency uint32  // Envoy's default 3
+}
+
+// RateLimit is a local token bucket from the cluster's filter_metadata
+// ["weft.localRateLimit"] (pilot's gen writes it).
+type RateLimit struct {
+	RequestsPerSecond float64 // > 0: the refill rate
+	Burst             uint32  // ≥ 1: the bucket size; absent or 0 decodes as DefaultBurst(RequestsPerSecond)
+	DryRun            bool    // count would-be rejections, do not reject
+}
+
+// DefaultBurst is the bucket size when a rate limit names none: one second's worth of
+// tokens, at least 1.
+func DefaultBurst(rps float64) uint32 {
+	b := math.Ceil(rps)
+	if b < 1 {
+		return 1
+	}
+	if b > MaxRateLimitBurst {
+		return MaxRateLimitBurst
+	}
+	return uint32(b)
 }
 
 // Cluster is a decoded envoy.config.cluster.v3.Cluster.
@@ -246,7 +310,13 @@ type Cluster struct {
 	ConnectTimeout time.Duration
 	HTTP2          bool // upstream speaks HTTP/2 (h2c until mTLS)
 	Limits         Thresholds
-	Outlier        *Outlier
+	Outlier        *Outlier     // nil: outlier detection off
+	Budget         *RetryBudget // nil: no budget (Limits.MaxRetries alone)
+	RateLimit      *RateLimit   // nil: none
+	// PanicThreshold is common_lb_config.healthy_panic_threshold in percent (Envoy's
+	// default 50): below this share of healthy hosts the picker ignores health and
+	// ejections. 0 disables panic mode.
+	PanicThreshold float64
 }
 
 // References names the cluster's EDS resource, if any.
