@@ -79,7 +79,9 @@ type Cluster struct {
 	Breaker        *circuitbreak.Breaker
 	Hashed         bool // picker wants a request hash (ring hash)
 	endpoints      []*Endpoint
+	usable         []*Endpoint // what the picker picks from (PickAvoiding's scan)
 	picker         picker
+	rnd            func() uint64
 }
 
 // ErrNoEndpoint is returned when a cluster has no endpoint to send to.
@@ -112,6 +114,7 @@ func New(s Spec) (*Cluster, error) {
 	if rnd == nil {
 		rnd = defaultRand
 	}
+	c.usable, c.rnd = eps, rnd
 	switch {
 	case len(eps) == 0:
 		c.picker = emptyPicker{}
@@ -143,6 +146,51 @@ func (c *Cluster) Pick(hash uint64) (*Endpoint, error) {
 		return nil, fmt.Errorf("cluster %q: %w", c.Name, ErrNoEndpoint)
 	}
 	return e, nil
+}
+
+// MaxAvoidPicks bounds how often PickAvoiding asks the picker again before it
+// scans for an untried endpoint (Envoy's host_selection_retry_max_attempts, fixed).
+const MaxAvoidPicks = 3
+
+// PickAvoiding is Pick for a retry: it prefers an endpoint not in tried when
+// another usable one exists, and returns one of tried only when every usable
+// endpoint was tried. The picker is asked up to MaxAvoidPicks times (so
+// weights and least-request still shape the choice), then the usable endpoints
+// are scanned from a random start. With tried empty it is Pick, allocation-free.
+func (c *Cluster) PickAvoiding(hash uint64, tried []*Endpoint) (*Endpoint, error) {
+	e, err := c.Pick(hash)
+	if err != nil || !isTried(tried, e) {
+		return e, err
+	}
+	for i := uint64(1); i < MaxAvoidPicks; i++ {
+		// A ring-hash pick moves with the hash; the other pickers ignore it and
+		// advance (round robin) or draw again (random, least request).
+		if x, err := c.Pick(hash + i*0x9e3779b97f4a7c15); err == nil && !isTried(tried, x) {
+			return x, nil
+		}
+	}
+	if n := len(c.usable); n > 0 {
+		start := int(c.rnd() % uint64(n))
+		for i := range n {
+			if x := c.usable[(start+i)%n]; !isTried(tried, x) && c.pickable(x) {
+				return x, nil
+			}
+		}
+	}
+	return e, nil
+}
+
+// pickable reports whether the scan of PickAvoiding may return e: what the
+// pickers would pick (the usable set; ejection awareness belongs here too).
+func (c *Cluster) pickable(*Endpoint) bool { return true }
+
+func isTried(tried []*Endpoint, e *Endpoint) bool {
+	for _, t := range tried {
+		if t == e {
+			return true
+		}
+	}
+	return false
 }
 
 // Observe records the outcome of one request to e for outlier detection. Called on

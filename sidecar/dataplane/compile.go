@@ -251,7 +251,14 @@ func (cfg *Config) compileRoute(kind, name, f string, x *xdsresource.Route) (*Ro
 		r.targets, r.total = ts, total
 	}
 	if x.Retry != nil {
-		rr := &Retry{NumRetries: int(x.Retry.NumRetries), PerTryTimeout: x.Retry.PerTryTimeout}
+		rr := &Retry{NumRetries: int(x.Retry.NumRetries), PerTryTimeout: x.Retry.PerTryTimeout,
+			BackoffBase: x.Retry.BackoffBase, BackoffMax: x.Retry.BackoffMax}
+		if rr.BackoffBase <= 0 { // a policy built without the decoder: Envoy's defaults
+			rr.BackoffBase = xdsresource.DefaultBackoffBase
+		}
+		if rr.BackoffMax < rr.BackoffBase {
+			rr.BackoffMax = rr.BackoffBase * xdsresource.DefaultBackoffMaxMult
+		}
 		for _, c := range x.Retry.RetryOn {
 			rr.On |= retryBits[c]
 		}

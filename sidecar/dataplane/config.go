@@ -211,58 +211,6 @@ func (v *VirtualHost) Match(path string, h Headers) *Route {
 	return nil
 }
 
-// Retry conditions as a bit set.
-const (
-	Retry5xx uint32 = 1 << iota
-	RetryGatewayError
-	RetryReset
-	RetryConnectFailure
-	RetryRetriable4xx
-	RetryRefusedStream
-	RetryUnavailable // gRPC status codes
-	RetryCancelled
-	RetryDeadlineExceeded
-	RetryResourceExhausted
-	RetryInternal
-)
-
-var retryBits = map[string]uint32{
-	"5xx": Retry5xx, "gateway-error": RetryGatewayError, "reset": RetryReset,
-	"connect-failure": RetryConnectFailure, "retriable-4xx": RetryRetriable4xx,
-	"refused-stream": RetryRefusedStream, "unavailable": RetryUnavailable,
-	"cancelled": RetryCancelled, "deadline-exceeded": RetryDeadlineExceeded,
-	"resource-exhausted": RetryResourceExhausted, "internal": RetryInternal,
-}
-
-// Retry is a compiled retry policy.
-type Retry struct {
-	On            uint32 // Retry* bits
-	NumRetries    int
-	PerTryTimeout time.Duration
-}
-
-// RetryStatus reports whether an upstream HTTP status should be retried.
-func (r *Retry) RetryStatus(code int) bool {
-	switch {
-	case r.On&Retry5xx != 0 && code >= 500:
-		return true
-	case r.On&RetryGatewayError != 0 && (code == 502 || code == 503 || code == 504):
-		return true
-	case r.On&RetryRetriable4xx != 0 && code == 409:
-		return true
-	}
-	return false
-}
-
-// RetryConnect reports whether a failure to connect (or a reset before any response)
-// should be retried.
-func (r *Retry) RetryConnect(reset bool) bool {
-	if reset {
-		return r.On&(RetryReset|Retry5xx|RetryGatewayError) != 0
-	}
-	return r.On&(RetryConnectFailure|Retry5xx|RetryGatewayError) != 0
-}
-
 // Route is a compiled route.
 type Route struct {
 	Name     string

@@ -45,6 +45,13 @@ func TestDecodeErrors(t *testing.T) {
 	zeroCB.CircuitBreakers.Thresholds[0].MaxConnections = wrapperspb.UInt32(0)
 	badRetry := dt.PrefixRoute("/", "c", 0)
 	badRetry.GetRoute().RetryPolicy = &routev3.RetryPolicy{RetryOn: "5xx,sometimes"}
+	noBase := dt.PrefixRoute("/", "c", 0)
+	noBase.GetRoute().RetryPolicy = &routev3.RetryPolicy{RetryOn: "5xx", RetryBackOff: &routev3.RetryPolicy_RetryBackOff{MaxInterval: durationpb.New(time.Second)}}
+	zeroBase := dt.PrefixRoute("/", "c", 0)
+	zeroBase.GetRoute().RetryPolicy = &routev3.RetryPolicy{RetryOn: "5xx", RetryBackOff: &routev3.RetryPolicy_RetryBackOff{BaseInterval: durationpb.New(0)}}
+	maxBelowBase := dt.PrefixRoute("/", "c", 0)
+	maxBelowBase.GetRoute().RetryPolicy = &routev3.RetryPolicy{RetryOn: "5xx", RetryBackOff: &routev3.RetryPolicy_RetryBackOff{
+		BaseInterval: durationpb.New(100 * time.Millisecond), MaxInterval: durationpb.New(99 * time.Millisecond)}}
 	zeroWeights := dt.PrefixRoute("/", "c", 0)
 	zeroWeights.GetRoute().ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{
 		Clusters: []*routev3.WeightedCluster_ClusterWeight{{Name: "a", Weight: wrapperspb.UInt32(0)}}}}
@@ -79,6 +86,12 @@ func TestDecodeErrors(t *testing.T) {
 			`route "r": virtual_hosts[0].domains[0]: "a*b": wildcard only allowed as a whole prefix or suffix`},
 		{"unknown retry_on", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, badRetry)),
 			`route "r": virtual_hosts[0].routes[0].route.retry_policy.retry_on: unknown condition "sometimes"`},
+		{"back-off without base", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, noBase)),
+			`route "r": virtual_hosts[0].routes[0].route.retry_policy.retry_back_off.base_interval: required`},
+		{"back-off base zero", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, zeroBase)),
+			`route "r": virtual_hosts[0].routes[0].route.retry_policy.retry_back_off.base_interval: must be positive`},
+		{"back-off max below base", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, maxBelowBase)),
+			`route "r": virtual_hosts[0].routes[0].route.retry_policy.retry_back_off.max_interval: 99ms is below base_interval 100ms`},
 		{"zero weights", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, zeroWeights)),
 			`route "r": virtual_hosts[0].routes[0].route.weighted_clusters: weights sum to 0`},
 		{"header matcher without name", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}), dt.VirtualHost("w", []string{"b"}, dt.PrefixRoute("/", "c", 0), noHeaderName)),
@@ -173,7 +186,8 @@ func TestDecodeValid(t *testing.T) {
 			}},
 			Clusters: []xdsresource.WeightedCluster{{Name: "a", Weight: 90}, {Name: "b", Weight: 10}},
 			Timeout:  2 * time.Second,
-			Retry:    &xdsresource.RetryPolicy{RetryOn: []string{"5xx", "connect-failure"}, NumRetries: 2, PerTryTimeout: 300 * time.Millisecond},
+			Retry: &xdsresource.RetryPolicy{RetryOn: []string{"5xx", "connect-failure"}, NumRetries: 2, PerTryTimeout: 300 * time.Millisecond,
+				BackoffBase: 25 * time.Millisecond, BackoffMax: 250 * time.Millisecond},
 			Fallback: []string{"backup"},
 		}},
 	}}}
@@ -273,5 +287,32 @@ func TestDecodeRouteTimeoutUnsetVsZero(t *testing.T) {
 		if r.Timeout != tc.want || r.DefaultTimeout != tc.wantDefault {
 			t.Errorf("timeout %v: decoded %v default=%v, want %v default=%v", tc.timeout, r.Timeout, r.DefaultTimeout, tc.want, tc.wantDefault)
 		}
+	}
+}
+
+// retry_back_off: absent gives Envoy's defaults; a base alone gets 10× it as max.
+func TestDecodeRetryBackOff(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		bo        *routev3.RetryPolicy_RetryBackOff
+		base, max time.Duration
+	}{
+		{"absent", nil, 25 * time.Millisecond, 250 * time.Millisecond},
+		{"base only", &routev3.RetryPolicy_RetryBackOff{BaseInterval: durationpb.New(100 * time.Millisecond)}, 100 * time.Millisecond, time.Second},
+		{"both", &routev3.RetryPolicy_RetryBackOff{BaseInterval: durationpb.New(10 * time.Millisecond), MaxInterval: durationpb.New(40 * time.Millisecond)}, 10 * time.Millisecond, 40 * time.Millisecond},
+		{"max equals base", &routev3.RetryPolicy_RetryBackOff{BaseInterval: durationpb.New(10 * time.Millisecond), MaxInterval: durationpb.New(10 * time.Millisecond)}, 10 * time.Millisecond, 10 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := dt.PrefixRoute("/", "c", 0)
+			r.GetRoute().RetryPolicy = &routev3.RetryPolicy{RetryOn: "5xx", RetryBackOff: tc.bo}
+			_, v, err := xdsresource.Decode(xdsresource.RouteType, dt.Any(dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, r))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := v.(*xdsresource.RouteConfig).VirtualHosts[0].Routes[0].Retry
+			if p.BackoffBase != tc.base || p.BackoffMax != tc.max {
+				t.Errorf("back-off %v..%v, want %v..%v", p.BackoffBase, p.BackoffMax, tc.base, tc.max)
+			}
+		})
 	}
 }

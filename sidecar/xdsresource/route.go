@@ -319,6 +319,9 @@ func decodeAction(e errs, f string, a *routev3.RouteAction, out *Route) error {
 			return err
 		}
 		p.PerTryTimeout = pt
+		if err := decodeBackoff(e, f+".retry_policy.retry_back_off", rp.GetRetryBackOff(), p); err != nil {
+			return err
+		}
 		out.Retry = p
 	}
 	for i, h := range a.GetHashPolicy() {
@@ -335,6 +338,35 @@ func decodeAction(e errs, f string, a *routev3.RouteAction, out *Route) error {
 			return e.at(hf, "only header and connection_properties are supported")
 		}
 	}
+	return nil
+}
+
+// decodeBackoff fills p's back-off from bo (nil: Envoy's defaults). As Envoy:
+// base_interval is required and positive, max_interval (default 10× base) is
+// positive and not below the base.
+func decodeBackoff(e errs, f string, bo *routev3.RetryPolicy_RetryBackOff, p *RetryPolicy) error {
+	p.BackoffBase, p.BackoffMax = DefaultBackoffBase, DefaultBackoffBase*DefaultBackoffMaxMult
+	if bo == nil {
+		return nil
+	}
+	if bo.GetBaseInterval() == nil {
+		return e.at(f+".base_interval", "required")
+	}
+	base, err := duration(e, f+".base_interval", bo.GetBaseInterval(), 0)
+	if err != nil {
+		return err
+	}
+	if base <= 0 {
+		return e.at(f+".base_interval", "must be positive")
+	}
+	maxI, err := duration(e, f+".max_interval", bo.GetMaxInterval(), base*DefaultBackoffMaxMult)
+	if err != nil {
+		return err
+	}
+	if maxI < base {
+		return e.at(f+".max_interval", "%s is below base_interval %s", maxI, base)
+	}
+	p.BackoffBase, p.BackoffMax = base, maxI
 	return nil
 }
 

@@ -162,7 +162,16 @@ type RetryPolicy struct {
 	RetryOn       []string // Envoy retry_on conditions: 5xx, gateway-error, reset, connect-failure, retriable-4xx, ...
 	NumRetries    uint32
 	PerTryTimeout time.Duration // 0: the route timeout bounds each try
+	// BackoffBase and BackoffMax are retry_policy.retry_back_off (base_interval,
+	// max_interval); without it Envoy's defaults, DefaultBackoffBase and 10× base.
+	BackoffBase, BackoffMax time.Duration
 }
+
+// Envoy's retry back-off defaults: base 25ms, max 10× the base.
+const (
+	DefaultBackoffBase    = 25 * time.Millisecond
+	DefaultBackoffMaxMult = 10
+)
 
 // HashPolicy says what a ring-hash cluster hashes for this route.
 type HashPolicy struct {
