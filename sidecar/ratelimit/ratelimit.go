@@ -35,10 +35,12 @@ import (
 // Bounds on a configuration. Outside them Configure fails (a NACK naming the
 // field); both are far beyond what one sidecar serves or a policy means.
 const (
-	// MaxRequestsPerSecond bounds requestsPerSecond: the interval between two
-	// tokens is then at least 10 ns (160 ticks), so rounding it to a whole tick
-	// is off by at most 0.3 % at the bound (0.0003 % at 100,000 rps).
-	MaxRequestsPerSecond = 1e8
+	// MaxRequestsPerSecond bounds requestsPerSecond (the same bound as
+	// xdsresource.MaxRateLimitRPS): the interval between two tokens is then at
+	// least 1 ns (16 ticks). Rounding it to a whole tick is off by at most half a
+	// tick: 0.003 % at 100,000 rps, 0.3 % at 10⁸, 3 % near 10⁹, rates no sidecar
+	// serves (a limit that high only says "no limit" precisely).
+	MaxRequestsPerSecond = 1e9
 	// MaxFillTime bounds burst / requestsPerSecond, the time an empty bucket
 	// takes to fill: it keeps the bucket's arithmetic inside an int64.
 	MaxFillTime = 365 * 24 * time.Hour
@@ -66,13 +68,14 @@ type Config struct {
 }
 
 // DefaultBurst is the capacity used when Config.Burst is 0: one second's worth of
-// requests (rounded down), at least 1. It bounds the first second after an idle
-// period to about 2 × requestsPerSecond.
+// requests (rounded up), at least 1, as xdsresource.DefaultBurst (which decode
+// already applies). It bounds the first second after an idle period to about
+// 2 × requestsPerSecond.
 func DefaultBurst(rps float64) uint32 {
 	if !(rps >= 1) { // also NaN
 		return 1
 	}
-	return uint32(min(math.Floor(rps), math.MaxUint32))
+	return uint32(min(math.Ceil(rps), math.MaxUint32))
 }
 
 // Validate reports what is wrong with c, naming the field.
