@@ -187,7 +187,9 @@ func inbound(c class) (*inboundSet, error) {
 			chain.Filters = []*listenerv3.Filter{tcpProxy(cl, cl)}
 		}
 		lis.FilterChains = append(lis.FilterChains, chain)
-		r, err := snapshot.NewResource(snapshot.ClusterType, cl, inboundCluster(p))
+		ic := inboundCluster(p)
+		ic.Metadata = rateLimitMetadata(inboundRateLimit(c, p.TargetPort))
+		r, err := snapshot.NewResource(snapshot.ClusterType, cl, ic)
 		if err != nil {
 			return nil, err
 		}
