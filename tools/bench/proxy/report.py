@@ -38,7 +38,8 @@ def main():
     get = lambda r, k: float(r[COLS[k]])
 
     print(f"fixed rate: fortio load -uniform -r 0.00001 -qps {a.qps} -c {a.conns} -t {a.duration}; "
-          f"max rate: wrk -t1 -c{a.wrk_conns} -d{a.duration}; header Host: {a.host} on every target")
+          f"max rate: wrk -t1 -c{a.wrk_conns} -d{a.duration}; header Host: {a.host} on every target"
+          + (" but sidecar-policy (Host: bench-policy:9080)" if any(r[1] == "sidecar-policy" for r in rows) else ""))
     print("sidecar = the real bin/sidecar configured by a real pilot; benchproxy* = a stand-in "
           "(the request path with a fixed Go-built config, no metrics Observer), not the product")
     print("CPU = utime+stime of the proxy's processes / requests completed; x = ratio to nginx in the "
@@ -96,6 +97,18 @@ def main():
             c, cm, rp = med(P["cpux"]), med(P["cpumaxx"]), med(P["rpsx"])
             print(f"goals, {n} vs nginx (medians): CPU/req at {a.qps} rps {c:.2f}x (<= 1.0x: {g(c <= 1.0)}); "
                   f"at saturation {cm:.2f}x (<= 1.0x: {g(cm <= 1.0)}); max rps {rp:.2f}x (>= 0.9x: {g(rp >= 0.9)})")
+    if "sidecar-policy" in per and "sidecar" in per:
+        # Same process, same round: the cost of the DestinationPolicy's checks.
+        rat = {k: [get(by[(rd, "sidecar-policy")], k) / get(by[(rd, "sidecar")], k) for rd in rounds
+                   if (rd, "sidecar-policy") in by and (rd, "sidecar") in by and get(by[(rd, "sidecar")], k)]
+               for k in ("cpu", "cpumax", "rps")}
+        c, cm, rp = med(rat["cpu"]), med(rat["cpumax"]), med(rat["rps"])
+        if c is not None:
+            print(f"goal, sidecar-policy vs sidecar (same process; medians of same-round ratios): CPU/req at {a.qps} rps "
+                  f"{c:.3f}x (<= 1.05x: {g(c <= 1.05)}); at saturation {cm:.3f}x (<= 1.05x: {g(cm <= 1.05)}); "
+                  f"max rps {rp:.3f}x")
+        print("sidecar-policy = Host bench-policy:9080 on the same sidecar: DestinationPolicy with circuit breaking, "
+              "retry budget, all five outlier detectors, local rate limit (none tripping) and Route retries")
     if "sidecar-alt" in per:
         print(f"sidecar-alt = the real sidecar with {a.alt or '(nothing different)'}")
     if a.idle_sidecar_kb:

@@ -29,7 +29,13 @@
 # target sidecar-alt is a second real sidecar started with ALT_ENV="K=V ..." in its
 # environment and ALT_FLAGS, for an A/B of a setting in the same interleaved run;
 # ALT_BIN=PATH runs that binary as sidecar-alt instead, for an A/B of two builds,
-# e.g. main's: CGO_ENABLED=0 go build -tags grpcnotrace -o /tmp/a/sidecar ./sidecar/cmd/sidecar)
+# e.g. main's: CGO_ENABLED=0 go build -tags grpcnotrace -o /tmp/a/sidecar ./sidecar/cmd/sidecar;
+# target sidecar-policy (issue #8) is the same real sidecar process as "sidecar" sent
+# "Host: bench-policy:9080": a second Service on the same app whose DestinationPolicy
+# sets circuit breaking (with a retry budget), every outlier detector and a local rate
+# limit, and whose Route retries, all far from tripping, so its row beside "sidecar"
+# is the request path's cost of those checks, CPU per request within 5%:
+# TARGETS="sidecar sidecar-policy" tools/bench/proxy/run.sh 3)
 set -euo pipefail
 ROUNDS=${1:-${ROUNDS:-3}}
 DURATION=${DURATION:-10s}
@@ -141,6 +147,58 @@ spec:
     - destination: {service: bench, port: 9080}
       weight: 100
 MESH
+POLICY_HOST=bench-policy:9080
+if [[ " $TARGETS " == *" sidecar-policy "* ]]; then
+	# Every limit high enough never to trip at the bench's rates (wrk's 64
+	# connections, fortio's 32); every outlier detector on, at Envoy's defaults
+	# where the API has them (a 200-only app trips none).
+	cat >>"$RUN/mesh.yaml" <<MESH
+---
+apiVersion: mesh.weft.dev/v1alpha1
+kind: Service
+metadata: {name: bench-policy, namespace: bench}
+spec:
+  selector: {app: bench}
+  ports: [{name: http, port: 9080, targetPort: ${APP##*:}, protocol: HTTP}]
+---
+apiVersion: mesh.weft.dev/v1alpha1
+kind: Route
+metadata: {name: bench-policy, namespace: bench}
+spec:
+  hosts: [bench-policy]
+  http:
+  - name: all
+    match: [{path: {prefix: /}}]
+    route:
+    - destination: {service: bench-policy, port: 9080}
+      weight: 100
+    retries: {attempts: 2, retryOn: [5xx, gateway-error, reset, connect-failure]}
+---
+apiVersion: mesh.weft.dev/v1alpha1
+kind: DestinationPolicy
+metadata: {name: bench-policy, namespace: bench}
+spec:
+  service: bench-policy
+  connectionPool:
+    maxConnections: 10000
+    maxPendingRequests: 10000
+    maxRequests: 100000
+    maxRetries: 1000
+    retryBudget: {percent: 20, minConcurrency: 3}
+  outlierDetection:
+    consecutive5xx: 5
+    consecutiveGatewayErrors: 5
+    consecutiveLocalOriginFailures: 5
+    successRate: {minHosts: 1, requestVolume: 100, stdevFactor: 1.9}
+    failurePercentage: {threshold: 85, minHosts: 1, requestVolume: 50}
+    interval: 10s
+    baseEjectionTime: 30s
+    maxEjectionTime: 300s
+    maxEjectionPercent: 10
+    minHealthPercent: 50
+  localRateLimit: {requestsPerSecond: 10000000, burst: 10000000}
+MESH
+fi
 "$RUN/bin/meshctl" --pilot "http://$PILOT_IP:15014" apply -f "$RUN/mesh.yaml" >"$RUN/apply.log" 2>&1 || fail "meshctl apply failed"
 SIDECAR_FLAGS=${SIDECAR_FLAGS:-}  # with PPROF set: built with the profiler, --pprof added
 # shellcheck disable=SC2086 # SIDECAR_FLAGS is a word list
@@ -163,10 +221,13 @@ until_ok 20 sidecar_ready "$SCR_IP" || fail "real sidecar not ready"
 	fail "pilot's latest revision not effective on the real sidecar"
 
 # Wait for readiness by content (200 with the full body), not by port.
-ok200() { [ "$(curl -s -o /dev/null -w '%{http_code} %{size_download}' -H "Host: $HOST" "http://$1/")" = "200 1024" ]; }
+ok200() { [ "$(curl -s -o /dev/null -w '%{http_code} %{size_download}' -H "Host: ${2:-$HOST}" "http://$1/")" = "200 1024" ]; }
 for u in $APP $BP1 $BP2 $BP3 $NGX $SCR ${PID_SCA:+$SCA}; do
 	until_ok 10 ok200 "$u" || fail "$u does not answer 200 with 1024 bytes"
 done
+if [[ " $TARGETS " == *" sidecar-policy "* ]]; then
+	until_ok 10 ok200 "$SCR" "$POLICY_HOST" || fail "$SCR does not answer $POLICY_HOST with 200 and 1024 bytes"
+fi
 # A port already in use makes a peer exit while another process answers for it.
 for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null || fail "process $p exited (port in use?)"; done
 
@@ -183,9 +244,12 @@ ticks() {
 rss_kb() { local t=0; for p in "$@"; do for c in $p $(pgrep -P "$p" || true); do t=$((t + $(awk '/VmRSS/{print $2}' "/proc/$c/status"))); done; done; echo $t; }
 HZ=$(getconf CLK_TCK)
 
-declare -A TARGET=([direct]=$APP [sidecar]=$SCR [sidecar-alt]=$SCA [nginx]=$NGX [benchproxy]=$BP1 [benchproxy2]=$BP2 [benchproxy2h2]=$BP3)
-declare -A PROCS=([direct]="" [sidecar]="$PID_SCR" [sidecar-alt]="$PID_SCA" [nginx]="$PID_NGX" [benchproxy]="$PID_BP1"
-	[benchproxy2]="$PID_BP2 $PID_BP1" [benchproxy2h2]="$PID_BP3 $PID_BP1")
+declare -A TARGET=([direct]=$APP [sidecar]=$SCR [sidecar-alt]=$SCA [sidecar-policy]=$SCR [nginx]=$NGX [benchproxy]=$BP1
+	[benchproxy2]=$BP2 [benchproxy2h2]=$BP3)
+declare -A PROCS=([direct]="" [sidecar]="$PID_SCR" [sidecar-alt]="$PID_SCA" [sidecar-policy]="$PID_SCR" [nginx]="$PID_NGX"
+	[benchproxy]="$PID_BP1" [benchproxy2]="$PID_BP2 $PID_BP1" [benchproxy2h2]="$PID_BP3 $PID_BP1")
+# Every target gets Host: $HOST but sidecar-policy, whose Service is bench-policy.
+declare -A HOSTS=([sidecar-policy]=$POLICY_HOST)
 read -r -a ORDER <<<"$TARGETS"
 for n in "${ORDER[@]}"; do [ -n "${TARGET[$n]:-}" ] || fail "unknown target $n (TARGETS)"; done
 sleep "${SETTLE:-2}" # the real sidecar idle after activation
@@ -210,13 +274,14 @@ RES="$RUN/results.tsv"
 for r in $(seq "$ROUNDS"); do
 	for name in "${ORDER[@]}"; do
 		url="http://${TARGET[$name]}/"
+		host=${HOSTS[$name]:-$HOST}
 		procs=${PROCS[$name]}
 		load=$(cut -d' ' -f1 /proc/loadavg)
 		echo "round $r $name: load $load" >&2
 		# Fixed-rate, uniform arrivals, 10 µs histogram resolution. Every target gets
 		# the same Host header (the app and nginx ignore it).
 		t0=$( [ -n "$procs" ] && ticks $procs || echo 0 )
-		"$FORTIO" load -quiet -uniform -r 0.00001 -qps "$QPS" -c "$CONNS" -t "$DURATION" -H "Host: $HOST" -json "$RUN/f.json" "$url" >/dev/null 2>&1
+		"$FORTIO" load -quiet -uniform -r 0.00001 -qps "$QPS" -c "$CONNS" -t "$DURATION" -H "Host: $host" -json "$RUN/f.json" "$url" >/dev/null 2>&1
 		t1=$( [ -n "$procs" ] && ticks $procs || echo 0 )
 		read -r n errs p50 p90 p99 < <(python3 - "$RUN/f.json" <<'PY'
 import json,sys
@@ -229,7 +294,7 @@ PY
 		cpu_fixed=$(python3 -c "print(($t1-$t0)/$HZ*1e6/$n if $n else 0)")
 		# Closed loop at max rate.
 		t0=$( [ -n "$procs" ] && ticks $procs || echo 0 )
-		out=$(wrk -t1 -c"$WRK_CONNS" -d"$DURATION" -H "Host: $HOST" "$url")
+		out=$(wrk -t1 -c"$WRK_CONNS" -d"$DURATION" -H "Host: $host" "$url")
 		t1=$( [ -n "$procs" ] && ticks $procs || echo 0 )
 		reqs=$(echo "$out" | awk '/requests in/{print $1}')
 		rps=$(echo "$out" | awk '/Requests\/sec/{print $2}')
