@@ -374,7 +374,7 @@ func clusterPolicy(o *resource.Object, s *resource.DestinationPolicySpec) (ir.Cl
 		if err != nil {
 			return p, err
 		}
-		p.RateLimit = &ir.LocalRateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: b}
+		p.RateLimit = &ir.LocalRateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: b, DryRun: rl.DryRun}
 	}
 	return p, nil
 }
@@ -400,8 +400,16 @@ func outlier(o *resource.Object, od *resource.OutlierDetection) (*ir.OutlierDete
 		dur{"interval", od.Interval, &out.Interval},
 		dur{"baseEjectionTime", od.BaseEjectionTime, &out.BaseEjectionTime},
 		dur{"maxEjectionTime", od.MaxEjectionTime, &out.MaxEjectionTime},
+		dur{"maxEjectionTimeJitter", od.MaxEjectionTimeJitter, &out.MaxEjectionTimeJitter},
 	); err != nil {
 		return nil, err
+	}
+	out.SplitExternalLocalOriginErrors = out.ConsecutiveLocalOriginFailures > 0
+	if sp := od.SplitExternalLocalOriginErrors; sp != nil {
+		if !*sp && out.ConsecutiveLocalOriginFailures > 0 {
+			return nil, fmt.Errorf("%s: %ssplitExternalLocalOriginErrors: false, but consecutiveLocalOriginFailures is set", o, f)
+		}
+		out.SplitExternalLocalOriginErrors = *sp
 	}
 	if err := percent(o, f+"maxEjectionPercent", od.MaxEjectionPercent); err != nil {
 		return nil, err

@@ -395,22 +395,40 @@ func TestPolicy(t *testing.T) {
 		Service:        "reviews",
 		LoadBalancer:   "LEAST_REQUEST",
 		ConnectionPool: &resource.ConnectionPool{MaxConnections: 100, MaxRequests: 1000, RetryBudget: &resource.RetryBudget{Percent: 20, MinConcurrency: 3}, ConnectTimeout: "1s"},
-		OutlierDetection: &resource.OutlierDetection{Consecutive5xx: 5, Interval: "10s", BaseEjectionTime: "30s", MaxEjectionPercent: 10, MinHealthPercent: 50,
+		OutlierDetection: &resource.OutlierDetection{Consecutive5xx: 5, Interval: "10s", BaseEjectionTime: "30s", MaxEjectionTimeJitter: "3s", MaxEjectionPercent: 10, MinHealthPercent: 50,
 			SuccessRate: &resource.SuccessRate{MinHosts: 5, RequestVolume: 100, StdevFactor: 1.9}},
-		LocalRateLimit: &resource.LocalRateLimit{RequestsPerSecond: 100, Burst: 200},
+		LocalRateLimit: &resource.LocalRateLimit{RequestsPerSecond: 100, Burst: 200, DryRun: true},
 	})
 	m := mustCompile(t, Input{Objects: []*resource.Object{service("shop", "reviews", nil, httpPort(9080)), dp, policy("shop", "second", "reviews")}})
 	want := ir.ClusterPolicy{
 		LB: ir.LBLeastRequest, ConnectTimeout: time.Second,
 		Pool:      &ir.ConnectionPool{MaxConnections: 100, MaxRequests: 1000, RetryBudget: &ir.RetryBudget{Percent: 20, MinConcurrency: 3}},
-		Outlier:   &ir.OutlierDetection{Consecutive5xx: 5, Interval: 10 * time.Second, BaseEjectionTime: 30 * time.Second, MaxEjectionPercent: 10, MinHealthPercent: 50, SuccessRate: &ir.SuccessRate{MinHosts: 5, RequestVolume: 100, StdevFactor: 1.9}},
-		RateLimit: &ir.LocalRateLimit{RequestsPerSecond: 100, Burst: 200},
+		Outlier:   &ir.OutlierDetection{Consecutive5xx: 5, Interval: 10 * time.Second, BaseEjectionTime: 30 * time.Second, MaxEjectionTimeJitter: 3 * time.Second, MaxEjectionPercent: 10, MinHealthPercent: 50, SuccessRate: &ir.SuccessRate{MinHosts: 5, RequestVolume: 100, StdevFactor: 1.9}},
+		RateLimit: &ir.LocalRateLimit{RequestsPerSecond: 100, Burst: 200, DryRun: true},
 	}
 	if diff := cmp.Diff(want, m.Cluster(reviews9080).Policy); diff != "" {
 		t.Errorf("policy (-want +got):\n%s", diff)
 	}
 	if !hasWarning(m, "DestinationPolicy/shop/second: ignored: DestinationPolicy/shop/reviews already applies") {
 		t.Errorf("warnings %q lack the conflict", m.Warnings)
+	}
+	// splitExternalLocalOriginErrors: absent follows consecutiveLocalOriginFailures;
+	// explicit true stands alone.
+	for _, tc := range []struct {
+		od   resource.OutlierDetection
+		want bool
+	}{
+		{resource.OutlierDetection{Consecutive5xx: 1}, false},
+		{resource.OutlierDetection{ConsecutiveLocalOriginFailures: 1}, true},
+		{resource.OutlierDetection{Consecutive5xx: 1, SplitExternalLocalOriginErrors: ptr(true)}, true},
+		{resource.OutlierDetection{Consecutive5xx: 1, SplitExternalLocalOriginErrors: ptr(false)}, false},
+	} {
+		od := tc.od
+		p := obj(resource.KindDestinationPolicy, "shop", "reviews", nil, &resource.DestinationPolicySpec{Service: "reviews", OutlierDetection: &od})
+		m := mustCompile(t, Input{Objects: []*resource.Object{service("shop", "reviews", nil, httpPort(9080)), p}})
+		if got := m.Cluster(reviews9080).Policy.Outlier.SplitExternalLocalOriginErrors; got != tc.want {
+			t.Errorf("%+v: split = %v, want %v", tc.od, got, tc.want)
+		}
 	}
 	// A service without policy gets the defaults.
 	m = mustCompile(t, Input{Objects: []*resource.Object{service("shop", "reviews", nil, httpPort(9080))}})
@@ -441,6 +459,10 @@ func TestErrorsNameObjectAndField(t *testing.T) {
 			`compile revision 3: DestinationPolicy/shop/p: spec.loadBalancer: unknown policy "FASTEST"`},
 		{"bad outlier interval", obj(resource.KindDestinationPolicy, "shop", "p", nil, &resource.DestinationPolicySpec{Service: "s", OutlierDetection: &resource.OutlierDetection{Interval: "-1s"}}),
 			`compile revision 3: DestinationPolicy/shop/p: spec.outlierDetection.interval: invalid duration "-1s"`},
+		{"bad outlier jitter", obj(resource.KindDestinationPolicy, "shop", "p", nil, &resource.DestinationPolicySpec{Service: "s", OutlierDetection: &resource.OutlierDetection{MaxEjectionTimeJitter: "x"}}),
+			`compile revision 3: DestinationPolicy/shop/p: spec.outlierDetection.maxEjectionTimeJitter: invalid duration "x"`},
+		{"split false with local origin", obj(resource.KindDestinationPolicy, "shop", "p", nil, &resource.DestinationPolicySpec{Service: "s", OutlierDetection: &resource.OutlierDetection{ConsecutiveLocalOriginFailures: 2, SplitExternalLocalOriginErrors: ptr(false)}}),
+			`compile revision 3: DestinationPolicy/shop/p: spec.outlierDetection.splitExternalLocalOriginErrors: false, but consecutiveLocalOriginFailures is set`},
 		{"override without ttl", obj(resource.KindOverride, "shop", "o", nil, &resource.OverrideSpec{Action: "DENY"}),
 			`compile revision 3: Override/shop/o: spec.ttl: required and must be > 0`},
 		{"wrong spec type", obj(resource.KindService, "shop", "s", nil, &resource.RouteSpec{}),
@@ -583,3 +605,5 @@ func TestPrevious(t *testing.T) {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

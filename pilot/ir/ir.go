@@ -199,6 +199,7 @@ func (p *ClusterPolicy) same(o *ClusterPolicy) bool {
 				samePtr(a.SuccessRate, b.SuccessRate, eq[SuccessRate]) &&
 				samePtr(a.FailurePercentage, b.FailurePercentage, eq[FailurePercentage]) &&
 				a.Interval == b.Interval && a.BaseEjectionTime == b.BaseEjectionTime && a.MaxEjectionTime == b.MaxEjectionTime &&
+				a.MaxEjectionTimeJitter == b.MaxEjectionTimeJitter && a.SplitExternalLocalOriginErrors == b.SplitExternalLocalOriginErrors &&
 				a.MaxEjectionPercent == b.MaxEjectionPercent && a.MinHealthPercent == b.MinHealthPercent
 		}) &&
 		samePtr(p.RateLimit, o.RateLimit, eq[LocalRateLimit])
@@ -376,8 +377,12 @@ type OutlierDetection struct {
 	Interval                       time.Duration
 	BaseEjectionTime               time.Duration
 	MaxEjectionTime                time.Duration
+	MaxEjectionTimeJitter          time.Duration // 0: none
 	MaxEjectionPercent             float64
 	MinHealthPercent               float64
+	// SplitExternalLocalOriginErrors is resolved (the API's absent means "on when
+	// ConsecutiveLocalOriginFailures is set").
+	SplitExternalLocalOriginErrors bool
 }
 
 // SuccessRate ejection.
@@ -397,7 +402,8 @@ type FailurePercentage struct {
 // LocalRateLimit is a token bucket.
 type LocalRateLimit struct {
 	RequestsPerSecond float64
-	Burst             uint32
+	Burst             uint32 // 0: one second's worth (the sidecar fills it in)
+	DryRun            bool
 }
 
 // PeerAuthentication is the inbound mTLS mode for selected workloads.

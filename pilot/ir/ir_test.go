@@ -98,8 +98,8 @@ func fullCluster() *Cluster {
 		Policy: ClusterPolicy{
 			LB: LBRingHash, ConnectTimeout: 1,
 			Pool:      &ConnectionPool{MaxConnections: 1, MaxPendingRequests: 2, MaxRequests: 3, MaxRetries: 4, RetryBudget: &RetryBudget{Percent: 5, MinConcurrency: 6}},
-			Outlier:   &OutlierDetection{Consecutive5xx: 1, ConsecutiveGatewayErrors: 2, ConsecutiveLocalOriginFailures: 3, SuccessRate: &SuccessRate{MinHosts: 1, RequestVolume: 2, StdevFactor: 3}, FailurePercentage: &FailurePercentage{Threshold: 1, MinHosts: 2, RequestVolume: 3}, Interval: 1, BaseEjectionTime: 2, MaxEjectionTime: 3, MaxEjectionPercent: 4, MinHealthPercent: 5},
-			RateLimit: &LocalRateLimit{RequestsPerSecond: 1, Burst: 2},
+			Outlier:   &OutlierDetection{Consecutive5xx: 1, ConsecutiveGatewayErrors: 2, ConsecutiveLocalOriginFailures: 3, SuccessRate: &SuccessRate{MinHosts: 1, RequestVolume: 2, StdevFactor: 3}, FailurePercentage: &FailurePercentage{Threshold: 1, MinHosts: 2, RequestVolume: 3}, Interval: 1, BaseEjectionTime: 2, MaxEjectionTime: 3, MaxEjectionTimeJitter: 4, MaxEjectionPercent: 4, MinHealthPercent: 5, SplitExternalLocalOriginErrors: true},
+			RateLimit: &LocalRateLimit{RequestsPerSecond: 1, Burst: 2, DryRun: true},
 		},
 		Endpoints: []Endpoint{{Address: "10.0.0.1", Port: 80, Namespace: "b", ServiceAccount: "sa", Labels: map[string]string{"app": "a"},
 			Locality: Locality{Region: "r", Zone: "z", SubZone: "s"}, Weight: 1, Health: HealthHealthy, Source: "Workload/b/w"}},

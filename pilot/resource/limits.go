@@ -33,6 +33,14 @@ const (
 	MaxWorkloadWeight      = 128
 	MaxReasonBytes         = 1024 // Override.reason
 
+	// MaxStdevFactor bounds outlierDetection.successRate.stdevFactor (Envoy's default
+	// is 1.9; beyond a few nothing is ever an outlier).
+	MaxStdevFactor = 1000
+	// MaxRequestsPerSecond and MaxRateLimitBurst bound localRateLimit; sidecars
+	// refuse larger values (xdsresource.MaxRateLimitRPS, MaxRateLimitBurst).
+	MaxRequestsPerSecond = 1e9
+	MaxRateLimitBurst    = 1 << 30
+
 	// MaxOverrideTTL bounds Override.ttl: an emergency rule must expire by itself soon.
 	MaxOverrideTTL = time.Hour
 	// MaxDuration bounds every duration field; sidecars refuse longer ones, so pilot

@@ -112,6 +112,42 @@ func TestLimits(t *testing.T) {
 		{"override_reason", object(KindOverride, meta("shop", "o"), &OverrideSpec{TTL: "1m", Action: "DENY", Reason: strings.Repeat("r", MaxReasonBytes), Match: OverrideMatch{Paths: []string{"/"}}}),
 			object(KindOverride, meta("shop", "o"), &OverrideSpec{TTL: "1m", Action: "DENY", Reason: strings.Repeat("r", MaxReasonBytes+1), Match: OverrideMatch{Paths: []string{"/"}}}),
 			"Override/shop/o: spec.reason: 1025 bytes, limit 1024"},
+		{"stdev_factor", outlierPolicy(func(o *OutlierDetection) { o.SuccessRate = &SuccessRate{StdevFactor: MaxStdevFactor} }),
+			outlierPolicy(func(o *OutlierDetection) { o.SuccessRate = &SuccessRate{StdevFactor: MaxStdevFactor + 0.001} }),
+			"DestinationPolicy/shop/d: spec.outlierDetection.successRate.stdevFactor: 1000.001 exceeds the limit of 1000"},
+		{"stdev_factor_resolution", outlierPolicy(func(o *OutlierDetection) { o.SuccessRate = &SuccessRate{StdevFactor: 1.901} }),
+			outlierPolicy(func(o *OutlierDetection) { o.SuccessRate = &SuccessRate{StdevFactor: 1.9005} }),
+			"DestinationPolicy/shop/d: spec.outlierDetection.successRate.stdevFactor: 1.9005 is finer than 0.001, the resolution Envoy's xDS field carries"},
+		{"max_ejection_percent", outlierPolicy(func(o *OutlierDetection) { o.MaxEjectionPercent = 100 }), outlierPolicy(func(o *OutlierDetection) { o.MaxEjectionPercent = 101 }),
+			"DestinationPolicy/shop/d: spec.outlierDetection.maxEjectionPercent: 101 out of range 0..100"},
+		{"max_ejection_percent_whole", outlierPolicy(func(o *OutlierDetection) { o.MaxEjectionPercent = 33 }), outlierPolicy(func(o *OutlierDetection) { o.MaxEjectionPercent = 33.5 }),
+			"DestinationPolicy/shop/d: spec.outlierDetection.maxEjectionPercent: 33.5 is not a whole percent (the xDS field is an integer)"},
+		{"failure_threshold", outlierPolicy(func(o *OutlierDetection) { o.FailurePercentage = &FailurePercentage{Threshold: 100} }),
+			outlierPolicy(func(o *OutlierDetection) { o.FailurePercentage = &FailurePercentage{Threshold: 101} }),
+			"DestinationPolicy/shop/d: spec.outlierDetection.failurePercentage.threshold: 101 out of range 0..100"},
+		{"failure_threshold_whole", outlierPolicy(func(o *OutlierDetection) { o.FailurePercentage = &FailurePercentage{Threshold: 0} }),
+			outlierPolicy(func(o *OutlierDetection) { o.FailurePercentage = &FailurePercentage{Threshold: 0.5} }),
+			"DestinationPolicy/shop/d: spec.outlierDetection.failurePercentage.threshold: 0.5 is not a whole percent (the xDS field is an integer)"},
+		{"min_health_percent", outlierPolicy(func(o *OutlierDetection) { o.MinHealthPercent = 100 }), outlierPolicy(func(o *OutlierDetection) { o.MinHealthPercent = 100.5 }),
+			"DestinationPolicy/shop/d: spec.outlierDetection.minHealthPercent: 100.5 out of range 0..100"},
+		{"max_ejection_time_vs_base", outlierPolicy(func(o *OutlierDetection) { o.BaseEjectionTime, o.MaxEjectionTime = "1s", "1s" }),
+			outlierPolicy(func(o *OutlierDetection) { o.BaseEjectionTime, o.MaxEjectionTime = "1s", "999ms" }),
+			"DestinationPolicy/shop/d: spec.outlierDetection.maxEjectionTime: 999ms is less than baseEjectionTime 1s"},
+		{"max_ejection_time_vs_default_base", outlierPolicy(func(o *OutlierDetection) { o.MaxEjectionTime = "30s" }),
+			outlierPolicy(func(o *OutlierDetection) { o.MaxEjectionTime = "29999ms" }),
+			"DestinationPolicy/shop/d: spec.outlierDetection.maxEjectionTime: 29999ms is less than the default baseEjectionTime 30s"},
+		{"max_ejection_time_jitter", outlierPolicy(func(o *OutlierDetection) { o.MaxEjectionTimeJitter = "87600h" }),
+			outlierPolicy(func(o *OutlierDetection) { o.MaxEjectionTimeJitter = "87600h1ns" }),
+			"DestinationPolicy/shop/d: spec.outlierDetection.maxEjectionTimeJitter: 87600h1ns exceeds the limit of 87600h0m0s"},
+		{"split_vs_local_origin", outlierPolicy(func(o *OutlierDetection) { o.SplitExternalLocalOriginErrors = ptr(false) }),
+			outlierPolicy(func(o *OutlierDetection) {
+				o.SplitExternalLocalOriginErrors, o.ConsecutiveLocalOriginFailures = ptr(false), 1
+			}),
+			"DestinationPolicy/shop/d: spec.outlierDetection.splitExternalLocalOriginErrors: false, but consecutiveLocalOriginFailures is set: that detector needs local-origin failures counted apart"},
+		{"requests_per_second", ratePolicy(MaxRequestsPerSecond, 0), ratePolicy(MaxRequestsPerSecond+1, 0),
+			"DestinationPolicy/shop/d: spec.localRateLimit.requestsPerSecond: 1.000000001e+09 exceeds the limit of 1e+09"},
+		{"rate_limit_burst", ratePolicy(1, MaxRateLimitBurst), ratePolicy(1, MaxRateLimitBurst+1),
+			"DestinationPolicy/shop/d: spec.localRateLimit.burst: 1073741825 exceeds the limit of 1073741824"},
 		{"certificate_ttl", object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{CertificateTTL: "8760h"}), object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{CertificateTTL: "8761h"}),
 			"MeshConfig/default: spec.certificateTTL: 8761h exceeds the limit of 8760h0m0s"},
 	} {
@@ -127,6 +163,16 @@ func TestLimits(t *testing.T) {
 			}
 		})
 	}
+}
+
+func outlierPolicy(f func(o *OutlierDetection)) *Object {
+	od := &OutlierDetection{}
+	f(od)
+	return object(KindDestinationPolicy, meta("shop", "d"), &DestinationPolicySpec{Service: "s", OutlierDetection: od})
+}
+
+func ratePolicy(rps float64, burst int32) *Object {
+	return object(KindDestinationPolicy, meta("shop", "d"), &DestinationPolicySpec{Service: "s", LocalRateLimit: &LocalRateLimit{RequestsPerSecond: rps, Burst: burst}})
 }
 
 func fill[T any](s []T, v T) {

@@ -182,16 +182,24 @@ type RetryBudget struct {
 }
 
 type OutlierDetection struct {
-	Consecutive5xx                 int32              `json:"consecutive5xx,omitempty"`
-	ConsecutiveGatewayErrors       int32              `json:"consecutiveGatewayErrors,omitempty"`
-	ConsecutiveLocalOriginFailures int32              `json:"consecutiveLocalOriginFailures,omitempty"`
+	Consecutive5xx                 int32 `json:"consecutive5xx,omitempty"`
+	ConsecutiveGatewayErrors       int32 `json:"consecutiveGatewayErrors,omitempty"`
+	ConsecutiveLocalOriginFailures int32 `json:"consecutiveLocalOriginFailures,omitempty"`
+	// SplitExternalLocalOriginErrors counts local-origin failures (connect failures,
+	// resets, timeouts) apart from upstream 5xx (Envoy's split_external_local_origin_errors).
+	// Absent: on exactly when consecutiveLocalOriginFailures is set. An explicit false
+	// with consecutiveLocalOriginFailures set is an error (that detector needs the split).
+	SplitExternalLocalOriginErrors *bool              `json:"splitExternalLocalOriginErrors,omitempty"`
 	SuccessRate                    *SuccessRate       `json:"successRate,omitempty"`
 	FailurePercentage              *FailurePercentage `json:"failurePercentage,omitempty"`
 	Interval                       Duration           `json:"interval,omitempty"`
 	BaseEjectionTime               Duration           `json:"baseEjectionTime,omitempty"`
 	MaxEjectionTime                Duration           `json:"maxEjectionTime,omitempty"`
-	MaxEjectionPercent             float64            `json:"maxEjectionPercent,omitempty"`
-	MinHealthPercent               float64            `json:"minHealthPercent,omitempty"`
+	// MaxEjectionTimeJitter adds a random 0..jitter to every ejection (Envoy's
+	// max_ejection_time_jitter), so hosts ejected together do not return together.
+	MaxEjectionTimeJitter Duration `json:"maxEjectionTimeJitter,omitempty"`
+	MaxEjectionPercent    float64  `json:"maxEjectionPercent,omitempty"`
+	MinHealthPercent      float64  `json:"minHealthPercent,omitempty"`
 }
 
 type SuccessRate struct {
@@ -208,7 +216,9 @@ type FailurePercentage struct {
 
 type LocalRateLimit struct {
 	RequestsPerSecond float64 `json:"requestsPerSecond"`
-	Burst             int32   `json:"burst,omitempty"`
+	Burst             int32   `json:"burst,omitempty"` // 0: one second's worth (ceil(requestsPerSecond))
+	// DryRun counts would-be rejections (in the sidecar's /metrics) without rejecting.
+	DryRun bool `json:"dryRun,omitempty"`
 }
 
 // ---- PeerAuthentication ----

@@ -2,6 +2,7 @@ package resource
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -243,35 +244,74 @@ func validateDestinationPolicy(c *collector, s *DestinationPolicySpec) {
 		if rl.RequestsPerSecond <= 0 {
 			c.add(rp.child("requestsPerSecond"), fmt.Sprintf("must be positive, got %v", rl.RequestsPerSecond))
 		}
+		if rl.RequestsPerSecond > MaxRequestsPerSecond {
+			c.add(rp.child("requestsPerSecond"), fmt.Sprintf("%v exceeds the limit of %v", rl.RequestsPerSecond, float64(MaxRequestsPerSecond)))
+		}
 		checkNonNegative(c, rp.child("burst"), rl.Burst)
+		if rl.Burst > MaxRateLimitBurst {
+			c.add(rp.child("burst"), fmt.Sprintf("%d exceeds the limit of %d", rl.Burst, MaxRateLimitBurst))
+		}
 	}
 }
+
+// Envoy's outlier-detection defaults the API's checks compare against.
+const (
+	defaultBaseEjectionTime = 30 * time.Second
+	defaultMaxEjectionTime  = 300 * time.Second
+)
 
 func validateOutlierDetection(c *collector, p path, od *OutlierDetection) {
 	checkNonNegative(c, p.child("consecutive5xx"), od.Consecutive5xx)
 	checkNonNegative(c, p.child("consecutiveGatewayErrors"), od.ConsecutiveGatewayErrors)
 	checkNonNegative(c, p.child("consecutiveLocalOriginFailures"), od.ConsecutiveLocalOriginFailures)
+	if s := od.SplitExternalLocalOriginErrors; s != nil && !*s && od.ConsecutiveLocalOriginFailures > 0 {
+		// Without the split a local-origin failure counts as a 5xx: the
+		// consecutive-local-origin detector would never see one.
+		c.add(p.child("splitExternalLocalOriginErrors"), "false, but consecutiveLocalOriginFailures is set: that detector needs local-origin failures counted apart")
+	}
 	if sr := od.SuccessRate; sr != nil {
 		sp := p.child("successRate")
 		checkNonNegative(c, sp.child("minHosts"), sr.MinHosts)
 		checkNonNegative(c, sp.child("requestVolume"), sr.RequestVolume)
-		if sr.StdevFactor < 0 {
-			c.add(sp.child("stdevFactor"), fmt.Sprintf("must not be negative, got %v", sr.StdevFactor))
+		switch f := sr.StdevFactor; {
+		case f < 0:
+			c.add(sp.child("stdevFactor"), fmt.Sprintf("must not be negative, got %v", f))
+		case f > MaxStdevFactor:
+			c.add(sp.child("stdevFactor"), fmt.Sprintf("%v exceeds the limit of %v", f, float64(MaxStdevFactor)))
+		case math.Abs(f*1000-math.Round(f*1000)) > 1e-6:
+			c.add(sp.child("stdevFactor"), fmt.Sprintf("%v is finer than 0.001, the resolution Envoy's xDS field carries", f))
 		}
 	}
 	if fp := od.FailurePercentage; fp != nil {
 		pp := p.child("failurePercentage")
-		checkPercent(c, pp.child("threshold"), fp.Threshold)
+		checkWholePercent(c, pp.child("threshold"), fp.Threshold)
 		checkNonNegative(c, pp.child("minHosts"), fp.MinHosts)
 		checkNonNegative(c, pp.child("requestVolume"), fp.RequestVolume)
 	}
 	checkDuration(c, p.child("interval"), od.Interval)
 	base, hasBase := checkDuration(c, p.child("baseEjectionTime"), od.BaseEjectionTime)
-	if max, ok := checkDuration(c, p.child("maxEjectionTime"), od.MaxEjectionTime); ok && hasBase && max < base {
+	max, hasMax := checkDuration(c, p.child("maxEjectionTime"), od.MaxEjectionTime)
+	switch {
+	case hasMax && hasBase && max < base:
 		c.add(p.child("maxEjectionTime"), fmt.Sprintf("%s is less than baseEjectionTime %s", od.MaxEjectionTime, od.BaseEjectionTime))
+	case hasMax && od.BaseEjectionTime == "" && max < defaultBaseEjectionTime:
+		// Envoy rejects max < base, also when base is its default.
+		c.add(p.child("maxEjectionTime"), fmt.Sprintf("%s is less than the default baseEjectionTime %s", od.MaxEjectionTime, defaultBaseEjectionTime))
 	}
-	checkPercent(c, p.child("maxEjectionPercent"), od.MaxEjectionPercent)
+	checkDuration(c, p.child("maxEjectionTimeJitter"), od.MaxEjectionTimeJitter)
+	checkWholePercent(c, p.child("maxEjectionPercent"), od.MaxEjectionPercent)
 	checkPercent(c, p.child("minHealthPercent"), od.MinHealthPercent)
+}
+
+// checkWholePercent: 0..100 in whole percents; the xDS field is an integer, so a
+// fraction would be silently rounded.
+func checkWholePercent(c *collector, p path, f float64) {
+	switch {
+	case f < 0 || f > 100:
+		c.add(p, fmt.Sprintf("%v out of range 0..100", f))
+	case f != math.Trunc(f):
+		c.add(p, fmt.Sprintf("%v is not a whole percent (the xDS field is an integer)", f))
+	}
 }
 
 var mtlsModes = []string{"STRICT", "PERMISSIVE", "DISABLE"}

@@ -21,7 +21,9 @@ import (
 const httpProtocolOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 // RateLimitMetadataKey is the cluster filter_metadata key carrying a
-// DestinationPolicy's localRateLimit ({requestsPerSecond, burst}) for our sidecar.
+// DestinationPolicy's localRateLimit ({requestsPerSecond, burst, dryRun}) for our
+// sidecar (sidecar/xdsresource.RateLimitMetadataKey decodes it; burst 0 there means
+// one second's worth).
 const RateLimitMetadataKey = "weft.localRateLimit"
 
 // ads is the config source every dynamic reference uses: the same ADS stream.
@@ -60,6 +62,9 @@ func outboundCluster(c *ir.Cluster, proxyless bool) *clusterv3.Cluster {
 			"requestsPerSecond": structpb.NewNumberValue(rl.RequestsPerSecond),
 			"burst":             structpb.NewNumberValue(float64(rl.Burst)),
 		}}}}
+		if rl.DryRun { // absent decodes as false: other rate-limited clusters' bytes stay as they were
+			out.Metadata.FilterMetadata[RateLimitMetadataKey].Fields["dryRun"] = structpb.NewBoolValue(true)
+		}
 	}
 	return out
 }
@@ -143,13 +148,19 @@ func outlierDetection(od *ir.OutlierDetection) *clusterv3.OutlierDetection {
 		Interval:                           dur(od.Interval),
 		BaseEjectionTime:                   dur(od.BaseEjectionTime),
 		MaxEjectionTime:                    dur(od.MaxEjectionTime),
+		MaxEjectionTimeJitter:              dur(od.MaxEjectionTimeJitter),
 		MaxEjectionPercent:                 u32(uint32(math.Round(od.MaxEjectionPercent))),
 	}
-	if od.ConsecutiveLocalOriginFailures > 0 {
-		out.SplitExternalLocalOriginErrors = true
-		out.ConsecutiveLocalOriginFailure = u32(od.ConsecutiveLocalOriginFailures)
-		out.EnforcingConsecutiveLocalOriginFailure = enforce(true)
-	}
+	// With the split, local-origin failures are counted apart and each API
+	// detector runs on both kinds, so its local-origin enforcement follows it.
+	// Said explicitly: Envoy's defaults would turn local-origin success rate and
+	// consecutive local-origin failures on, and local-origin failure percentage off.
+	split := od.SplitExternalLocalOriginErrors
+	out.SplitExternalLocalOriginErrors = split
+	out.ConsecutiveLocalOriginFailure = u32(od.ConsecutiveLocalOriginFailures)
+	out.EnforcingConsecutiveLocalOriginFailure = enforce(split && od.ConsecutiveLocalOriginFailures > 0)
+	out.EnforcingLocalOriginSuccessRate = enforce(split && od.SuccessRate != nil)
+	out.EnforcingFailurePercentageLocalOrigin = enforce(split && od.FailurePercentage != nil)
 	if sr := od.SuccessRate; sr != nil {
 		out.SuccessRateMinimumHosts = u32(sr.MinHosts)
 		out.SuccessRateRequestVolume = u32(sr.RequestVolume)

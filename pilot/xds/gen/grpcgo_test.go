@@ -104,14 +104,16 @@ spec:
     consecutive5xx: 5
     consecutiveGatewayErrors: 3
     consecutiveLocalOriginFailures: 5
+    splitExternalLocalOriginErrors: true
     successRate: {minHosts: 5, requestVolume: 100, stdevFactor: 1.9}
     failurePercentage: {threshold: 85, minHosts: 5, requestVolume: 50}
     interval: 10s
     baseEjectionTime: 30s
     maxEjectionTime: 300s
+    maxEjectionTimeJitter: 2s
     maxEjectionPercent: 10
     minHealthPercent: 50
-  localRateLimit: {requestsPerSecond: 100, burst: 200}
+  localRateLimit: {requestsPerSecond: 100, burst: 200, dryRun: true}
 ---
 apiVersion: mesh.weft.dev/v1alpha1
 kind: DestinationPolicy
