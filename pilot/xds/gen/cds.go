@@ -12,7 +12,6 @@ import (
 	"github.com/weft-mesh/weft/pilot/ir"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -57,15 +56,7 @@ func outboundCluster(c *ir.Cluster, proxyless bool) *clusterv3.Cluster {
 	if c.Protocol.IsHTTP2() {
 		out.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptionsKey: http2Options()}
 	}
-	if rl := c.Policy.RateLimit; rl != nil {
-		out.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{RateLimitMetadataKey: {Fields: map[string]*structpb.Value{
-			"requestsPerSecond": structpb.NewNumberValue(rl.RequestsPerSecond),
-			"burst":             structpb.NewNumberValue(float64(rl.Burst)),
-		}}}}
-		if rl.DryRun { // absent decodes as false: other rate-limited clusters' bytes stay as they were
-			out.Metadata.FilterMetadata[RateLimitMetadataKey].Fields["dryRun"] = structpb.NewBoolValue(true)
-		}
-	}
+	out.Metadata = rateLimitMetadata(c.Policy.RateLimit)
 	return out
 }
 

@@ -15,8 +15,8 @@ import (
 //
 // One inbound cluster serves every Service that targets the port, and a request
 // there cannot always be told apart by Service, so when several of them set a
-// limit the strictest one applies, which keeps every one of them: the lowest
-// rate, then the smallest burst.
+// limit the strictest one applies, which keeps every one of them: an enforcing
+// limit before a dry run, then the lowest rate, then the smallest burst.
 func inboundRateLimit(c class, targetPort uint32) *ir.LocalRateLimit {
 	var best *ir.LocalRateLimit
 	for _, svc := range c.backs {
@@ -37,6 +37,9 @@ func inboundRateLimit(c class, targetPort uint32) *ir.LocalRateLimit {
 
 // stricter reports whether a admits fewer requests than b (see inboundRateLimit).
 func stricter(a, b *ir.LocalRateLimit) bool {
+	if a.DryRun != b.DryRun {
+		return !a.DryRun // an enforcing limit beats any dry run
+	}
 	if a.RequestsPerSecond != b.RequestsPerSecond {
 		return a.RequestsPerSecond < b.RequestsPerSecond
 	}
@@ -61,6 +64,9 @@ func rateLimitMetadata(rl *ir.LocalRateLimit) *corev3.Metadata {
 	fields := map[string]*structpb.Value{
 		"requestsPerSecond": structpb.NewNumberValue(rl.RequestsPerSecond),
 		"burst":             structpb.NewNumberValue(float64(rl.Burst)),
+	}
+	if rl.DryRun { // absent decodes as false: enforcing limits' bytes stay as they were
+		fields["dryRun"] = structpb.NewBoolValue(true)
 	}
 	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{RateLimitMetadataKey: {Fields: fields}}}
 }

@@ -59,6 +59,9 @@ func TestStricter(t *testing.T) {
 		want bool
 	}{
 		{ir.LocalRateLimit{RequestsPerSecond: 10}, ir.LocalRateLimit{RequestsPerSecond: 20}, true},
+		{ir.LocalRateLimit{RequestsPerSecond: 20}, ir.LocalRateLimit{RequestsPerSecond: 10, DryRun: true}, true}, // enforcing beats dry run
+		{ir.LocalRateLimit{RequestsPerSecond: 10, DryRun: true}, ir.LocalRateLimit{RequestsPerSecond: 20}, false},
+		{ir.LocalRateLimit{RequestsPerSecond: 10, DryRun: true}, ir.LocalRateLimit{RequestsPerSecond: 20, DryRun: true}, true},
 		{ir.LocalRateLimit{RequestsPerSecond: 20}, ir.LocalRateLimit{RequestsPerSecond: 10}, false},
 		{ir.LocalRateLimit{RequestsPerSecond: 10, Burst: 5}, ir.LocalRateLimit{RequestsPerSecond: 10}, true},   // 5 < default 10
 		{ir.LocalRateLimit{RequestsPerSecond: 10, Burst: 11}, ir.LocalRateLimit{RequestsPerSecond: 10}, false}, // 11 > default 10
