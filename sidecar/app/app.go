@@ -163,7 +163,10 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	rcfg := runtime.Config{NodeID: s.Node.ID, StateDir: s.StateDir, Overrides: overrides, Logger: log.Named("runtime"),
 		InsecureSkipManifest: s.InsecureSkipManifest, AppAddress: s.AppAddress}
 	// Routes that set no timeout get --default-route-timeout (0s: none).
-	copts := dataplane.Options{DefaultRouteTimeout: s.Limits.DefaultRouteTimeout}
+	// One registry for the sidecar's life: breaker counts and per-host state carry
+	// over every configuration swap (the runtime calls Config.Activate).
+	registry := cluster.NewRegistry()
+	copts := dataplane.Options{DefaultRouteTimeout: s.Limits.DefaultRouteTimeout, Registry: registry}
 	if copts.DefaultRouteTimeout == 0 {
 		copts.DefaultRouteTimeout = -1
 	}

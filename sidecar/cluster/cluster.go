@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sync/atomic"
 	"time"
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
@@ -25,7 +24,9 @@ const (
 	RingHash
 )
 
-// Endpoint is one upstream host. Its in-flight counter feeds least-request picking.
+// Endpoint is one upstream host as one configuration has it (cheap, rebuilt on every
+// compile); its long-lived state (the in-flight count least request reads) is in
+// Host, shared by every configuration and subset cluster of its service key.
 type Endpoint struct {
 	Addr     netip.AddrPort
 	Weight   uint32
@@ -34,27 +35,27 @@ type Endpoint struct {
 	// Peer: a peer sidecar's inbound listener; HTTP goes to it over h2c on the
 	// H2Pool whatever the cluster's protocol.
 	Peer bool
-
-	addr   string       // Addr.String(), computed once
-	active atomic.Int64 // requests in flight; owned by Begin/End
+	// Host is the long-lived state of Addr. NewEndpoint gives a private one; New
+	// replaces it with its Shared's host for Addr.
+	Host *Host
 }
 
 // NewEndpoint builds an endpoint; weight 0 becomes 1.
 func NewEndpoint(a netip.AddrPort, weight uint32, healthy bool) *Endpoint {
-	return &Endpoint{Addr: a, Weight: max(weight, 1), Healthy: healthy, addr: a.String()}
+	return &Endpoint{Addr: a, Weight: max(weight, 1), Healthy: healthy, Host: newHost(a)}
 }
 
 // Address is the dialable "ip:port".
-func (e *Endpoint) Address() string { return e.addr }
+func (e *Endpoint) Address() string { return e.Host.addr }
 
 // Begin marks a request to e in flight; End ends it.
-func (e *Endpoint) Begin() { e.active.Add(1) }
+func (e *Endpoint) Begin() { e.Host.Begin() }
 
 // End ends a request started with Begin.
-func (e *Endpoint) End() { e.active.Add(-1) }
+func (e *Endpoint) End() { e.Host.End() }
 
-// Active reports requests in flight.
-func (e *Endpoint) Active() int64 { return e.active.Load() }
+// Active reports requests in flight to e's host (over every configuration).
+func (e *Endpoint) Active() int64 { return e.Host.Active() }
 
 // Spec describes a cluster to build.
 type Spec struct {
@@ -64,20 +65,25 @@ type Spec struct {
 	RingMax        uint64
 	HTTP2          bool
 	ConnectTimeout time.Duration
-	Limits         circuitbreak.Limits
-	Endpoints      []*Endpoint
+	// Limits configure a private breaker when Shared is nil; with a Shared, the
+	// caller applies limits to Shared.Breaker (dataplane does, at activation).
+	Limits    circuitbreak.Limits
+	Shared    *Shared // nil: a private one (unit tests, one-off configs)
+	Endpoints []*Endpoint
 	// Rand returns a uniformly random uint64; nil uses math/rand/v2. Tests pass a
 	// seeded source to make random and least-request picks reproducible.
 	Rand func() uint64
 }
 
-// Cluster is immutable except for counters; built once per config.
+// Cluster is immutable except for counters; built once per config. Its long-lived
+// state is in Shared, which outlives the config.
 type Cluster struct {
 	Name           string
 	HTTP2          bool
 	ConnectTimeout time.Duration
-	Breaker        *circuitbreak.Breaker
-	Hashed         bool // picker wants a request hash (ring hash)
+	Shared         *Shared
+	Breaker        *circuitbreak.Breaker // Shared.Breaker
+	Hashed         bool                  // picker wants a request hash (ring hash)
 	endpoints      []*Endpoint
 	usable         []*Endpoint // what the picker picks from (PickAvoiding's scan)
 	picker         picker
@@ -95,11 +101,19 @@ func New(s Spec) (*Cluster, error) {
 	if s.ConnectTimeout <= 0 {
 		return nil, fmt.Errorf("cluster %q: connect timeout must be positive", s.Name)
 	}
-	b, err := circuitbreak.New(s.Limits)
-	if err != nil {
-		return nil, fmt.Errorf("cluster %q: %w", s.Name, err)
+	sh := s.Shared
+	if sh == nil {
+		if err := s.Limits.Check(); err != nil {
+			return nil, fmt.Errorf("cluster %q: %w", s.Name, err)
+		}
+		sh = NewRegistry().Shared(ServiceKey(s.Name))
+		_ = sh.Breaker.SetLimits(s.Limits) // checked above
 	}
-	c := &Cluster{Name: s.Name, HTTP2: s.HTTP2, ConnectTimeout: s.ConnectTimeout, Breaker: b, endpoints: s.Endpoints, Hashed: s.Policy == RingHash}
+	for _, e := range s.Endpoints {
+		e.Host = sh.Host(e.Addr)
+	}
+	c := &Cluster{Name: s.Name, HTTP2: s.HTTP2, ConnectTimeout: s.ConnectTimeout, Shared: sh, Breaker: sh.Breaker,
+		endpoints: s.Endpoints, Hashed: s.Policy == RingHash}
 	// Pick among healthy endpoints; if none is healthy, use all (Envoy's panic mode).
 	eps := make([]*Endpoint, 0, len(s.Endpoints))
 	for _, e := range s.Endpoints {

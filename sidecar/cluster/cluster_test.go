@@ -103,12 +103,12 @@ func TestRoundRobinInterleaves(t *testing.T) {
 
 func TestLeastRequestPrefersIdle(t *testing.T) {
 	e := eps(1, 1, 1, 1)
+	c := build(t, cluster.LeastRequest, e, 9) // gives the endpoints their hosts, which count
 	for _, x := range e[:3] {
 		for range 5 {
 			x.Begin()
 		}
 	}
-	c := build(t, cluster.LeastRequest, e, 9)
 	n := 0
 	for range 1000 {
 		p, _ := c.Pick(0)

@@ -30,6 +30,11 @@ type Options struct {
 	// (Envoy's default, 15s). 0 means DefaultRouteTimeout; negative means none
 	// (a route without a timeout then waits on its upstream without bound).
 	DefaultRouteTimeout time.Duration
+	// Registry holds the per-Service state that outlives configurations (breaker
+	// counts, hosts); the sidecar creates one and passes it to every compile, and
+	// calls Config.Activate after each swap. Nil: a private registry per compile,
+	// with the settings applied at once (tests, benchproxy, pilot's check).
+	Registry *cluster.Registry
 }
 
 // DefaultRouteTimeout is the route timeout when a route sets none: Envoy's.
@@ -47,6 +52,11 @@ func CompileWith(state map[string]map[string]any, o Options) (*Config, error) {
 		listeners: make(map[string]*Listener),
 		routes:    make(map[string]*RouteTable),
 		clusters:  make(map[string]*cluster.Cluster),
+		reg:       o.Registry,
+	}
+	private := cfg.reg == nil
+	if private {
+		cfg.reg = cluster.NewRegistry()
 	}
 	switch {
 	case o.DefaultRouteTimeout == 0:
@@ -62,15 +72,28 @@ func CompileWith(state map[string]map[string]any, o Options) (*Config, error) {
 		return nil, fmt.Errorf("%w: %d listeners, limit %d", ErrInvalid, n, MaxListeners)
 	}
 	eps := state[xdsresource.EndpointType]
+	// Subset clusters of one Service share its breaker: they must agree on limits.
+	byKey := make(map[string]*xdsresource.Cluster)
 	for _, name := range sortedKeys(state[xdsresource.ClusterType]) {
 		v := state[xdsresource.ClusterType][name]
 		xc, ok := v.(*xdsresource.Cluster)
 		if !ok {
 			return nil, fmt.Errorf("%w: cluster %q: value is %T, want *xdsresource.Cluster", ErrInvalid, name, v)
 		}
-		c, err := compileCluster(xc, eps, o)
+		c, lim, err := cfg.compileCluster(xc, eps, o)
 		if err != nil {
 			return nil, err
+		}
+		key := c.Shared.Key
+		if other := byKey[key]; other != nil {
+			if ol := breakerLimits(other); !ol.Equal(lim) {
+				return nil, fmt.Errorf("%w: cluster %q: circuit_breakers (%s) differ from cluster %q's (%s): clusters of service key %q share one breaker",
+					ErrInvalid, name, lim, other.Name, ol, key)
+			}
+		} else {
+			byKey[key] = xc
+			b := c.Shared.Breaker
+			cfg.commits = append(cfg.commits, func() { _ = b.SetLimits(lim) }) // checked in compileCluster
 		}
 		cfg.clusters[name] = c
 	}
@@ -106,6 +129,9 @@ func CompileWith(state map[string]map[string]any, o Options) (*Config, error) {
 		}
 		cfg.listeners[name] = l
 	}
+	if private {
+		cfg.Activate()
+	}
 	return cfg, nil
 }
 
@@ -118,18 +144,30 @@ func sortedKeys(m map[string]any) []string {
 	return ks
 }
 
-func compileCluster(xc *xdsresource.Cluster, eps map[string]any, o Options) (*cluster.Cluster, error) {
+// breakerLimits are xc's circuit-breaker thresholds.
+func breakerLimits(xc *xdsresource.Cluster) circuitbreak.Limits {
+	return circuitbreak.Limits{
+		MaxConnections:     xc.Limits.MaxConnections,
+		MaxPendingRequests: xc.Limits.MaxPendingRequests,
+		MaxRequests:        xc.Limits.MaxRequests,
+		MaxRetries:         xc.Limits.MaxRetries,
+	}
+}
+
+// compileCluster builds xc on its service key's long-lived state and returns the
+// breaker limits to apply to it (at activation).
+func (cfg *Config) compileCluster(xc *xdsresource.Cluster, eps map[string]any, o Options) (*cluster.Cluster, circuitbreak.Limits, error) {
 	var src *xdsresource.Endpoints
 	if xc.Static != nil {
 		src = xc.Static
 	} else {
 		v, ok := eps[xc.EDSName]
 		if !ok {
-			return nil, fmt.Errorf("%w: cluster %q: eds_cluster_config.service_name: endpoints %q not found", ErrInvalid, xc.Name, xc.EDSName)
+			return nil, circuitbreak.Limits{}, fmt.Errorf("%w: cluster %q: eds_cluster_config.service_name: endpoints %q not found", ErrInvalid, xc.Name, xc.EDSName)
 		}
 		src, ok = v.(*xdsresource.Endpoints)
 		if !ok {
-			return nil, fmt.Errorf("%w: endpoints %q: value is %T, want *xdsresource.Endpoints", ErrInvalid, xc.EDSName, v)
+			return nil, circuitbreak.Limits{}, fmt.Errorf("%w: endpoints %q: value is %T, want *xdsresource.Endpoints", ErrInvalid, xc.EDSName, v)
 		}
 	}
 	// Only the highest-priority (lowest number) group with a healthy host serves;
@@ -145,10 +183,12 @@ func compileCluster(xc *xdsresource.Cluster, eps map[string]any, o Options) (*cl
 		if best != ^uint32(0) && e.Priority != best {
 			continue
 		}
-		ep := cluster.NewEndpoint(e.Addr, e.Weight, e.Healthy)
-		ep.Peer = e.Peer
-		ep.Locality = e.Locality
-		list = append(list, ep)
+		// No Host: cluster.New gives each endpoint its service key's long-lived one.
+		list = append(list, &cluster.Endpoint{Addr: e.Addr, Weight: max(e.Weight, 1), Healthy: e.Healthy, Peer: e.Peer, Locality: e.Locality})
+	}
+	lim := breakerLimits(xc)
+	if err := lim.Check(); err != nil {
+		return nil, lim, fmt.Errorf("%w: cluster %q: circuit_breakers: %v", ErrInvalid, xc.Name, err)
 	}
 	c, err := cluster.New(cluster.Spec{
 		Name:           xc.Name,
@@ -157,19 +197,14 @@ func compileCluster(xc *xdsresource.Cluster, eps map[string]any, o Options) (*cl
 		RingMax:        xc.RingMax,
 		HTTP2:          xc.HTTP2,
 		ConnectTimeout: xc.ConnectTimeout,
-		Limits: circuitbreak.Limits{
-			MaxConnections:     xc.Limits.MaxConnections,
-			MaxPendingRequests: xc.Limits.MaxPendingRequests,
-			MaxRequests:        xc.Limits.MaxRequests,
-			MaxRetries:         xc.Limits.MaxRetries,
-		},
-		Endpoints: list,
-		Rand:      o.Rand,
+		Shared:         cfg.reg.Shared(cluster.ServiceKey(xc.Name)),
+		Endpoints:      list,
+		Rand:           o.Rand,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, lim, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	return c, nil
+	return c, lim, nil
 }
 
 func (cfg *Config) lookupCluster(kind, name, field, cl string) (*cluster.Cluster, error) {

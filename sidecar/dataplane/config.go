@@ -26,7 +26,35 @@ type Config struct {
 	// defaultTimeout is the route timeout given to routes that set none (0: none);
 	// only compilation reads it.
 	defaultTimeout time.Duration
+	// reg holds the long-lived state the clusters point into; commits apply this
+	// config's settings to it in place (see Activate).
+	reg     *cluster.Registry
+	commits []func()
 }
+
+// Activate is the retire step of build → validate → swap → retire, called by the
+// owner right after it swaps c in (never for a refused candidate): it applies c's
+// settings in place to the long-lived per-Service state (breaker limits; H1's
+// detector and H4's limiter configuration), whose counts and state carry on, and
+// retires the registry's entries c does not reference. Requests still running on
+// the previous configuration keep their pointers; what they release lands in the
+// retired objects. A config compiled without Options.Registry had its settings
+// applied by Compile (its private state is used by nothing else), so Activate is
+// optional for it. Not safe for concurrent calls; the runtime calls it under its
+// activation lock.
+func (c *Config) Activate() {
+	for _, f := range c.commits {
+		f()
+	}
+	live := make([]*cluster.Cluster, 0, len(c.clusters))
+	for _, cl := range c.clusters {
+		live = append(live, cl)
+	}
+	c.reg.Retain(live)
+}
+
+// Registry is the registry c's clusters hold their long-lived state in.
+func (c *Config) Registry() *cluster.Registry { return c.reg }
 
 // Listener returns the named listener or nil.
 func (c *Config) Listener(name string) *Listener { return c.listeners[name] }

@@ -382,9 +382,12 @@ func (r *Runtime) LastActivation() time.Duration { return time.Duration(r.lastAc
 
 // activateLocked swaps st in. The old *dataplane.Config is retired by the garbage
 // collector once the last request or connection that loaded it finishes: nothing
-// in it needs closing (upstream pools outlive configs).
+// in it needs closing (upstream pools outlive configs). The new one's settings are
+// then applied to the long-lived per-Service state and what it no longer references
+// is retired (dataplane.Config.Activate).
 func (r *Runtime) activateLocked(st *activeState, confirmed time.Time) {
 	r.active.Store(st.cfg)
+	st.cfg.Activate()
 	r.cur = st
 	r.lkgCand = nil
 	if confirmed.After(r.lastConfirmed) {
