@@ -229,7 +229,7 @@ func TestRetriesFallbackTimeouts(t *testing.T) {
 	}{
 		{"retry 5xx until success", retryRoute("flaky", "5xx", 3, 0, 0), 2, "GET", 200, "GET / body=", 3, 5 * time.Second},
 		{"retries exhausted forward last", retryRoute("flaky", "5xx", 1, 0, 0), 5, "GET", 503, "try again\n", 2, 5 * time.Second},
-		{"no retry on body", retryRoute("flaky", "5xx", 3, 0, 0), 2, "POST", 503, "try again\n", 1, 5 * time.Second},
+		{"retry with a kept body", retryRoute("flaky", "5xx", 3, 0, 0), 2, "POST", 200, "POST / body=x", 3, 5 * time.Second},
 		{"connect failure retried then fails", retryRoute("dead", "connect-failure", 2, 0, 0), 0, "GET", 503,
 			"upstream connect error or disconnect/reset before headers\n", 0, 5 * time.Second},
 		{"fallback on connect failure", withFallback(dt.PrefixRoute("/", "dead", 0), "backup"), 0, "GET", 200, "backup", 0, 5 * time.Second},

@@ -17,6 +17,7 @@ import (
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
+	"github.com/weft-mesh/weft/sidecar/outlier"
 )
 
 // h1state is the per-connection parse state, pooled so a keep-alive connection costs
@@ -39,6 +40,14 @@ type h1state struct {
 	// (not pooled with the state), so ending the connection's context can cut a
 	// request stalled on its upstream (serveH1).
 	up *atomic.Pointer[cluster.Conn]
+	// Retries and fallback of the current request (retry.go).
+	try        tries
+	step       step        // what follows the failed status an attempt dropped
+	prio       int         // the priority being tried; -1: the route has no fallbacks (no PriorityHeader)
+	lastStatus int         // the failed status last dropped
+	kept       bool        // the request body is in body, for replay
+	body       *[]byte     // from Proxy.bodies while kept
+	timer      *time.Timer // back-off waits, reused
 }
 
 // countWriter counts what reached the client connection, so a response that fails
@@ -177,9 +186,10 @@ const (
 	failConnect                 // no connection: retry/fallback allowed
 	failReset                   // connection failed before a response
 	failTimeout                 // per-try or route timeout before a response
-	failStatus                  // retryable status read but not forwarded
+	failStatus                  // a failed status read and dropped: another attempt follows
 	failOverflow                // circuit breaker refused
-	failBodySent                // failed after the request body was consumed: no retry
+	failNoHost                  // the cluster has no endpoint to pick
+	failBodySent                // failed after the (unkept) request body was consumed: no retry
 	failProtocol                // the upstream's response is malformed (st.upErr): 502, no retry
 	failBadBody                 // the client's request body is malformed (chunked framing): 400
 	toPeer                      // picked a peer sidecar (st.peer): nothing sent, go over HTTP/2
@@ -207,64 +217,68 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 	if route.Timeout > 0 {
 		deadline = start.Add(route.Timeout)
 	}
-	bodyless := req.contentLength <= 0 && !req.chunked
 	c := route.Pick(p.cfg.Rand())
 	st.cluster = c.Name
+	st.prio = -1
+	if len(route.Fallback) > 0 {
+		st.prio = 0
+	}
 	if c.HTTP2 {
 		if st.upgrade {
 			return p.upgradeToH2(br, bw, st, c)
 		}
-		return p.bridgeH1toH2(ctx, br, bw, st, t, route, c, nil)
+		return p.bridgeH1toH2(ctx, br, bw, st, t, route, c, nil, 0)
 	}
+	// A body is kept for replay only where a retry or fallback may need it.
+	replay := req.contentLength <= 0 && !req.chunked
+	if !replay && !st.upgrade && (route.Retry != nil && route.Retry.NumRetries > 0 || len(route.Fallback) > 0) {
+		var ok bool
+		if replay, ok = p.keepBodyH1(br, st); !ok {
+			st.abort = false
+			req.close = true
+			return false // the client went away mid-body
+		}
+	}
+	defer p.dropBodyH1(st)
 	retries := 0
-	if route.Retry != nil && bodyless {
+	if route.Retry != nil && replay {
 		retries = route.Retry.NumRetries
 	}
-	fb := 0
 	var last outcome
-	for {
-		var res outcome
-		for attempt := 0; ; attempt++ {
-			// Take the retry token before the attempt, so a retryable answer is only
-			// dropped when a retry is certain to follow.
-			retry := attempt < retries && c.Breaker.Acquire(circuitbreak.Retries)
-			res = p.exchangeH1(ctx, br, bw, st, t, route, c, deadline, retry)
-			if res == toPeer {
-				// A peer sidecar's inbound listener speaks HTTP/2: the general path
-				// takes over with the endpoint already picked (and its own retries).
-				if retry {
-					c.Breaker.Release(circuitbreak.Retries)
+	now := start // when the next attempt starts: its per-try timeout runs from it
+	for prio := 0; ; prio++ {
+		if prio > 0 {
+			now = time.Now()
+			c = route.Fallback[prio-1]
+			st.cluster, st.prio = c.Name, prio
+			if c.HTTP2 {
+				if st.upgrade {
+					return p.upgradeToH2(br, bw, st, c)
 				}
-				e := st.peer
-				st.peer = nil
-				return p.bridgeH1toH2(ctx, br, bw, st, t, route, c, e)
+				return p.bridgeH1toH2(ctx, br, bw, st, t, route, c, nil, prio)
 			}
-			again := retry && res != done && res != failBodySent && p.shouldRetry(route, res)
-			if retry {
-				c.Breaker.Release(circuitbreak.Retries)
-			}
-			if !again {
-				break
-			}
+		}
+		st.try.reset(retries, replay && prio < len(route.Fallback))
+		res, next := p.tryClusterH1(ctx, br, bw, st, t, route, c, now, deadline)
+		if res == toPeer {
+			// A peer sidecar's inbound listener speaks HTTP/2: the general path
+			// takes over with the endpoint already picked (and its own retries).
+			e := st.peer
+			st.peer = nil
+			return p.bridgeH1toH2(ctx, br, bw, st, t, route, c, e, prio)
 		}
 		last = res
 		if res == done {
 			st.code = st.resp.status
+			p.countFallback(prio)
 			// The upstream connection's fate (st.resp.close) is not the client's.
 			return !req.close && st.resp.status != 0
 		}
-		// Fallback: next cluster in priority order while the request can be replayed.
-		if res == failBodySent || res == failProtocol || res == failBadBody || fb >= len(route.Fallback) || (!bodyless && res != failConnect && res != failOverflow) {
+		// A body that was not kept may still go to a fallback when nothing of
+		// it was sent.
+		unsent := res == failConnect || res == failOverflow || res == failNoHost
+		if next != stepFallback && (replay || !unsent || prio >= len(route.Fallback)) {
 			break
-		}
-		c = route.Fallback[fb]
-		st.cluster = c.Name
-		fb++
-		if c.HTTP2 && st.upgrade {
-			return p.upgradeToH2(br, bw, st, c)
-		}
-		if c.HTTP2 {
-			return p.bridgeH1toH2(ctx, br, bw, st, t, route, c, nil)
 		}
 	}
 	switch last {
@@ -276,83 +290,163 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 		p.localReply(bw, st, http.StatusServiceUnavailable, LocalOverflow, "upstream overflow", true)
 	case failProtocol:
 		p.localReply(bw, st, http.StatusBadGateway, LocalUpstreamProtocol, "invalid response from upstream: "+st.upErr.Error(), true)
+	case failStatus: // dropped for a retry the connection's end then cut short
+		p.localReply(bw, st, st.lastStatus, LocalRetries, "upstream failed after retries", true)
 	default:
 		p.localReply(bw, st, http.StatusServiceUnavailable, LocalUpstreamConnect, "upstream connect error or disconnect/reset before headers", true)
 	}
 	return false
 }
 
-func (p *Proxy) shouldRetry(r *dataplane.Route, res outcome) bool {
-	if r.Retry == nil {
-		return false
+// tryClusterH1 makes the attempts on c: the first, then the retries the route's
+// policy, the breaker and the route timeout allow. next says whether the
+// request goes on to the next priority.
+func (p *Proxy) tryClusterH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer, st *h1state, t *Target,
+	route *dataplane.Route, c *cluster.Cluster, now, deadline time.Time) (outcome, step) {
+	for {
+		res, cause := p.exchangeH1(ctx, br, bw, st, t, route, c, now, deadline)
+		st.try.release(c)
+		var next step
+		switch res {
+		case done, toPeer, failBodySent, failProtocol, failBadBody:
+			return res, stepNone
+		case failStatus:
+			next = st.step // decided before the response was dropped
+		default:
+			next = p.decide(&st.try, route, c, cause, 0, deadline)
+		}
+		if next != stepRetry {
+			return res, next
+		}
+		if !sleep(&st.timer, st.try.wait, ctx.Done()) {
+			st.try.release(c)
+			return res, stepNone
+		}
+		st.try.attempt++
+		p.retries.Retries.Add(1)
+		now = time.Now()
 	}
-	switch res {
-	case failConnect, failOverflow:
-		return r.Retry.RetryConnect(false)
-	case failReset, failTimeout:
-		return r.Retry.RetryConnect(true)
-	case failStatus:
-		return true
-	}
-	return false
 }
 
-// exchangeH1 sends the request to one endpoint of c and forwards the response.
+// exchangeH1 sends the request to one endpoint of c and forwards the response,
+// or, when another attempt is to follow a failed status, drops it (st.step).
+// now is when the attempt starts (the per-try timeout runs from it).
 func (p *Proxy) exchangeH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.Writer, st *h1state, t *Target,
-	route *dataplane.Route, c *cluster.Cluster, deadline time.Time, mayRetry bool) outcome {
+	route *dataplane.Route, c *cluster.Cluster, now, deadline time.Time) (outcome, retryCause) {
 	req, resp := &st.req, &st.resp
 	resp.reset()
+	st.step = stepNone
 	var hash uint64
 	if c.Hashed {
 		hash = requestHash(route, &st.hdrs, t.Source)
 	}
-	e, err := c.Pick(hash)
+	e, err := c.PickAvoiding(hash, st.try.triedHosts())
 	if err != nil {
-		return failConnect
+		return failNoHost, causeLocal
 	}
+	st.try.add(e)
 	// A peer sidecar's inbound listener also speaks HTTP/1.1: an upgrade goes to it
 	// that way, since HTTP/2 has no upgrade without Extended CONNECT.
 	if e.Peer && !st.upgrade {
 		st.peer = e
-		return toPeer
+		return toPeer, causeLocal
 	}
 	if !c.Breaker.Acquire(circuitbreak.Requests) {
-		return failOverflow
+		return failOverflow, causeLocal
 	}
 	defer c.Breaker.Release(circuitbreak.Requests)
 	e.Begin()
 	defer e.End()
 	tryDeadline := deadline
 	if route.Retry != nil && route.Retry.PerTryTimeout > 0 {
-		if d := time.Now().Add(route.Retry.PerTryTimeout); tryDeadline.IsZero() || d.Before(tryDeadline) {
+		if d := now.Add(route.Retry.PerTryTimeout); tryDeadline.IsZero() || d.Before(tryDeadline) {
 			tryDeadline = d
 		}
 	}
-	bodyless := req.contentLength <= 0 && !req.chunked
+	replay := (req.contentLength <= 0 && !req.chunked) || st.kept
 	defer st.up.Store(nil)
 	for stale := 0; ; stale++ {
 		uc, reused, err := p.cfg.Pool.Get(ctx, c, e)
 		if err != nil {
 			if errors.Is(err, cluster.ErrOverflow) {
-				return failOverflow
+				return failOverflow, causeLocal
 			}
-			return failConnect
+			if ctx.Err() == nil {
+				c.Observe(e, outlier.ConnectFailed)
+			}
+			return failConnect, causeConnect
 		}
 		_ = uc.SetDeadline(tryDeadline)
 		st.up.Store(uc)
-		res, retryStale := p.roundTripH1(ctx, cbr, cbw, uc, st, reused && stale == 0 && bodyless, route, mayRetry, tryDeadline)
+		res, retryStale := p.roundTripH1(ctx, cbr, cbw, uc, st, reused && stale == 0 && replay, route, c, tryDeadline, deadline)
 		if retryStale {
 			uc.Close()
 			continue // a pooled connection the peer had closed: one fresh try, not a retry
 		}
-		return res
+		return res, p.observeH1(c, e, st, res, ctx)
+	}
+}
+
+// observeH1 reports the attempt's outcome to c's outlier detection (see
+// "Outcomes for outlier detection") and says what failed, for decide.
+func (p *Proxy) observeH1(c *cluster.Cluster, e *cluster.Endpoint, st *h1state, res outcome, ctx context.Context) retryCause {
+	if ctx.Err() != nil {
+		return causeReset // a drain cut it: not the host's doing
+	}
+	switch res {
+	case done, failStatus:
+		if s := st.resp.status; s >= 100 {
+			c.Observe(e, outlier.Outcome(s))
+		}
+		return causeStatus
+	case failTimeout:
+		c.Observe(e, outlier.Timeout)
+		return causeTimeout
+	case failReset, failBodySent, failProtocol:
+		c.Observe(e, outlier.Reset)
+	}
+	return causeReset
+}
+
+// keepBodyH1 reads a request body of known length, up to the replay bound, so
+// every attempt can send it again (st.kept). false kept: the body is not kept
+// (the reason counted) and goes once, from the connection. false ok: the client
+// went away while sending it.
+func (p *Proxy) keepBodyH1(br *bufio.Reader, st *h1state) (kept, ok bool) {
+	req := &st.req
+	switch {
+	case req.chunked:
+		p.retries.BodyNotBuffered[NotBufferedChunked].Add(1)
+		return false, true
+	case req.expect100 && !req.http10:
+		p.retries.BodyNotBuffered[NotBufferedExpect].Add(1)
+		return false, true
+	case req.contentLength > int64(p.cfg.MaxRetryBodyBytes):
+		p.retries.BodyNotBuffered[NotBufferedTooLarge].Add(1)
+		return false, true
+	}
+	bp := p.bodies.Get().(*[]byte)
+	*bp = (*bp)[:req.contentLength]
+	if _, err := io.ReadFull(br, *bp); err != nil {
+		p.bodies.Put(bp)
+		return false, false
+	}
+	st.body, st.kept = bp, true
+	return true, true
+}
+
+// dropBodyH1 gives a kept body's buffer back.
+func (p *Proxy) dropBodyH1(st *h1state) {
+	if st.body != nil {
+		p.bodies.Put(st.body)
+		st.body, st.kept = nil, false
 	}
 }
 
 // roundTripH1 writes the request on uc and forwards the response. retryStale is set
 // when a reused connection failed before any response byte and may be replaced.
 func (p *Proxy) roundTripH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.Writer, uc *cluster.Conn, st *h1state, mayBeStale bool,
-	route *dataplane.Route, mayRetry bool, tryDeadline time.Time) (res outcome, retryStale bool) {
+	route *dataplane.Route, c *cluster.Cluster, tryDeadline, deadline time.Time) (res outcome, retryStale bool) {
 	req, resp := &st.req, &st.resp
 	w := uc.W
 	req.writeRequestHeadKeep(w, st.upgrade)
@@ -399,7 +493,7 @@ func (p *Proxy) roundTripH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.W
 				// A final answer before the body was asked for: the client's body is
 				// still unsent, so neither connection can carry another message.
 				req.close = true
-				return p.forwardResponse(cbw, uc, st, route, false, false), false
+				return p.forwardResponse(cbw, uc, st, route, c, deadline, false, false), false
 			}
 			if !p.relayInterim(cbw, st) {
 				uc.Close()
@@ -412,7 +506,10 @@ func (p *Proxy) roundTripH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.W
 			return done, false
 		}
 	}
-	if !bodyDone {
+	switch {
+	case st.kept:
+		w.Write(*st.body) // a failed write shows at the flush
+	case !bodyDone:
 		var err error
 		if req.chunked {
 			err = copyChunked(w, cbr)
@@ -428,8 +525,9 @@ func (p *Proxy) roundTripH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.W
 			return failBodySent, false
 		}
 	}
+	sent := !bodyDone && !st.kept // the client's body is consumed: it cannot go again
 	if err := w.Flush(); err != nil {
-		return p.upstreamErr(uc, err, !bodyDone), mayBeStale && bodyDone
+		return p.upstreamErr(uc, err, sent), mayBeStale && !sent
 	}
 	// This first read is almost always EAGAIN before the netpoller's wait (the
 	// upstream has not answered yet). Waiting first instead (a syscall.RawConn.Read
@@ -440,7 +538,7 @@ func (p *Proxy) roundTripH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.W
 		_, err := uc.R.Peek(1)
 		if err != nil {
 			stale := mayBeStale && interim == 0 && (err == io.EOF || isReset(err))
-			return p.upstreamErr(uc, err, !bodyDone), stale
+			return p.upstreamErr(uc, err, sent), stale
 		}
 		if res, ok := p.readUpstreamHead(uc, st, &interim); !ok {
 			return res, false
@@ -458,7 +556,7 @@ func (p *Proxy) roundTripH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.W
 			return done, false
 		}
 	}
-	return p.forwardResponse(cbw, uc, st, route, mayRetry, true), false
+	return p.forwardResponse(cbw, uc, st, route, c, deadline, true, true), false
 }
 
 // MaxInterimResponses bounds the 1xx responses relayed before a final one; an
@@ -533,8 +631,8 @@ func isReset(err error) bool {
 }
 
 // upstreamErr closes uc and classifies its failure. A timeout is a timeout (504)
-// whether or not the request body was sent: a request with a body is never retried
-// (it has no retry budget), so failBodySent only marks resets after the body.
+// whether or not the request body was sent: a request whose body was not kept is
+// never retried, so failBodySent only marks resets after such a body.
 func (p *Proxy) upstreamErr(uc *cluster.Conn, err error, bodySent bool) outcome {
 	uc.Close()
 	if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -551,7 +649,9 @@ func isHead(req *msg) bool { return req.m1-req.m0 == 4 && string(req.buf[req.m0:
 // forwardResponse writes the head and body of st.resp to the client and releases uc:
 // back to the pool only when reusable, the message ended exactly where its framing
 // says and nothing more arrived.
-func (p *Proxy) forwardResponse(cbw *bufio.Writer, uc *cluster.Conn, st *h1state, route *dataplane.Route, canRetry, reusable bool) outcome {
+// canDrop allows a failed status to be dropped for another attempt (decide).
+func (p *Proxy) forwardResponse(cbw *bufio.Writer, uc *cluster.Conn, st *h1state, route *dataplane.Route, c *cluster.Cluster,
+	deadline time.Time, canDrop, reusable bool) outcome {
 	req, resp := &st.req, &st.resp
 	fr := resp.responseFraming(isHead(req))
 	noBody := fr == noContent
@@ -563,9 +663,10 @@ func (p *Proxy) forwardResponse(cbw *bufio.Writer, uc *cluster.Conn, st *h1state
 		reusable = false
 	}
 	reusable = reusable && !resp.close && !untilClose
-	if canRetry && route.Retry != nil && route.Retry.RetryStatus(resp.status) {
-		// Drop this response unread only if the caller still has attempts; it decides.
+	if canDrop && p.failedStatus(route, resp.status, st.try.fallback) && p.decideStatus(st, route, c, deadline) {
+		// Another attempt follows: drop this response.
 		// Draining keeps the connection; a long body is cheaper to close.
+		st.lastStatus = resp.status
 		if reusable && (noBody || (!chunked && n <= maxDiscard)) {
 			if noBody || n <= 0 {
 				p.release(uc)
@@ -593,6 +694,11 @@ func (p *Proxy) forwardResponse(cbw *bufio.Writer, uc *cluster.Conn, st *h1state
 	cbw.WriteString("\r\n")
 	resp.writeFields(cbw)
 	resp.chunked, resp.contentLength = chunked, n
+	if st.prio >= 0 {
+		cbw.WriteString(PriorityHeader + ": ")
+		cbw.WriteString(priorityValue(st.prio))
+		cbw.WriteString("\r\n")
+	}
 	if req.close || untilClose || dechunk {
 		cbw.WriteString("Connection: close\r\n")
 		req.close = true

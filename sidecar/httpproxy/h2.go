@@ -2,6 +2,7 @@ package httpproxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
+	"github.com/weft-mesh/weft/sidecar/outlier"
 )
 
 // serveH2Request is the HTTP/2 server's handler: it finds the connection's Target.
@@ -79,7 +81,7 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request, t *Target) {
 		io.WriteString(w, route.Direct.Body)
 		return
 	}
-	p.forward(w, r, t, route, route.Pick(p.cfg.Rand()), nil, &a)
+	p.forward(w, r, t, route, route.Pick(p.cfg.Rand()), nil, 0, &a)
 }
 
 // answer is what a request was answered with, for the Observer.
@@ -90,10 +92,11 @@ type answer struct {
 
 // forward sends r to c (then retries and fallbacks) and streams the response back.
 // pin, when set, is the endpoint of c the first attempt goes to (already picked by
-// the HTTP/1.1 path); later attempts pick again.
+// the HTTP/1.1 path); later attempts pick again. prio is c's priority (0: one of
+// the route's destinations, n: route.Fallback[n-1]); lower ones were tried.
 // a receives the cluster tried last and the status sent.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route *dataplane.Route, c *cluster.Cluster,
-	pin *cluster.Endpoint, a *answer) {
+	pin *cluster.Endpoint, prio int, a *answer) {
 	ctx := r.Context()
 	var cancel context.CancelFunc
 	timeout := route.Timeout
@@ -101,54 +104,91 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 	if g, ok := parseGRPCTimeout(r.Header.Get("Grpc-Timeout")); ok && (timeout == 0 || g < timeout) {
 		timeout, grpcTimeout = g, true
 	}
+	var deadline time.Time
 	if timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
+		deadline, _ = ctx.Deadline()
 	}
-	replayable := r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody
+	// A body is kept for replay (up to the bound) only where a retry or a
+	// fallback may need it.
+	hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
+	var rb *replayBuf
+	if hasBody {
+		keep := route.Retry != nil && route.Retry.NumRetries > 0 || len(route.Fallback) > prio
+		if keep && r.ContentLength > int64(p.cfg.MaxRetryBodyBytes) {
+			keep = false
+			p.retries.BodyNotBuffered[NotBufferedTooLarge].Add(1)
+		}
+		rb = p.newReplay(r.Body, keep)
+		defer rb.done()
+	}
+	replayable := func() bool { return !hasBody || rb.replayable() }
 	retries := 0
-	if route.Retry != nil && replayable {
+	if route.Retry != nil {
 		retries = route.Retry.NumRetries
 	}
-	clusters := append([]*cluster.Cluster{c}, route.Fallback...)
-	var lastErr error
-	var lastStatus int
-	for ci, c := range clusters {
-		if ci > 0 && !replayable && !errors.Is(lastErr, errNotSent) {
-			break
+	withPriority := len(route.Fallback) > 0
+	var tm *time.Timer
+	var last attemptResult
+	for first := true; prio <= len(route.Fallback); prio, first = prio+1, false {
+		if !first {
+			c = route.Fallback[prio-1]
 		}
 		a.cluster = c.Name
-		for attempt := 0; attempt <= retries; attempt++ {
-			if attempt > 0 && !c.Breaker.Acquire(circuitbreak.Retries) {
-				break
-			}
-			resp, err := p.roundTrip(ctx, r, t, route, c, pin)
+		var tr tries
+		tr.reset(retries, prio < len(route.Fallback))
+		next := stepNone
+		for {
+			last = p.roundTrip(ctx, r, rb, t, route, c, pin, &tr)
 			pin = nil
-			if attempt > 0 {
-				c.Breaker.Release(circuitbreak.Retries)
+			tr.release(c)
+			if !replayable() {
+				tr.retries, tr.fallback = 0, false
 			}
-			if err == nil {
-				last := attempt == retries && ci == len(clusters)-1
-				if !last && route.Retry != nil && route.Retry.RetryStatus(resp.StatusCode) && attempt < retries {
-					drain(resp)
-					lastStatus, lastErr = resp.StatusCode, nil
-					continue
+			if last.resp != nil {
+				resp := last.resp
+				next = stepNone
+				if gs, ok := grpcStatusOf(resp); ok {
+					next = p.decide(&tr, route, c, causeGRPC, gs, deadline)
+				} else {
+					next = p.decide(&tr, route, c, causeStatus, resp.StatusCode, deadline)
 				}
-				a.code = resp.StatusCode
-				p.copyResponse(w, resp, r.Method == http.MethodHead)
-				return
+				if next == stepNone {
+					if withPriority {
+						w.Header().Set(PriorityHeader, priorityValue(prio))
+					}
+					p.countFallback(prio)
+					a.code = resp.StatusCode
+					p.copyResponse(w, resp, r.Method == http.MethodHead)
+					return
+				}
+				drain(resp)
+			} else {
+				if r.Context().Err() != nil || deadlinePassed(ctx) {
+					next = stepNone
+					break
+				}
+				next = p.decide(&tr, route, c, last.cause, 0, deadline)
 			}
-			lastErr = err
-			if ctx.Err() != nil || deadlinePassed(ctx) {
+			if next != stepRetry {
 				break
 			}
-			if route.Retry == nil || !route.Retry.RetryConnect(!errors.Is(err, errNotSent)) || !replayable {
+			if !sleep(&tm, tr.wait, ctx.Done()) {
+				tr.release(c)
+				next = stepNone
 				break
 			}
+			tr.attempt++
+			p.retries.Retries.Add(1)
 		}
-		if ctx.Err() != nil || deadlinePassed(ctx) {
+		// A body not kept may still go to a fallback when nothing of it was sent.
+		if next != stepFallback && !(last.resp == nil && last.unsent && prio < len(route.Fallback) && ctx.Err() == nil) {
 			break
 		}
+	}
+	if tm != nil {
+		tm.Stop()
 	}
 	switch {
 	case deadlinePassed(ctx) && r.Context().Err() == nil:
@@ -158,13 +198,27 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 			w.Header().Set(TimeoutHeader, timeoutValue(route, true))
 		}
 		a.code = p.errorReply(w, r, http.StatusGatewayTimeout, LocalTimeout, "upstream request timeout")
-	case errors.Is(lastErr, cluster.ErrOverflow):
+	case last.cause == causeTimeout:
+		w.Header().Set(TimeoutHeader, timeoutValue(route, false))
+		a.code = p.errorReply(w, r, http.StatusGatewayTimeout, LocalTimeout, "upstream request timeout")
+	case errors.Is(last.err, cluster.ErrOverflow):
 		a.code = p.errorReply(w, r, http.StatusServiceUnavailable, LocalOverflow, "upstream overflow")
-	case lastStatus != 0:
-		a.code = p.errorReply(w, r, lastStatus, LocalRetries, "upstream failed after retries")
+	case last.resp != nil: // dropped for a retry cut short, or a fallback that did not happen
+		a.code = p.errorReply(w, r, last.resp.StatusCode, LocalRetries, "upstream failed after retries")
 	default:
 		a.code = p.errorReply(w, r, http.StatusServiceUnavailable, LocalUpstreamConnect, "upstream connect error or disconnect/reset before headers")
 	}
+}
+
+// grpcStatusOf is the grpc-status of a trailers-only gRPC response (in its
+// headers); false for any other response.
+func grpcStatusOf(resp *http.Response) (int, bool) {
+	v := resp.Header["Grpc-Status"]
+	if len(v) == 0 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v[0])
+	return n, err == nil
 }
 
 // deadlinePassed reports whether ctx's deadline has been reached. The upstream
@@ -182,7 +236,19 @@ func deadlinePassed(ctx context.Context) bool {
 // errNotSent marks failures before the request reached an upstream.
 var errNotSent = errors.New("request not sent")
 
-func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, t *Target, route *dataplane.Route, c *cluster.Cluster, pin *cluster.Endpoint) (*http.Response, error) {
+// attemptResult is one attempt of the general path: a response, or why none.
+type attemptResult struct {
+	resp   *http.Response
+	err    error
+	cause  retryCause // without resp
+	noHost bool       // the cluster had no host to pick
+	unsent bool       // nothing of the request left the sidecar
+}
+
+// roundTrip makes one attempt on c (on pin, else a host not in tr's tried ones
+// when there is one) and reports its outcome to c's outlier detection.
+func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, rb *replayBuf, t *Target, route *dataplane.Route, c *cluster.Cluster,
+	pin *cluster.Endpoint, tr *tries) attemptResult {
 	e := pin
 	if e == nil {
 		var hash uint64
@@ -190,19 +256,20 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, t *Target, route
 			hash = requestHash(route, httpHeaders{r: r}, t.Source)
 		}
 		var err error
-		if e, err = c.Pick(hash); err != nil {
-			return nil, fmt.Errorf("%w: %w", errNotSent, err)
+		if e, err = c.PickAvoiding(hash, tr.triedHosts()); err != nil {
+			return attemptResult{err: fmt.Errorf("%w: %w", errNotSent, err), cause: causeLocal, noHost: true, unsent: true}
 		}
 	}
+	tr.add(e)
 	if !c.Breaker.Acquire(circuitbreak.Requests) {
-		return nil, fmt.Errorf("%w: cluster %q: %w: max requests", errNotSent, c.Name, cluster.ErrOverflow)
+		return attemptResult{err: fmt.Errorf("%w: cluster %q: %w: max requests", errNotSent, c.Name, cluster.ErrOverflow), cause: causeLocal, unsent: true}
 	}
 	e.Begin()
-	cancel := context.CancelFunc(func() {})
+	tryCtx, cancel := ctx, context.CancelFunc(func() {})
 	if route.Retry != nil && route.Retry.PerTryTimeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, route.Retry.PerTryTimeout)
+		tryCtx, cancel = context.WithTimeout(ctx, route.Retry.PerTryTimeout)
 	}
-	out := r.Clone(ctx)
+	out := r.Clone(tryCtx)
 	out.RequestURI = ""
 	out.URL.Scheme = "http"
 	out.URL.Host = e.Address()
@@ -210,7 +277,12 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, t *Target, route
 	for _, k := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Transfer-Encoding"} {
 		out.Header.Del(k)
 	}
-	if r.ContentLength == 0 {
+	var body *replayReader
+	switch {
+	case rb != nil:
+		body = rb.reader()
+		out.Body = body
+	case r.ContentLength == 0:
 		out.Body = nil
 	}
 	var resp *http.Response
@@ -221,20 +293,50 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, t *Target, route
 		if isGRPC(r) || r.Header.Get("Te") == "trailers" {
 			out.Header.Set("Te", "trailers")
 		}
-		resp, err = p.roundTripH2(ctx, out, c, e)
+		resp, err = p.roundTripH2(tryCtx, out, c, e)
 	} else if out.Body == nil || out.ContentLength >= 0 {
-		resp, err = p.roundTripPool(ctx, out, c, e)
+		resp, err = p.roundTripPool(tryCtx, out, c, e)
 	} else {
 		resp, err = p.h1std.RoundTrip(out) // a body of unknown length: net/http chunks it
 	}
 	if err != nil {
+		perTry := tryCtx.Err() != nil && ctx.Err() == nil && !deadlinePassed(ctx)
 		cancel()
+		if body != nil {
+			body.Close() // a transport still reading it stops taking the client's bytes
+		}
 		e.End()
 		c.Breaker.Release(circuitbreak.Requests)
-		return nil, err
+		res := attemptResult{err: err, cause: causeReset, unsent: errors.Is(err, errNotSent) && (rb == nil || rb.consumed() == 0)}
+		switch {
+		case errors.Is(err, cluster.ErrOverflow):
+			res.cause = causeLocal
+		case perTry:
+			res.cause = causeTimeout
+			c.Observe(e, outlier.Timeout)
+		case ctx.Err() != nil:
+			// The client, a drain or the route timeout ended it: not the host's doing.
+		case errors.Is(err, errNotSent) && !errors.Is(err, errStaleConn):
+			res.cause = causeConnect
+			c.Observe(e, outlier.ConnectFailed)
+		default:
+			c.Observe(e, outlier.Reset)
+		}
+		return res
 	}
-	resp.Body = &releaseBody{ReadCloser: resp.Body, release: func() { cancel(); e.End(); c.Breaker.Release(circuitbreak.Requests) }}
-	return resp, nil
+	rbody := &releaseBody{ReadCloser: resp.Body, c: c, e: e, ctx: ctx,
+		release: func() { cancel(); e.End(); c.Breaker.Release(circuitbreak.Requests) }}
+	if gs := resp.Header["Grpc-Status"]; len(gs) > 0 {
+		if o, ok := grpcOutcome(gs[0]); ok {
+			c.Observe(e, o)
+		}
+	} else if resp.StatusCode == http.StatusOK && isGRPC(r) {
+		rbody.trailers = resp // grpc-status comes in the trailers: observed at the end
+	} else {
+		c.Observe(e, outlier.Outcome(resp.StatusCode))
+	}
+	resp.Body = rbody
+	return attemptResult{resp: resp}
 }
 
 // maxUnprocessedRetries bounds how often one attempt is resent on another HTTP/2
@@ -266,15 +368,41 @@ func (p *Proxy) roundTripH2(ctx context.Context, out *http.Request, c *cluster.C
 }
 
 // releaseBody ends the request's accounting when the response body is closed.
+// For a gRPC response whose grpc-status comes in the trailers (trailers set), it
+// reports that status, or a reset mid-body, to outlier detection then.
 type releaseBody struct {
 	io.ReadCloser
-	once    sync.Once
-	release func()
+	once     sync.Once
+	release  func()
+	c        *cluster.Cluster
+	e        *cluster.Endpoint
+	ctx      context.Context
+	trailers *http.Response
+	readErr  error // the first read error other than io.EOF
+}
+
+func (b *releaseBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && b.readErr == nil {
+		b.readErr = err
+	}
+	return n, err
 }
 
 func (b *releaseBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.once.Do(b.release)
+	b.once.Do(func() {
+		if t := b.trailers; t != nil && b.ctx.Err() == nil {
+			if b.readErr != nil {
+				b.c.Observe(b.e, outlier.Reset)
+			} else if gs := t.Trailer["Grpc-Status"]; len(gs) > 0 {
+				if o, ok := grpcOutcome(gs[0]); ok {
+					b.c.Observe(b.e, o)
+				}
+			}
+		}
+		b.release()
+	})
 	return err
 }
 
@@ -421,9 +549,10 @@ func parseGRPCTimeout(s string) (time.Duration, bool) {
 // bridgeH1toH2 serves an HTTP/1.1 request whose cluster speaks HTTP/2, or whose
 // picked endpoint is a peer sidecar, through the general path, writing the answer
 // back as HTTP/1.1.
-// pin, when set, is the (peer sidecar) endpoint the first attempt goes to.
+// pin, when set, is the (peer sidecar) endpoint the first attempt goes to; prio
+// is c's priority (forward).
 func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Writer, st *h1state, t *Target,
-	route *dataplane.Route, c *cluster.Cluster, pin *cluster.Endpoint) bool {
+	route *dataplane.Route, c *cluster.Cluster, pin *cluster.Endpoint, prio int) bool {
 	req := &st.req
 	// A copy, not a view of req.buf: the URL outlives this request inside the
 	// HTTP/2 client (HPACK's dynamic table keeps :path), and req.buf is overwritten
@@ -451,6 +580,10 @@ func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Wr
 		hr.Header.Set("Te", "trailers")
 	}
 	switch {
+	case st.kept:
+		// A copy: an abandoned attempt's transport may read it after st.body
+		// went back to its pool.
+		hr.Body = io.NopCloser(bytes.NewReader(bytes.Clone(*st.body)))
 	case req.chunked:
 		hr.ContentLength = -1
 		hr.Body = io.NopCloser(&chunkedReader{r: br})
@@ -473,10 +606,10 @@ func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Wr
 				ok = false
 			}
 		}()
-		p.forward(w, hr, t, route, c, pin, &a)
+		p.forward(w, hr, t, route, c, pin, prio, &a)
 		return w.finish()
 	}()
-	if req.chunked || req.contentLength > 0 {
+	if !st.kept && (req.chunked || req.contentLength > 0) {
 		// Whatever the upstream left unread makes the connection unusable.
 		if _, err := io.Copy(io.Discard, hr.Body); err != nil {
 			return false

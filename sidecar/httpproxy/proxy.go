@@ -115,6 +115,10 @@ type Config struct {
 	// Memory, when set and shedding, makes every new request answer 503 with
 	// header x-weft-overflow: memory (one atomic load per request).
 	Memory *overload.Memory
+	// MaxRetryBodyBytes bounds the request body kept for replay by retries and
+	// fallbacks; a longer body is sent once (counted). 0 means
+	// DefaultMaxRetryBodyBytes; MinMaxRetryBodyBytes..MaxMaxRetryBodyBytes.
+	MaxRetryBodyBytes int
 }
 
 // Defaults and bounds of Config.
@@ -188,6 +192,8 @@ type Proxy struct {
 	writers sync.Pool            // *bufio.Writer
 	ctx     context.Context
 	cancel  context.CancelFunc
+	retries RetryStats
+	bodies  sync.Pool // *[]byte of cap MaxRetryBodyBytes: request bodies kept for replay
 }
 
 // HTTP/2 upstream connections idle this long are closed; one silent for
@@ -269,6 +275,9 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.MaxURIBytes == 0 {
 		cfg.MaxURIBytes = min(DefaultMaxURIBytes, cfg.BufferSize-1024)
 	}
+	if cfg.MaxRetryBodyBytes == 0 {
+		cfg.MaxRetryBodyBytes = DefaultMaxRetryBodyBytes
+	}
 	switch {
 	case cfg.BufferSize < MinBufferSize || cfg.BufferSize > MaxBufferSize:
 		return nil, fmt.Errorf("httpproxy: BufferSize %d outside 4KiB..1MiB", cfg.BufferSize)
@@ -286,6 +295,8 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("httpproxy: H2StreamBuffer %d outside %d..%d", cfg.H2StreamBuffer, MinH2Buffer, MaxH2Buffer)
 	case cfg.H2ConnBuffer < MinH2Buffer || cfg.H2ConnBuffer > MaxH2Buffer:
 		return nil, fmt.Errorf("httpproxy: H2ConnBuffer %d outside %d..%d", cfg.H2ConnBuffer, MinH2Buffer, MaxH2Buffer)
+	case cfg.MaxRetryBodyBytes < MinMaxRetryBodyBytes || cfg.MaxRetryBodyBytes > MaxMaxRetryBodyBytes:
+		return nil, fmt.Errorf("httpproxy: MaxRetryBodyBytes %d outside %d..%d", cfg.MaxRetryBodyBytes, MinMaxRetryBodyBytes, MaxMaxRetryBodyBytes)
 	case cfg.H2MaxFrameSize < MinH2MaxFrameSize || cfg.H2MaxFrameSize > MaxH2MaxFrameSize:
 		return nil, fmt.Errorf("httpproxy: H2MaxFrameSize %d outside %d..%d", cfg.H2MaxFrameSize, MinH2MaxFrameSize, MaxH2MaxFrameSize)
 	}
@@ -294,6 +305,7 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Proxy{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel}
+	p.bodies.New = func() any { b := make([]byte, 0, cfg.MaxRetryBodyBytes); return &b }
 	dialer := &net.Dialer{}
 	var h2c http.Protocols
 	h2c.SetUnencryptedHTTP2(true) // prior-knowledge h2c only: plaintext until mTLS
