@@ -9,13 +9,16 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/grpc/xds"
 
 	"github.com/weft-mesh/weft/pilot/server/servertest"
@@ -40,9 +43,30 @@ type backend struct {
 	port int
 	gs   *grpc.Server
 	done chan struct{}
+	// fail makes every call answer UNAVAILABLE; calls counts them all.
+	fail  atomic.Bool
+	calls atomic.Int64
+	// A call whose payload is holdPayload reports on held, then waits for
+	// release (or its context).
+	held    chan struct{}
+	release chan struct{}
 }
 
-func (b *backend) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+const holdPayload = "hold"
+
+func (b *backend) UnaryCall(ctx context.Context, r *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	b.calls.Add(1)
+	if b.fail.Load() {
+		return nil, grpcstatus.Error(codes.Unavailable, b.id+" is failing")
+	}
+	if string(r.GetPayload().GetBody()) == holdPayload {
+		b.held <- struct{}{}
+		select {
+		case <-b.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	return &testgrpc.SimpleResponse{ServerId: b.id}, nil
 }
 
@@ -52,7 +76,8 @@ func startBackend(t *testing.T, id string) *backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &backend{id: id, port: lis.Addr().(*net.TCPAddr).Port, gs: grpc.NewServer(), done: make(chan struct{})}
+	b := &backend{id: id, port: lis.Addr().(*net.TCPAddr).Port, gs: grpc.NewServer(), done: make(chan struct{}),
+		held: make(chan struct{}, 16), release: make(chan struct{})}
 	testgrpc.RegisterTestServiceServer(b.gs, b)
 	go func() {
 		defer close(b.done)
