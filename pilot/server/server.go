@@ -20,6 +20,7 @@ import (
 
 	"github.com/weft-mesh/weft/pilot/api"
 	"github.com/weft-mesh/weft/pilot/status"
+	"github.com/weft-mesh/weft/pilot/status/outlieragg"
 	"github.com/weft-mesh/weft/pilot/store/boltstore"
 )
 
@@ -69,11 +70,14 @@ type StatusLimits struct {
 	Retention       time.Duration // how long a DISCONNECTED proxy stays listed
 	MaxDisconnected int           // DISCONNECTED proxies kept at most
 	MaxRevisions    int           // store revisions whose write time is kept
+	// MaxOutlierEntries bounds the ejection entries held from outlier reports
+	// over all proxies; 0 means outlieragg.DefaultMaxEntries.
+	MaxOutlierEntries int
 }
 
 // DefaultStatusLimits are the status tracker's production limits.
 func DefaultStatusLimits() StatusLimits {
-	return StatusLimits{Retention: 10 * time.Minute, MaxDisconnected: 10_000, MaxRevisions: 1024}
+	return StatusLimits{Retention: 10 * time.Minute, MaxDisconnected: 10_000, MaxRevisions: 1024, MaxOutlierEntries: outlieragg.DefaultMaxEntries}
 }
 
 func (c *Config) check() error {
@@ -159,9 +163,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return fmt.Errorf("registering go metrics: %w", err)
 	}
+	outliers := outlieragg.DefaultLimits()
+	if cfg.Status.MaxOutlierEntries != 0 {
+		outliers.MaxEntries = cfg.Status.MaxOutlierEntries
+	}
 	tracker, err := status.New(status.Config{
 		Logger: log.Named("status"), Registerer: reg, Retention: cfg.Status.Retention,
-		MaxDisconnected: cfg.Status.MaxDisconnected, MaxRevisions: cfg.Status.MaxRevisions,
+		MaxDisconnected: cfg.Status.MaxDisconnected, MaxRevisions: cfg.Status.MaxRevisions, Outliers: outliers,
 	})
 	if err != nil {
 		return fmt.Errorf("xDS status: %w", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/xds/ads"
 	"github.com/weft-mesh/weft/pilot/xds/gen"
 	"github.com/weft-mesh/weft/pilot/xds/meshcache"
+	"github.com/weft-mesh/weft/pilot/xds/outlierrpc"
 	"github.com/weft-mesh/weft/pilot/xds/publish"
 	"github.com/weft-mesh/weft/pilot/xds/sign"
 )
@@ -63,6 +64,10 @@ type XDSLimits struct {
 	// ManifestValidity is how long a signed manifest is valid; pilot re-signs at
 	// half of it.
 	ManifestValidity time.Duration
+
+	// MaxConcurrentReports bounds the outlier reports handled at once; one more
+	// is refused at once (reports are dropped first under load).
+	MaxConcurrentReports int
 }
 
 // DefaultXDSLimits are the limits pilot runs with.
@@ -71,7 +76,8 @@ func DefaultXDSLimits() XDSLimits {
 		Debounce: 100 * time.Millisecond, MaxDelay: time.Second, GenWorkers: 4, CurrentWait: meshcache.DefaultCurrentWait,
 		MaxUnacked: 64, SendTimeout: 30 * time.Second, RecvQueue: 16, MaxSubscriptions: 100_000, DiffCacheEntries: 4096,
 		MaxRecvMsgBytes: 4 << 20, MaxConcurrentStreams: 16,
-		ManifestValidity: sign.DefaultValidity,
+		ManifestValidity:     sign.DefaultValidity,
+		MaxConcurrentReports: outlierrpc.DefaultMaxConcurrent,
 	}
 }
 
@@ -89,7 +95,8 @@ func (l XDSLimits) check() error {
 		name string
 		v    int
 	}{{"GenWorkers", l.GenWorkers}, {"MaxUnacked", l.MaxUnacked}, {"RecvQueue", l.RecvQueue}, {"MaxSubscriptions", l.MaxSubscriptions},
-		{"DiffCacheEntries", l.DiffCacheEntries}, {"MaxRecvMsgBytes", l.MaxRecvMsgBytes}, {"MaxConcurrentStreams", int(l.MaxConcurrentStreams)}} {
+		{"DiffCacheEntries", l.DiffCacheEntries}, {"MaxRecvMsgBytes", l.MaxRecvMsgBytes}, {"MaxConcurrentStreams", int(l.MaxConcurrentStreams)},
+		{"MaxConcurrentReports", l.MaxConcurrentReports}} {
 		if n.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be > 0, got %d", n.name, n.v))
 		}
@@ -108,7 +115,8 @@ func (l XDSLimits) check() error {
 
 // ServeADS returns the built-in xDS server: store watch → compile → gen (checked
 // with the sidecar's own validation for Weft sidecars) → signed manifest per
-// sidecar (pilot/xds/publish) → ADS (SotW and delta) on env.Listener, reporting into env.Status.
+// sidecar (pilot/xds/publish) → ADS (SotW and delta) on env.Listener, reporting into env.Status;
+// beside ADS, the sidecars' outlier reports (pilot/xds/outlierrpc).
 func ServeADS(lim XDSLimits) XDSFunc {
 	return func(ctx context.Context, env XDSEnv) error {
 		defer env.Listener.Close()
@@ -155,6 +163,12 @@ func ServeADS(lim XDSLimits) XDSFunc {
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		)
 		srv.Register(gs)
+		// Outlier reports come on the sidecars' ADS connections (internal/outlierreport).
+		reports, err := outlierrpc.New(outlierrpc.Config{Status: env.Status, Logger: log.Named("outliers"), MaxConcurrent: lim.MaxConcurrentReports})
+		if err != nil {
+			return err
+		}
+		reports.Register(gs)
 
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()

@@ -15,6 +15,8 @@ type Conn struct {
 	t           *Tracker
 	id          string
 	node        *node.Node
+	peer        string // transport address of the stream ("" unknown)
+	serial      uint64 // unique per Tracker: which stream sent an outlier report
 	connectedAt time.Time
 
 	mu           sync.Mutex // guards the fields below
@@ -202,6 +204,7 @@ func (c *Conn) Disconnect(now time.Time) {
 	}
 	t.pruneLocked(now)
 	t.mu.Unlock()
+	t.dropOutliers(c)
 }
 
 // rollup is what per-revision counts need: whether the stream ended, its

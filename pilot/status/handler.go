@@ -28,8 +28,12 @@ import (
 //	GET /apis/status/v1/proxies/{node}
 //	GET /apis/status/v1/proxies/{node}/config_dump
 //	GET /apis/status/v1/revisions/{rev}   ({rev} may be "latest")
+//	GET /apis/status/v1/outliers          (outlieragg.View)
 func (t *Tracker) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /apis/status/v1/outliers", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, t.Outliers(t.cfg.Clock()))
+	})
 	mux.HandleFunc("GET /apis/status/v1/proxies", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"proxies": t.Proxies()})
 	})

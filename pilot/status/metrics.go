@@ -12,6 +12,9 @@ type metrics struct {
 	nacks       *prometheus.CounterVec
 	convergence prometheus.Histogram
 	connected   prometheus.Gauge
+
+	outlierReports *prometheus.CounterVec
+	outlierEntries prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -33,8 +36,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "weft_pilot_xds_connected_proxies", Help: "ADS streams open now.",
 		}),
+		outlierReports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_pilot_outlier_reports_total",
+			Help: "Outlier ejection reports from proxies, by result (accepted, invalid, unknown_node, rate_limited, full, busy).",
+		}, []string{"result"}),
+		outlierEntries: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "weft_pilot_outlier_entries", Help: "Ejection entries held from live outlier reports.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.pushes, m.pushBytes, m.nacks, m.convergence, m.connected} {
+	for _, c := range []prometheus.Collector{m.pushes, m.pushBytes, m.nacks, m.convergence, m.connected, m.outlierReports, m.outlierEntries} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("status: register metrics: %w", err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/pilot/status/outlieragg"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
 
@@ -40,6 +41,9 @@ type Config struct {
 	MaxDisconnected int                   // at most this many DISCONNECTED proxies are kept
 	MaxRevisions    int                   // store revisions whose write time is remembered
 	Clock           func() time.Time      // for the HTTP handler; nil = time.Now
+	// Outliers bounds the outlier report aggregate; zero means
+	// outlieragg.DefaultLimits.
+	Outliers outlieragg.Limits
 }
 
 func (c Config) check() error {
@@ -55,6 +59,11 @@ func (c Config) check() error {
 	case c.MaxRevisions <= 0:
 		return fmt.Errorf("status: Config.MaxRevisions must be > 0, got %d", c.MaxRevisions)
 	}
+	if c.Outliers != (outlieragg.Limits{}) {
+		if err := c.Outliers.Check(); err != nil {
+			return fmt.Errorf("status: Config.Outliers: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -68,6 +77,12 @@ type Tracker struct {
 	proxies   map[string]*Conn // node id -> latest connection of that node
 	gone      []goneEntry      // disconnected conns, oldest first (may hold replaced entries)
 	revisions []*revisionRec   // sorted by revision, at most cfg.MaxRevisions
+	serial    uint64           // last Conn.serial handed out
+
+	// omu guards outliers. Taken before t.mu or a Conn's mu, never while
+	// holding either.
+	omu      sync.Mutex
+	outliers *outlieragg.Aggregate
 }
 
 type goneEntry struct {
@@ -89,11 +104,18 @@ func New(cfg Config) (*Tracker, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
+	if cfg.Outliers == (outlieragg.Limits{}) {
+		cfg.Outliers = outlieragg.DefaultLimits()
+	}
+	agg, err := outlieragg.New(cfg.Outliers)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	return &Tracker{cfg: cfg, log: cfg.Logger, m: m, proxies: map[string]*Conn{}}, nil
+	return &Tracker{cfg: cfg, log: cfg.Logger, m: m, proxies: map[string]*Conn{}, outliers: agg}, nil
 }
 
 // RevisionWritten records when store revision rev was written (the store event
@@ -115,9 +137,16 @@ func (t *Tracker) RevisionWritten(rev int64, at time.Time) {
 
 // Connect starts tracking a new stream of n. A newer connection of the same node
 // replaces the older one's record.
-func (t *Tracker) Connect(n *node.Node, now time.Time) *Conn {
-	c := &Conn{t: t, id: n.ID, node: n, connectedAt: now, lastSeen: now, types: map[string]*typeRec{}}
+func (t *Tracker) Connect(n *node.Node, now time.Time) *Conn { return t.ConnectFrom(n, "", now) }
+
+// ConnectFrom is Connect for a stream from peer (its transport address, as
+// grpc-go's peer.Peer gives it): outlier reports for n are taken only from the
+// same peer ("" takes none).
+func (t *Tracker) ConnectFrom(n *node.Node, peer string, now time.Time) *Conn {
+	c := &Conn{t: t, id: n.ID, node: n, peer: peer, connectedAt: now, lastSeen: now, types: map[string]*typeRec{}}
 	t.mu.Lock()
+	t.serial++
+	c.serial = t.serial
 	t.proxies[n.ID] = c
 	t.pruneLocked(now)
 	t.mu.Unlock()

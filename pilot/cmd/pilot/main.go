@@ -37,6 +37,11 @@ func run() int {
 	fs.IntVar(&lim.MaxUnacked, "xds-max-unacked", lim.MaxUnacked, "responses a proxy may leave unanswered before its stream is cut")
 	fs.DurationVar(&lim.SendTimeout, "xds-send-timeout", lim.SendTimeout, "a proxy that does not read a response within this is cut")
 	fs.DurationVar(&lim.ManifestValidity, "manifest-validity", lim.ManifestValidity, "validity of each sidecar's signed manifest (re-signed at half)")
+	fs.IntVar(&lim.MaxConcurrentReports, "xds-max-concurrent-reports", lim.MaxConcurrentReports,
+		"outlier reports handled at once; one more is refused at once (reports are dropped first under load)")
+	cfg.Status = server.DefaultStatusLimits()
+	fs.IntVar(&cfg.Status.MaxOutlierEntries, "outlier-max-entries", cfg.Status.MaxOutlierEntries,
+		"ejection entries pilot holds from outlier reports over all proxies; a report past it is refused")
 	level := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	jsonLogs := fs.Bool("log-json", false, "log as JSON")
 	showVersion := fs.Bool("version", false, "print the version and exit")

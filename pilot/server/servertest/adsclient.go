@@ -214,6 +214,10 @@ func (c *Client) Err() error {
 	return c.err
 }
 
+// Conn is the client's gRPC connection (to send other RPCs on the stream's
+// transport, as a sidecar sends outlier reports).
+func (c *Client) Conn() *grpc.ClientConn { return c.cc }
+
 // Close ends the stream and waits for the client's goroutine.
 func (c *Client) Close() {
 	c.cancel()

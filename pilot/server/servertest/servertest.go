@@ -19,6 +19,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/api"
 	"github.com/weft-mesh/weft/pilot/server"
 	"github.com/weft-mesh/weft/pilot/status"
+	"github.com/weft-mesh/weft/pilot/status/outlieragg"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -36,9 +37,10 @@ type Pilot struct {
 
 // Options tune Start; the zero value is fine.
 type Options struct {
-	Limits  *server.XDSLimits // nil: DefaultXDSLimits with a short debounce
-	Logger  hclog.Logger      // nil: a null logger
-	DataDir string            // "": t.TempDir()
+	Limits  *server.XDSLimits    // nil: DefaultXDSLimits with a short debounce
+	Logger  hclog.Logger         // nil: a null logger
+	DataDir string               // "": t.TempDir()
+	Status  *server.StatusLimits // nil: DefaultStatusLimits
 }
 
 // Start runs pilot until the test ends (Stop is registered with t.Cleanup).
@@ -55,6 +57,10 @@ func Start(t testing.TB, o Options) *Pilot {
 	if o.DataDir == "" {
 		o.DataDir = t.TempDir()
 	}
+	st := server.DefaultStatusLimits()
+	if o.Status != nil {
+		st = *o.Status
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	admin, xds := make(chan net.Addr, 1), make(chan net.Addr, 1)
 	p := &Pilot{DataDir: o.DataDir, cancel: cancel, done: make(chan error, 1), tr: &http.Transport{}}
@@ -62,7 +68,7 @@ func Start(t testing.TB, o Options) *Pilot {
 	go func() {
 		p.done <- server.Run(ctx, server.Config{
 			DataDir: o.DataDir, AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", Logger: o.Logger,
-			XDS: server.ServeADS(lim), OnReady: func(a net.Addr) { admin <- a }, OnXDSReady: func(a net.Addr) { xds <- a },
+			Status: st, XDS: server.ServeADS(lim), OnReady: func(a net.Addr) { admin <- a }, OnXDSReady: func(a net.Addr) { xds <- a },
 		})
 	}()
 	for p.AdminURL == "" || p.XDSAddr == "" {
@@ -180,6 +186,20 @@ func (p *Pilot) Revision(t testing.TB, rev int64) status.RevisionStatus {
 		t.Fatalf("revision status: %v", err)
 	}
 	return rs
+}
+
+// Outliers reads the outlier aggregate (GET /apis/status/v1/outliers).
+func (p *Pilot) Outliers(t testing.TB) outlieragg.View {
+	t.Helper()
+	var v outlieragg.View
+	b, err := p.do(context.Background(), http.MethodGet, "/apis/status/v1/outliers", "", nil)
+	if err != nil {
+		t.Fatalf("outliers: %v", err)
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("outliers: %v", err)
+	}
+	return v
 }
 
 // WaitProxy waits up to d until node id is connected with a status cond accepts and

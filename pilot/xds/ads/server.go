@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -254,9 +255,18 @@ func (s *Server) open(ctx context.Context, p *corev3.Node, send func(proto.Messa
 		return nil, grpcstatus.Errorf(codes.Unavailable, "ads: connect %s: %v", n.ID, err)
 	}
 	st := &stream{s: s, ctx: ctx, log: s.log.With("node", n.ID, "stream", kind), nodeID: n.ID, watch: w, send: send,
-		conn: s.cfg.Status.Connect(n, s.cfg.Clock()), outstanding: map[string][]uint64{}}
+		conn: s.cfg.Status.ConnectFrom(n, peerAddr(ctx), s.cfg.Clock()), outstanding: map[string][]uint64{}}
 	st.log.Debug("stream opened")
 	return st, nil
+}
+
+// peerAddr is the stream's transport address: outlier reports for its node are
+// taken only from the same address (status.Tracker.ReportOutliers).
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
 }
 
 func (st *stream) close(err error) {
