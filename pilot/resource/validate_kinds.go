@@ -284,7 +284,12 @@ func validateOutlierDetection(c *collector, p path, od *OutlierDetection) {
 	}
 	if fp := od.FailurePercentage; fp != nil {
 		pp := p.child("failurePercentage")
-		checkWholePercent(c, pp.child("threshold"), fp.Threshold)
+		if fp.Threshold == 0 {
+			// Every host's failure percentage is ≥ 0: all would be ejected.
+			c.add(pp.child("threshold"), "required: a whole percent 1..100 (0 would eject every host)")
+		} else {
+			checkWholePercent(c, pp.child("threshold"), fp.Threshold)
+		}
 		checkNonNegative(c, pp.child("minHosts"), fp.MinHosts)
 		checkNonNegative(c, pp.child("requestVolume"), fp.RequestVolume)
 	}

@@ -135,6 +135,12 @@ func decodeCluster(m *clusterv3.Cluster) (*Cluster, error) {
 				b.MinConcurrency = v.GetValue() // 0 is legal: the percent alone
 			}
 			c.Budget = b
+			if t.GetMaxRetries() == nil {
+				// Envoy: a retry budget replaces the max_retries breaker. Weft
+				// bounds retries by both when both are given, so an absent
+				// max_retries must not cap the budget at its default of 3.
+				c.Limits.MaxRetries = math.MaxUint32
+			}
 		}
 	}
 	if od := m.GetOutlierDetection(); od != nil {

@@ -161,7 +161,24 @@ func TestDecodeRetryBudget(t *testing.T) {
 			if d := cmp.Diff(tc.want, c.Budget); d != "" {
 				t.Errorf("budget (-want +got):\n%s", d)
 			}
+			wantRetries := uint32(3) // Envoy's default max_retries
+			if tc.want != nil {
+				wantRetries = math.MaxUint32 // the budget alone, as in Envoy
+			}
+			if c.Limits.MaxRetries != wantRetries {
+				t.Errorf("MaxRetries = %d, want %d", c.Limits.MaxRetries, wantRetries)
+			}
 		})
+	}
+	// An explicit max_retries stays, and bounds the budget too.
+	c := withBudget(&clusterv3.CircuitBreakers_Thresholds_RetryBudget{})
+	c.CircuitBreakers.Thresholds[1].MaxRetries = u32(7)
+	got, err := decodeCluster(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Limits.MaxRetries != 7 || got.Budget == nil {
+		t.Errorf("MaxRetries %d Budget %v, want 7 and a budget", got.Limits.MaxRetries, got.Budget)
 	}
 }
 

@@ -319,9 +319,12 @@ type Cluster struct {
 	ConnectTimeout time.Duration
 	HTTP2          bool // upstream speaks HTTP/2 (h2c until mTLS)
 	Limits         Thresholds
-	Outlier        *Outlier     // nil: outlier detection off
-	Budget         *RetryBudget // nil: no budget (Limits.MaxRetries alone)
-	RateLimit      *RateLimit   // nil: none
+	Outlier        *Outlier // nil: outlier detection off
+	// Budget nil: no budget (Limits.MaxRetries alone). Set: retries are bounded by
+	// the budget and by Limits.MaxRetries, which is math.MaxUint32 (no bound) when
+	// max_retries is absent, so the budget alone applies as in Envoy.
+	Budget    *RetryBudget
+	RateLimit *RateLimit // nil: none
 	// PanicThreshold is common_lb_config.healthy_panic_threshold in percent (Envoy's
 	// default 50): below this share of healthy hosts the picker ignores health and
 	// ejections. 0 disables panic mode.

@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -142,6 +143,9 @@ func TestResilienceReachesSidecar(t *testing.T) {
 		{"retry budget defaults", `{service: reviews, connectionPool: {retryBudget: {percent: 20}}}`, func(t *testing.T, c *xdsresource.Cluster) {
 			if d := cmp.Diff(&xdsresource.RetryBudget{Percent: 20, MinConcurrency: 3}, c.Budget); d != "" {
 				t.Errorf("budget (-want +got):\n%s", d)
+			}
+			if c.Limits.MaxRetries != math.MaxUint32 {
+				t.Errorf("MaxRetries = %d: without maxRetries the budget alone bounds retries (as in Envoy)", c.Limits.MaxRetries)
 			}
 		}},
 		{"retry budget set", `{service: reviews, connectionPool: {maxRetries: 5, retryBudget: {percent: 12.5, minConcurrency: 1}}}`, func(t *testing.T, c *xdsresource.Cluster) {
