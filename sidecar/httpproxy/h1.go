@@ -270,7 +270,6 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 		last = res
 		if res == done {
 			st.code = st.resp.status
-			p.countFallback(prio)
 			// The upstream connection's fate (st.resp.close) is not the client's.
 			return !req.close && st.resp.status != 0
 		}
@@ -695,6 +694,7 @@ func (p *Proxy) forwardResponse(cbw *bufio.Writer, uc *cluster.Conn, st *h1state
 	resp.writeFields(cbw)
 	resp.chunked, resp.contentLength = chunked, n
 	if st.prio >= 0 {
+		p.countFallback(st.prio) // before the client can see the answer
 		cbw.WriteString(PriorityHeader + ": ")
 		cbw.WriteString(priorityValue(st.prio))
 		cbw.WriteString("\r\n")

@@ -27,6 +27,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type sidecar struct {
 	Addr netip.AddrPort
 	snap atomic.Pointer[dataplane.Config]
+	hp   *httpproxy.Proxy
 	// shutdown ends the listener's Serve (drain, close) and waits for it; the
 	// test's cleanup calls it too.
 	shutdown func()
@@ -105,6 +106,7 @@ func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOp
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.hp = hp
 	tp, err := tcpproxy.New(tcpproxy.Config{Logger: log, Observer: o.tcpObs})
 	if err != nil {
 		t.Fatal(err)

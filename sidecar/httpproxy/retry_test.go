@@ -1,0 +1,476 @@
+package httpproxy_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
+	"github.com/weft-mesh/weft/sidecar/httpproxy"
+	"github.com/weft-mesh/weft/sidecar/xdsresource"
+)
+
+// statusApp answers the i-th request with codes[i] (body "fail <code>") and every
+// later one with 200 and what it read of the body ("ok <n>").
+func statusApp(t *testing.T, codes ...int) *app {
+	var n atomic.Int64
+	return startApp(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if i := n.Add(1) - 1; int(i) < len(codes) {
+			w.WriteHeader(codes[i])
+			fmt.Fprintf(w, "fail %d", codes[i])
+			return
+		}
+		fmt.Fprintf(w, "ok %d", len(b))
+	})
+}
+
+// protos are the two ways a client reaches the sidecar: its own HTTP/1.1 path
+// and the general path (HTTP/2).
+var protos = []string{"HTTP/1.1", "HTTP/2.0"}
+
+func clientFor(t *testing.T, proto string) *http.Client {
+	if proto == "HTTP/2.0" {
+		return h2cClient(t)
+	}
+	return client(t)
+}
+
+func withFallback(r *routev3.Route, fb ...any) *routev3.Route {
+	s, _ := structpb.NewStruct(map[string]any{"clusters": fb})
+	r.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{xdsresource.FallbackMetadataKey: s}}
+	return r
+}
+
+func TestRetryOnStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		retryOn    string
+		retries    uint32
+		codes      []int
+		wantStatus int
+		wantBody   string
+		wantTries  int64
+	}{
+		{"5xx retries 500", "5xx", 3, []int{500}, 200, "ok 0", 2},
+		{"5xx retries 501 and 503", "5xx", 3, []int{501, 503}, 200, "ok 0", 3},
+		{"5xx forwards 409", "5xx", 3, []int{409}, 409, "fail 409", 1},
+		{"gateway-error retries 502 503 504", "gateway-error", 3, []int{502, 503, 504}, 200, "ok 0", 4},
+		{"gateway-error forwards 500", "gateway-error", 3, []int{500}, 500, "fail 500", 1},
+		{"retriable-4xx retries 409", "retriable-4xx", 3, []int{409}, 200, "ok 0", 2},
+		{"retriable-4xx forwards 408", "retriable-4xx", 3, []int{408}, 408, "fail 408", 1},
+		{"retriable-4xx forwards 503", "retriable-4xx", 3, []int{503}, 503, "fail 503", 1},
+		{"exhausted forwards the last answer", "5xx", 2, []int{503, 502, 500, 503}, 500, "fail 500", 3},
+		{"reset alone forwards 503", "reset", 3, []int{503}, 503, "fail 503", 1},
+	} {
+		for _, proto := range protos {
+			t.Run(proto+" "+tc.name, func(t *testing.T) {
+				a := statusApp(t, tc.codes...)
+				ln := listen(t)
+				s := startSidecar(t, ln, oneRoute(addrOf(ln), retryRoute("app", tc.retryOn, tc.retries, 0, 0), map[string][]netip.AddrPort{"app": {a.ap()}}), sidecarOpts{})
+				resp, body := do(t, clientFor(t, proto), "GET", "http://"+s.Addr.String()+"/", "svc", "")
+				if resp.StatusCode != tc.wantStatus || body != tc.wantBody {
+					t.Errorf("got %d %q, want %d %q", resp.StatusCode, body, tc.wantStatus, tc.wantBody)
+				}
+				if n := a.reqs.Load(); n != tc.wantTries {
+					t.Errorf("app saw %d requests, want %d", n, tc.wantTries)
+				}
+				if got, want := s.hp.RetryStats().Retries.Load(), uint64(tc.wantTries-1); got != want {
+					t.Errorf("retries counted %d, want %d", got, want)
+				}
+			})
+		}
+	}
+}
+
+// resetOnce is a scripted HTTP/1.1 upstream: its first connection is reset after
+// the request head arrives; later ones answer 200 "ok". conns counts connections.
+func resetOnce(t *testing.T) (netip.AddrPort, *atomic.Int64) {
+	var conns atomic.Int64
+	a := dt.ServeTCP(t, func(c net.Conn) {
+		first := conns.Add(1) == 1
+		br := bufio.NewReader(c)
+		for {
+			for {
+				l, err := br.ReadSlice('\n')
+				if err != nil {
+					return
+				}
+				if len(l) <= 2 {
+					break
+				}
+			}
+			if first {
+				_ = c.(*net.TCPConn).SetLinger(0)
+				return // closed with a reset, no response
+			}
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+	})
+	return a, &conns
+}
+
+func TestRetryOnResetAndConnectFailure(t *testing.T) {
+	for _, proto := range protos {
+		for _, tc := range []struct {
+			name, retryOn string
+			dead          bool // the first host picked refuses connections
+			wantStatus    int
+			wantConns     int64 // connections the live upstream saw
+		}{
+			{"reset retried", "reset", false, 200, 2},
+			{"reset under 5xx", "5xx", false, 200, 2},
+			{"reset under gateway-error", "gateway-error", false, 200, 2},
+			{"reset not under connect-failure", "connect-failure", false, 503, 1},
+			{"reset not under retriable-4xx", "retriable-4xx", false, 503, 1},
+			{"connect failure retried on another host", "connect-failure", true, 200, 1},
+			{"connect failure under reset", "reset", true, 200, 1},
+			{"connect failure not under retriable-4xx", "retriable-4xx", true, 503, 0},
+		} {
+			t.Run(proto+" "+tc.name, func(t *testing.T) {
+				live, conns := resetOnce(t)
+				eps := []netip.AddrPort{live}
+				if tc.dead {
+					conns.Store(1) // no reset: the dead host is the failure
+					// Round robin picks the first endpoint first.
+					eps = []netip.AddrPort{deadAddr(t), live}
+				}
+				ln := listen(t)
+				s := startSidecar(t, ln, oneRoute(addrOf(ln), retryRoute("app", tc.retryOn, 2, 0, 0), map[string][]netip.AddrPort{"app": eps}), sidecarOpts{})
+				resp, body := do(t, clientFor(t, proto), "GET", "http://"+s.Addr.String()+"/", "svc", "")
+				if resp.StatusCode != tc.wantStatus {
+					t.Errorf("got %d %q, want %d", resp.StatusCode, body, tc.wantStatus)
+				}
+				if tc.wantStatus == 503 && resp.Header.Get(httpproxy.LocalHeader) != httpproxy.LocalUpstreamConnect {
+					t.Errorf("503 from %q, want the sidecar's %s", resp.Header.Get(httpproxy.LocalHeader), httpproxy.LocalUpstreamConnect)
+				}
+				got := conns.Load()
+				if tc.dead {
+					got--
+				}
+				if got != tc.wantConns {
+					t.Errorf("upstream saw %d connections, want %d", got, tc.wantConns)
+				}
+			})
+		}
+	}
+}
+
+// failingHealth fails the first fails Checks with code, then answers SERVING.
+type failingHealth struct {
+	healthpb.UnimplementedHealthServer
+	code  codes.Code
+	fails int64
+	calls atomic.Int64
+}
+
+func (h *failingHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if h.calls.Add(1) <= h.fails {
+		return nil, status.Error(h.code, "scripted failure")
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+// grpc-go server and client: a trailers-only error is retried by the gRPC status
+// names of retryOn, and only by its own.
+func TestRetryOnGRPCStatus(t *testing.T) {
+	for _, tc := range []struct {
+		retryOn string
+		code    codes.Code
+		retried bool
+	}{
+		{"cancelled", codes.Canceled, true},
+		{"deadline-exceeded", codes.DeadlineExceeded, true},
+		{"unavailable", codes.Unavailable, true},
+		{"resource-exhausted", codes.ResourceExhausted, true},
+		{"unavailable", codes.ResourceExhausted, false},
+		{"cancelled,deadline-exceeded,resource-exhausted", codes.Unavailable, false},
+		{"5xx", codes.Unavailable, false}, // HTTP status 200: not a 5xx
+		{"unavailable", codes.Internal, false},
+	} {
+		t.Run(tc.retryOn+" "+tc.code.String(), func(t *testing.T) {
+			h := &failingHealth{code: tc.code, fails: 1}
+			gln := listen(t)
+			srv := grpc.NewServer()
+			healthpb.RegisterHealthServer(srv, h)
+			done := make(chan struct{})
+			go func() { defer close(done); _ = srv.Serve(gln) }()
+			t.Cleanup(func() { srv.Stop(); <-done })
+
+			ln := listen(t)
+			res := dt.Resources{}
+			res.Add(xdsresource.ListenerType, dt.HTTPListener("outbound", addrOf(ln), "routes"))
+			res.Add(xdsresource.RouteType, dt.RouteConfig("routes", dt.VirtualHost("svc", []string{"svc", "svc:80"}, retryRoute("grpc", tc.retryOn, 2, 0, 0))))
+			res.Add(xdsresource.ClusterType, dt.EDSCluster("grpc", dt.ClusterOpts{HTTP2: true, Connect: time.Second}))
+			res.Add(xdsresource.EndpointType, dt.Endpoints("grpc", addrOf(gln)))
+			s := startSidecar(t, ln, res, sidecarOpts{})
+			cc, err := grpc.NewClient("passthrough:///"+s.Addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithAuthority("svc"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+			want, calls := codes.OK, int64(2)
+			if !tc.retried {
+				want, calls = tc.code, 1
+			}
+			if status.Code(err) != want {
+				t.Errorf("Check: %v, want %v", err, want)
+			}
+			if n := h.calls.Load(); n != calls {
+				t.Errorf("server saw %d calls, want %d", n, calls)
+			}
+		})
+	}
+}
+
+// lengthless hides a reader's length, so a client streams it (chunked on
+// HTTP/1.1, DATA frames without content-length on HTTP/2).
+type lengthless struct{ r io.Reader }
+
+func (l lengthless) Read(p []byte) (int, error) { return l.r.Read(p) }
+
+// A body at the replay bound is kept and retried; one byte past it is sent once,
+// its answer forwarded, and the reason counted.
+func TestRetryBodyBound(t *testing.T) {
+	const bound = httpproxy.MinMaxRetryBodyBytes
+	for _, proto := range protos {
+		for _, tc := range []struct {
+			name      string
+			size      int
+			streamed  bool // no Content-Length
+			retried   bool
+			reason    int
+			notCounts bool
+		}{
+			{"at the bound", bound, false, true, 0, true},
+			{"one past the bound", bound + 1, false, false, httpproxy.NotBufferedTooLarge, false},
+			{"streamed at the bound", bound, true, proto == "HTTP/2.0", httpproxy.NotBufferedChunked, proto == "HTTP/2.0"},
+			{"streamed one past the bound", bound + 1, true, false, map[string]int{"HTTP/1.1": httpproxy.NotBufferedChunked, "HTTP/2.0": httpproxy.NotBufferedTooLarge}[proto], false},
+		} {
+			t.Run(proto+" "+tc.name, func(t *testing.T) {
+				a := statusApp(t, 503)
+				ln := listen(t)
+				s := startSidecar(t, ln, oneRoute(addrOf(ln), retryRoute("app", "5xx", 2, 0, 0), map[string][]netip.AddrPort{"app": {a.ap()}}),
+					sidecarOpts{proxy: func(c *httpproxy.Config) { c.MaxRetryBodyBytes = bound }})
+				var body io.Reader = strings.NewReader(strings.Repeat("b", tc.size))
+				if tc.streamed {
+					body = lengthless{body}
+				}
+				req, err := http.NewRequest("POST", "http://"+s.Addr.String()+"/", body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Host = "svc"
+				resp, err := clientFor(t, proto).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				wantStatus, wantBody, wantReqs := 503, "fail 503", int64(1)
+				if tc.retried {
+					wantStatus, wantBody, wantReqs = 200, fmt.Sprintf("ok %d", tc.size), 2
+				}
+				if resp.StatusCode != wantStatus || string(got) != wantBody {
+					t.Errorf("got %d %q, want %d %q", resp.StatusCode, got, wantStatus, wantBody)
+				}
+				if n := a.reqs.Load(); n != wantReqs {
+					t.Errorf("app saw %d requests, want %d", n, wantReqs)
+				}
+				st := s.hp.RetryStats()
+				var total uint64
+				for i := range httpproxy.NotBufferedReasons {
+					total += st.BodyNotBuffered[i].Load()
+				}
+				switch {
+				case tc.notCounts && total != 0:
+					t.Errorf("counted %d bodies not kept, want none", total)
+				case !tc.notCounts && (total != 1 || st.BodyNotBuffered[tc.reason].Load() != 1):
+					t.Errorf("not-kept counts %d in all, %d for %q; want 1 for it", total, st.BodyNotBuffered[tc.reason].Load(), httpproxy.NotBufferedReasons[tc.reason])
+				}
+			})
+		}
+	}
+}
+
+// Every retry goes to a host not yet tried while there is one.
+func TestRetryNeverRepeatsHost(t *testing.T) {
+	for _, proto := range protos {
+		t.Run(proto, func(t *testing.T) {
+			apps := []*app{statusApp(t, 503, 503, 503, 503, 503), statusApp(t, 503, 503, 503, 503, 503), statusApp(t, 503, 503, 503, 503, 503)}
+			var eps []netip.AddrPort
+			for _, a := range apps {
+				eps = append(eps, a.ap())
+			}
+			ln := listen(t)
+			s := startSidecar(t, ln, oneRoute(addrOf(ln), retryRoute("app", "5xx", 2, 0, 0), map[string][]netip.AddrPort{"app": eps}), sidecarOpts{})
+			c := clientFor(t, proto)
+			for i := range 5 {
+				resp, _ := do(t, c, "GET", "http://"+s.Addr.String()+"/", "svc", "")
+				if resp.StatusCode != 503 {
+					t.Fatalf("request %d: %d, want the last 503", i, resp.StatusCode)
+				}
+				for j, a := range apps {
+					if n := a.reqs.Load(); n != int64(i+1) {
+						t.Fatalf("after request %d: host %d saw %d requests, want %d (one per request)", i, j, n, i+1)
+					}
+				}
+			}
+		})
+	}
+}
+
+// When the route's destinations fail, the fallbacks are tried in order; the
+// answer names the priority that gave it.
+func TestFallbackOrderAndPriority(t *testing.T) {
+	for _, proto := range protos {
+		t.Run(proto, func(t *testing.T) {
+			fb1 := statusApp(t, 503, 503, 503)
+			fb2 := startApp(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "fb2") })
+			primary := startApp(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "primary") })
+			eps := map[string][]netip.AddrPort{"dead": {deadAddr(t)}, "fb1": {fb1.ap()}, "fb2": {fb2.ap()}, "primary": {primary.ap()}}
+			for _, rc := range []struct {
+				name     string
+				route    *routev3.Route
+				body     string
+				priority string // "" : no header
+				fb1Reqs  int64
+			}{
+				{"primary answers", withFallback(dt.PrefixRoute("/", "primary", 0), "fb1", "fb2"), "primary", "0", 0},
+				{"second fallback answers", withFallback(dt.PrefixRoute("/", "dead", 0), "fb1", "fb2"), "fb2", "2", 1},
+				{"first fallback on connect failure", withFallback(dt.PrefixRoute("/", "dead", 0), "fb2", "fb1"), "fb2", "1", 0},
+				{"retries then fallback", withFallback(retryRoute("fb1", "5xx", 1, 0, 0), "fb2"), "fb2", "1", 2},
+				{"no fallbacks, no header", dt.PrefixRoute("/", "primary", 0), "primary", "", 0},
+			} {
+				t.Run(rc.name, func(t *testing.T) {
+					before := fb1.reqs.Load()
+					ln := listen(t)
+					s := startSidecar(t, ln, oneRoute(addrOf(ln), rc.route, eps), sidecarOpts{})
+					resp, body := do(t, clientFor(t, proto), "GET", "http://"+s.Addr.String()+"/", "svc", "")
+					if resp.StatusCode != 200 || body != rc.body {
+						t.Errorf("got %d %q, want 200 %q", resp.StatusCode, body, rc.body)
+					}
+					if got, ok := resp.Header[http.CanonicalHeaderKey(httpproxy.PriorityHeader)]; rc.priority == "" && ok || rc.priority != "" && (len(got) != 1 || got[0] != rc.priority) {
+						t.Errorf("%s = %q, want %q", httpproxy.PriorityHeader, got, rc.priority)
+					}
+					if n := fb1.reqs.Load() - before; n != rc.fb1Reqs {
+						t.Errorf("fb1 saw %d requests, want %d", n, rc.fb1Reqs)
+					}
+					st := s.hp.RetryStats()
+					for prio := 1; prio < len(st.FallbackAnswered); prio++ {
+						want := uint64(0)
+						if rc.priority == fmt.Sprint(prio) {
+							want = 1
+						}
+						if got := st.FallbackAnswered[prio].Load(); got != want {
+							t.Errorf("answers counted for priority %d: %d, want %d", prio, got, want)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// The route timeout bounds every try and back-off together; a retry whose
+// back-off would pass it is not made and the answer in hand is forwarded.
+func TestRouteTimeoutBoundsRetries(t *testing.T) {
+	slow := startApp(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	for _, proto := range protos {
+		t.Run(proto+" per-try timeouts", func(t *testing.T) {
+			before := slow.reqs.Load()
+			ln := listen(t)
+			s := startSidecar(t, ln, oneRoute(addrOf(ln), retryRoute("slow", "5xx", 10, 300*time.Millisecond, 100*time.Millisecond),
+				map[string][]netip.AddrPort{"slow": {slow.ap()}}), sidecarOpts{})
+			start := time.Now()
+			resp, _ := do(t, clientFor(t, proto), "GET", "http://"+s.Addr.String()+"/", "svc", "")
+			took := time.Since(start)
+			if resp.StatusCode != 504 || resp.Header.Get(httpproxy.TimeoutHeader) != "route=300ms" {
+				t.Errorf("got %d %s=%q, want 504 route=300ms", resp.StatusCode, httpproxy.TimeoutHeader, resp.Header.Get(httpproxy.TimeoutHeader))
+			}
+			// 11 tries of 100ms would take over a second.
+			if took < 300*time.Millisecond || took > 900*time.Millisecond {
+				t.Errorf("answered after %v, want about the route timeout (300ms)", took)
+			}
+			if n := slow.reqs.Load() - before; n < 2 || n > 3 {
+				t.Errorf("upstream saw %d tries, want 2 or 3 in 300ms of 100ms tries", n)
+			}
+		})
+		t.Run(proto+" back-off past the route timeout", func(t *testing.T) {
+			a := statusApp(t, 503)
+			r := retryRoute("app", "5xx", 3, 400*time.Millisecond, 0)
+			// The first back-off is below 1h: nearly always past 400ms.
+			r.GetRoute().RetryPolicy.RetryBackOff = &routev3.RetryPolicy_RetryBackOff{BaseInterval: durationpb.New(time.Hour)}
+			ln := listen(t)
+			s := startSidecar(t, ln, oneRoute(addrOf(ln), r, map[string][]netip.AddrPort{"app": {a.ap()}}),
+				sidecarOpts{proxy: func(c *httpproxy.Config) { c.Rand = func() uint64 { return uint64(time.Hour) - 1 } }})
+			start := time.Now()
+			resp, body := do(t, clientFor(t, proto), "GET", "http://"+s.Addr.String()+"/", "svc", "")
+			if resp.StatusCode != 503 || body != "fail 503" {
+				t.Errorf("got %d %q, want the upstream's 503", resp.StatusCode, body)
+			}
+			if took := time.Since(start); took > 300*time.Millisecond {
+				t.Errorf("answered after %v: it waited for a retry that could not fit", took)
+			}
+			if n := a.reqs.Load(); n != 1 {
+				t.Errorf("app saw %d requests, want 1", n)
+			}
+			if n := s.hp.RetryStats().RetriesNoTime.Load(); n != 1 {
+				t.Errorf("retries not made for time: %d, want 1", n)
+			}
+		})
+	}
+}
+
+// The breaker's retry limit (maxRetries) bounds retries: at 0 none is made, the
+// failed answer is forwarded and the refusal counted.
+func TestRetriesNeedABreakerToken(t *testing.T) {
+	for _, proto := range protos {
+		t.Run(proto, func(t *testing.T) {
+			a := statusApp(t, 503)
+			ln := listen(t)
+			c := dt.EDSCluster("app", dt.ClusterOpts{Connect: time.Second, MaxConns: 100})
+			c.CircuitBreakers.Thresholds[0].MaxRetries = wrapperspb.UInt32(0)
+			res := dt.Resources{}
+			res.Add(xdsresource.ListenerType, dt.HTTPListener("outbound", addrOf(ln), "routes"))
+			res.Add(xdsresource.RouteType, dt.RouteConfig("routes", dt.VirtualHost("svc", []string{"svc", "svc:80"}, retryRoute("app", "5xx", 3, 0, 0))))
+			res.Add(xdsresource.ClusterType, c)
+			res.Add(xdsresource.EndpointType, dt.Endpoints("app", a.ap()))
+			s := startSidecar(t, ln, res, sidecarOpts{})
+			resp, body := do(t, clientFor(t, proto), "GET", "http://"+s.Addr.String()+"/", "svc", "")
+			if resp.StatusCode != 503 || body != "fail 503" {
+				t.Errorf("got %d %q, want the upstream's 503", resp.StatusCode, body)
+			}
+			if n := a.reqs.Load(); n != 1 {
+				t.Errorf("app saw %d requests, want 1", n)
+			}
+			if n := s.hp.RetryStats().RetriesRefused.Load(); n != 1 {
+				t.Errorf("retries refused: %d, want 1", n)
+			}
+		})
+	}
+}
