@@ -27,7 +27,14 @@ import (
 //     host. These are ambiguous, not incomplete: no later apply can make the
 //     outcome well-defined, so pilot refuses rather than picking one silently.
 //     The later object in the sort order is the one reported.
+//   - WARNINGS: a field Weft sidecars do not enforce yet (NotEnforced), on every
+//     object that sets it.
 func ValidateSet(objs []*Object) (errs ErrorList, warnings []string) {
+	return validateSet(objs, NotEnforced)
+}
+
+// validateSet is ValidateSet with the not-enforced table as an argument (tests).
+func validateSet(objs []*Object, notEnforced map[string]string) (errs ErrorList, warnings []string) {
 	sorted := sortObjects(objs)
 	warn := func(o *Object, p path, detail string) {
 		warnings = append(warnings, (&FieldError{Object: o.Key().String(), Field: string(p), Detail: detail}).Error())
@@ -113,6 +120,7 @@ func ValidateSet(objs []*Object) (errs ErrorList, warnings []string) {
 				}
 			}
 		}
+		warnings = append(warnings, notEnforcedWarnings(o, notEnforced)...)
 	}
 	return errs, warnings
 }
