@@ -30,6 +30,9 @@ const (
 	DefaultDrainTimeout              = 5 * time.Second  // Istio's termination drain duration
 	DefaultMemoryLimit               = 256 << 20
 	DefaultMemoryHighWater           = 0.9
+	// DefaultMaxRetryBody is the longest request body kept for replay by
+	// retries and fallbacks (issue #8); a longer one is sent once.
+	DefaultMaxRetryBody = 64 << 10
 )
 
 // Bounds of the overload flags (the packages that apply them check the same).
@@ -52,6 +55,8 @@ const (
 	MaxMemoryLimit       = 1 << 40
 	MinMemoryHighWater   = 0.1
 	MaxMemoryHighWater   = 1.0
+	MinMaxRetryBody      = 1 << 10
+	MaxMaxRetryBody      = 16 << 20
 )
 
 // Limits are the sidecar's own overload bounds, validated, defaults applied.
@@ -75,6 +80,9 @@ type Limits struct {
 	DrainTimeout    time.Duration
 	MemoryLimit     int64   // bytes: the Go soft limit and the shedding base
 	MemoryHighWater float64 // fraction of MemoryLimit at which new requests are shed
+	// MaxRetryBody bounds the request body kept for replay by retries and
+	// fallbacks (bytes).
+	MaxRetryBody int
 }
 
 // DefaultLimits are the bounds with no flag given.
@@ -85,7 +93,7 @@ func DefaultLimits() Limits {
 		H2StreamBuffer: DefaultH2StreamBuffer, H2ConnBuffer: DefaultH2ConnBuffer, H2MaxFrameSize: DefaultH2MaxFrameSize,
 		ReadHeaderTimeout: DefaultReadHeaderTimeout, IdleTimeout: DefaultIdleTimeout, DefaultRouteTimeout: DefaultRouteTimeout,
 		DrainTimeout: DefaultDrainTimeout,
-		MemoryLimit:  DefaultMemoryLimit, MemoryHighWater: DefaultMemoryHighWater}
+		MemoryLimit:  DefaultMemoryLimit, MemoryHighWater: DefaultMemoryHighWater, MaxRetryBody: DefaultMaxRetryBody}
 }
 
 // FileLimits are the overload keys of the bootstrap file (and the flags' raw
@@ -108,6 +116,7 @@ type FileLimits struct {
 	DrainTimeout              string  `json:"drain-timeout,omitempty"`
 	MemoryLimit               string  `json:"memory-limit,omitempty"`
 	MemoryHighWater           float64 `json:"memory-high-water,omitempty"`
+	MaxRetryBody              string  `json:"max-retry-body,omitempty"`
 }
 
 // limitFlags registers the overload flags on fs, writing into l.
@@ -127,6 +136,7 @@ func limitFlags(fs *flag.FlagSet, l *FileLimits) {
 	fs.StringVar(&l.DefaultRouteTimeout, "default-route-timeout", "", "timeout of routes that set none; 0s disables (default 15s, Envoy's)")
 	fs.StringVar(&l.DrainTimeout, "drain-timeout", "", "on shutdown, time HTTP/2 streams get to finish after GOAWAY before connections are closed (default 5s)")
 	fs.StringVar(&l.MemoryLimit, "memory-limit", "", "memory ceiling: the Go soft limit and the base of --memory-high-water (default 256MiB)")
+	fs.StringVar(&l.MaxRetryBody, "max-retry-body", "", "longest request body kept for replay by retries and fallbacks; a longer one is sent once, not retried (default 64KiB)")
 	fs.Float64Var(&l.MemoryHighWater, "memory-high-water", 0, fmt.Sprintf("fraction of --memory-limit at which new requests are shed with 503 (default %v)", DefaultMemoryHighWater))
 }
 
@@ -148,7 +158,7 @@ func (l *FileLimits) override(cmd FileLimits, set map[string]bool) {
 		"h2-max-frame-size":   {&l.H2MaxFrameSize, &cmd.H2MaxFrameSize},
 		"read-header-timeout": {&l.ReadHeaderTimeout, &cmd.ReadHeaderTimeout}, "idle-timeout": {&l.IdleTimeout, &cmd.IdleTimeout},
 		"default-route-timeout": {&l.DefaultRouteTimeout, &cmd.DefaultRouteTimeout}, "memory-limit": {&l.MemoryLimit, &cmd.MemoryLimit},
-		"drain-timeout": {&l.DrainTimeout, &cmd.DrainTimeout},
+		"drain-timeout": {&l.DrainTimeout, &cmd.DrainTimeout}, "max-retry-body": {&l.MaxRetryBody, &cmd.MaxRetryBody},
 	}
 	for name, v := range strs {
 		if set[name] {
@@ -222,6 +232,7 @@ func (l FileLimits) Limits() (Limits, error) {
 		dur("default-route-timeout", l.DefaultRouteTimeout, true, MaxTimeout, &out.DefaultRouteTimeout),
 		dur("drain-timeout", l.DrainTimeout, false, MaxDrainTimeout, &out.DrainTimeout),
 		size("memory-limit", l.MemoryLimit, MinMemoryLimit, MaxMemoryLimit, func(n int64) { out.MemoryLimit = n }),
+		size("max-retry-body", l.MaxRetryBody, MinMaxRetryBody, MaxMaxRetryBody, toInt(&out.MaxRetryBody)),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Limits{}, err

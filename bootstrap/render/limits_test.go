@@ -46,6 +46,8 @@ func TestLimitFlagsAtBoundsAndOnePast(t *testing.T) {
 		{"memory-limit", "16MiB", "16383KiB", func(l Limits) bool { return l.MemoryLimit == 16<<20 }},
 		{"memory-limit", "1024GiB", "1025GiB", func(l Limits) bool { return l.MemoryLimit == 1<<40 }},
 		{"memory-limit", "268435456", "256MB", func(l Limits) bool { return l.MemoryLimit == 256<<20 }},
+		{"max-retry-body", "1KiB", "1023", func(l Limits) bool { return l.MaxRetryBody == 1<<10 }},
+		{"max-retry-body", "16MiB", "16385KiB", func(l Limits) bool { return l.MaxRetryBody == 16<<20 }},
 		{"memory-high-water", "0.1", "0.09", func(l Limits) bool { return l.MemoryHighWater == 0.1 }},
 		{"memory-high-water", "1", "1.01", func(l Limits) bool { return l.MemoryHighWater == 1 }},
 	}

@@ -262,7 +262,8 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	hp, err := httpproxy.New(httpproxy.Config{Logger: plog, Pool: pool, Degraded: rt.Degraded, Observer: reqs,
 		BufferSize: lim.BufferSize, MaxHeaderBytes: lim.MaxHeaderBytes, MaxHeaderFields: lim.MaxHeaderFields,
 		IdleTimeout: lim.IdleTimeout, ReadHeaderTimeout: lim.ReadHeaderTimeout, MaxConcurrentStreams: lim.MaxConcurrentStreams,
-		H2StreamBuffer: lim.H2StreamBuffer, H2ConnBuffer: lim.H2ConnBuffer, H2MaxFrameSize: lim.H2MaxFrameSize, Memory: mem})
+		H2StreamBuffer: lim.H2StreamBuffer, H2ConnBuffer: lim.H2ConnBuffer, H2MaxFrameSize: lim.H2MaxFrameSize, Memory: mem,
+		MaxRetryBodyBytes: lim.MaxRetryBody})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
@@ -288,6 +289,11 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	reg.MustRegister(oc)
+	rc, err := admin.NewRetryCollector(hp.RetryStats())
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	reg.MustRegister(rc)
 	reg.MustRegister(admin.NewXDSCollector(client.Status))
 	adm, err := admin.New(admin.Config{Logger: log.Named("admin"), Runtime: rt, XDS: client.Status, Gatherer: reg, Requests: reqs, Pprof: s.Pprof})
 	if err != nil {
@@ -478,5 +484,6 @@ func limitGauges(l render.Limits) map[string]float64 {
 		"default_route_timeout_seconds": l.DefaultRouteTimeout.Seconds(),
 		"drain_timeout_seconds":         l.DrainTimeout.Seconds(),
 		"memory_high_water_fraction":    l.MemoryHighWater,
+		"max_retry_body_bytes":          float64(l.MaxRetryBody),
 	}
 }

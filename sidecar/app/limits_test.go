@@ -52,6 +52,9 @@ func TestFlagDefaultsAndBoundsAreThePackages(t *testing.T) {
 		{"drain timeout", int64(render.DefaultDrainTimeout), int64(listener.DefaultDrainTimeout)},
 		{"drain timeout max", int64(render.MaxDrainTimeout), int64(listener.MaxDrainTimeout)},
 		{"memory limit min", render.MinMemoryLimit, overload.MinMemoryLimit},
+		{"retry body", render.DefaultMaxRetryBody, httpproxy.DefaultMaxRetryBodyBytes},
+		{"retry body min", render.MinMaxRetryBody, httpproxy.MinMaxRetryBodyBytes},
+		{"retry body max", render.MaxMaxRetryBody, httpproxy.MaxMaxRetryBodyBytes},
 		{"memory limit max", render.MaxMemoryLimit, overload.MaxMemoryLimit},
 	} {
 		if c.flag != c.pkg {
