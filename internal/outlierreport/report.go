@@ -57,14 +57,15 @@ const (
 )
 
 // Detector names the outlier detector that ejected a host (Envoy's ejection
-// types). The String form is the API's camelCase name.
+// types). The String form is the API's field name (outlierDetection.*), as
+// sidecar/outlier.Kind's.
 type Detector uint8
 
 // Detectors. Zero is invalid on the wire.
 const (
 	Consecutive5xx Detector = 1 + iota
-	ConsecutiveGatewayFailure
-	ConsecutiveLocalOriginFailure
+	ConsecutiveGatewayErrors
+	ConsecutiveLocalOriginFailures
 	SuccessRate
 	SuccessRateLocalOrigin
 	FailurePercentage
@@ -73,13 +74,13 @@ const (
 )
 
 var detectorNames = [...]string{
-	Consecutive5xx:                "consecutive5xx",
-	ConsecutiveGatewayFailure:     "consecutiveGatewayFailure",
-	ConsecutiveLocalOriginFailure: "consecutiveLocalOriginFailure",
-	SuccessRate:                   "successRate",
-	SuccessRateLocalOrigin:        "successRateLocalOrigin",
-	FailurePercentage:             "failurePercentage",
-	FailurePercentageLocalOrigin:  "failurePercentageLocalOrigin",
+	Consecutive5xx:                 "consecutive5xx",
+	ConsecutiveGatewayErrors:       "consecutiveGatewayErrors",
+	ConsecutiveLocalOriginFailures: "consecutiveLocalOriginFailures",
+	SuccessRate:                    "successRate",
+	SuccessRateLocalOrigin:         "successRateLocalOrigin",
+	FailurePercentage:              "failurePercentage",
+	FailurePercentageLocalOrigin:   "failurePercentageLocalOrigin",
 }
 
 // Valid reports whether d is a known detector.

@@ -54,6 +54,9 @@ type Client struct {
 	running atomic.Bool
 	status  atomic.Pointer[Status]
 	state   atomic.Pointer[Update]
+	// conn is the connection of the live stream (nil when none), set by Run at
+	// the stream's first response and cleared before it is closed.
+	conn atomic.Pointer[grpc.ClientConn]
 
 	// mu guards the confirmation clock, written by Run and read by LastConfirmed.
 	mu          sync.Mutex
@@ -80,6 +83,14 @@ func (c *Client) State() *Update { return c.state.Load() }
 
 // Status is the latest snapshot of the protocol state.
 func (c *Client) Status() *Status { return c.status.Load() }
+
+// Conn is the gRPC connection the live ADS stream runs on, or nil while no
+// stream is up: other RPCs to the same server (outlier reports) ride on it, so
+// the server sees them from the same peer as the stream that named the node.
+// It is set once the stream's first response arrived (the server has the
+// stream's node by then).
+// The connection is closed when the stream ends; an RPC in flight then fails.
+func (c *Client) Conn() *grpc.ClientConn { return c.conn.Load() }
 
 // LastConfirmed is when the state was last confirmed by pilot: the last ACK, or now
 // while a stream has been up for ConfirmAfter and nothing is rejected (the server
@@ -217,6 +228,7 @@ func (c *Client) stream(ctx context.Context, srv string) (ok bool, err error) {
 		return false, fmt.Errorf("dial %s: %w", srv, err)
 	}
 	defer cc.Close()
+	defer c.conn.Store(nil) // runs before the Close above
 	if err := waitReady(ctx, cc, c.cfg.ConnectTimeout); err != nil {
 		return false, fmt.Errorf("connect %s: %w", srv, err)
 	}
@@ -235,13 +247,13 @@ func (c *Client) stream(ctx context.Context, srv string) (ok bool, err error) {
 		if err != nil {
 			return false, fmt.Errorf("open sotw stream to %s: %w", srv, err)
 		}
-		return loop(sctx, c, srv, st, c.eng.initialSotW(), c.eng.handleSotW)
+		return loop(sctx, c, srv, cc, st, c.eng.initialSotW(), c.eng.handleSotW)
 	}
 	st, err := ads.DeltaAggregatedResources(sctx)
 	if err != nil {
 		return false, fmt.Errorf("open delta stream to %s: %w", srv, err)
 	}
-	return loop(sctx, c, srv, st, c.eng.initialDelta(), c.eng.handleDelta)
+	return loop(sctx, c, srv, cc, st, c.eng.initialDelta(), c.eng.handleDelta)
 }
 
 func waitReady(ctx context.Context, cc *grpc.ClientConn, timeout time.Duration) error {
@@ -270,7 +282,7 @@ type adsStream[Req, Resp any] interface {
 
 // loop sends the initial requests, then answers each response with what handle
 // returns. It is the stream's single owner goroutine.
-func loop[Req, Resp any](ctx context.Context, c *Client, srv string, st adsStream[Req, Resp], initial []Req, handle func(context.Context, Resp) []Req) (bool, error) {
+func loop[Req, Resp any](ctx context.Context, c *Client, srv string, cc *grpc.ClientConn, st adsStream[Req, Resp], initial []Req, handle func(context.Context, Resp) []Req) (bool, error) {
 	for _, r := range initial {
 		if err := st.Send(r); err != nil {
 			return false, fmt.Errorf("send to %s: %w", srv, err)
@@ -283,6 +295,10 @@ func loop[Req, Resp any](ctx context.Context, c *Client, srv string, st adsStrea
 		resp, err := st.Recv()
 		if err != nil {
 			return got, fmt.Errorf("recv from %s: %w", srv, err)
+		}
+		if !got {
+			// A response means the server has opened the stream for our node.
+			c.conn.Store(cc)
 		}
 		got = true
 		reqs := handle(ctx, resp)
