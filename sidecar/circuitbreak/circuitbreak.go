@@ -211,6 +211,13 @@ func (b *Breaker) take(r Resource) (Limit, bool) {
 	}
 }
 
+// Available reports whether one more r would be admitted now (a hint: another
+// caller may take it first).
+func (b *Breaker) Available(r Resource) bool {
+	max, _ := b.limit(r)
+	return b.inUse[r].Load() < max
+}
+
 // CountOverflow counts one request refused by l.
 func (b *Breaker) CountOverflow(l Limit) { b.overflows[l].Add(1) }
 

@@ -65,6 +65,9 @@ type Spec struct {
 	RingMax        uint64
 	HTTP2          bool
 	ConnectTimeout time.Duration
+	// QueueTimeout bounds a pending request's wait for a connection; 0 means
+	// DefaultQueueTimeout.
+	QueueTimeout time.Duration
 	// Limits configure a private breaker when Shared is nil; with a Shared, the
 	// caller applies limits to Shared.Breaker (dataplane does, at activation).
 	Limits    circuitbreak.Limits
@@ -81,6 +84,7 @@ type Cluster struct {
 	Name           string
 	HTTP2          bool
 	ConnectTimeout time.Duration
+	QueueTimeout   time.Duration // a pending request's longest wait (see DefaultQueueTimeout)
 	Shared         *Shared
 	Breaker        *circuitbreak.Breaker // Shared.Breaker
 	Hashed         bool                  // picker wants a request hash (ring hash)
@@ -101,6 +105,12 @@ func New(s Spec) (*Cluster, error) {
 	if s.ConnectTimeout <= 0 {
 		return nil, fmt.Errorf("cluster %q: connect timeout must be positive", s.Name)
 	}
+	switch {
+	case s.QueueTimeout == 0:
+		s.QueueTimeout = DefaultQueueTimeout
+	case s.QueueTimeout < 0 || s.QueueTimeout > MaxQueueTimeout:
+		return nil, fmt.Errorf("cluster %q: queue timeout %v outside (0, %v]", s.Name, s.QueueTimeout, MaxQueueTimeout)
+	}
 	sh := s.Shared
 	if sh == nil {
 		if err := s.Limits.Check(); err != nil {
@@ -112,7 +122,7 @@ func New(s Spec) (*Cluster, error) {
 	for _, e := range s.Endpoints {
 		e.Host = sh.Host(e.Addr)
 	}
-	c := &Cluster{Name: s.Name, HTTP2: s.HTTP2, ConnectTimeout: s.ConnectTimeout, Shared: sh, Breaker: sh.Breaker,
+	c := &Cluster{Name: s.Name, HTTP2: s.HTTP2, ConnectTimeout: s.ConnectTimeout, QueueTimeout: s.QueueTimeout, Shared: sh, Breaker: sh.Breaker,
 		endpoints: s.Endpoints, Hashed: s.Policy == RingHash}
 	// Pick among healthy endpoints; if none is healthy, use all (Envoy's panic mode).
 	eps := make([]*Endpoint, 0, len(s.Endpoints))

@@ -219,7 +219,7 @@ func TestPoolLimits(t *testing.T) {
 	}()
 	testkit.Eventually(t, 5*time.Second, "third Get pending", func() bool { return c.Breaker.InUse(circuitbreak.Pending) == 1 })
 	if _, _, err := p.Get(ctx, c, e); !errors.Is(err, cluster.ErrOverflow) ||
-		err.Error() != `cluster "c": upstream overflow: max pending requests` {
+		err.Error() != `cluster "c": upstream overflow: maxPendingRequests` {
 		t.Fatalf("fourth Get: %v, want overflow", err)
 	}
 	p.Put(c1)
@@ -238,8 +238,8 @@ func TestPoolLimits(t *testing.T) {
 	if got := c.Breaker.InUse(circuitbreak.Connections); got != 1 {
 		t.Errorf("connections in use after close %d, want 1 (the idle one)", got)
 	}
-	// Pending times out after the connect timeout when nothing is released.
-	c.ConnectTimeout = 50 * time.Millisecond
+	// Pending times out after the queue timeout when nothing is released.
+	c.QueueTimeout = 50 * time.Millisecond
 	a, _, _ := p.Get(ctx, c, e) // the idle one
 	b, _, err := p.Get(ctx, c, e)
 	if err != nil {

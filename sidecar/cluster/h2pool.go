@@ -36,8 +36,9 @@ type H2Config struct {
 // connections count against the cluster's maxConnections (its breaker) until they
 // close; at that limit, or while a dial to the endpoint is already under way, a
 // request waits as a pending request (maxPendingRequests) for a stream or a
-// connection slot, up to the cluster's connect timeout. Like Pool it outlives
-// config swaps.
+// connection slot, up to the cluster's queue timeout (then *OverflowError
+// maxConnections; a full queue is maxPendingRequests at once). Like Pool it
+// outlives config swaps.
 //
 // Until a new connection has read the peer's SETTINGS, Go's client assumes 100
 // concurrent streams; a peer allowing fewer makes the excess of a first burst
@@ -140,7 +141,7 @@ func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.Client
 			return nil, ErrPoolClosed
 		}
 		h = p.hostLocked(addr)
-		if h.dialing == 0 && len(h.conns) == len(cands) && c.Breaker.Acquire(circuitbreak.Connections) {
+		if h.dialing == 0 && len(h.conns) == len(cands) && tryConn(c.Breaker) {
 			h.dialing++
 			p.mu.Unlock()
 			cc, err := p.dial(ctx, c, addr)
@@ -157,9 +158,9 @@ func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.Client
 			continue // a connection arrived meanwhile: try it first
 		}
 		if !pending {
-			if !c.Breaker.Acquire(circuitbreak.Pending) {
+			if _, ok := c.Breaker.Admit(circuitbreak.Pending); !ok {
 				p.mu.Unlock()
-				return nil, fmt.Errorf("cluster %q: %w: max pending requests", c.Name, ErrOverflow)
+				return nil, &OverflowError{Cluster: c.Name, Limit: circuitbreak.MaxPendingRequests}
 			}
 			pending = true
 		}
@@ -167,7 +168,7 @@ func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.Client
 		h.waiters++
 		p.mu.Unlock()
 		if timer == nil {
-			timer = time.NewTimer(c.ConnectTimeout)
+			timer = time.NewTimer(c.QueueTimeout)
 		}
 		var err error
 		select {
@@ -175,7 +176,9 @@ func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.Client
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-timer.C:
-			err = fmt.Errorf("cluster %q: %w: max connections, no stream free within %v", c.Name, ErrOverflow, c.ConnectTimeout)
+			c.Breaker.CountOverflow(circuitbreak.MaxConnections)
+			err = &OverflowError{Cluster: c.Name, Limit: circuitbreak.MaxConnections,
+				Detail: "no stream free within the queue timeout " + c.QueueTimeout.String()}
 		}
 		p.mu.Lock()
 		p.hostLocked(addr).waiters--
@@ -185,6 +188,13 @@ func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.Client
 			return nil, err
 		}
 	}
+}
+
+// tryConn takes a connection slot without counting an overflow: a refused request
+// waits as pending, and only its queue timeout is an overflow.
+func tryConn(b *circuitbreak.Breaker) bool {
+	_, ok := b.TryAcquire(circuitbreak.Connections)
+	return ok
 }
 
 // hostLocked returns addr's entry, creating it.
@@ -259,6 +269,12 @@ func (p *H2Pool) stateChanged(hc *h2conn) {
 	if h != nil {
 		wakeLocked(h)
 		p.forgetLocked(hc.addr)
+	}
+	if release {
+		// The freed slot may be taken by a request pending on another address.
+		for _, o := range p.hosts {
+			wakeLocked(o)
+		}
 	}
 	p.mu.Unlock()
 	if release {

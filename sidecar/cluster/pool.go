@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,9 +32,6 @@ const (
 	ReapInterval       = 10 * time.Second
 )
 
-// ErrOverflow is returned when a circuit-breaker limit refuses a request.
-var ErrOverflow = errors.New("upstream overflow")
-
 // ErrPoolClosed is returned by Get after Close.
 var ErrPoolClosed = errors.New("pool closed")
 
@@ -41,14 +40,28 @@ var ErrPoolClosed = errors.New("pool closed")
 type Pool struct {
 	cfg PoolConfig
 
-	mu     sync.Mutex       // guards the fields below
-	hosts  map[string]*host // by "ip:port"
-	closed bool
+	mu    sync.Mutex       // guards the fields below
+	hosts map[string]*host // by "ip:port"
+	// slotWaiters are the pending requests per breaker, oldest first: a closed
+	// connection frees a slot in its breaker, which any of them (whatever its
+	// address) may take.
+	slotWaiters map[*circuitbreak.Breaker][]*waiter
+	closed      bool
+	// waiting counts pending requests, so a Close with none skips the lock.
+	waiting atomic.Int64
 }
 
 type host struct {
-	idle    []*Conn      // LIFO: the warmest connection first
-	waiters []chan *Conn // pending requests waiting for a connection
+	idle    []*Conn   // LIFO: the warmest connection first
+	waiters []*waiter // pending requests for this address, oldest first
+}
+
+// waiter is one pending request: ch (buffered 1) receives a released connection
+// to addr, or nil when a slot in b was freed (take it and dial).
+type waiter struct {
+	ch   chan *Conn
+	addr string
+	b    *circuitbreak.Breaker
 }
 
 // Conn is one upstream connection with its buffers; owned by one request at a time.
@@ -83,12 +96,17 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		d := &net.Dialer{}
 		cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
 	}
-	return &Pool{cfg: cfg, hosts: make(map[string]*host)}, nil
+	return &Pool{cfg: cfg, hosts: make(map[string]*host), slotWaiters: make(map[*circuitbreak.Breaker][]*waiter)}, nil
 }
 
 // Get returns an idle connection to e, dials a new one within c's connection limit, or
-// waits (as a pending request, within that limit) for one to be released. reused says
-// the connection served a request before (it may have been closed by the peer).
+// waits (as a pending request, within c's maxPendingRequests, for at most c's queue
+// timeout) for a connection to e to be released or a connection slot to be freed.
+// At the limit it first closes an idle connection to another address of c's breaker:
+// an idle connection is worth less than a waiting request. Refusals are
+// *OverflowError: a full queue maxPendingRequests at once, a queue timeout
+// maxConnections. reused says the connection served a request before (it may have
+// been closed by the peer).
 // A pooled connection on which anything arrived while it was idle (bytes the peer
 // sent past its last response, or its close) is closed here, never handed out: those
 // bytes would be read as the next request's response. A reused connection keeps the
@@ -109,20 +127,56 @@ func (p *Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (conn *Conn, re
 		}
 		conn.Close()
 	}
+	var q *queued // set once this request is pending
+	defer func() {
+		if q != nil {
+			q.stop()
+		}
+	}()
 	for {
-		if c.Breaker.Acquire(circuitbreak.Connections) {
+		if _, ok := c.Breaker.TryAcquire(circuitbreak.Connections); ok {
 			conn, err = p.dial(ctx, c, addr)
 			return conn, false, err
 		}
-		conn, err = p.wait(ctx, c, addr)
+		if p.evictIdle(c.Breaker, addr) {
+			continue // a slot was freed: take it
+		}
+		if q == nil {
+			if q, err = p.enqueue(c); err != nil {
+				return nil, false, err
+			}
+		}
+		conn, err = p.wait(ctx, c, addr, q)
 		if err != nil {
 			return nil, false, err
+		}
+		if conn == nil {
+			continue // a slot was freed: try to take it
 		}
 		if conn.quiet() {
 			return conn, true, nil
 		}
 		conn.Close() // frees a connection slot: dial on the next turn
 	}
+}
+
+// queued is a pending request's place in maxPendingRequests and its deadline.
+type queued struct {
+	b     *circuitbreak.Breaker
+	timer *time.Timer
+}
+
+func (q *queued) stop() {
+	q.timer.Stop()
+	q.b.Release(circuitbreak.Pending)
+}
+
+// enqueue admits a request as pending, or refuses it with maxPendingRequests.
+func (p *Pool) enqueue(c *Cluster) (*queued, error) {
+	if _, ok := c.Breaker.Admit(circuitbreak.Pending); !ok {
+		return nil, &OverflowError{Cluster: c.Name, Limit: circuitbreak.MaxPendingRequests}
+	}
+	return &queued{b: c.Breaker, timer: time.NewTimer(c.QueueTimeout)}, nil
 }
 
 // takeIdle pops the warmest idle connection to addr that is not past IdleTimeout.
@@ -157,47 +211,125 @@ func (p *Pool) takeIdle(addr string) (*Conn, error) {
 	return conn, nil
 }
 
-// wait waits, as a pending request, for a connection to addr to be released.
-func (p *Pool) wait(ctx context.Context, c *Cluster, addr string) (*Conn, error) {
-	if !c.Breaker.Acquire(circuitbreak.Pending) {
-		return nil, fmt.Errorf("cluster %q: %w: max pending requests", c.Name, ErrOverflow)
-	}
-	defer c.Breaker.Release(circuitbreak.Pending)
-	ch := make(chan *Conn, 1)
+// evictIdle closes the coldest idle connection held in b to an address other than
+// addr, freeing its slot; false if there is none.
+func (p *Pool) evictIdle(b *circuitbreak.Breaker, addr string) bool {
+	var victim *Conn
 	p.mu.Lock()
+	for a, h := range p.hosts {
+		if a == addr {
+			continue
+		}
+		for i, cn := range h.idle {
+			if cn.breaker == b {
+				victim = cn
+				h.idle = slices.Delete(h.idle, i, i+1)
+				break
+			}
+		}
+		if victim != nil {
+			break
+		}
+	}
+	p.mu.Unlock()
+	if victim == nil {
+		return false
+	}
+	victim.close(false) // its slot is for us: wake no other waiter
+	return true
+}
+
+// wait waits, as the pending request q, for a connection to addr to be released
+// (returned) or a slot in c's breaker to be freed (nil, nil), until q's deadline
+// (overflow: maxConnections) or ctx ends.
+func (p *Pool) wait(ctx context.Context, c *Cluster, addr string, q *queued) (*Conn, error) {
+	w := &waiter{ch: make(chan *Conn, 1), addr: addr, b: c.Breaker}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrPoolClosed
+	}
 	h := p.hosts[addr]
 	if h == nil {
 		h = &host{}
 		p.hosts[addr] = h
 	}
-	h.waiters = append(h.waiters, ch)
+	h.waiters = append(h.waiters, w)
+	p.slotWaiters[w.b] = append(p.slotWaiters[w.b], w)
+	p.waiting.Add(1)
 	p.mu.Unlock()
-	t := time.NewTimer(c.ConnectTimeout)
-	defer t.Stop()
+	// A slot freed between our TryAcquire and registering would wake nobody.
+	if c.Breaker.Available(circuitbreak.Connections) {
+		p.mu.Lock()
+		p.removeWaiterLocked(w)
+		p.mu.Unlock()
+		select {
+		case conn := <-w.ch:
+			return conn, nil
+		default:
+			return nil, nil
+		}
+	}
 	select {
-	case conn := <-ch:
+	case conn := <-w.ch:
 		return conn, nil
-	case <-t.C:
+	case <-q.timer.C:
 	case <-ctx.Done():
 	}
 	p.mu.Lock()
-	for i, w := range h.waiters {
-		if w == ch {
-			h.waiters = append(h.waiters[:i], h.waiters[i+1:]...)
-			break
-		}
-	}
+	p.removeWaiterLocked(w)
 	p.mu.Unlock()
-	// A Put may have handed us a connection just before we deregistered.
+	// A Put or a freed slot may have reached us just before we deregistered.
 	select {
-	case conn := <-ch:
-		return conn, nil
+	case conn := <-w.ch:
+		if conn != nil {
+			return conn, nil
+		}
+		p.wakeSlotWaiter(w.b) // pass the freed slot on
 	default:
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	return nil, fmt.Errorf("cluster %q: %w: max connections, no connection released within %v", c.Name, ErrOverflow, c.ConnectTimeout)
+	c.Breaker.CountOverflow(circuitbreak.MaxConnections)
+	return nil, &OverflowError{Cluster: c.Name, Limit: circuitbreak.MaxConnections,
+		Detail: "no connection released within the queue timeout " + c.QueueTimeout.String()}
+}
+
+// removeWaiterLocked deregisters w if it is still registered.
+func (p *Pool) removeWaiterLocked(w *waiter) {
+	if h := p.hosts[w.addr]; h != nil {
+		if i := slices.Index(h.waiters, w); i >= 0 {
+			h.waiters = slices.Delete(h.waiters, i, i+1)
+		}
+	}
+	ws := p.slotWaiters[w.b]
+	if i := slices.Index(ws, w); i >= 0 {
+		ws = slices.Delete(ws, i, i+1)
+		p.waiting.Add(-1)
+		if len(ws) == 0 {
+			delete(p.slotWaiters, w.b)
+		} else {
+			p.slotWaiters[w.b] = ws
+		}
+	}
+}
+
+// wakeSlotWaiter tells the oldest pending request of b that a slot was freed.
+func (p *Pool) wakeSlotWaiter(b *circuitbreak.Breaker) {
+	if p.waiting.Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	var w *waiter
+	if ws := p.slotWaiters[b]; len(ws) > 0 {
+		w = ws[0]
+		p.removeWaiterLocked(w)
+	}
+	p.mu.Unlock()
+	if w != nil {
+		w.ch <- nil // buffered 1 and deregistered: never blocks
+	}
 }
 
 func (p *Pool) dial(ctx context.Context, c *Cluster, addr string) (*Conn, error) {
@@ -206,6 +338,7 @@ func (p *Pool) dial(ctx context.Context, c *Cluster, addr string) (*Conn, error)
 	cancel()
 	if err != nil {
 		c.Breaker.Release(circuitbreak.Connections)
+		p.wakeSlotWaiter(c.Breaker)
 		return nil, fmt.Errorf("cluster %q: connect %s: %w", c.Name, addr, err)
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
@@ -260,9 +393,9 @@ func (p *Pool) Put(conn *Conn) {
 	h := p.hosts[conn.addr]
 	if h != nil && len(h.waiters) > 0 {
 		w := h.waiters[0]
-		h.waiters = h.waiters[1:]
+		p.removeWaiterLocked(w)
 		p.mu.Unlock()
-		w <- conn // buffered 1 and removed from waiters: never blocks
+		w.ch <- conn // buffered 1 and deregistered: never blocks
 		return
 	}
 	if h == nil || len(h.idle) >= p.cfg.MaxIdlePerHost {
@@ -274,13 +407,19 @@ func (p *Pool) Put(conn *Conn) {
 	p.mu.Unlock()
 }
 
-// Close closes the connection and releases its slot in the cluster's breaker.
-func (c *Conn) Close() error {
+// Close closes the connection and releases its slot in the cluster's breaker, which
+// the oldest request pending on that breaker is told it may take.
+func (c *Conn) Close() error { return c.close(true) }
+
+func (c *Conn) close(wake bool) error {
 	if c.closed {
 		return nil
 	}
 	c.closed = true
 	c.breaker.Release(circuitbreak.Connections)
+	if wake {
+		c.pool.wakeSlotWaiter(c.breaker)
+	}
 	return c.Conn.Close()
 }
 

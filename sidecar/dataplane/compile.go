@@ -146,12 +146,16 @@ func sortedKeys(m map[string]any) []string {
 
 // breakerLimits are xc's circuit-breaker thresholds.
 func breakerLimits(xc *xdsresource.Cluster) circuitbreak.Limits {
-	return circuitbreak.Limits{
+	l := circuitbreak.Limits{
 		MaxConnections:     xc.Limits.MaxConnections,
 		MaxPendingRequests: xc.Limits.MaxPendingRequests,
 		MaxRequests:        xc.Limits.MaxRequests,
 		MaxRetries:         xc.Limits.MaxRetries,
 	}
+	if b := xc.Budget; b != nil {
+		l.Budget = &circuitbreak.Budget{Percent: b.Percent, MinConcurrency: b.MinConcurrency}
+	}
+	return l
 }
 
 // compileCluster builds xc on its service key's long-lived state and returns the
