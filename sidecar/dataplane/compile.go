@@ -35,6 +35,9 @@ type Options struct {
 	// calls Config.Activate after each swap. Nil: a private registry per compile,
 	// with the settings applied at once (tests, benchproxy, pilot's check).
 	Registry *cluster.Registry
+	// QueueTimeout bounds how long a request waits as pending for an upstream
+	// connection (see cluster.DefaultQueueTimeout, the value for 0).
+	QueueTimeout time.Duration
 }
 
 // DefaultRouteTimeout is the route timeout when a route sets none: Envoy's.
@@ -201,6 +204,7 @@ func (cfg *Config) compileCluster(xc *xdsresource.Cluster, eps map[string]any, o
 		RingMax:        xc.RingMax,
 		HTTP2:          xc.HTTP2,
 		ConnectTimeout: xc.ConnectTimeout,
+		QueueTimeout:   o.QueueTimeout,
 		Shared:         cfg.reg.Shared(cluster.ServiceKey(xc.Name)),
 		Endpoints:      list,
 		Rand:           o.Rand,

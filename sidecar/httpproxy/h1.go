@@ -42,12 +42,13 @@ type h1state struct {
 	up *atomic.Pointer[cluster.Conn]
 	// Retries and fallback of the current request (retry.go).
 	try        tries
-	step       step        // what follows the failed status an attempt dropped
-	prio       int         // the priority being tried; -1: the route has no fallbacks (no PriorityHeader)
-	lastStatus int         // the failed status last dropped
-	kept       bool        // the request body is in body, for replay
-	body       *[]byte     // from Proxy.bodies while kept
-	timer      *time.Timer // back-off waits, reused
+	step       step               // what follows the failed status an attempt dropped
+	prio       int                // the priority being tried; -1: the route has no fallbacks (no PriorityHeader)
+	lastStatus int                // the failed status last dropped
+	overflow   circuitbreak.Limit // the limit that refused, with outcome failOverflow
+	kept       bool               // the request body is in body, for replay
+	body       *[]byte            // from Proxy.bodies while kept
+	timer      *time.Timer        // back-off waits, reused
 }
 
 // countWriter counts what reached the client connection, so a response that fails
@@ -285,8 +286,8 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 		p.localReply(bw, st, http.StatusBadRequest, LocalParser, "malformed chunked request body", true)
 	case failTimeout:
 		p.timeoutH1(bw, st, route, deadline)
-	case failOverflow:
-		p.localReply(bw, st, http.StatusServiceUnavailable, LocalOverflow, "upstream overflow", true)
+	case failOverflow: // x-weft-overflow names the circuit-breaker limit (a constant string)
+		p.writeReply(bw, st, http.StatusServiceUnavailable, LocalOverflow, OverflowHeader, st.overflow.String(), "upstream overflow", true)
 	case failProtocol:
 		p.localReply(bw, st, http.StatusBadGateway, LocalUpstreamProtocol, "invalid response from upstream: "+st.upErr.Error(), true)
 	case failStatus: // dropped for a retry the connection's end then cut short
@@ -350,7 +351,8 @@ func (p *Proxy) exchangeH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.Wr
 		st.peer = e
 		return toPeer, causeLocal
 	}
-	if !c.Breaker.Acquire(circuitbreak.Requests) {
+	if l, ok := c.Breaker.Admit(circuitbreak.Requests); !ok {
+		st.overflow = l
 		return failOverflow, causeLocal
 	}
 	defer c.Breaker.Release(circuitbreak.Requests)
@@ -367,7 +369,8 @@ func (p *Proxy) exchangeH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.Wr
 	for stale := 0; ; stale++ {
 		uc, reused, err := p.cfg.Pool.Get(ctx, c, e)
 		if err != nil {
-			if errors.Is(err, cluster.ErrOverflow) {
+			if l, ok := cluster.Overflowed(err); ok {
+				st.overflow = l
 				return failOverflow, causeLocal
 			}
 			if ctx.Err() == nil {

@@ -202,6 +202,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 		w.Header().Set(TimeoutHeader, timeoutValue(route, false))
 		a.code = p.errorReply(w, r, http.StatusGatewayTimeout, LocalTimeout, "upstream request timeout")
 	case errors.Is(last.err, cluster.ErrOverflow):
+		if l, ok := cluster.Overflowed(last.err); ok {
+			w.Header().Set(OverflowHeader, l.String())
+		}
 		a.code = p.errorReply(w, r, http.StatusServiceUnavailable, LocalOverflow, "upstream overflow")
 	case last.resp != nil: // dropped for a retry cut short, or a fallback that did not happen
 		a.code = p.errorReply(w, r, last.resp.StatusCode, LocalRetries, "upstream failed after retries")
@@ -261,8 +264,8 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, rb *replayBuf, t
 		}
 	}
 	tr.add(e)
-	if !c.Breaker.Acquire(circuitbreak.Requests) {
-		return attemptResult{err: fmt.Errorf("%w: cluster %q: %w: max requests", errNotSent, c.Name, cluster.ErrOverflow), cause: causeLocal, unsent: true}
+	if l, ok := c.Breaker.Admit(circuitbreak.Requests); !ok {
+		return attemptResult{err: fmt.Errorf("%w: %w", errNotSent, &cluster.OverflowError{Cluster: c.Name, Limit: l}), cause: causeLocal, unsent: true}
 	}
 	e.Begin()
 	tryCtx, cancel := ctx, context.CancelFunc(func() {})

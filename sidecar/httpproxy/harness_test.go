@@ -42,6 +42,7 @@ type sidecarOpts struct {
 	maxRequests    int
 	memory         *overload.Memory
 	defaultTimeout time.Duration           // dataplane.Options.DefaultRouteTimeout
+	queueTimeout   time.Duration           // dataplane.Options.QueueTimeout
 	expectTimeout  time.Duration           // httpproxy.Config.ExpectContinueTimeout
 	upgradeIdle    time.Duration           // httpproxy.Config.UpgradeIdleTimeout
 	proxy          func(*httpproxy.Config) // edits the proxy's config last
@@ -86,7 +87,7 @@ func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOp
 	if o.name == "" {
 		o.name = "outbound"
 	}
-	cfg, err := res.Compile(dataplane.Options{DefaultRouteTimeout: o.defaultTimeout})
+	cfg, err := res.Compile(dataplane.Options{DefaultRouteTimeout: o.defaultTimeout, QueueTimeout: o.queueTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
