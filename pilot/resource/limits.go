@@ -33,6 +33,9 @@ const (
 	MaxWorkloadWeight      = 128
 	MaxReasonBytes         = 1024 // Override.reason
 
+	// MinOutlierDuration is the least outlierDetection duration (interval, ejection
+	// times, jitter): Envoy counts them in milliseconds.
+	MinOutlierDuration = time.Millisecond
 	// MaxStdevFactor bounds outlierDetection.successRate.stdevFactor (Envoy's default
 	// is 1.9; beyond a few nothing is ever an outlier).
 	MaxStdevFactor = 1000

@@ -293,9 +293,9 @@ func validateOutlierDetection(c *collector, p path, od *OutlierDetection) {
 		checkNonNegative(c, pp.child("minHosts"), fp.MinHosts)
 		checkNonNegative(c, pp.child("requestVolume"), fp.RequestVolume)
 	}
-	checkDuration(c, p.child("interval"), od.Interval)
-	base, hasBase := checkDuration(c, p.child("baseEjectionTime"), od.BaseEjectionTime)
-	max, hasMax := checkDuration(c, p.child("maxEjectionTime"), od.MaxEjectionTime)
+	checkOutlierDuration(c, p.child("interval"), od.Interval)
+	base, hasBase := checkOutlierDuration(c, p.child("baseEjectionTime"), od.BaseEjectionTime)
+	max, hasMax := checkOutlierDuration(c, p.child("maxEjectionTime"), od.MaxEjectionTime)
 	switch {
 	case hasMax && hasBase && max < base:
 		c.add(p.child("maxEjectionTime"), fmt.Sprintf("%s is less than baseEjectionTime %s", od.MaxEjectionTime, od.BaseEjectionTime))
@@ -303,9 +303,20 @@ func validateOutlierDetection(c *collector, p path, od *OutlierDetection) {
 		// Envoy rejects max < base, also when base is its default.
 		c.add(p.child("maxEjectionTime"), fmt.Sprintf("%s is less than the default baseEjectionTime %s", od.MaxEjectionTime, defaultBaseEjectionTime))
 	}
-	checkDuration(c, p.child("maxEjectionTimeJitter"), od.MaxEjectionTimeJitter)
+	checkOutlierDuration(c, p.child("maxEjectionTimeJitter"), od.MaxEjectionTimeJitter)
 	checkWholePercent(c, p.child("maxEjectionPercent"), od.MaxEjectionPercent)
 	checkPercent(c, p.child("minHealthPercent"), od.MinHealthPercent)
+}
+
+// checkOutlierDuration is checkDuration with outlier detection's 1ms floor:
+// Envoy works in milliseconds and sidecars refuse less.
+func checkOutlierDuration(c *collector, p path, d Duration) (time.Duration, bool) {
+	v, ok := checkDuration(c, p, d)
+	if ok && v < MinOutlierDuration {
+		c.add(p, fmt.Sprintf("%s is below the minimum of %s", d, MinOutlierDuration))
+		return 0, false
+	}
+	return v, ok
 }
 
 // checkWholePercent: 0..100 in whole percents; the xDS field is an integer, so a

@@ -314,8 +314,13 @@ func decodeOutlier(e errs, od *clusterv3.OutlierDetection) (*Outlier, error) {
 		if err != nil {
 			return nil, err
 		}
-		if v == 0 && d.name != "max_ejection_time_jitter" {
+		switch {
+		case v == 0 && d.name == "max_ejection_time_jitter":
+		case v == 0:
 			return nil, e.at(f+d.name, "must be positive")
+		case v < MinOutlierDuration || v > MaxOutlierDuration:
+			// Envoy works in milliseconds: 500µs would be 0.
+			return nil, e.at(f+d.name, "%s outside [%s, %s]", v, MinOutlierDuration, MaxOutlierDuration)
 		}
 		*d.dst = v
 	}

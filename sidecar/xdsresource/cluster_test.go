@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
+	"github.com/weft-mesh/weft/sidecar/outlier"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
 )
 
@@ -101,6 +102,12 @@ func TestDecodeOutlier(t *testing.T) {
 			func(o *xdsresource.Outlier) { o.BaseEjectionTime, o.MaxEjectionTime = 400*time.Second, 400*time.Second }},
 		{"max equal to base", &clusterv3.OutlierDetection{BaseEjectionTime: durationpb.New(time.Second), MaxEjectionTime: durationpb.New(time.Second)},
 			func(o *xdsresource.Outlier) { o.BaseEjectionTime, o.MaxEjectionTime = time.Second, time.Second }},
+		{"durations at their bounds", &clusterv3.OutlierDetection{Interval: durationpb.New(time.Millisecond), BaseEjectionTime: durationpb.New(time.Millisecond),
+			MaxEjectionTime: durationpb.New(xdsresource.MaxOutlierDuration), MaxEjectionTimeJitter: durationpb.New(xdsresource.MaxOutlierDuration)},
+			func(o *xdsresource.Outlier) {
+				o.Interval, o.BaseEjectionTime = time.Millisecond, time.Millisecond
+				o.MaxEjectionTime, o.MaxEjectionTimeJitter = xdsresource.MaxOutlierDuration, xdsresource.MaxOutlierDuration
+			}},
 		{"percents at 100", &clusterv3.OutlierDetection{MaxEjectionPercent: u32(100), FailurePercentageThreshold: u32(100)},
 			func(o *xdsresource.Outlier) { o.MaxEjectionPercent = 100 }},
 		{"zeros are values", &clusterv3.OutlierDetection{Consecutive_5Xx: u32(0), MaxEjectionPercent: u32(0), SuccessRateStdevFactor: u32(0)},
@@ -280,6 +287,14 @@ func TestDecodeResilienceErrors(t *testing.T) {
 		{"negative interval", od(func(o *clusterv3.OutlierDetection) { o.Interval = durationpb.New(-time.Second) }), "outlier_detection.interval: must not be negative"},
 		{"zero base", od(func(o *clusterv3.OutlierDetection) { o.BaseEjectionTime = durationpb.New(0) }), "outlier_detection.base_ejection_time: must be positive"},
 		{"zero max", od(func(o *clusterv3.OutlierDetection) { o.MaxEjectionTime = durationpb.New(0) }), "outlier_detection.max_ejection_time: must be positive"},
+		{"interval below 1ms", od(func(o *clusterv3.OutlierDetection) { o.Interval = durationpb.New(time.Millisecond - 1) }), "outlier_detection.interval: 999.999µs outside [1ms, 87600h0m0s]"},
+		{"base past the limit", od(func(o *clusterv3.OutlierDetection) {
+			o.BaseEjectionTime = durationpb.New(xdsresource.MaxOutlierDuration + 1)
+		}), "outlier_detection.base_ejection_time: 87600h0m0.000000001s outside [1ms, 87600h0m0s]"},
+		{"max past the limit", od(func(o *clusterv3.OutlierDetection) {
+			o.MaxEjectionTime = durationpb.New(xdsresource.MaxOutlierDuration + 1)
+		}), "outlier_detection.max_ejection_time: 87600h0m0.000000001s outside [1ms, 87600h0m0s]"},
+		{"jitter below 1ms", od(func(o *clusterv3.OutlierDetection) { o.MaxEjectionTimeJitter = durationpb.New(time.Microsecond) }), "outlier_detection.max_ejection_time_jitter: 1µs outside [1ms, 87600h0m0s]"},
 		{"negative jitter", od(func(o *clusterv3.OutlierDetection) { o.MaxEjectionTimeJitter = durationpb.New(-time.Nanosecond) }), "outlier_detection.max_ejection_time_jitter: must not be negative"},
 		{"max below base", od(func(o *clusterv3.OutlierDetection) {
 			o.BaseEjectionTime, o.MaxEjectionTime = durationpb.New(time.Second), durationpb.New(time.Second-time.Nanosecond)
@@ -315,5 +330,13 @@ func TestDecodeResilienceErrors(t *testing.T) {
 				t.Error("error does not wrap ErrInvalid")
 			}
 		})
+	}
+}
+
+// TestOutlierBoundsMatchDetector: what decode accepts, the detector's Validate
+// accepts, so an accepted cluster never fails later in dataplane compile.
+func TestOutlierBoundsMatchDetector(t *testing.T) {
+	if xdsresource.MinOutlierDuration != outlier.MinDuration || xdsresource.MaxOutlierDuration != outlier.MaxDuration {
+		t.Errorf("decode bounds [%s, %s], detector bounds [%s, %s]", xdsresource.MinOutlierDuration, xdsresource.MaxOutlierDuration, outlier.MinDuration, outlier.MaxDuration)
 	}
 }

@@ -38,6 +38,10 @@ const (
 	MaxEndpoints       = 10000
 	MaxRingSize        = 1 << 20
 	MaxDirectBodyBytes = 4096
+	// MinOutlierDuration and MaxOutlierDuration bound outlier detection's interval,
+	// ejection times and jitter (outlier.MinDuration, MaxDuration).
+	MinOutlierDuration = time.Millisecond
+	MaxOutlierDuration = 10 * 365 * 24 * time.Hour
 	// MaxRateLimitRPS and MaxRateLimitBurst bound a decoded local rate limit.
 	MaxRateLimitRPS   = 1e9
 	MaxRateLimitBurst = 1 << 30
