@@ -22,10 +22,11 @@ func TestHelp(t *testing.T) {
 		"rollout status": regexp.MustCompile(`^usage: meshctl rollout status \[REV\]`),
 		"rollout":        regexp.MustCompile(`^usage: meshctl rollout status \[REV\]`),
 		"config-dump":    regexp.MustCompile(`^usage: meshctl config-dump NODE\n`),
+		"outliers":       regexp.MustCompile(`^usage: meshctl outliers \[-o json\]\n`),
 	}
 	flagsOf := map[string][]string{ // each flag the command has must be in its help
 		"apply": {"-f", "-if-match"}, "get": {"-n", "-A", "-o"}, "delete": {"-n", "-if-match"}, "history": {"-n"},
-		"validate": {"-f"}, "rollout status": {"-wait", "-timeout"}, "rollout": {"-wait", "-timeout"},
+		"validate": {"-f"}, "rollout status": {"-wait", "-timeout"}, "rollout": {"-wait", "-timeout"}, "outliers": {"-o"},
 	}
 	for cmd, want := range cmds {
 		for _, h := range []string{"-h", "-help", "--help"} {
@@ -65,7 +66,7 @@ func TestHelp(t *testing.T) {
 		if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "usage: meshctl ") {
 			t.Errorf("meshctl %q: exit %d stdout %q stderr %q", args, r.code, r.stdout, r.stderr)
 		}
-		for _, want := range []string{"--version", "rollout status", "config-dump", "svc  Service", "dp   DestinationPolicy", "ap   AuthorizationPolicy"} {
+		for _, want := range []string{"--version", "rollout status", "config-dump", "outliers", "svc  Service", "dp   DestinationPolicy", "ap   AuthorizationPolicy"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("meshctl %q: usage lacks %q", args, want)
 			}

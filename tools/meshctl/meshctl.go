@@ -48,6 +48,8 @@ var commandDocs = []struct{ name, use, about string }{
 	{"rollout status", "rollout status [REV] [--wait] [--timeout D]", "how far store revision REV (default: current) has\n" +
 		"rolled out; exit 0 effective on every connected proxy,\n1 a proxy rejected it, 2 not yet / timed out"},
 	{"config-dump", "config-dump NODE", "what pilot last sent NODE, as JSON"},
+	{"outliers", "outliers [-o json]", "one row per endpoint proxies eject now: ENDPOINT, SERVICE,\n" +
+		"EJECTED-BY (ejecting/reporting clients of the service),\nDETECTORS, SINCE"},
 	{"version", "version", "this build's version (also --version)"},
 }
 
@@ -162,7 +164,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "validate":
 		err = e.validate(rest)
-	case "apply", "get", "delete", "history", "proxy-status", "rollout", "config-dump":
+	case "apply", "get", "delete", "history", "proxy-status", "rollout", "config-dump", "outliers":
 		c, cerr := newClient(*pilot, *tokenFile, *timeout)
 		if cerr != nil {
 			return report(stdout, stderr, cerr)
@@ -184,6 +186,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			err = e.rolloutStatus(ctx, rest)
 		case "config-dump":
 			err = e.configDump(ctx, rest)
+		case "outliers":
+			err = e.outliers(ctx, rest)
 		}
 	case "version":
 		fmt.Fprintln(stdout, version.String("meshctl"))
