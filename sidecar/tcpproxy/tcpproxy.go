@@ -18,6 +18,7 @@ import (
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
+	"github.com/weft-mesh/weft/sidecar/outlier"
 )
 
 // Config configures a Proxy.
@@ -72,8 +73,11 @@ func (p *Proxy) Serve(ctx context.Context, client net.Conn, route *dataplane.TCP
 	if err != nil {
 		return err
 	}
-	if !c.Breaker.Acquire(circuitbreak.Connections) {
-		return fmt.Errorf("cluster %q: %w: max connections", c.Name, cluster.ErrOverflow)
+	// A TCP stream has no pending queue: at maxConnections it is refused, the
+	// client's connection closed at once (the deferred Close) and the overflow
+	// counted in the breaker (/metrics).
+	if l, ok := c.Breaker.Admit(circuitbreak.Connections); !ok {
+		return &cluster.OverflowError{Cluster: c.Name, Limit: l}
 	}
 	defer c.Breaker.Release(circuitbreak.Connections)
 	e.Begin()
@@ -82,8 +86,12 @@ func (p *Proxy) Serve(ctx context.Context, client net.Conn, route *dataplane.TCP
 	up, err := p.cfg.Dial(dctx, e.Address())
 	cancel()
 	if err != nil {
+		if ctx.Err() == nil { // not the host's doing when the listener is stopping
+			c.Observe(e, outlier.ConnectFailed)
+		}
 		return fmt.Errorf("cluster %q: connect %s: %w", c.Name, e.Address(), err)
 	}
+	c.Observe(e, outlier.ConnectSucceeded)
 	defer up.Close()
 	stop := context.AfterFunc(ctx, func() { client.Close(); up.Close() })
 	defer stop()

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 
+	"github.com/weft-mesh/weft/sidecar/circuitbreak"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
@@ -84,8 +85,16 @@ func TestMaxConnections(t *testing.T) {
 	c2, s2 := net.Pipe()
 	defer c2.Close()
 	err := p.Serve(context.Background(), s2, rt, netip.Addr{})
-	if !errors.Is(err, cluster.ErrOverflow) || err.Error() != `cluster "db": upstream overflow: max connections` {
+	if l, ok := cluster.Overflowed(err); !ok || l != circuitbreak.MaxConnections || !errors.Is(err, cluster.ErrOverflow) ||
+		err.Error() != `cluster "db": upstream overflow: maxConnections` {
 		t.Errorf("second stream: %v, want overflow", err)
+	}
+	// Refused: the client's connection is closed, nothing was read from it.
+	if _, err := c2.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Errorf("refused stream read: %v, want EOF (closed)", err)
+	}
+	if n := rt.Pick(0).Breaker.Overflows(circuitbreak.MaxConnections); n != 1 {
+		t.Errorf("maxConnections overflows %d, want 1", n)
 	}
 	c1.Close()
 	if err := <-done; err != nil {
