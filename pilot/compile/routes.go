@@ -125,6 +125,12 @@ func (c *compiler) rules(o *resource.Object, s *resource.RouteSpec, port *ir.Por
 			on := slices.Clone(rt.RetryOn)
 			sort.Strings(on)
 			r.Retries = &ir.Retries{Attempts: uint32(rt.Attempts), PerTryTimeout: ptt, RetryOn: slices.Compact(on)}
+			if b := rt.Backoff; b != nil {
+				if err := durations(o, field+".retries.backoff.", dur{"baseInterval", b.BaseInterval, &r.Retries.BackoffBase},
+					dur{"maxInterval", b.MaxInterval, &r.Retries.BackoffMax}); err != nil {
+					return nil, err
+				}
+			}
 		}
 		rules = append(rules, r)
 	}

@@ -335,6 +335,9 @@ type Retries struct {
 	Attempts      uint32
 	PerTryTimeout time.Duration
 	RetryOn       []string // API tokens, sorted
+	// BackoffBase and BackoffMax are the retry back-off; 0 BackoffBase: the
+	// client's default (Envoy's 25ms); 0 BackoffMax: 10× the base.
+	BackoffBase, BackoffMax time.Duration
 }
 
 // DestinationPolicy as compiled.

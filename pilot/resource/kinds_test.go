@@ -261,13 +261,27 @@ func TestRoute(t *testing.T) {
 				`Route/shop/r: spec.http[0].timeout: invalid duration "2x"`,
 				"Route/shop/r: spec.http[0].retries.attempts: 0 out of range 1..10",
 				`Route/shop/r: spec.http[0].retries.perTryTimeout: must be positive, got "-1s"`,
-				`Route/shop/r: spec.http[0].retries.retryOn[1]: "bogus" is not one of 5xx, gateway-error, reset, connect-failure, retriable-4xx, refused-stream`,
+				`Route/shop/r: spec.http[0].retries.retryOn[1]: "bogus" is not one of 5xx, gateway-error, reset, connect-failure, retriable-4xx, refused-stream, cancelled, deadline-exceeded, unavailable, resource-exhausted, internal`,
 				`Route/shop/r: spec.http[0].retries.retryOn[2]: duplicate "5xx"`,
 				`Route/shop/r: spec.http[1].name: duplicate rule name "a"`,
 				"Route/shop/r: spec.http[1].retries.attempts: 11 out of range 1..10",
 				"Route/shop/r: spec.http[1].retries.perTryTimeout: 2s exceeds the rule timeout 1s",
 				`Route/shop/r: spec.http[2].name: "B" ` + notLabel,
 				`Route/shop/r: spec.http[2].timeout: must be positive, got "0s"`,
+			},
+		},
+		{
+			name: "retry_backoff_and_grpc_names",
+			yaml: rt(`{hosts: [reviews], http: [
+  {name: a, ` + dest + `, retries: {attempts: 2, retryOn: [cancelled, deadline-exceeded, unavailable, resource-exhausted, internal, Unavailable], backoff: {maxInterval: 1s}}},
+  {name: b, ` + dest + `, retries: {attempts: 2, backoff: {baseInterval: 100ms, maxInterval: 99ms}}},
+  {name: c, ` + dest + `, retries: {attempts: 2, backoff: {baseInterval: 0s, maxInterval: soon}}}]}`),
+			wantErr: []string{
+				`Route/shop/r: spec.http[0].retries.retryOn[5]: "Unavailable" is not one of 5xx, gateway-error, reset, connect-failure, retriable-4xx, refused-stream, cancelled, deadline-exceeded, unavailable, resource-exhausted, internal`,
+				"Route/shop/r: spec.http[0].retries.backoff.baseInterval: required",
+				"Route/shop/r: spec.http[1].retries.backoff.maxInterval: 99ms is below baseInterval 100ms",
+				`Route/shop/r: spec.http[2].retries.backoff.baseInterval: must be positive, got "0s"`,
+				`Route/shop/r: spec.http[2].retries.backoff.maxInterval: invalid duration "soon"`,
 			},
 		},
 		{

@@ -148,7 +148,18 @@ type FallbackDestination struct {
 type RetryPolicy struct {
 	Attempts      int32    `json:"attempts"`
 	PerTryTimeout Duration `json:"perTryTimeout,omitempty"`
-	RetryOn       []string `json:"retryOn,omitempty"` // 5xx | gateway-error | reset | connect-failure | retriable-4xx | refused-stream
+	// RetryOn: 5xx | gateway-error | reset | connect-failure | retriable-4xx |
+	// refused-stream, and gRPC statuses cancelled | deadline-exceeded |
+	// unavailable | resource-exhausted | internal (Envoy's names).
+	RetryOn []string      `json:"retryOn,omitempty"`
+	Backoff *RetryBackoff `json:"backoff,omitempty"` // absent: Envoy's 25ms base, 10× it as max
+}
+
+// RetryBackoff is the wait before each retry: full jitter, uniform in
+// [0, min(maxInterval, baseInterval × 2^n)) before retry n (0 for the first).
+type RetryBackoff struct {
+	BaseInterval Duration `json:"baseInterval"`
+	MaxInterval  Duration `json:"maxInterval,omitempty"` // default 10× baseInterval
 }
 
 // ---- DestinationPolicy ----

@@ -60,7 +60,8 @@ func validateWorkload(c *collector, s *WorkloadSpec) {
 	}
 }
 
-var retryOnValues = []string{"5xx", "gateway-error", "reset", "connect-failure", "retriable-4xx", "refused-stream"}
+var retryOnValues = []string{"5xx", "gateway-error", "reset", "connect-failure", "retriable-4xx", "refused-stream",
+	"cancelled", "deadline-exceeded", "unavailable", "resource-exhausted", "internal"}
 
 func validateRoute(c *collector, s *RouteSpec) {
 	p := path("spec")
@@ -183,6 +184,16 @@ func validateRetries(c *collector, p path, r *RetryPolicy, timeout time.Duration
 	checkUnique(c, p.child("retryOn"), r.RetryOn, func(c *collector, p path, s string) {
 		checkEnum(c, p, s, retryOnValues...)
 	})
+	if b := r.Backoff; b != nil {
+		bp := p.child("backoff")
+		if b.BaseInterval == "" {
+			c.add(bp.child("baseInterval"), "required")
+		}
+		base, okBase := checkDuration(c, bp.child("baseInterval"), b.BaseInterval)
+		if max, ok := checkDuration(c, bp.child("maxInterval"), b.MaxInterval); ok && okBase && max < base {
+			c.add(bp.child("maxInterval"), fmt.Sprintf("%s is below baseInterval %s", b.MaxInterval, b.BaseInterval))
+		}
+	}
 }
 
 // checkUniqueName checks a required DNS-1123 name that must not repeat in seen.

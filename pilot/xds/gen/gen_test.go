@@ -191,6 +191,9 @@ func TestRetryOn(t *testing.T) {
 		{[]string{"5xx"}, true, "5xx,unavailable"},
 		{[]string{"retriable-4xx"}, true, "retriable-4xx"},
 		{[]string{"gateway-error", "reset"}, true, "gateway-error,reset,unavailable"},
+		{[]string{"cancelled", "deadline-exceeded", "resource-exhausted", "unavailable"}, true, "cancelled,deadline-exceeded,resource-exhausted,unavailable"},
+		{[]string{"5xx", "unavailable"}, true, "5xx,unavailable"},
+		{[]string{"resource-exhausted"}, false, "resource-exhausted"},
 	}
 	for _, tt := range tests {
 		if got := retryOn(tt.tokens, tt.grpc); got != tt.want {

@@ -141,7 +141,7 @@ spec:
     - destination: {service: greeter, subset: v2}
       weight: 50
     timeout: 5s
-    retries: {attempts: 2, perTryTimeout: 1s, retryOn: [5xx, reset, connect-failure]}
+    retries: {attempts: 2, perTryTimeout: 1s, retryOn: [5xx, reset, connect-failure, cancelled, resource-exhausted], backoff: {baseInterval: 10ms, maxInterval: 80ms}}
     fallback:
     - destination: {service: greeter-backup}
 `, v1Port, v2Port)

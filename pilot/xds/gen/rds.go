@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -151,6 +152,10 @@ func routeAction(r *ir.Rule, proto ir.Protocol) *routev3.RouteAction {
 			NumRetries:    wrapperspb.UInt32(rt.Attempts), // >= 1: grpc-go NACKs 0
 			PerTryTimeout: dur(rt.PerTryTimeout),
 		}
+		if rt.BackoffBase > 0 {
+			// max_interval absent is 10× the base for Envoy, grpc-go and Weft alike.
+			a.RetryPolicy.RetryBackOff = &routev3.RetryPolicy_RetryBackOff{BaseInterval: durationpb.New(rt.BackoffBase), MaxInterval: dur(rt.BackoffMax)}
+		}
 	}
 	return a
 }
@@ -176,7 +181,7 @@ func retryOn(tokens []string, grpc bool) string {
 			unavailable = true
 		}
 	}
-	if grpc && unavailable {
+	if grpc && unavailable && !slices.Contains(out, "unavailable") {
 		out = append(out, "unavailable")
 	}
 	return strings.Join(out, ",")
