@@ -24,14 +24,18 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
 
 	"github.com/weft-mesh/weft/bootstrap/render"
 	"github.com/weft-mesh/weft/certs/manifest"
+	"github.com/weft-mesh/weft/internal/outlierreport"
 	"github.com/weft-mesh/weft/sidecar/admin"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
+	"github.com/weft-mesh/weft/sidecar/ejectreport"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/sidecar/listener"
+	"github.com/weft-mesh/weft/sidecar/outlier"
 	"github.com/weft-mesh/weft/sidecar/overload"
 	"github.com/weft-mesh/weft/sidecar/runtime"
 	"github.com/weft-mesh/weft/sidecar/runtime/staleness"
@@ -295,6 +299,10 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	reg.MustRegister(rc)
 	reg.MustRegister(admin.NewXDSCollector(client.Status))
+	reports, err := newReporter(s.Node.ID, log, client, mem, reg, func() []outlier.Ejection { return nil })
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
 	adm, err := admin.New(admin.Config{Logger: log.Named("admin"), Runtime: rt, XDS: client.Status, Gatherer: reg, Requests: reqs, Pprof: s.Pprof})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
@@ -323,6 +331,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	if o.MemoryRelease > 0 {
 		run("memory", func() error { releaseMemory(ctx, o.MemoryRelease, o.release, activated); return nil })
 	}
+	run("outlier-report", func() error { reports.Run(ctx); return nil })
 	run("xds", func() error {
 		if err := client.Run(ctx); !errors.Is(err, context.Canceled) {
 			return err
@@ -377,6 +386,22 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	log.Info("sidecar stopped")
 	return errors.Join(errs...)
+}
+
+// newReporter reports the sidecar's outlier ejections to pilot on the ADS
+// stream's connection (sidecar/ejectreport), reading them from ejections on its
+// own goroutine; nothing on the request path calls it. Reports stop while memory
+// is shed.
+func newReporter(node string, log hclog.Logger, client *xdsclient.Client, mem *overload.Memory, reg prometheus.Registerer,
+	ejections func() []outlier.Ejection) (*ejectreport.Reporter, error) {
+	return ejectreport.New(ejectreport.Config{Node: node, Logger: log.Named("outlier-report"), Registerer: reg, Shedding: mem.Shedding,
+		Source: func(now time.Time) []outlierreport.Entry { return ejectreport.Entries(now, ejections()) },
+		Conn: func() grpc.ClientConnInterface {
+			if cc := client.Conn(); cc != nil {
+				return cc
+			}
+			return nil // not a typed nil
+		}})
 }
 
 // reapPool closes idle upstream connections past their idle timeout, or to
