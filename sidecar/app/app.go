@@ -298,6 +298,11 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	reg.MustRegister(rc)
+	bc, err := admin.NewBreakerCollector(registry)
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	reg.MustRegister(bc)
 	reg.MustRegister(admin.NewXDSCollector(client.Status))
 	reports, err := newReporter(s.Node.ID, log, client, mem, reg, func() []outlier.Ejection { return nil })
 	if err != nil {

@@ -218,6 +218,13 @@ func (b *Breaker) Available(r Resource) bool {
 	return b.inUse[r].Load() < max
 }
 
+// Max is the threshold on r now: for Retries the smaller of MaxRetries and the
+// retry budget's allowance (for /metrics).
+func (b *Breaker) Max(r Resource) int64 {
+	n, _ := b.limit(r)
+	return n
+}
+
 // CountOverflow counts one request refused by l.
 func (b *Breaker) CountOverflow(l Limit) { b.overflows[l].Add(1) }
 
