@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
@@ -70,9 +71,15 @@ type Spec struct {
 	QueueTimeout time.Duration
 	// Limits configure a private breaker when Shared is nil; with a Shared, the
 	// caller applies limits to Shared.Breaker (dataplane does, at activation).
-	Limits    circuitbreak.Limits
-	Shared    *Shared // nil: a private one (unit tests, one-off configs)
-	Endpoints []*Endpoint
+	Limits circuitbreak.Limits
+	Shared *Shared // nil: a private one (unit tests, one-off configs)
+	// Outlier configures a private Shared's detector (nil: detection off); with a
+	// Shared, the caller configures Shared.Outlier (dataplane does, at activation).
+	Outlier *outlier.Config
+	// PanicThreshold is the percent of usable endpoints below which the pickers
+	// ignore ejections (Envoy's healthy_panic_threshold; 0: never).
+	PanicThreshold float64
+	Endpoints      []*Endpoint
 	// Rand returns a uniformly random uint64; nil uses math/rand/v2. Tests pass a
 	// seeded source to make random and least-request picks reproducible.
 	Rand func() uint64
@@ -92,6 +99,10 @@ type Cluster struct {
 	usable         []*Endpoint // what the picker picks from (PickAvoiding's scan)
 	picker         picker
 	rnd            func() uint64
+	panicThreshold float64
+	// health caches the panic-mode verdict with the detector generation it was
+	// computed at (see healthState); written by any picking goroutine.
+	health atomic.Uint64
 }
 
 // ErrNoEndpoint is returned when a cluster has no endpoint to send to.
@@ -116,14 +127,29 @@ func New(s Spec) (*Cluster, error) {
 		if err := s.Limits.Check(); err != nil {
 			return nil, fmt.Errorf("cluster %q: %w", s.Name, err)
 		}
-		sh = NewRegistry().Shared(ServiceKey(s.Name))
-		_ = sh.Breaker.SetLimits(s.Limits) // checked above
+		if s.Outlier != nil {
+			if err := s.Outlier.Validate(); err != nil {
+				return nil, fmt.Errorf("cluster %q: %w", s.Name, err)
+			}
+		}
+		reg := NewRegistry()
+		sh = reg.Shared(ServiceKey(s.Name))
+		_ = sh.Breaker.SetLimits(s.Limits)  // checked above
+		_ = sh.Outlier.Configure(s.Outlier) // checked above
+		defer func() {
+			reg.mu.Lock()
+			sh.syncOutlierLocked() // the private detector's members are these endpoints
+			reg.mu.Unlock()
+		}()
+	}
+	if !(s.PanicThreshold >= 0 && s.PanicThreshold <= 100) {
+		return nil, fmt.Errorf("cluster %q: panic threshold %v outside 0..100", s.Name, s.PanicThreshold)
 	}
 	for _, e := range s.Endpoints {
 		e.Host = sh.Host(e.Addr)
 	}
 	c := &Cluster{Name: s.Name, HTTP2: s.HTTP2, ConnectTimeout: s.ConnectTimeout, QueueTimeout: s.QueueTimeout, Shared: sh, Breaker: sh.Breaker,
-		endpoints: s.Endpoints, Hashed: s.Policy == RingHash}
+		endpoints: s.Endpoints, Hashed: s.Policy == RingHash, panicThreshold: s.PanicThreshold}
 	// Pick among healthy endpoints; if none is healthy, use all (Envoy's panic mode).
 	eps := make([]*Endpoint, 0, len(s.Endpoints))
 	for _, e := range s.Endpoints {
@@ -163,9 +189,21 @@ func New(s Spec) (*Cluster, error) {
 // Endpoints returns the cluster's endpoints (do not modify).
 func (c *Cluster) Endpoints() []*Endpoint { return c.endpoints }
 
-// Pick chooses an endpoint; hash is used by ring hash only.
+// Pick chooses an endpoint; hash is used by ring hash only. Ejected hosts are
+// skipped unless the cluster is in panic mode (see computeHealth); with every
+// pickable host ejected and no panic, there is no endpoint.
 func (c *Cluster) Pick(hash uint64) (*Endpoint, error) {
-	e := c.picker.pick(hash)
+	var e *Endpoint
+	switch f := c.healthState(); {
+	case f&healthNone != 0:
+	case f&healthSkip != 0:
+		e = c.picker.pick(hash, true)
+	default:
+		if f&healthIgnoring != 0 {
+			c.Shared.Outlier.CountPanicPick()
+		}
+		e = c.picker.pick(hash, false)
+	}
 	if e == nil {
 		return nil, fmt.Errorf("cluster %q: %w", c.Name, ErrNoEndpoint)
 	}
@@ -204,10 +242,6 @@ func (c *Cluster) PickAvoiding(hash uint64, tried []*Endpoint) (*Endpoint, error
 	return e, nil
 }
 
-// pickable reports whether the scan of PickAvoiding may return e: what the
-// pickers would pick (the usable set; ejection awareness belongs here too).
-func (c *Cluster) pickable(*Endpoint) bool { return true }
-
 func isTried(tried []*Endpoint, e *Endpoint) bool {
 	for _, t := range tried {
 		if t == e {
@@ -216,8 +250,3 @@ func isTried(tried []*Endpoint, e *Endpoint) bool {
 	}
 	return false
 }
-
-// Observe records the outcome of one request to e for outlier detection. Called on
-// the request path once per attempt; must stay allocation-free.
-// TODO(#8 outlier): feeds the cluster's detector; until then it records nothing.
-func (c *Cluster) Observe(e *Endpoint, o outlier.Outcome) {}

@@ -9,13 +9,23 @@ import (
 	"sync/atomic"
 )
 
-type picker interface{ pick(hash uint64) *Endpoint }
+// picker chooses an endpoint. With skip it never returns an ejected host (nil when
+// it finds none); without it, it ignores ejection (none, or panic mode) at no cost.
+type picker interface {
+	pick(hash uint64, skip bool) *Endpoint
+}
+
+// maxRedraws bounds the random draws (random, least request) that may land on
+// ejected hosts before a scan from the last draw finds a usable one. Ejecting more
+// than half the hosts puts a cluster in panic at the default threshold, so eight
+// misses in a row are rare (under 0.4%).
+const maxRedraws = 8
 
 func defaultRand() uint64 { return rand.Uint64() }
 
 type emptyPicker struct{}
 
-func (emptyPicker) pick(uint64) *Endpoint { return nil }
+func (emptyPicker) pick(uint64, bool) *Endpoint { return nil }
 
 // ringPointsPerWeight is the ring points per unit of endpoint weight.
 const ringPointsPerWeight = 256
@@ -73,9 +83,17 @@ func gcd(a, b uint64) uint64 {
 	return a
 }
 
-func (r *roundRobin) pick(uint64) *Endpoint {
-	n := r.next.Add(1) - 1
-	return r.sched[n%uint64(len(r.sched))]
+// pick takes the next schedule slot; an ejected host's slot is passed to whoever
+// takes the next one (another atomic add), so the others keep their proportions.
+func (r *roundRobin) pick(_ uint64, skip bool) *Endpoint {
+	l := uint64(len(r.sched))
+	for range l {
+		e := r.sched[(r.next.Add(1)-1)%l]
+		if !skip || !ejected(e) {
+			return e
+		}
+	}
+	return nil
 }
 
 // leastRequest is power of two choices on in-flight requests, weight-blind as Envoy's
@@ -85,16 +103,48 @@ type leastRequest struct {
 	rnd func() uint64
 }
 
-func (l *leastRequest) pick(uint64) *Endpoint {
+func (l *leastRequest) pick(_ uint64, skip bool) *Endpoint {
 	n := uint64(len(l.eps))
 	if n == 1 {
+		if skip && ejected(l.eps[0]) {
+			return nil
+		}
 		return l.eps[0]
 	}
-	a, b := l.eps[l.rnd()%n], l.eps[l.rnd()%n]
+	a, b := l.draw(skip), l.draw(skip)
+	if a == nil || b == nil {
+		return nil
+	}
 	if b.Active() < a.Active() {
 		return b
 	}
 	return a
+}
+
+// draw is one uniform choice among the usable endpoints: redraws, then a scan.
+func (l *leastRequest) draw(skip bool) *Endpoint {
+	n := uint64(len(l.eps))
+	i := l.rnd() % n
+	if !skip {
+		return l.eps[i]
+	}
+	for range maxRedraws {
+		if e := l.eps[i]; !ejected(e) {
+			return e
+		}
+		i = l.rnd() % n
+	}
+	return scan(l.eps, int(i))
+}
+
+// scan returns the first endpoint of eps from i on (wrapping) that is not ejected.
+func scan(eps []*Endpoint, i int) *Endpoint {
+	for k := range len(eps) {
+		if e := eps[(i+k)%len(eps)]; !ejected(e) {
+			return e
+		}
+	}
+	return nil
 }
 
 // random picks by weight with a binary search over cumulative weights.
@@ -114,10 +164,18 @@ func newRandom(eps []*Endpoint, rnd func() uint64) *random {
 	return r
 }
 
-func (r *random) pick(uint64) *Endpoint {
-	x := r.rnd() % r.total
-	i := sort.Search(len(r.cum), func(i int) bool { return r.cum[i] > x })
-	return r.eps[i]
+// pick draws by weight; a draw of an ejected host is redrawn, so the others keep
+// their weights exactly (rejection sampling), then scanned past if unlucky.
+func (r *random) pick(_ uint64, skip bool) *Endpoint {
+	var i int
+	for range maxRedraws {
+		x := r.rnd() % r.total
+		i = sort.Search(len(r.cum), func(i int) bool { return r.cum[i] > x })
+		if e := r.eps[i]; !skip || !ejected(e) {
+			return e
+		}
+	}
+	return scan(r.eps, i)
 }
 
 // ring is a consistent-hash ring (ketama style): each endpoint owns points
@@ -176,12 +234,18 @@ func newRing(eps []*Endpoint, minSize, maxSize uint64) (*ring, error) {
 	return r, nil
 }
 
-func (r *ring) pick(h uint64) *Endpoint {
+// pick takes the first point at or after h whose owner is not ejected: only the
+// keys of an ejected host move, each to the next host on the ring, and they come
+// back when it returns.
+func (r *ring) pick(h uint64, skip bool) *Endpoint {
 	i := sort.Search(len(r.hashes), func(i int) bool { return r.hashes[i] >= h })
 	if i == len(r.hashes) {
 		i = 0
 	}
-	return r.owners[i]
+	if !skip {
+		return r.owners[i]
+	}
+	return scan(r.owners, i)
 }
 
 // Hash is the request hash ring hash uses: FNV-1a followed by a splitmix64 finaliser

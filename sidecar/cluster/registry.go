@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
+	"github.com/weft-mesh/weft/sidecar/outlier"
 )
 
 // Registry holds the state that must outlive configurations: one *Shared per
@@ -24,16 +25,25 @@ type Registry struct {
 	mu     sync.Mutex         // guards the fields below and every Shared's hosts and marks
 	shared map[string]*Shared // by service key
 	gen    uint64             // Retain's latest sweep generation
+
+	outliers *outlier.Recorder // every detector's events (see outlier.go)
+	totals   outlier.Totals    // every detector's verdicts, over retirements
 }
 
 // NewRegistry returns an empty Registry.
-func NewRegistry() *Registry { return &Registry{shared: make(map[string]*Shared)} }
+func NewRegistry() *Registry {
+	rec, _ := outlier.NewRecorder(0, 0) // the defaults are valid
+	return &Registry{shared: make(map[string]*Shared), outliers: rec}
+}
 
 // Shared is the long-lived state of one service key. Its fields are set once at
 // creation; their configuration is applied in place (Breaker.SetLimits).
 type Shared struct {
 	Key     string
 	Breaker *circuitbreak.Breaker
+	// Outlier is the service's outlier detection; its members are the hosts the
+	// active configuration uses (synced by Retain).
+	Outlier *outlier.Detector
 
 	reg   *Registry
 	hosts map[netip.AddrPort]*Host // guarded by reg.mu
@@ -44,13 +54,20 @@ type Shared struct {
 // least request and outlier detection need to remember across configurations.
 type Host struct {
 	Addr netip.AddrPort
+	// Outlier is the host's outlier state (ejected or not, counts): the pickers
+	// read it, Cluster.Observe feeds it, the Shared's detector owns the rest.
+	Outlier outlier.Host
 
 	addr   string       // Addr.String(), computed once
 	active atomic.Int64 // requests in flight; owned by Begin/End
 	mark   uint64       // Retain's sweep generation; guarded by the registry's mu
 }
 
-func newHost(a netip.AddrPort) *Host { return &Host{Addr: a, addr: a.String()} }
+func newHost(a netip.AddrPort) *Host {
+	h := &Host{Addr: a, addr: a.String()}
+	h.Outlier.Addr = h.addr
+	return h
+}
 
 // Address is the dialable "ip:port".
 func (h *Host) Address() string { return h.addr }
@@ -92,7 +109,7 @@ func (r *Registry) Shared(key string) *Shared {
 	s := r.shared[key]
 	if s == nil {
 		b, _ := circuitbreak.New(circuitbreak.DefaultLimits) // valid by construction
-		s = &Shared{Key: key, Breaker: b, reg: r, hosts: make(map[netip.AddrPort]*Host)}
+		s = &Shared{Key: key, Breaker: b, Outlier: outlier.New(key, &r.totals), reg: r, hosts: make(map[netip.AddrPort]*Host)}
 		r.shared[key] = s
 	}
 	return s
@@ -172,5 +189,7 @@ func (r *Registry) Retain(live []*Cluster) {
 				delete(s.hosts, a)
 			}
 		}
+		s.syncOutlierLocked()
 	}
+	r.outliers.Poke() // configurations and members changed: the detectors' next ticks too
 }

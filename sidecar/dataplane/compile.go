@@ -98,6 +98,9 @@ func CompileWith(state map[string]map[string]any, o Options) (*Config, error) {
 			b := c.Shared.Breaker
 			cfg.commits = append(cfg.commits, func() { _ = b.SetLimits(lim) }) // checked in compileCluster
 		}
+		if err := cfg.compileOutlier(c, xc, byKey[key]); err != nil {
+			return nil, err
+		}
 		cfg.clusters[name] = c
 	}
 	for _, name := range sortedKeys(state[xdsresource.RouteType]) {
@@ -206,6 +209,7 @@ func (cfg *Config) compileCluster(xc *xdsresource.Cluster, eps map[string]any, o
 		ConnectTimeout: xc.ConnectTimeout,
 		QueueTimeout:   o.QueueTimeout,
 		Shared:         cfg.reg.Shared(cluster.ServiceKey(xc.Name)),
+		PanicThreshold: xc.PanicThreshold,
 		Endpoints:      list,
 		Rand:           o.Rand,
 	})

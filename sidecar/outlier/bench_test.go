@@ -1,6 +1,7 @@
 package outlier
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,7 +19,7 @@ func BenchmarkObserve(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			c := base()
 			c.SplitExternalLocalOriginErrors = split
-			d := New("svc")
+			d := New("svc", nil)
 			if err := d.Configure(c); err != nil {
 				b.Fatal(err)
 			}
@@ -68,17 +69,23 @@ func TestConcurrentObserveTickTrip(t *testing.T) {
 		})
 	}
 	now := t0
-	for range 2000 {
+	happened := func() bool {
+		s := d.Stats()
+		return s.ByKind[KindConsecutive5xx].Ejected > 0 && s.ByKind[KindFailurePercentage].Ejected > 0 && s.Returns > 0
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < 2000 || !happened(); i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing happened: %+v", d.Stats())
+		}
 		now = now.Add(100 * time.Microsecond)
 		clock.Store(now.UnixNano())
 		d.Tick(now, always, nil)
 		if n, m := d.Ejected(); n > c.MaxEjected(m) {
 			t.Fatalf("%d of %d ejected, cap %d", n, m, c.MaxEjected(m))
 		}
+		runtime.Gosched()
 	}
 	close(stop)
 	wg.Wait()
-	if s := d.Stats(); s.ByKind[KindConsecutive5xx].Ejected == 0 || s.ByKind[KindFailurePercentage].Ejected == 0 || s.Returns == 0 {
-		t.Fatalf("nothing happened: %+v", s)
-	}
 }

@@ -22,8 +22,9 @@ const MaxPendingEvents = 1024
 // calls Tick at Next. Configuration is applied in place (Configure): host state,
 // ejections and counts stay.
 type Detector struct {
-	key string
-	cfg atomic.Pointer[Config] // nil: detection off; written under mu
+	key    string
+	totals *Totals                // nil: none
+	cfg    atomic.Pointer[Config] // nil: detection off; written under mu
 	// gen changes on every ejection and return, so pickers recompute their
 	// panic-mode verdict only when it moved.
 	gen        atomic.Uint64
@@ -56,8 +57,28 @@ type rated struct {
 	volume uint64
 }
 
-// New returns a detector for key with detection off and no hosts.
-func New(key string) *Detector { return &Detector{key: key} }
+// New returns a detector for key with detection off and no hosts. Its verdicts are
+// also counted in totals (nil: not), which outlive the detector: a sidecar's
+// counters stay monotonic when a Service and its detector are retired.
+func New(key string, totals *Totals) *Detector { return &Detector{key: key, totals: totals} }
+
+// Totals count the verdicts of many detectors (a sidecar's /metrics). Safe for
+// concurrent use.
+type Totals struct {
+	detected, ejected, notEnforced, overflow [NumKinds]atomic.Uint64
+	returns, panicPicks                      atomic.Uint64
+}
+
+// Stats reads the totals.
+func (t *Totals) Stats() Stats {
+	var s Stats
+	for k := range NumKinds {
+		s.ByKind[k] = KindStats{Detected: t.detected[k].Load(), Ejected: t.ejected[k].Load(),
+			NotEnforced: t.notEnforced[k].Load(), Overflow: t.overflow[k].Load()}
+	}
+	s.Returns, s.PanicPicks = t.returns.Load(), t.panicPicks.Load()
+	return s
+}
 
 // Key is the service key the detector was made for.
 func (d *Detector) Key() string { return d.key }
@@ -69,7 +90,12 @@ func (d *Detector) Config() *Config { return d.cfg.Load() }
 func (d *Detector) Generation() uint64 { return d.gen.Load() }
 
 // CountPanicPick counts a pick that ignored ejections (panic mode).
-func (d *Detector) CountPanicPick() { d.panicPicks.Add(1) }
+func (d *Detector) CountPanicPick() {
+	d.panicPicks.Add(1)
+	if d.totals != nil {
+		d.totals.panicPicks.Add(1)
+	}
+}
 
 // Configure applies c (nil: detection off) in place, keeping host state, ejections
 // and counts. A bad c is an error naming the field and changes nothing. Turning
@@ -146,6 +172,37 @@ func (d *Detector) Remove(hs ...*Host) {
 		return
 	}
 	d.hosts = slices.DeleteFunc(d.hosts, func(h *Host) bool { return !h.member })
+	d.capLocked()
+}
+
+// SetHosts makes hs the members, in that order: new ones are added, the others
+// removed as by Remove.
+func (d *Detector) SetHosts(hs []*Host) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, h := range hs {
+		h.keep = true
+	}
+	for _, h := range d.hosts {
+		if !h.keep {
+			if h.ejected.Load() {
+				d.returnLocked(h, time.Time{}, ReasonRemoved, nil)
+			}
+			h.member = false
+		}
+	}
+	clear(d.hosts)
+	d.hosts = d.hosts[:0]
+	for _, h := range hs {
+		h.keep = false
+		if !h.member {
+			h.member = true
+			if h.ejected.Load() {
+				d.ejected++
+			}
+		}
+		d.hosts = append(d.hosts, h)
+	}
 	d.capLocked()
 }
 
@@ -395,12 +452,22 @@ func (d *Detector) rateLocked(c *Config, counts []uint64, srK, fpK Kind, srE, fp
 func (d *Detector) ejectLocked(c *Config, h *Host, k Kind, enforcing uint32, n Numbers, now time.Time, rnd func() uint64) (Event, bool) {
 	st := &d.stats.ByKind[k]
 	st.Detected++
+	t := d.totals
+	if t != nil {
+		t.detected[k].Add(1)
+	}
 	if d.ejected >= c.MaxEjected(len(d.hosts)) {
 		st.Overflow++
+		if t != nil {
+			t.overflow[k].Add(1)
+		}
 		return Event{}, false
 	}
 	if enforcing < 100 && (enforcing == 0 || rnd()%100 >= uint64(enforcing)) {
 		st.NotEnforced++
+		if t != nil {
+			t.notEnforced[k].Add(1)
+		}
 		return Event{}, false
 	}
 	// Envoy grows the multiplier while base × multiplier < max + base, so it stops
@@ -418,6 +485,9 @@ func (d *Detector) ejectLocked(c *Config, h *Host, k Kind, enforcing uint32, n N
 	d.ejected++
 	d.gen.Add(1)
 	st.Ejected++
+	if t != nil {
+		t.ejected[k].Add(1)
+	}
 	return Event{Service: d.key, Host: h.Addr, Action: Eject, Detector: k, Numbers: n, At: now, Duration: dur, Multiplier: h.multiplier}, true
 }
 
@@ -433,6 +503,9 @@ func (d *Detector) returnLocked(h *Host, now time.Time, why string, evs []Event)
 	d.ejected--
 	d.gen.Add(1)
 	d.stats.Returns++
+	if d.totals != nil {
+		d.totals.returns.Add(1)
+	}
 	ev := Event{Service: d.key, Host: h.Addr, Action: Return, Detector: h.kind, Numbers: h.nums, At: now,
 		Multiplier: h.multiplier, Reason: why}
 	if now.IsZero() {

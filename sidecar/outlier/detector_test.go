@@ -29,7 +29,7 @@ func always() uint64 { return 0 } // every enforcing draw passes, jitter 0
 
 func newDet(t *testing.T, c *Config, n int) (*Detector, []*Host) {
 	t.Helper()
-	d := New("outbound|80||svc")
+	d := New("outbound|80||svc", nil)
 	if err := d.Configure(c); err != nil {
 		t.Fatal(err)
 	}
@@ -647,5 +647,31 @@ func TestObserveAllocatesNothing(t *testing.T) {
 		_ = hs[0].Ejected()
 	}); n != 0 {
 		t.Fatalf("%v allocations", n)
+	}
+}
+
+// TestSetHosts: members become exactly the given hosts; a dropped ejected host
+// returns, a kept one stays out, and the cap follows the new count.
+func TestSetHosts(t *testing.T) {
+	c := base()
+	c.MaxEjectionPercent = 50
+	d, hs := newDet(t, c, 4)
+	d.Trip(hs[0], Trip5xx, t0, always)
+	d.Trip(hs[1], Trip5xx, t0.Add(time.Second), always)
+	extra := &Host{Addr: "10.0.0.9:80"}
+	d.SetHosts([]*Host{hs[1], hs[2], hs[3], extra})
+	if d.Len() != 4 || hs[0].Ejected() || !hs[1].Ejected() {
+		t.Fatalf("members %d, ejected %v %v", d.Len(), hs[0].Ejected(), hs[1].Ejected())
+	}
+	if _, ok := d.Trip(extra, Trip5xx, t0, always); !ok {
+		t.Fatal("new member not ejectable")
+	}
+	d.SetHosts([]*Host{hs[1], extra}) // 2 hosts at 50%: one may be out
+	if n, m := d.Ejected(); n != 1 || m != 2 || extra.Ejected() || !hs[1].Ejected() {
+		t.Fatalf("ejected %d of %d (the one due back first returns: %v)", n, m, extra.Ejected())
+	}
+	evs := d.Tick(t0.Add(2*time.Second), always, nil)
+	if len(evs) != 2 || evs[0].Reason != ReasonRemoved || evs[0].Host != hs[0].Addr || evs[1].Reason != ReasonCapped || evs[1].Host != extra.Addr {
+		t.Fatalf("events %+v", evs)
 	}
 }

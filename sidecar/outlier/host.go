@@ -26,6 +26,7 @@ type Host struct {
 
 	// Owned by the Detector (its mu).
 	member     bool
+	keep       bool   // SetHosts' mark
 	multiplier uint32 // Envoy's ejectTimeBackoff
 	ejections  uint64 // ever
 	since      time.Time
