@@ -33,6 +33,10 @@ const (
 	// DefaultMaxRetryBody is the longest request body kept for replay by
 	// retries and fallbacks (issue #8); a longer one is sent once.
 	DefaultMaxRetryBody = 64 << 10
+	// DefaultPendingTimeout is the longest a request waits as pending for an
+	// upstream connection (maxPendingRequests' queue) before it overflows with
+	// maxConnections.
+	DefaultPendingTimeout = time.Second
 )
 
 // Bounds of the overload flags (the packages that apply them check the same).
@@ -57,6 +61,7 @@ const (
 	MaxMemoryHighWater   = 1.0
 	MinMaxRetryBody      = 1 << 10
 	MaxMaxRetryBody      = 16 << 20
+	MaxPendingTimeout    = time.Minute
 )
 
 // Limits are the sidecar's own overload bounds, validated, defaults applied.
@@ -83,6 +88,8 @@ type Limits struct {
 	// MaxRetryBody bounds the request body kept for replay by retries and
 	// fallbacks (bytes).
 	MaxRetryBody int
+	// PendingTimeout bounds a pending request's wait for an upstream connection.
+	PendingTimeout time.Duration
 }
 
 // DefaultLimits are the bounds with no flag given.
@@ -93,7 +100,8 @@ func DefaultLimits() Limits {
 		H2StreamBuffer: DefaultH2StreamBuffer, H2ConnBuffer: DefaultH2ConnBuffer, H2MaxFrameSize: DefaultH2MaxFrameSize,
 		ReadHeaderTimeout: DefaultReadHeaderTimeout, IdleTimeout: DefaultIdleTimeout, DefaultRouteTimeout: DefaultRouteTimeout,
 		DrainTimeout: DefaultDrainTimeout,
-		MemoryLimit:  DefaultMemoryLimit, MemoryHighWater: DefaultMemoryHighWater, MaxRetryBody: DefaultMaxRetryBody}
+		MemoryLimit:  DefaultMemoryLimit, MemoryHighWater: DefaultMemoryHighWater, MaxRetryBody: DefaultMaxRetryBody,
+		PendingTimeout: DefaultPendingTimeout}
 }
 
 // FileLimits are the overload keys of the bootstrap file (and the flags' raw
@@ -117,6 +125,7 @@ type FileLimits struct {
 	MemoryLimit               string  `json:"memory-limit,omitempty"`
 	MemoryHighWater           float64 `json:"memory-high-water,omitempty"`
 	MaxRetryBody              string  `json:"max-retry-body,omitempty"`
+	PendingTimeout            string  `json:"pending-timeout,omitempty"`
 }
 
 // limitFlags registers the overload flags on fs, writing into l.
@@ -136,6 +145,7 @@ func limitFlags(fs *flag.FlagSet, l *FileLimits) {
 	fs.StringVar(&l.DefaultRouteTimeout, "default-route-timeout", "", "timeout of routes that set none; 0s disables (default 15s, Envoy's)")
 	fs.StringVar(&l.DrainTimeout, "drain-timeout", "", "on shutdown, time HTTP/2 streams get to finish after GOAWAY before connections are closed (default 5s)")
 	fs.StringVar(&l.MemoryLimit, "memory-limit", "", "memory ceiling: the Go soft limit and the base of --memory-high-water (default 256MiB)")
+	fs.StringVar(&l.PendingTimeout, "pending-timeout", "", "longest a request waits for an upstream connection when a Service's maxConnections is reached (one of its maxPendingRequests) before a 503 maxConnections overflow (default 1s)")
 	fs.StringVar(&l.MaxRetryBody, "max-retry-body", "", "longest request body kept for replay by retries and fallbacks; a longer one is sent once, not retried (default 64KiB)")
 	fs.Float64Var(&l.MemoryHighWater, "memory-high-water", 0, fmt.Sprintf("fraction of --memory-limit at which new requests are shed with 503 (default %v)", DefaultMemoryHighWater))
 }
@@ -159,6 +169,7 @@ func (l *FileLimits) override(cmd FileLimits, set map[string]bool) {
 		"read-header-timeout": {&l.ReadHeaderTimeout, &cmd.ReadHeaderTimeout}, "idle-timeout": {&l.IdleTimeout, &cmd.IdleTimeout},
 		"default-route-timeout": {&l.DefaultRouteTimeout, &cmd.DefaultRouteTimeout}, "memory-limit": {&l.MemoryLimit, &cmd.MemoryLimit},
 		"drain-timeout": {&l.DrainTimeout, &cmd.DrainTimeout}, "max-retry-body": {&l.MaxRetryBody, &cmd.MaxRetryBody},
+		"pending-timeout": {&l.PendingTimeout, &cmd.PendingTimeout},
 	}
 	for name, v := range strs {
 		if set[name] {
@@ -233,6 +244,7 @@ func (l FileLimits) Limits() (Limits, error) {
 		dur("drain-timeout", l.DrainTimeout, false, MaxDrainTimeout, &out.DrainTimeout),
 		size("memory-limit", l.MemoryLimit, MinMemoryLimit, MaxMemoryLimit, func(n int64) { out.MemoryLimit = n }),
 		size("max-retry-body", l.MaxRetryBody, MinMaxRetryBody, MaxMaxRetryBody, toInt(&out.MaxRetryBody)),
+		dur("pending-timeout", l.PendingTimeout, false, MaxPendingTimeout, &out.PendingTimeout),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Limits{}, err

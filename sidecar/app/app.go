@@ -170,7 +170,8 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	// One registry for the sidecar's life: breaker counts and per-host state carry
 	// over every configuration swap (the runtime calls Config.Activate).
 	registry := cluster.NewRegistry()
-	copts := dataplane.Options{DefaultRouteTimeout: s.Limits.DefaultRouteTimeout, Registry: registry}
+	copts := dataplane.Options{DefaultRouteTimeout: s.Limits.DefaultRouteTimeout, Registry: registry,
+		QueueTimeout: s.Limits.PendingTimeout}
 	if copts.DefaultRouteTimeout == 0 {
 		copts.DefaultRouteTimeout = -1
 	}
@@ -515,5 +516,6 @@ func limitGauges(l render.Limits) map[string]float64 {
 		"drain_timeout_seconds":         l.DrainTimeout.Seconds(),
 		"memory_high_water_fraction":    l.MemoryHighWater,
 		"max_retry_body_bytes":          float64(l.MaxRetryBody),
+		"pending_timeout_seconds":       l.PendingTimeout.Seconds(),
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/weft-mesh/weft/bootstrap/render"
+	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/sidecar/listener"
@@ -56,6 +57,8 @@ func TestFlagDefaultsAndBoundsAreThePackages(t *testing.T) {
 		{"retry body min", render.MinMaxRetryBody, httpproxy.MinMaxRetryBodyBytes},
 		{"retry body max", render.MaxMaxRetryBody, httpproxy.MaxMaxRetryBodyBytes},
 		{"memory limit max", render.MaxMemoryLimit, overload.MaxMemoryLimit},
+		{"pending timeout", int64(render.DefaultPendingTimeout), int64(cluster.DefaultQueueTimeout)},
+		{"pending timeout max", int64(render.MaxPendingTimeout), int64(cluster.MaxQueueTimeout)},
 	} {
 		if c.flag != c.pkg {
 			t.Errorf("%s: flag %d, package %d", c.name, c.flag, c.pkg)

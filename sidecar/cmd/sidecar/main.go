@@ -38,6 +38,7 @@ Overload bounds (each also a bootstrap file key; over a bound: connection closed
   --h2-stream-buffer SIZE (1MiB)  --h2-conn-buffer SIZE (1MiB)  --h2-max-frame-size SIZE (16KiB)
   --read-header-timeout D (30s)  --idle-timeout D (5m)  --default-route-timeout D (15s; 0s: none)
   --drain-timeout D (5s: on shutdown, HTTP/2 streams finish after GOAWAY)
+  --pending-timeout D (1s: a request queued for an upstream connection, then 503 maxConnections)
   --memory-limit SIZE (256MiB: Go soft limit)  --memory-high-water F (0.9: shed new requests)`
 
 func main() {
