@@ -392,15 +392,17 @@ func (p *Proxy) exchangeH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.Wr
 // observeH1 reports the attempt's outcome to c's outlier detection (see
 // "Outcomes for outlier detection") and says what failed, for decide.
 func (p *Proxy) observeH1(c *cluster.Cluster, e *cluster.Endpoint, st *h1state, res outcome, ctx context.Context) retryCause {
-	if ctx.Err() != nil {
-		return causeReset // a drain cut it: not the host's doing
-	}
 	switch res {
 	case done, failStatus:
 		if s := st.resp.status; s >= 100 {
 			c.Observe(e, outlier.Outcome(s))
 		}
 		return causeStatus
+	}
+	if ctx.Err() != nil {
+		return causeReset // a drain cut it: not the host's doing
+	}
+	switch res {
 	case failTimeout:
 		c.Observe(e, outlier.Timeout)
 		return causeTimeout

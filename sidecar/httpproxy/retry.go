@@ -122,7 +122,8 @@ type tries struct {
 }
 
 func (t *tries) reset(retries int, fallback bool) {
-	*t = tries{retries: min(retries, maxTries-1), fallback: fallback}
+	clear(t.tried[:t.ntried]) // only what was used: the request path pays for no more
+	t.attempt, t.retries, t.fallback, t.token, t.wait, t.ntried = 0, min(retries, maxTries-1), fallback, false, 0, 0
 }
 
 func (t *tries) add(e *cluster.Endpoint) {
