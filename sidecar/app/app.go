@@ -305,7 +305,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	reg.MustRegister(bc)
 	reg.MustRegister(admin.NewXDSCollector(client.Status))
-	reports, err := newReporter(s.Node.ID, log, client, mem, reg, func() []outlier.Ejection { return nil })
+	reports, err := newReporter(s.Node.ID, log, client, mem, reg, registry.Ejections)
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
