@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/runtime"
 	"github.com/weft-mesh/weft/sidecar/xdsclient"
 )
@@ -70,6 +71,9 @@ type Config struct {
 	// resident code (idle RSS goal: 20 MiB), so `make build` leaves it out and New
 	// refuses Pprof there.
 	Pprof bool
+	// Outliers, when set, serves /outliers: current ejections and recent outlier
+	// events (JSON).
+	Outliers *cluster.Registry
 }
 
 // Admin holds the handlers.
@@ -98,17 +102,18 @@ func New(cfg Config) (*Admin, error) {
 	return &Admin{cfg: cfg}, nil
 }
 
-// Handler serves /config_dump, /stats and /metrics.
+// Handler serves /config_dump, /stats, /metrics and /outliers.
 func (a *Admin) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /config_dump", a.configDump)
 	mux.HandleFunc("GET /stats", a.stats)
+	mux.HandleFunc("GET /outliers", a.outliers)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{}))
 	if a.cfg.Pprof {
 		pprofRoutes(mux)
 	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "weft sidecar admin: /config_dump /stats /metrics")
+		fmt.Fprintln(w, "weft sidecar admin: /config_dump /stats /metrics /outliers")
 	})
 	return mux
 }

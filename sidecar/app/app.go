@@ -304,12 +304,23 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	reg.MustRegister(bc)
+	odc, err := admin.NewOutlierCollector(registry, func() []*cluster.Cluster {
+		if cfg := rt.Load(); cfg != nil {
+			return cfg.Clusters()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	reg.MustRegister(odc)
 	reg.MustRegister(admin.NewXDSCollector(client.Status))
 	reports, err := newReporter(s.Node.ID, log, client, mem, reg, registry.Ejections)
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
-	adm, err := admin.New(admin.Config{Logger: log.Named("admin"), Runtime: rt, XDS: client.Status, Gatherer: reg, Requests: reqs, Pprof: s.Pprof})
+	adm, err := admin.New(admin.Config{Logger: log.Named("admin"), Runtime: rt, XDS: client.Status, Gatherer: reg, Requests: reqs, Pprof: s.Pprof,
+		Outliers: registry})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
@@ -338,6 +349,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		run("memory", func() error { releaseMemory(ctx, o.MemoryRelease, o.release, activated); return nil })
 	}
 	run("outlier-report", func() error { reports.Run(ctx); return nil })
+	run("outlier", func() error { runOutliers(ctx, registry, log.Named("outlier")); return nil })
 	run("xds", func() error {
 		if err := client.Run(ctx); !errors.Is(err, context.Canceled) {
 			return err

@@ -3,6 +3,8 @@ package dataplane
 import (
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/outlier"
@@ -61,4 +63,14 @@ func (cfg *Config) compileOutlier(c *cluster.Cluster, xc, first *xdsresource.Clu
 	d := c.Shared.Outlier
 	cfg.commits = append(cfg.commits, func() { _ = d.Configure(oc) }) // validated above
 	return nil
+}
+
+// Clusters returns c's clusters in name order (admin: the panic-mode gauge).
+func (c *Config) Clusters() []*cluster.Cluster {
+	out := make([]*cluster.Cluster, 0, len(c.clusters))
+	for _, cl := range c.clusters {
+		out = append(out, cl)
+	}
+	slices.SortFunc(out, func(a, b *cluster.Cluster) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
