@@ -315,6 +315,11 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	reg.MustRegister(odc)
 	reg.MustRegister(admin.NewXDSCollector(client.Status))
+	rlc, err := admin.NewRateLimitCollector(registry)
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	reg.MustRegister(rlc)
 	reports, err := newReporter(s.Node.ID, log, client, mem, reg, registry.Ejections)
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
 	"github.com/weft-mesh/weft/sidecar/outlier"
+	"github.com/weft-mesh/weft/sidecar/ratelimit"
 )
 
 // Registry holds the state that must outlive configurations: one *Shared per
@@ -44,6 +45,9 @@ type Shared struct {
 	// Outlier is the service's outlier detection; its members are the hosts the
 	// active configuration uses (synced by Retain).
 	Outlier *outlier.Detector
+	// Limiter is the Service's local rate limit (off until a config sets one);
+	// Configure'd in place at activation, its bucket carries over swaps.
+	Limiter *ratelimit.Limiter
 
 	reg   *Registry
 	hosts map[netip.AddrPort]*Host // guarded by reg.mu
@@ -109,7 +113,7 @@ func (r *Registry) Shared(key string) *Shared {
 	s := r.shared[key]
 	if s == nil {
 		b, _ := circuitbreak.New(circuitbreak.DefaultLimits) // valid by construction
-		s = &Shared{Key: key, Breaker: b, Outlier: outlier.New(key, &r.totals), reg: r, hosts: make(map[netip.AddrPort]*Host)}
+		s = &Shared{Key: key, Breaker: b, Outlier: outlier.New(key, &r.totals), Limiter: new(ratelimit.Limiter), reg: r, hosts: make(map[netip.AddrPort]*Host)}
 		r.shared[key] = s
 	}
 	return s

@@ -88,6 +88,9 @@ func CompileWith(state map[string]map[string]any, o Options) (*Config, error) {
 			return nil, err
 		}
 		key := c.Shared.Key
+		if err := cfg.rateLimit(c, xc, byKey[key]); err != nil {
+			return nil, err
+		}
 		if other := byKey[key]; other != nil {
 			if ol := breakerLimits(other); !ol.Equal(lim) {
 				return nil, fmt.Errorf("%w: cluster %q: circuit_breakers (%s) differ from cluster %q's (%s): clusters of service key %q share one breaker",

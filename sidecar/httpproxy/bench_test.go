@@ -53,12 +53,17 @@ func BenchmarkHTTP1ProxyObserved(b *testing.B) {
 }
 
 func benchHTTP1(b *testing.B, o sidecarOpts) {
+	benchHTTP1With(b, o, func(r dt.Resources) dt.Resources { return r })
+}
+
+// benchHTTP1With is benchHTTP1 on dt.Simple's resources as edit changes them.
+func benchHTTP1With(b *testing.B, o sidecarOpts, edit func(dt.Resources) dt.Resources) {
 	app := rawApp(b)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := startSidecarB(b, ln, dt.Simple("outbound", addrOf(ln), false, app), o)
+	s := startSidecarB(b, ln, edit(dt.Simple("outbound", addrOf(ln), false, app)), o)
 	b.RunParallel(func(pb *testing.PB) {
 		c, err := net.Dial("tcp", s.Addr.String())
 		if err != nil {

@@ -224,6 +224,9 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 	if len(route.Fallback) > 0 {
 		st.prio = 0
 	}
+	if refused, wait := rateLimited(c, start); refused {
+		return p.rateLimitedH1(br, bw, st, c, wait)
+	}
 	if c.HTTP2 {
 		if st.upgrade {
 			return p.upgradeToH2(br, bw, st, c)
@@ -772,6 +775,12 @@ func degradedName(local, reason string) string {
 // discardAndReplyHeader is discardAndReply with one header of the caller's
 // (none when name is "").
 func (p *Proxy) discardAndReplyHeader(br *bufio.Reader, bw *bufio.Writer, st *h1state, code int, local, name, value, body string) bool {
+	return p.discardAndReplyHeaders(br, bw, st, code, local, body, name, value)
+}
+
+// discardAndReplyHeaders is discardAndReply with the caller's headers (name,
+// value pairs; a pair whose name is "" is left out).
+func (p *Proxy) discardAndReplyHeaders(br *bufio.Reader, bw *bufio.Writer, st *h1state, code int, local, body string, hdrs ...string) bool {
 	req := &st.req
 	closeAfter := req.close
 	switch {
@@ -782,7 +791,7 @@ func (p *Proxy) discardAndReplyHeader(br *bufio.Reader, bw *bufio.Writer, st *h1
 			closeAfter = true
 		}
 	}
-	p.writeReply(bw, st, code, local, name, value, body, closeAfter)
+	p.writeReplyHeaders(bw, st, code, local, body, closeAfter, hdrs...)
 	return !closeAfter
 }
 
@@ -797,6 +806,12 @@ func (p *Proxy) localReply(bw *bufio.Writer, st *h1state, code int, local, body 
 
 // writeReply is localReply with one header of the caller's (none when name is "").
 func (p *Proxy) writeReply(bw *bufio.Writer, st *h1state, code int, local, name, value, body string, closeConn bool) {
+	p.writeReplyHeaders(bw, st, code, local, body, closeConn, name, value)
+}
+
+// writeReplyHeaders is localReply with the caller's headers: name, value pairs,
+// a pair whose name is "" left out. (The variadic slice stays on the stack.)
+func (p *Proxy) writeReplyHeaders(bw *bufio.Writer, st *h1state, code int, local, body string, closeConn bool, hdrs ...string) {
 	req := &st.req
 	st.code = code
 	bw.WriteString("HTTP/1.1 ")
@@ -808,10 +823,13 @@ func (p *Proxy) writeReply(bw *bufio.Writer, st *h1state, code int, local, name,
 	bw.WriteString("\r\n" + LocalHeader + ": ")
 	bw.WriteString(local)
 	bw.WriteString("\r\n")
-	if name != "" {
-		bw.WriteString(name)
+	for i := 0; i+1 < len(hdrs); i += 2 {
+		if hdrs[i] == "" {
+			continue
+		}
+		bw.WriteString(hdrs[i])
 		bw.WriteString(": ")
-		bw.WriteString(sanitizeHeader(value))
+		bw.WriteString(sanitizeHeader(hdrs[i+1]))
 		bw.WriteString("\r\n")
 	}
 	if closeConn {

@@ -81,7 +81,13 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request, t *Target) {
 		io.WriteString(w, route.Direct.Body)
 		return
 	}
-	p.forward(w, r, t, route, route.Pick(p.cfg.Rand()), nil, 0, &a)
+	c := route.Pick(p.cfg.Rand())
+	if refused, wait := rateLimited(c, start); refused {
+		a.cluster = c.Name
+		a.code = p.rateLimitedH2(w, r, c, wait)
+		return
+	}
+	p.forward(w, r, t, route, c, nil, 0, &a)
 }
 
 // answer is what a request was answered with, for the Observer.

@@ -25,6 +25,10 @@
 //	timeout           504 the route (or per-try) timeout passed; x-weft-timeout
 //	                  names which
 //	retries           the last upstream status after retries, not the upstream's body
+//	ratelimit         429 the cluster's local rate limit (DestinationPolicy
+//	                  localRateLimit) refused the request; x-weft-ratelimited
+//	                  names the service key, retry-after the seconds until a
+//	                  token is back (rounded up)
 //
 // HTTP/1.1 and HTTP/2 answers use the same values.
 package httpproxy

@@ -39,6 +39,9 @@ type Observer interface {
 	TCPConn(cluster string, bytesIn, bytesOut int64)
 }
 
+// ErrRateLimited: the cluster's local rate limit refused the connection.
+var ErrRateLimited = errors.New("local rate limit exceeded")
+
 // Proxy forwards TCP connections.
 type Proxy struct {
 	cfg Config
@@ -64,6 +67,11 @@ func New(cfg Config) (*Proxy, error) {
 func (p *Proxy) Serve(ctx context.Context, client net.Conn, route *dataplane.TCPRoute, src netip.Addr) error {
 	defer client.Close()
 	c := route.Pick(p.cfg.Rand())
+	// A connection is one request for a TCP cluster's local rate limit (as
+	// Envoy's network local_ratelimit filter): past it, the connection is closed.
+	if ok, _ := c.Shared.Limiter.Allow(time.Now()); !ok {
+		return fmt.Errorf("cluster %q: %w", c.Name, ErrRateLimited)
+	}
 	var hash uint64
 	if c.Hashed && src.IsValid() {
 		b := src.As16()
