@@ -50,7 +50,9 @@ func (c Class) valid() bool {
 type Action string
 
 const (
-	// ServeStale keeps using the state (endpoints: outlier detection still ejects).
+	// ServeStale keeps using the state (endpoints: outlier detection still ejects:
+	// detectors are configured at activation and ticked by the sidecar's own
+	// goroutine, never by the stream; runtime's TestEjectionWhileEndpointsStale).
 	ServeStale Action = "serveStale"
 	// FailClosed refuses what depends on the state (routing: 503 with a reason header;
 	// secrets/revocation: refuse new mTLS handshakes).
