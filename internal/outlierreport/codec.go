@@ -78,7 +78,8 @@ func Decode(b []byte) (*Report, error) {
 	if len(b) > MaxReportBytes {
 		return nil, invalid("report is %d bytes, at most %d", len(b), MaxReportBytes)
 	}
-	d := decoder{b: b}
+	// One copy of the input: every string decoded is a substring of it.
+	d := decoder{b: b, s: string(b)}
 	if v := d.byte("version"); d.err == nil && v != Version {
 		return nil, invalid("version %d: want %d", v, Version)
 	}
@@ -136,7 +137,8 @@ func Decode(b []byte) (*Report, error) {
 // decoder reads b front to back; the first error sticks and later reads return
 // zero values.
 type decoder struct {
-	b   []byte
+	b   []byte // what is left to read
+	s   string // the whole input, for substrings
 	err error
 }
 
@@ -153,23 +155,27 @@ func (d *decoder) byte(field string) byte {
 	return c
 }
 
-func (d *decoder) uvarint(field string, max uint64) uint64 {
+func (d *decoder) uvarint(field string, max uint64) uint64 { return d.number(field, "", max) }
+
+// number reads a uvarint; field+suffix names it in errors (joined only then:
+// decoding a report allocates nothing per entry).
+func (d *decoder) number(field, suffix string, max uint64) uint64 {
 	if d.err != nil {
 		return 0
 	}
 	v, n := binary.Uvarint(d.b)
 	switch {
 	case n == 0:
-		d.err = invalid("%s: truncated", field)
+		d.err = invalid("%s%s: truncated", field, suffix)
 		return 0
 	case n < 0:
-		d.err = invalid("%s: number overflows 64 bits", field)
+		d.err = invalid("%s%s: number overflows 64 bits", field, suffix)
 		return 0
 	case n != uvarintLen(v):
-		d.err = invalid("%s: %d encoded in %d bytes, not minimally", field, v, n)
+		d.err = invalid("%s%s: %d encoded in %d bytes, not minimally", field, suffix, v, n)
 		return 0
 	case v > max:
-		d.err = invalid("%s: %d, at most %d", field, v, max)
+		d.err = invalid("%s%s: %d, at most %d", field, suffix, v, max)
 		return 0
 	}
 	d.b = d.b[n:]
@@ -177,7 +183,7 @@ func (d *decoder) uvarint(field string, max uint64) uint64 {
 }
 
 func (d *decoder) string(field string, max int) string {
-	n := int(d.uvarint(field+" length", uint64(max)))
+	n := int(d.number(field, " length", uint64(max)))
 	if d.err != nil {
 		return ""
 	}
@@ -185,9 +191,9 @@ func (d *decoder) string(field string, max int) string {
 		d.err = invalid("%s: truncated (%d bytes announced, %d left)", field, n, len(d.b))
 		return ""
 	}
-	s := strings.Clone(string(d.b[:n]))
+	off := len(d.s) - len(d.b)
 	d.b = d.b[n:]
-	return s
+	return d.s[off : off+n]
 }
 
 func uvarintLen(v uint64) int {

@@ -210,7 +210,7 @@ func checkEndpoint(s string) error {
 	if host == "" {
 		return invalid("endpoint %q: empty host", s)
 	}
-	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 || strconv.FormatUint(p, 10) != port {
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 || port[0] == '0' || port[0] == '+' {
 		return invalid("endpoint %q: port %q: want 1..65535", s, port)
 	}
 	return nil
