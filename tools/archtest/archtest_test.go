@@ -63,6 +63,12 @@ var rules = []rule{
 	{from: "sidecar/cluster", to: "sidecar/xdsclient", why: "request-path packages read *dataplane.Config only"},
 	{from: "sidecar/listener", to: "sidecar/xdsclient", why: "request-path packages read *dataplane.Config only"},
 	{from: "sidecar/dataplane", to: "sidecar/xdsclient", why: "request-path packages read *dataplane.Config only"},
+	{from: "sidecar/httpproxy", to: "sidecar/ejectreport", why: "outlier reports never touch the request path"},
+	{from: "sidecar/tcpproxy", to: "sidecar/ejectreport", why: "outlier reports never touch the request path"},
+	{from: "sidecar/cluster", to: "sidecar/ejectreport", why: "outlier reports never touch the request path"},
+	{from: "sidecar/listener", to: "sidecar/ejectreport", why: "outlier reports never touch the request path"},
+	{from: "sidecar/dataplane", to: "sidecar/ejectreport", why: "outlier reports never touch the request path"},
+	{from: "sidecar/outlier", to: "sidecar/ejectreport", why: "outlier reports never touch the request path"},
 }
 
 func TestDependencyRules(t *testing.T) {
