@@ -398,6 +398,13 @@ func (p *Pool) Put(conn *Conn) {
 		w.ch <- conn // buffered 1 and deregistered: never blocks
 		return
 	}
+	if len(p.slotWaiters[conn.breaker]) > 0 {
+		// A request of the same Service waits for another address: its slot is
+		// worth more than an idle connection. Close wakes it.
+		p.mu.Unlock()
+		conn.Close()
+		return
+	}
 	if h == nil || len(h.idle) >= p.cfg.MaxIdlePerHost {
 		p.mu.Unlock()
 		conn.Close()
@@ -416,11 +423,13 @@ func (c *Conn) close(wake bool) error {
 		return nil
 	}
 	c.closed = true
+	// The socket first, then its slot: the limit holds on open sockets too.
+	err := c.Conn.Close()
 	c.breaker.Release(circuitbreak.Connections)
 	if wake {
 		c.pool.wakeSlotWaiter(c.breaker)
 	}
-	return c.Conn.Close()
+	return err
 }
 
 // Idle reports idle connections per address (for tests and stats).

@@ -139,7 +139,19 @@ func TestPoolSlotAcrossAddresses(t *testing.T) {
 	if n := c.Breaker.InUse(circuitbreak.Connections); n != 1 {
 		t.Errorf("connections in use %d, want 1", n)
 	}
-	ca2.Close()
+	// A connection to a released while b waits is closed, not pooled: its slot
+	// goes to b.
+	w = getAsync(p, c, eb)
+	testkit.Eventually(t, 5*time.Second, "b pending again", func() bool { return c.Breaker.InUse(circuitbreak.Pending) == 1 })
+	p.Put(ca2)
+	if r := <-w; r.err != nil || r.took >= 5*time.Second {
+		t.Fatalf("pending request for b after a's connection was released: %v after %v", r.err, r.took)
+	} else {
+		r.conn.Close()
+	}
+	if n := p.Idle(a.String()); n != 0 {
+		t.Errorf("idle to a %d, want 0 (closed for b)", n)
+	}
 }
 
 func TestQueueTimeoutBounds(t *testing.T) {

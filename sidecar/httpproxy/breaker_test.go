@@ -1,12 +1,19 @@
 package httpproxy_test
 
 import (
+	"context"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
+	"github.com/weft-mesh/weft/sidecar/cluster"
+	"github.com/weft-mesh/weft/sidecar/dataplane"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
@@ -114,4 +121,133 @@ func TestBreakerOverflowAnswers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countingDial counts the upstream sockets open at once (from the dial to the
+// Close) and the most ever seen.
+type countingDial struct {
+	open, peak atomic.Int64
+}
+
+type countedConn struct {
+	net.Conn
+	d    *countingDial
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.d.open.Add(-1) })
+	return err
+}
+
+func (d *countingDial) dial(ctx context.Context, addr string) (net.Conn, error) {
+	n := d.open.Add(1)
+	for p := d.peak.Load(); n > p && !d.peak.CompareAndSwap(p, n); p = d.peak.Load() {
+	}
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		d.open.Add(-1)
+		return nil, err
+	}
+	return &countedConn{Conn: c, d: d}, nil
+}
+
+// Through the real proxy, with 1,000 configuration swaps (endpoints of the Service
+// moving between two upstreams, as EDS pushes do) under concurrent load, the
+// Service's maxConnections (sockets open to its upstreams) and maxRequests (requests
+// at its upstreams at once) are never exceeded, and every count returns to zero.
+func TestBreakerLimitsHoldAcrossSwapsE2E(t *testing.T) {
+	const maxConns, maxReqs = 2, 3
+	var atApp, peakApp atomic.Int64
+	h := func(w http.ResponseWriter, r *http.Request) {
+		n := atApp.Add(1)
+		for p := peakApp.Load(); n > p && !peakApp.CompareAndSwap(p, n); p = peakApp.Load() {
+		}
+		time.Sleep(200 * time.Microsecond) // long enough for requests to overlap
+		atApp.Add(-1)
+	}
+	a, b := startApp(t, h), startApp(t, h)
+	ln := listen(t)
+	resources := func(eps ...netip.AddrPort) dt.Resources {
+		res := dt.Resources{}
+		res.Add(xdsresource.ListenerType, dt.HTTPListener("outbound", addrOf(ln), "routes"))
+		res.Add(xdsresource.RouteType, dt.RouteConfig("routes", dt.VirtualHost("svc", []string{"*"}, dt.PrefixRoute("/", "app", 0))))
+		res.Add(xdsresource.ClusterType, dt.EDSCluster("app", dt.ClusterOpts{MaxConns: maxConns, MaxPend: 64, MaxReqs: maxReqs}))
+		res.Add(xdsresource.EndpointType, dt.Endpoints("app", eps...))
+		return res
+	}
+	sets := [][]netip.AddrPort{{a.ap()}, {a.ap(), b.ap()}, {b.ap()}}
+	var d countingDial
+	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 16, IdleTimeout: time.Minute, BufferSize: 8192, Dial: d.dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := startSidecar(t, ln, resources(sets[0]...), sidecarOpts{proxy: func(c *httpproxy.Config) { c.Pool = pool }})
+	reg := cluster.NewRegistry()
+	swap := func(i int) {
+		cfg, err := resources(sets[i%len(sets)]...).Compile(dataplane.Options{Registry: reg, QueueTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.snap.Store(cfg)
+		cfg.Activate()
+	}
+	swap(0)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var codes [600]atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := client(t)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := c.Get("http://" + s.Addr.String() + "/")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				codes[resp.StatusCode].Add(1)
+				// maxRequests refuses at once; nothing else may fail (a request
+				// queued for a connection gets one well within its queue timeout).
+				if resp.StatusCode != 200 && resp.Header.Get(httpproxy.OverflowHeader) != "maxRequests" {
+					t.Errorf("%d %s=%q %q", resp.StatusCode, httpproxy.OverflowHeader, resp.Header.Get(httpproxy.OverflowHeader), body)
+				}
+			}
+		}()
+	}
+	for i := 1; i <= 1000; i++ {
+		swap(i)
+		if i%100 == 0 { // let requests through between bursts of swaps
+			testkit.Eventually(t, 5*time.Second, "requests answered", func() bool { return codes[200].Load() >= int64(i/10) })
+		}
+	}
+	close(stop)
+	wg.Wait()
+	br := s.snap.Load().Cluster("app").Breaker
+	if p := d.peak.Load(); p > maxConns {
+		t.Errorf("%d upstream sockets open at once, maxConnections %d", p, maxConns)
+	}
+	if p := peakApp.Load(); p > maxReqs {
+		t.Errorf("%d requests at the upstreams at once, maxRequests %d", p, maxReqs)
+	}
+	if codes[200].Load() == 0 {
+		t.Fatal("no request succeeded")
+	}
+	for _, r := range []circuitbreak.Resource{circuitbreak.Pending, circuitbreak.Requests} {
+		testkit.Eventually(t, 5*time.Second, r.String()+" back to zero", func() bool { return br.InUse(r) == 0 })
+	}
+	if n := br.InUse(circuitbreak.Connections); n > maxConns || n != d.open.Load() {
+		t.Errorf("connections counted %d, sockets open %d (limit %d)", n, d.open.Load(), maxConns)
+	}
+	t.Logf("answers: 200 %d, 503 %d; overflows maxRequests %d", codes[200].Load(), codes[503].Load(), br.Overflows(circuitbreak.MaxRequests))
 }
