@@ -43,6 +43,10 @@ const (
 	// refuse larger values (xdsresource.MaxRateLimitRPS, MaxRateLimitBurst).
 	MaxRequestsPerSecond = 1e9
 	MaxRateLimitBurst    = 1 << 30
+	// MaxRateLimitFillTime bounds burst / requestsPerSecond, the time an empty
+	// bucket takes to fill (burst 0: one second's worth, at least 1); sidecars
+	// refuse longer ones (ratelimit.MaxFillTime keeps the bucket in an int64).
+	MaxRateLimitFillTime = 365 * 24 * time.Hour
 
 	// MaxOverrideTTL bounds Override.ttl: an emergency rule must expire by itself soon.
 	MaxOverrideTTL = time.Hour

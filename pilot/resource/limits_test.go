@@ -153,8 +153,12 @@ func TestLimits(t *testing.T) {
 			"DestinationPolicy/shop/d: spec.outlierDetection.splitExternalLocalOriginErrors: false, but consecutiveLocalOriginFailures is set: that detector needs local-origin failures counted apart"},
 		{"requests_per_second", ratePolicy(MaxRequestsPerSecond, 0), ratePolicy(MaxRequestsPerSecond+1, 0),
 			"DestinationPolicy/shop/d: spec.localRateLimit.requestsPerSecond: 1.000000001e+09 exceeds the limit of 1e+09"},
-		{"rate_limit_burst", ratePolicy(1, MaxRateLimitBurst), ratePolicy(1, MaxRateLimitBurst+1),
+		{"rate_limit_burst", ratePolicy(1e4, MaxRateLimitBurst), ratePolicy(1e4, MaxRateLimitBurst+1),
 			"DestinationPolicy/shop/d: spec.localRateLimit.burst: 1073741825 exceeds the limit of 1073741824"},
+		{"rate_limit_fill_time", ratePolicy(1, 365*24*3600), ratePolicy(1, 365*24*3600+1),
+			"DestinationPolicy/shop/d: spec.localRateLimit.burst: 31536001 requests at 1 per second take 31536001s to refill, limit 8760h0m0s"},
+		{"rate_limit_fill_time_default_burst", ratePolicy(1/(365*24*3600.0), 0), ratePolicy(1/(365*24*3600.0)*0.999, 0),
+			"DestinationPolicy/shop/d: spec.localRateLimit.burst: 1 requests at 3.167808219178082e-08 per second take 31567568s to refill, limit 8760h0m0s"},
 		{"certificate_ttl", object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{CertificateTTL: "8760h"}), object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{CertificateTTL: "8761h"}),
 			"MeshConfig/default: spec.certificateTTL: 8761h exceeds the limit of 8760h0m0s"},
 	} {

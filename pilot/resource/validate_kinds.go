@@ -262,6 +262,15 @@ func validateDestinationPolicy(c *collector, s *DestinationPolicySpec) {
 		if rl.Burst > MaxRateLimitBurst {
 			c.add(rp.child("burst"), fmt.Sprintf("%d exceeds the limit of %d", rl.Burst, MaxRateLimitBurst))
 		}
+		if rl.RequestsPerSecond > 0 && rl.Burst >= 0 {
+			burst := max(float64(rl.Burst), 1)
+			if rl.Burst == 0 {
+				burst = max(math.Ceil(rl.RequestsPerSecond), 1) // the sidecar's default
+			}
+			if fill := burst / rl.RequestsPerSecond; fill > MaxRateLimitFillTime.Seconds() {
+				c.add(rp.child("burst"), fmt.Sprintf("%.0f requests at %v per second take %.0fs to refill, limit %v", burst, rl.RequestsPerSecond, fill, MaxRateLimitFillTime))
+			}
+		}
 	}
 }
 

@@ -26,7 +26,7 @@ func NewRateLimitCollector(reg *cluster.Registry) (*RateLimitCollector, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("%w: rate limit collector: registry is nil", ErrConfig)
 	}
-	l := []string{"service_key"}
+	l := []string{"service"}
 	return &RateLimitCollector{reg: reg,
 		allowed:  prometheus.NewDesc("weft_sidecar_ratelimit_allowed_total", "Requests (TCP: connections) a local rate limit let through with a token, by service key.", l, nil),
 		rejected: prometheus.NewDesc("weft_sidecar_ratelimit_rejected_total", "Requests answered 429 (x-weft-local: ratelimit; TCP: connections closed) by a local rate limit, by service key.", l, nil),

@@ -63,9 +63,9 @@ func TestRateLimitCollector(t *testing.T) {
 		}
 	}
 	const (
-		rev = "{service_key=outbound|9080||reviews.shop.svc.cluster.local}"
-		in  = "{service_key=inbound|8080||}"
-		off = "{service_key=outbound|80||was.shop.svc.cluster.local}"
+		rev = "{service=outbound|9080||reviews.shop.svc.cluster.local}"
+		in  = "{service=inbound|8080||}"
+		off = "{service=outbound|80||was.shop.svc.cluster.local}"
 	)
 	want := map[string]float64{
 		"weft_sidecar_ratelimit_allowed_total" + rev:          2,
