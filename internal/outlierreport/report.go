@@ -20,6 +20,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Bounds of one report. Encode and Decode refuse anything past them.
@@ -181,9 +183,9 @@ func less(a, b *Entry) bool {
 	return a.Service < b.Service || a.Service == b.Service && a.Endpoint < b.Endpoint
 }
 
-// checkToken: non-empty, at most max bytes, printable ASCII without spaces
-// (node ids, cluster names and addresses are all of that alphabet), so what
-// pilot shows an operator is exactly what was sent.
+// checkToken: non-empty, at most max bytes, valid UTF-8 without white space or
+// control characters (the rule the sidecar's --node-id follows), so what pilot
+// shows an operator is exactly what was sent.
 func checkToken(field, s string, max int) error {
 	if s == "" {
 		return invalid("%s: empty", field)
@@ -191,9 +193,9 @@ func checkToken(field, s string, max int) error {
 	if len(s) > max {
 		return invalid("%s: %d bytes, at most %d", field, len(s), max)
 	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= ' ' || c > '~' {
-			return invalid("%s %q: byte %d (0x%02x) is not printable ASCII", field, s, i, c)
+	for i, r := range s {
+		if r == utf8.RuneError || r <= ' ' || r == 0x7f || r >= 0x80 && r <= 0x9f || unicode.IsSpace(r) {
+			return invalid("%s %q: byte %d is not printable (white space, a control character or invalid UTF-8)", field, s, i)
 		}
 	}
 	return nil

@@ -83,8 +83,11 @@ func TestValidate(t *testing.T) {
 		{"node empty", func(r *Report) { r.Node = "" }, "node: empty"},
 		{"node at bound", func(r *Report) { r.Node = long(MaxNodeBytes) }, ""},
 		{"node one past", func(r *Report) { r.Node = long(MaxNodeBytes + 1) }, "node: 257 bytes, at most 256"},
-		{"node with space", func(r *Report) { r.Node = "a b" }, `node "a b": byte 1 (0x20) is not printable ASCII`},
-		{"node not ASCII", func(r *Report) { r.Node = "é" }, "is not printable ASCII"},
+		{"node with space", func(r *Report) { r.Node = "a b" }, `node "a b": byte 1 is not printable`},
+		{"node with NBSP", func(r *Report) { r.Node = "a\u00a0b" }, `byte 1 is not printable`},
+		{"node with C1 control", func(r *Report) { r.Node = "a\u0085" }, `byte 1 is not printable`},
+		{"node not UTF-8", func(r *Report) { r.Node = "a\xff" }, "byte 1 is not printable"},
+		{"node UTF-8", func(r *Report) { r.Node = "café-1" }, ""},
 		{"service at bound", func(r *Report) { r.Entries[0].Service = long(MaxServiceBytes) }, ""},
 		{"service one past", func(r *Report) { r.Entries[0].Service = long(MaxServiceBytes + 1) }, "entries[0]: invalid outlier report: service: 513 bytes, at most 512"},
 		{"endpoint no port", func(r *Report) { r.Entries[0].Endpoint = "10.0.0.9" }, `endpoint "10.0.0.9": want host:port`},
@@ -266,7 +269,7 @@ func TestDecodeStrict(t *testing.T) {
 		{"age past bound", header("n", 1).u(1).s(svcA).u(1).u(0).s("10.0.0.1:80").b(1).u(uint64(MaxAge/time.Millisecond) + 1).u(1), "age: 2592000001, at most 2592000000"},
 		{"total below entries", header("n", 0).u(1).s(svcA).u(1).u(0).s("10.0.0.1:80").b(1).u(5).u(1), "total: 0 is less than the 1 entries"},
 		{"duplicate entries", header("n", 2).u(1).s(svcA).u(2).u(0).s("10.0.0.1:80").b(1).u(5).u(1).u(0).s("10.0.0.1:80").b(1).u(5).u(1), "entries[1]"},
-		{"control byte", header("a\x00", 0).u(0).u(0), "is not printable ASCII"},
+		{"control byte", header("a\x00", 0).u(0).u(0), "byte 1 is not printable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := Decode(tc.in)

@@ -89,6 +89,9 @@ func New(cfg Config) (*Reporter, error) {
 	if cfg.Logger == nil {
 		errs = append(errs, errors.New("a Logger is required"))
 	}
+	if err := (&outlierreport.Report{Node: cfg.Node}).Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if cfg.Source == nil || cfg.Conn == nil {
 		errs = append(errs, errors.New("a Source and a Conn are required"))
 	}

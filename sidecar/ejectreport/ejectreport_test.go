@@ -316,6 +316,7 @@ func TestConfig(t *testing.T) {
 		{func(c *Config) { c.Refresh = outlierreport.RefreshInterval + time.Nanosecond }, "refresh 30.000000001s exceeds 30s"},
 		{func(c *Config) { c.Source = nil }, "a Source and a Conn are required"},
 		{func(c *Config) { c.CheckInterval = -1 }, "CheckInterval -1ns is negative"},
+		{func(c *Config) { c.Node = "" }, "node: empty"},
 	} {
 		cfg := Config{Node: "n", Logger: hclog.NewNullLogger(), Source: src.read, Conn: func() grpc.ClientConnInterface { return nil }}
 		tc.edit(&cfg)

@@ -98,8 +98,9 @@ func New(lim Limits) (*Aggregate, error) {
 }
 
 // Put replaces node's report with r, received at now on stream owner (non-zero).
-// It refuses, changing nothing, a report past the node's rate (ErrRateLimited)
-// or one that would take the total past MaxEntries (ErrFull). r must be valid.
+// It refuses a report past the node's rate (ErrRateLimited) or one that would
+// take the total past MaxEntries (ErrFull); a refused report changes no entry
+// (one refused as full still counts toward the node's rate). r must be valid.
 func (a *Aggregate) Put(node string, owner uint64, r *outlierreport.Report, now time.Time) error {
 	a.Expire(now)
 	n := a.nodes[node]
