@@ -194,6 +194,7 @@ func TestSidecarsReportToPilot(t *testing.T) {
 		}
 	}
 	var v outlieragg.View
+	sentAt := time.Now()
 	testkit.Wait(t, 30*time.Second, func() error {
 		var err error
 		if v, err = outliers(t, p); err != nil {
@@ -204,6 +205,7 @@ func TestSidecarsReportToPilot(t *testing.T) {
 		}
 		return nil
 	})
+	t.Logf("pilot showed the ejection by both sidecars %v after their traffic ended", time.Since(sentAt).Round(10*time.Millisecond))
 	if ep := v.Endpoints[0]; ep.Service != "outbound|9080||reviews.shop.svc.cluster.local" || ep.Detectors["consecutive5xx"] != 2 {
 		t.Errorf("endpoint: %+v", ep)
 	}
