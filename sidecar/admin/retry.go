@@ -26,7 +26,7 @@ func NewRetryCollector(s *httpproxy.RetryStats) (*RetryCollector, error) {
 		retries:     prometheus.NewDesc("weft_sidecar_http_retries_total", "Retry attempts made (a Route's retries policy).", nil, nil),
 		refused:     prometheus.NewDesc("weft_sidecar_http_retries_refused_total", "Retries not made because the circuit breaker refused them (maxRetries, retryBudget).", nil, nil),
 		noTime:      prometheus.NewDesc("weft_sidecar_http_retries_past_timeout_total", "Retries not made because the back-off would end past the route timeout; the failed answer was forwarded.", nil, nil),
-		notBuffered: prometheus.NewDesc("weft_sidecar_http_retry_body_not_kept_total", "Requests with a body on a route with retries or fallbacks whose body was not kept for replay (so not retried), by reason: too-large (over --max-retry-body), chunked, expect-continue.", []string{"reason"}, nil),
+		notBuffered: prometheus.NewDesc("weft_sidecar_http_retry_body_not_kept_total", "Requests with a body on a route with retries or fallbacks whose body was not kept for replay (so not retried), by reason: too-large (over --max-retry-body), expect-continue (HTTP/1.1 Expect: 100-continue).", []string{"reason"}, nil),
 		fallbackAnswered: prometheus.NewDesc("weft_sidecar_http_fallback_answers_total",
 			"Responses answered by a Route's fallback destination, by priority (1: fallback[0]); the x-weft-priority header of the answer.", []string{"priority"}, nil),
 	}, nil

@@ -44,7 +44,6 @@ func TestRetryCollector(t *testing.T) {
 		"weft_sidecar_http_retries_refused_total":                             2,
 		"weft_sidecar_http_retries_past_timeout_total":                        1,
 		"weft_sidecar_http_retry_body_not_kept_total{reason=too-large}":       4,
-		"weft_sidecar_http_retry_body_not_kept_total{reason=chunked}":         0,
 		"weft_sidecar_http_retry_body_not_kept_total{reason=expect-continue}": 0,
 		"weft_sidecar_http_fallback_answers_total{priority=1}":                0,
 		"weft_sidecar_http_fallback_answers_total{priority=2}":                5,

@@ -85,6 +85,11 @@ func (r *Retry) RetryConnect(reset bool) bool {
 	return !reset && r.On&RetryConnectFailure != 0
 }
 
+// RetryRefused reports whether a stream the upstream refused unprocessed
+// (HTTP/2 REFUSED_STREAM, GOAWAY) should be retried: refused-stream, and, as
+// Envoy, 5xx.
+func (r *Retry) RetryRefused() bool { return r.On&(RetryRefusedStream|Retry5xx) != 0 }
+
 // RetryTimeout reports whether a per-try timeout should be retried: Envoy
 // treats it as a 504 from the upstream, so 5xx and gateway-error retry it.
 func (r *Retry) RetryTimeout() bool { return r.On&(Retry5xx|RetryGatewayError) != 0 }

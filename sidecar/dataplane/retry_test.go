@@ -87,9 +87,15 @@ func TestRetryConditions(t *testing.T) {
 		if got := r.RetryConnect(true); got != tc.reset {
 			t.Errorf("%v: RetryConnect(true) = %v", tc.on, got)
 		}
+		if got, want := r.RetryRefused(), tc.on[0] == "5xx"; got != want {
+			t.Errorf("%v: RetryRefused() = %v", tc.on, got)
+		}
 		if got := r.RetryTimeout(); got != tc.tmo {
 			t.Errorf("%v: RetryTimeout() = %v", tc.on, got)
 		}
+	}
+	if !on("refused-stream").RetryRefused() || on("refused-stream").RetryConnect(false) {
+		t.Error("refused-stream: retries refused streams only")
 	}
 	for _, tc := range []struct {
 		name   string

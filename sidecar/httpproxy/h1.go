@@ -236,6 +236,11 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 	// A body is kept for replay only where a retry or fallback may need it.
 	replay := req.contentLength <= 0 && !req.chunked
 	if !replay && !st.upgrade && (route.Retry != nil && route.Retry.NumRetries > 0 || len(route.Fallback) > 0) {
+		if req.chunked && !(req.expect100 && !req.http10) {
+			// Its length is known only once it is read: the general path keeps
+			// it while it streams (replayBuf), within the same bound.
+			return p.bridgeH1toH2(ctx, br, bw, st, t, route, c, nil, 0)
+		}
 		var ok bool
 		if replay, ok = p.keepBodyH1(br, st); !ok {
 			st.abort = false
@@ -422,9 +427,6 @@ func (p *Proxy) observeH1(c *cluster.Cluster, e *cluster.Endpoint, st *h1state, 
 func (p *Proxy) keepBodyH1(br *bufio.Reader, st *h1state) (kept, ok bool) {
 	req := &st.req
 	switch {
-	case req.chunked:
-		p.retries.BodyNotBuffered[NotBufferedChunked].Add(1)
-		return false, true
 	case req.expect100 && !req.http10:
 		p.retries.BodyNotBuffered[NotBufferedExpect].Add(1)
 		return false, true

@@ -325,6 +325,8 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, rb *replayBuf, t
 			c.Observe(e, outlier.Timeout)
 		case ctx.Err() != nil:
 			// The client, a drain or the route timeout ended it: not the host's doing.
+		case cluster.Unprocessed(err):
+			res.cause = causeRefused // not the host's failure: nothing observed
 		case errors.Is(err, errNotSent) && !errors.Is(err, errStaleConn):
 			res.cause = causeConnect
 			c.Observe(e, outlier.ConnectFailed)

@@ -33,8 +33,10 @@ import (
 //
 // A request with a body is retried, or sent to a fallback, only when its body
 // was kept for replay: at most Config.MaxRetryBodyBytes. A larger body (or, on
-// HTTP/1.1, a chunked body or one behind Expect: 100-continue) is sent once and
-// the reason counted (RetryStats.BodyNotBuffered).
+// HTTP/1.1, one behind Expect: 100-continue) is sent once and the reason counted
+// (RetryStats.BodyNotBuffered). An HTTP/1.1 body of known length is read whole
+// before the first attempt; a chunked one goes through the general path, which
+// keeps a copy while it streams.
 //
 // # Outcomes for outlier detection
 //
@@ -67,13 +69,12 @@ const maxTries = 11
 // Why a request's body was not kept for replay (RetryStats.BodyNotBuffered).
 const (
 	NotBufferedTooLarge = iota // longer than Config.MaxRetryBodyBytes
-	NotBufferedChunked         // HTTP/1.1 chunked: its length is unknown before it is read
 	NotBufferedExpect          // HTTP/1.1 Expect: 100-continue: the upstream is asked first
 	numNotBuffered
 )
 
 // NotBufferedReasons are the metric label values of the NotBuffered* indexes.
-var NotBufferedReasons = [numNotBuffered]string{"too-large", "chunked", "expect-continue"}
+var NotBufferedReasons = [numNotBuffered]string{"too-large", "expect-continue"}
 
 // RetryStats counts what retries and fallbacks did; atomics only, read by the
 // admin collector.
@@ -144,6 +145,7 @@ const (
 	causeReset                     // reset before a response head
 	causeTimeout                   // the per-try timeout
 	causeGRPC                      // a gRPC response whose grpc-status (the status argument) is in its headers
+	causeRefused                   // HTTP/2: the upstream refused the stream unprocessed (REFUSED_STREAM, GOAWAY)
 	causeLocal                     // overflow or no host: not retried on this cluster, falls back
 )
 
@@ -206,6 +208,8 @@ func retriable(r *dataplane.Retry, cause retryCause, status int) bool {
 		return r.RetryConnect(true)
 	case causeTimeout:
 		return r.RetryTimeout()
+	case causeRefused:
+		return r.RetryRefused()
 	}
 	return false
 }

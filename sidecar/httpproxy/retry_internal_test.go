@@ -77,6 +77,8 @@ func TestDecide(t *testing.T) {
 		{"connect failure retried under 5xx", r, 0, true, 3, causeConnect, 0, far, stepRetry},
 		{"timeout retried under 5xx", r, 0, true, 3, causeTimeout, 0, far, stepRetry},
 		{"overflow falls back, never retried", r, 0, true, 3, causeLocal, 0, far, stepFallback},
+		{"refused stream retried under 5xx", r, 0, false, 3, causeRefused, 0, far, stepRetry},
+		{"refused stream not retried under reset", &dataplane.Route{Retry: &dataplane.Retry{On: dataplane.RetryReset, NumRetries: 2, BackoffBase: 1, BackoffMax: 1}}, 0, false, 3, causeRefused, 0, far, stepNone},
 		{"overflow without fallback ends", r, 0, false, 3, causeLocal, 0, far, stepNone},
 		{"grpc unavailable retried", r, 0, false, 3, causeGRPC, dataplane.GRPCUnavailable, far, stepRetry},
 		{"grpc unavailable without a policy falls back", noPolicy, 0, true, 3, causeGRPC, dataplane.GRPCUnavailable, far, stepFallback},

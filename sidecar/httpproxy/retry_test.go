@@ -268,8 +268,8 @@ func TestRetryBodyBound(t *testing.T) {
 		}{
 			{"at the bound", bound, false, true, 0, true},
 			{"one past the bound", bound + 1, false, false, httpproxy.NotBufferedTooLarge, false},
-			{"streamed at the bound", bound, true, proto == "HTTP/2.0", httpproxy.NotBufferedChunked, proto == "HTTP/2.0"},
-			{"streamed one past the bound", bound + 1, true, false, map[string]int{"HTTP/1.1": httpproxy.NotBufferedChunked, "HTTP/2.0": httpproxy.NotBufferedTooLarge}[proto], false},
+			{"streamed at the bound", bound, true, true, 0, true},
+			{"streamed one past the bound", bound + 1, true, false, httpproxy.NotBufferedTooLarge, false},
 		} {
 			t.Run(proto+" "+tc.name, func(t *testing.T) {
 				a := statusApp(t, 503)
@@ -472,5 +472,43 @@ func TestRetriesNeedABreakerToken(t *testing.T) {
 				t.Errorf("retries refused: %d, want 1", n)
 			}
 		})
+	}
+}
+
+// An HTTP/1.1 body behind Expect: 100-continue is not kept (the upstream is asked
+// before the client sends it): sent once, not retried, the reason counted.
+func TestRetryBodyExpectContinueNotKept(t *testing.T) {
+	a := statusApp(t, 503)
+	ln := listen(t)
+	s := startSidecar(t, ln, oneRoute(addrOf(ln), retryRoute("app", "5xx", 2, 0, 0), map[string][]netip.AddrPort{"app": {a.ap()}}), sidecarOpts{})
+	c, err := net.Dial("tcp", s.Addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "POST / HTTP/1.1\r\nHost: svc\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusContinue {
+		t.Fatalf("first answer %v %v, want 100 Continue", resp, err)
+	}
+	if _, err := io.WriteString(c, "abc"); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err = http.ReadResponse(br, nil); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 503 || string(body) != "fail 503" {
+		t.Errorf("got %d %q, want the upstream's 503", resp.StatusCode, body)
+	}
+	if n := a.reqs.Load(); n != 1 {
+		t.Errorf("app saw %d requests, want 1", n)
+	}
+	if n := s.hp.RetryStats().BodyNotBuffered[httpproxy.NotBufferedExpect].Load(); n != 1 {
+		t.Errorf("expect-continue bodies not kept: %d, want 1", n)
 	}
 }
