@@ -166,6 +166,9 @@ func (r *Registry) Len() int {
 // endpoint of live uses: live is the configuration just swapped in. Clusters whose
 // Shared belongs to another registry are ignored.
 func (r *Registry) Retain(live []*Cluster) {
+	// Configurations and members changed, so the detectors' next ticks may have:
+	// wake the outlier goroutine, after the unlock (no send under a lock).
+	defer r.outliers.Poke()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// A fresh mark per sweep: what live reaches gets it, the rest goes.
@@ -195,5 +198,4 @@ func (r *Registry) Retain(live []*Cluster) {
 		}
 		s.syncOutlierLocked()
 	}
-	r.outliers.Poke() // configurations and members changed: the detectors' next ticks too
 }

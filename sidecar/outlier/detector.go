@@ -472,7 +472,7 @@ func (d *Detector) ejectLocked(c *Config, h *Host, k Kind, enforcing uint32, n N
 	}
 	// Envoy grows the multiplier while base × multiplier < max + base, so it stops
 	// one step past the cap (the time itself is capped).
-	if time.Duration(h.multiplier)*c.BaseEjectionTime < c.MaxEjectionTime+c.BaseEjectionTime {
+	if time.Duration(h.multiplier)*c.BaseEjectionTime < c.MaxEjectionTime+c.BaseEjectionTime && h.multiplier < math.MaxUint32 {
 		h.multiplier++
 	}
 	dur := c.EjectionTime(h.multiplier)

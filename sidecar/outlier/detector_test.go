@@ -675,3 +675,50 @@ func TestSetHosts(t *testing.T) {
 		t.Fatalf("events %+v", evs)
 	}
 }
+
+// TestLimits: each bound is accepted at its value and refused one past it.
+func TestLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		ok   bool
+	}{
+		{"max-duration", func(c *Config) { c.MaxEjectionTime, c.MaxEjectionTimeJitter = MaxDuration, MaxDuration }, true},
+		{"max-duration+1", func(c *Config) { c.MaxEjectionTime = MaxDuration + 1 }, false},
+		{"jitter-max-duration+1", func(c *Config) { c.MaxEjectionTimeJitter = MaxDuration + 1 }, false},
+		{"min-duration", func(c *Config) { c.Interval = MinDuration }, true},
+		{"min-duration-1", func(c *Config) { c.Interval = MinDuration - 1 }, false},
+		{"stdev-max", func(c *Config) { c.SuccessRate = &SuccessRate{StdevFactor: MaxStdevFactor} }, true},
+		{"stdev-max+", func(c *Config) {
+			c.SuccessRate = &SuccessRate{StdevFactor: math.Nextafter(MaxStdevFactor, math.Inf(1))}
+		}, false},
+		{"percent-100", func(c *Config) {
+			c.FailurePercentage = &FailurePercentage{Threshold: 100, Enforcing: 100, EnforcingLocalOrigin: 100}
+		}, true},
+		{"percent-101", func(c *Config) { c.FailurePercentage = &FailurePercentage{EnforcingLocalOrigin: 101} }, false},
+	} {
+		c := base()
+		tc.mod(c)
+		if err := c.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%s: %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+	// MaxPendingEvents: the returns Configure(nil) makes are all reported up to the
+	// bound; past it they still happen and are counted.
+	for _, n := range []int{MaxPendingEvents, MaxPendingEvents + 1} {
+		d, hs := newDet(t, base(), n)
+		for _, h := range hs {
+			d.Trip(h, Trip5xx, t0, always)
+		}
+		if err := d.Configure(nil); err != nil {
+			t.Fatal(err)
+		}
+		evs := d.Tick(t0, always, nil)
+		if len(evs) != MaxPendingEvents || d.Stats().DroppedEvents != uint64(n-MaxPendingEvents) {
+			t.Fatalf("%d returns: %d events, %d dropped", n, len(evs), d.Stats().DroppedEvents)
+		}
+		if e, _ := d.Ejected(); e != 0 {
+			t.Fatalf("%d still ejected", e)
+		}
+	}
+}
