@@ -4,63 +4,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/weft-mesh/weft/sidecar/runtime"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
-
-// loadgen sends GETs through a sidecar at a steady rate until stop is closed and
-// counts what failed (transport error, non-200, wrong body).
-type loadgen struct {
-	sent, failed atomic.Int64
-	mu           sync.Mutex
-	firstErr     string
-}
-
-func runLoad(w ws, rate int, want string, stop <-chan struct{}) (*loadgen, *sync.WaitGroup) {
-	lg := &loadgen{}
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer client.CloseIdleConnections()
-		// Request i is due at start + i/rate; a loaded machine that falls behind
-		// catches up instead of silently sending less (a ticker drops ticks).
-		interval := time.Second / time.Duration(rate)
-		start := time.Now()
-		var inflight sync.WaitGroup
-		defer inflight.Wait()
-		for i := 0; ; i++ {
-			wait := time.NewTimer(time.Until(start.Add(time.Duration(i) * interval)))
-			select {
-			case <-stop:
-				wait.Stop()
-				return
-			case <-wait.C:
-			}
-			inflight.Add(1)
-			lg.sent.Add(1)
-			go func() {
-				defer inflight.Done()
-				code, body, _, err := get(client, w, "reviews:9080", "/load")
-				if err != nil || code != http.StatusOK || body != want {
-					lg.failed.Add(1)
-					lg.mu.Lock()
-					if lg.firstErr == "" {
-						lg.firstErr = fmt.Sprintf("code %d body %q err %v", code, body, err)
-					}
-					lg.mu.Unlock()
-				}
-			}()
-		}
-	}()
-	return lg, &wg
-}
 
 func classAge(sc *sidecar, class string) float64 {
 	for _, s := range sc.configDump().Staleness {
@@ -81,9 +30,8 @@ func TestDrillPilotKilledUnderLoad(t *testing.T) {
 			sc := startSidecar(t, w, cp.addr())
 			sc.waitReady(10 * time.Second)
 
-			stop := make(chan struct{})
 			loadStart := time.Now()
-			lg, wg := runLoad(w, 200, "v1 /load", stop)
+			lg := startRate(t, w, "reviews:9080", 200)
 			time.Sleep(time.Second) // not a wait for a condition: a second of load before the kill
 			cp.down()
 			killed := time.Now()
@@ -91,17 +39,26 @@ func TestDrillPilotKilledUnderLoad(t *testing.T) {
 			age1 := classAge(sc, "routes")
 			time.Sleep(2 * time.Second) // not a wait for a condition: lets the staleness age grow
 			age2 := classAge(sc, "routes")
-			close(stop)
+			lg.stop()
 			loadFor := time.Since(loadStart)
-			wg.Wait()
 
-			t.Logf("%s: %d requests at 200/s, %d failed; routes age %.1fs then %.1fs; pilot killed %.1fs before",
-				kind, lg.sent.Load(), lg.failed.Load(), age1, age2, time.Since(killed).Seconds())
-			if lg.failed.Load() != 0 {
-				t.Fatalf("%d of %d requests failed, first: %s", lg.failed.Load(), lg.sent.Load(), lg.firstErr)
+			rs := lg.since(loadStart)
+			failed := 0
+			first := ""
+			for _, r := range rs {
+				if !r.ok() || r.body != "v1 /drill" {
+					if failed++; first == "" {
+						first = fmt.Sprintf("code %d body %q err %v", r.code, r.body, r.err)
+					}
+				}
 			}
-			if want := int64(loadFor.Seconds() * 200 * 0.9); lg.sent.Load() < want {
-				t.Fatalf("only %d requests sent in %s, want at least %d", lg.sent.Load(), loadFor, want)
+			t.Logf("%s: %d requests at 200/s, %d failed; routes age %.1fs then %.1fs; pilot killed %.1fs before",
+				kind, len(rs), failed, age1, age2, time.Since(killed).Seconds())
+			if failed != 0 {
+				t.Fatalf("%d of %d requests failed, first: %s", failed, len(rs), first)
+			}
+			if want := int(loadFor.Seconds() * 200 * 0.9); len(rs) < want {
+				t.Fatalf("only %d requests sent in %s, want at least %d", len(rs), loadFor, want)
 			}
 			if age2 < age1+1 { // 2s apart, ages sampled at 1s ticks
 				t.Fatalf("routes age did not grow: %.2fs then %.2fs", age1, age2)
