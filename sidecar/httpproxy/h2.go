@@ -161,12 +161,13 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 					next = p.decide(&tr, route, c, causeStatus, resp.StatusCode, deadline)
 				}
 				if next == stepNone {
+					shown := -1
 					if withPriority {
-						w.Header().Set(PriorityHeader, priorityValue(prio))
+						shown = prio
 					}
 					p.countFallback(prio)
 					a.code = resp.StatusCode
-					p.copyResponse(w, resp, r.Method == http.MethodHead)
+					p.copyResponse(w, resp, r.Method == http.MethodHead, shown)
 					return
 				}
 				drain(resp)
@@ -426,7 +427,8 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b 
 
 // copyResponse streams resp to w, flushing as data arrives (gRPC streams) and passing
 // trailers through. head says the request was HEAD (no body follows the head).
-func (p *Proxy) copyResponse(w http.ResponseWriter, resp *http.Response, head bool) {
+// prio >= 0 is sent as PriorityHeader, replacing any the upstream sent.
+func (p *Proxy) copyResponse(w http.ResponseWriter, resp *http.Response, head bool, prio int) {
 	defer resp.Body.Close()
 	hdr := w.Header()
 	for k, v := range resp.Header {
@@ -446,6 +448,9 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, resp *http.Response, head bo
 	}
 	for k := range resp.Trailer {
 		hdr.Add("Trailer", k)
+	}
+	if prio >= 0 {
+		hdr.Set(PriorityHeader, priorityValue(prio))
 	}
 	rc := http.NewResponseController(w)
 	bp := copyBufs.Get().(*[]byte)
