@@ -274,9 +274,12 @@ func TestPoolReap(t *testing.T) {
 		}
 		p.Put(a)
 	}
+	// Each connection went idle between before and after: a tick before the idle
+	// timeout is judged from before (younger for sure), at it from after.
+	before := time.Now()
 	put(e)
 	put(eGone)
-	start := time.Now()
+	after := time.Now()
 	live := map[string]struct{}{ap.String(): {}, gone.String(): {}}
 	// Each line is one tick: Reap(now, live), then what is left idle.
 	tests := []struct {
@@ -296,7 +299,11 @@ func TestPoolReap(t *testing.T) {
 		if tc.dropGone {
 			delete(live, gone.String())
 		}
-		p.Reap(start.Add(tc.at), live)
+		now := before.Add(tc.at)
+		if tc.at >= idle {
+			now = after.Add(tc.at)
+		}
+		p.Reap(now, live)
 		if got := p.Idle(ap.String()); got != tc.wantIdle {
 			t.Errorf("%s: idle to live endpoint %d, want %d", tc.name, got, tc.wantIdle)
 		}

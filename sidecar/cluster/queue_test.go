@@ -68,7 +68,8 @@ func TestPoolPendingQueue(t *testing.T) {
 		err.Error() != `cluster "c": upstream overflow: maxPendingRequests` {
 		t.Fatalf("one past the bound: %v", err)
 	}
-	// The first waiter gets the released connection; the others time out.
+	// The first waiter gets the released connection (and keeps it); the others
+	// time out.
 	p.Put(held)
 	got := 0
 	for _, w := range waiters {
@@ -76,7 +77,7 @@ func TestPoolPendingQueue(t *testing.T) {
 		switch l, _ := cluster.Overflowed(r.err); {
 		case r.err == nil:
 			got++
-			r.conn.Close()
+			defer r.conn.Close() // closing it now would wake the next waiter
 		case l == circuitbreak.MaxConnections:
 			if r.took < queueTimeout {
 				t.Errorf("overflowed after %v, before the queue timeout %v", r.took, queueTimeout)
