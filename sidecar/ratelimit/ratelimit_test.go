@@ -445,6 +445,9 @@ func TestConcurrentConfigure(t *testing.T) {
 	}
 }
 
+// BenchmarkAllow is the rate-limit take of the request path (make bench): a
+// token taken, a take refused, a cluster without a limit, and takes from every
+// core at once on one bucket (the CAS contended). 0 allocs/op in all four.
 func BenchmarkAllow(b *testing.B) {
 	b.Run("allowed", func(b *testing.B) {
 		l, _ := New(Config{RequestsPerSecond: MaxRequestsPerSecond, Burst: math.MaxUint32 / 2}, t0)
