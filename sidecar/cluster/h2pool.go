@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -37,8 +38,10 @@ type H2Config struct {
 // close; at that limit, or while a dial to the endpoint is already under way, a
 // request waits as a pending request (maxPendingRequests) for a stream or a
 // connection slot, up to the cluster's queue timeout (then *OverflowError
-// maxConnections; a full queue is maxPendingRequests at once). Like Pool it
-// outlives config swaps.
+// maxConnections; a full queue is maxPendingRequests at once). At the limit a
+// connection of the same breaker to another address with no stream in flight is
+// closed to make room, as Pool closes an idle one. Like Pool it outlives config
+// swaps.
 //
 // Until a new connection has read the peer's SETTINGS, Go's client assumes 100
 // concurrent streams; a peer allowing fewer makes the excess of a first burst
@@ -49,6 +52,10 @@ type H2Pool struct {
 	mu     sync.Mutex         // guards the fields below
 	hosts  map[string]*h2host // by "ip:port"
 	closed bool
+	// waiting is every host's waiters summed: when some wait on another host
+	// than the one whose connection changed, they are woken too (a connection
+	// with no stream left may now be closed to make room for them).
+	waiting int
 }
 
 // h2host is the pool's state for one endpoint address; guarded by H2Pool.mu.
@@ -64,6 +71,10 @@ type h2conn struct {
 	addr    string
 	breaker *circuitbreak.Breaker // the breaker this connection's slot is held in
 	gone    bool                  // removed and its slot released; guarded by H2Pool.mu
+	// draining: chosen to be closed for a request of its Service waiting on
+	// another address (see evict); a Get that reserved a stream on it then gives
+	// the stream back.
+	draining atomic.Bool
 }
 
 // NewH2Pool checks cfg.
@@ -118,7 +129,9 @@ func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.Client
 			timer.Stop()
 		}
 	}()
-	var scratch [8]*h2conn
+	var scratch, othersBuf [8]*h2conn
+	others := othersBuf[:0]
+	evictTried := false
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -131,9 +144,14 @@ func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.Client
 		cands := append(scratch[:0], h.conns...)
 		p.mu.Unlock()
 		for _, hc := range cands {
-			if hc.cc.Reserve() == nil {
-				return hc.cc, nil
+			if hc.draining.Load() || hc.cc.Reserve() != nil {
+				continue
 			}
+			if hc.draining.Load() { // evict saw no stream in flight before ours
+				hc.cc.Release()
+				continue
+			}
+			return hc.cc, nil
 		}
 		p.mu.Lock()
 		if p.closed {
@@ -141,7 +159,8 @@ func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.Client
 			return nil, ErrPoolClosed
 		}
 		h = p.hostLocked(addr)
-		if h.dialing == 0 && len(h.conns) == len(cands) && tryConn(c.Breaker) {
+		atLimit := h.dialing == 0 && len(h.conns) == len(cands)
+		if atLimit && tryConn(c.Breaker) {
 			h.dialing++
 			p.mu.Unlock()
 			cc, err := p.dial(ctx, c, addr)
@@ -157,6 +176,27 @@ func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.Client
 			p.mu.Unlock()
 			continue // a connection arrived meanwhile: try it first
 		}
+		if atLimit && !evictTried {
+			// At maxConnections: a connection of this Service to another address
+			// with no stream in flight is worth less than this request. Closing
+			// it frees its slot (its state hook wakes every waiter).
+			evictTried = true
+			others := p.othersLocked(c.Breaker, addr, others[:0])
+			p.mu.Unlock()
+			if evict(others) {
+				continue
+			}
+			p.mu.Lock()
+			if p.closed {
+				p.mu.Unlock()
+				return nil, ErrPoolClosed
+			}
+			h = p.hostLocked(addr)
+			if len(h.conns) != len(cands) || h.dialing != 0 {
+				p.mu.Unlock()
+				continue
+			}
+		}
 		if !pending {
 			if _, ok := c.Breaker.Admit(circuitbreak.Pending); !ok {
 				p.mu.Unlock()
@@ -166,6 +206,7 @@ func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.Client
 		}
 		ch := h.changed
 		h.waiters++
+		p.waiting++
 		p.mu.Unlock()
 		if timer == nil {
 			timer = time.NewTimer(c.QueueTimeout)
@@ -182,12 +223,47 @@ func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.Client
 		}
 		p.mu.Lock()
 		p.hostLocked(addr).waiters--
+		p.waiting--
 		p.forgetLocked(addr)
 		p.mu.Unlock()
 		if err != nil {
 			return nil, err
 		}
+		evictTried = false // something changed: a connection may be idle now
 	}
+}
+
+// othersLocked appends to into the live connections held in b to addresses other
+// than addr.
+func (p *H2Pool) othersLocked(b *circuitbreak.Breaker, addr string, into []*h2conn) []*h2conn {
+	for a, h := range p.hosts {
+		if a == addr {
+			continue
+		}
+		for _, hc := range h.conns {
+			if hc.breaker == b && !hc.gone {
+				into = append(into, hc)
+			}
+		}
+	}
+	return into
+}
+
+// evict closes the first of cs with no stream in flight; false if none has none.
+// Marking it draining before looking makes a Get that reserves a stream on it at
+// the same time give the stream back, so no request is cut.
+func evict(cs []*h2conn) bool {
+	for _, hc := range cs {
+		if !hc.draining.CompareAndSwap(false, true) {
+			continue
+		}
+		if hc.cc.InFlight() == 0 {
+			hc.cc.Close()
+			return true
+		}
+		hc.draining.Store(false)
+	}
+	return false
 }
 
 // tryConn takes a connection slot without counting an overflow: a refused request
@@ -215,6 +291,16 @@ func (p *H2Pool) forgetLocked(addr string) {
 	}
 }
 
+// wakeAllLocked lets every waiter of every address look again.
+func (p *H2Pool) wakeAllLocked() {
+	if p.waiting == 0 {
+		return
+	}
+	for _, h := range p.hosts {
+		wakeLocked(h)
+	}
+}
+
 // wakeLocked lets every waiter of h look again.
 func wakeLocked(h *h2host) {
 	if h.waiters > 0 {
@@ -236,9 +322,11 @@ func (p *H2Pool) dial(ctx context.Context, c *Cluster, addr string) (*http.Clien
 	h.dialing--
 	wakeLocked(h)
 	if err != nil || p.closed {
+		// The slot is free before anyone is woken to take it.
+		c.Breaker.Release(circuitbreak.Connections)
+		p.wakeAllLocked()
 		p.forgetLocked(addr)
 		p.mu.Unlock()
-		c.Breaker.Release(circuitbreak.Connections)
 		if err != nil {
 			return nil, fmt.Errorf("cluster %q: connect %s: %w", c.Name, addr, err)
 		}
@@ -265,21 +353,19 @@ func (p *H2Pool) stateChanged(hc *h2conn) {
 		if h != nil {
 			h.conns = slices.DeleteFunc(h.conns, func(x *h2conn) bool { return x == hc })
 		}
+		// Before the wake: a woken waiter must find the slot free.
+		hc.breaker.Release(circuitbreak.Connections)
 	}
 	if h != nil {
 		wakeLocked(h)
 		p.forgetLocked(hc.addr)
 	}
-	if release {
-		// The freed slot may be taken by a request pending on another address.
-		for _, o := range p.hosts {
-			wakeLocked(o)
-		}
+	if release || (p.waiting > 0 && (h == nil || p.waiting > h.waiters)) {
+		// A freed slot, or a connection that may now have no stream in flight,
+		// can serve a request pending on another address.
+		p.wakeAllLocked()
 	}
 	p.mu.Unlock()
-	if release {
-		hc.breaker.Release(circuitbreak.Connections)
-	}
 }
 
 // Conns reports open connections to addr (for tests and stats).

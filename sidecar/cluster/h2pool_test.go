@@ -72,7 +72,7 @@ func h2Cluster(t *testing.T, s *h2Server, l circuitbreak.Limits, connect time.Du
 	t.Helper()
 	e := cluster.NewEndpoint(s.addr, 1, true)
 	e.Peer = true
-	c, err := cluster.New(cluster.Spec{Name: "peer", ConnectTimeout: connect, Limits: l, Endpoints: []*cluster.Endpoint{e}})
+	c, err := cluster.New(cluster.Spec{Name: "peer", ConnectTimeout: connect, QueueTimeout: connect, Limits: l, Endpoints: []*cluster.Endpoint{e}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestH2PoolMultiplexes(t *testing.T) {
 
 // TestH2PoolMaxConnections: at the cluster's maxConnections, requests wait as
 // pending for a stream; beyond maxPendingRequests they overflow at once, and a
-// waiter gives up after the connect timeout.
+// waiter gives up after the queue timeout.
 func TestH2PoolMaxConnections(t *testing.T) {
 	s := newH2Server(t, 2)
 	p := newH2Pool(t, time.Minute)
@@ -200,7 +200,7 @@ func TestH2PoolMaxConnections(t *testing.T) {
 		t.Errorf("Get beyond max pending: err = %v, want ErrOverflow", err)
 	}
 	if err := <-waiter; !errors.Is(err, cluster.ErrOverflow) {
-		t.Errorf("waiter past connect timeout: err = %v, want ErrOverflow", err)
+		t.Errorf("waiter past the queue timeout: err = %v, want ErrOverflow", err)
 	}
 	// A waiter proceeds as soon as a stream frees up.
 	waiter = send(t.Context(), p, c, e)
@@ -276,5 +276,48 @@ func TestUnprocessed(t *testing.T) {
 		if got := cluster.Unprocessed(tc.err); got != tc.want {
 			t.Errorf("Unprocessed(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// At maxConnections a request for one address closes a connection of the same
+// Service to another address that has no stream in flight, rather than wait for
+// it to idle out; a connection with a stream in flight is left alone, and the
+// waiter proceeds once its stream ends.
+func TestH2PoolMakesRoomAcrossAddresses(t *testing.T) {
+	a, b := newH2Server(t, 100), newH2Server(t, 100)
+	p := newH2Pool(t, time.Minute)
+	ea, eb := cluster.NewEndpoint(a.addr, 1, true), cluster.NewEndpoint(b.addr, 1, true)
+	ea.Peer, eb.Peer = true, true
+	c, err := cluster.New(cluster.Spec{Name: "peer", ConnectTimeout: time.Second, QueueTimeout: 10 * time.Second,
+		Limits:    circuitbreak.Limits{MaxConnections: 1, MaxPendingRequests: 4, MaxRequests: 100},
+		Endpoints: []*cluster.Endpoint{ea, eb}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm(t, p, c, eb) // b's connection stays open, no stream in flight
+	start := time.Now()
+	first := send(t.Context(), p, c, ea)
+	waitArrived(t, a, 1) // it took b's slot
+	if took := time.Since(start); took >= 5*time.Second {
+		t.Errorf("took %v: waited instead of closing b's idle connection", took)
+	}
+	testkit.Eventually(t, 5*time.Second, "b's connection closed", func() bool { return p.Conns(eb.Address()) == 0 })
+	// a's connection has a stream in flight: a request for b waits for it.
+	second := send(t.Context(), p, c, eb)
+	testkit.Eventually(t, 5*time.Second, "b's request pending", func() bool { return c.Breaker.InUse(circuitbreak.Pending) == 1 })
+	if p.Conns(ea.Address()) != 1 {
+		t.Fatal("a connection with a stream in flight was closed")
+	}
+	a.release <- struct{}{} // a's stream ends: its connection can go
+	collect(t, []<-chan error{first})
+	waitArrived(t, b, 1)
+	close(b.release)
+	collect(t, []<-chan error{second})
+	close(a.release)
+	if n := c.Breaker.InUse(circuitbreak.Connections); n != 1 {
+		t.Errorf("connections in use %d, want 1", n)
+	}
+	if a.conns.Load() != 1 || b.conns.Load() != 2 {
+		t.Errorf("connections seen by a %d, b %d; want 1, 2", a.conns.Load(), b.conns.Load())
 	}
 }
