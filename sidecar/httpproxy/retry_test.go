@@ -27,6 +27,7 @@ import (
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // statusApp answers the i-th request with codes[i] (body "fail <code>") and every
@@ -510,5 +511,56 @@ func TestRetryBodyExpectContinueNotKept(t *testing.T) {
 	}
 	if n := s.hp.RetryStats().BodyNotBuffered[httpproxy.NotBufferedExpect].Load(); n != 1 {
 		t.Errorf("expect-continue bodies not kept: %d, want 1", n)
+	}
+}
+
+// A retry holds its maxRetries token until its attempt ends: with maxRetries 1,
+// while one request's retry is at the upstream another request's retry is refused.
+func TestRetryTokenHeldThroughItsAttempt(t *testing.T) {
+	for _, proto := range protos {
+		t.Run(proto, func(t *testing.T) {
+			release := make(chan struct{})
+			var n atomic.Int64
+			a := startApp(t, func(w http.ResponseWriter, r *http.Request) {
+				switch n.Add(1) {
+				case 1, 3: // A's first try, B's first try
+					w.WriteHeader(503)
+				case 2: // A's retry: held at the upstream
+					<-release
+					io.WriteString(w, "A")
+				default:
+					io.WriteString(w, "late")
+				}
+			})
+			ln := listen(t)
+			c := dt.EDSCluster("app", dt.ClusterOpts{Connect: time.Second, MaxConns: 100})
+			c.CircuitBreakers.Thresholds[0].MaxRetries = wrapperspb.UInt32(1)
+			res := dt.Resources{}
+			res.Add(xdsresource.ListenerType, dt.HTTPListener("outbound", addrOf(ln), "routes"))
+			res.Add(xdsresource.RouteType, dt.RouteConfig("routes", dt.VirtualHost("svc", []string{"*"}, retryRoute("app", "5xx", 3, 0, 0))))
+			res.Add(xdsresource.ClusterType, c)
+			res.Add(xdsresource.EndpointType, dt.Endpoints("app", a.ap()))
+			s := startSidecar(t, ln, res, sidecarOpts{})
+			url := "http://" + s.Addr.String() + "/"
+			first := getAsync(clientFor(t, proto), url)
+			testkit.Eventually(t, 5*time.Second, "A's retry at the upstream", func() bool { return n.Load() == 2 })
+			req, _ := http.NewRequest("GET", url, nil)
+			req.Host = "svc"
+			resp, err := clientFor(t, proto).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 503 {
+				t.Errorf("B: %d, want its 503 forwarded (no token for its retry)", resp.StatusCode)
+			}
+			if got := s.hp.RetryStats().RetriesRefused.Load(); got != 1 {
+				t.Errorf("retries refused %d, want 1", got)
+			}
+			close(release)
+			if r := <-first; r.err != nil || r.code != 200 {
+				t.Errorf("A: %+v, want 200 from its retry", r)
+			}
+		})
 	}
 }
