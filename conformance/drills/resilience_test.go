@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +54,15 @@ type tracker struct {
 	activeRt int // retries being handled
 	maxAct   int // most requests handled at once
 	maxRt    int // most retries handled at once
+}
+
+// trackerStats is a copy of a tracker's counts.
+type trackerStats struct{ retries, active, maxActive, maxRetries int }
+
+func (k *tracker) stats() trackerStats {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return trackerStats{retries: k.retries, active: k.active, maxActive: k.maxAct, maxRetries: k.maxRt}
 }
 
 // arrive counts a request with number id in; the returned func counts it out.
@@ -137,6 +147,13 @@ func (u *upstream) unblock() {
 	default:
 		close(u.release)
 	}
+}
+
+// holding is how many upSlow requests the upstream holds now.
+func (u *upstream) holding() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.held
 }
 
 func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
@@ -297,6 +314,34 @@ func startRate(t *testing.T, w ws, host string, rate int) *loadgen {
 	return lg
 }
 
+// startPaced starts n workers that share a rate of requests per second: each
+// takes the next request's due time (start + i/rate) and sends it then, or at
+// once if late. Closed-loop bounded (at most n in flight), so a slow client (the
+// race detector) sends less instead of piling connections up in the sidecar.
+func startPaced(t *testing.T, w ws, host string, n, rate int) *loadgen {
+	lg := newLoadgen(t, w, host)
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	var next atomic.Int64
+	for range n {
+		lg.wg.Add(1)
+		go func() {
+			defer lg.wg.Done()
+			for {
+				due := time.NewTimer(time.Until(start.Add(time.Duration(next.Add(1)-1) * interval)))
+				select {
+				case <-lg.stopc:
+					due.Stop()
+					return
+				case <-due.C:
+				}
+				lg.do()
+			}
+		}()
+	}
+	return lg
+}
+
 func (lg *loadgen) do() result {
 	id := lg.seq.Add(1)
 	r := result{start: time.Now()}
@@ -381,6 +426,16 @@ func (s summary) rate() float64 {
 
 func (s summary) String() string {
 	return fmt.Sprintf("%d requests, %d ok (%.3f%%), per upstream %v, codes %v", s.n, s.ok, 100*s.rate(), s.byUpstream, s.codes)
+}
+
+// percentile of the latencies (q in 0..1).
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
 // ---- the Weft YAML of the drills ----
