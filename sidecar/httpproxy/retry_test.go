@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/grpc"
@@ -560,6 +561,81 @@ func TestRetryTokenHeldThroughItsAttempt(t *testing.T) {
 			close(release)
 			if r := <-first; r.err != nil || r.code != 200 {
 				t.Errorf("A: %+v, want 200 from its retry", r)
+			}
+		})
+	}
+}
+
+// badHealth fails every Check with UNAVAILABLE (a trailers-only answer) and ends
+// every Watch, after a message, with INTERNAL in the trailers.
+type badHealth struct {
+	healthpb.UnimplementedHealthServer
+	calls atomic.Int64
+}
+
+func (h *badHealth) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	h.calls.Add(1)
+	return nil, status.Error(codes.Unavailable, "down")
+}
+
+func (h *badHealth) Watch(_ *healthpb.HealthCheckRequest, s grpc.ServerStreamingServer[healthpb.HealthCheckResponse]) error {
+	h.calls.Add(1)
+	if err := s.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}); err != nil {
+		return err
+	}
+	return status.Error(codes.Internal, "broke mid-stream")
+}
+
+// A gRPC host's failures reach outlier detection though every HTTP status is 200:
+// the grpc-status of a trailers-only answer, and the one in the trailers at the end
+// of a stream, count as 5xx (UNAVAILABLE 503, INTERNAL 500); after two
+// consecutive the host is ejected and no call goes to it.
+func TestGRPCStatusesReachOutlierDetection(t *testing.T) {
+	for _, call := range []string{"Check (trailers-only)", "Watch (trailers)"} {
+		t.Run(call, func(t *testing.T) {
+			bad := &badHealth{}
+			good := &healthApp{} // Check SERVING; Watch ends ABORTED (409: not a 5xx)
+			var addrs []netip.AddrPort
+			for _, h := range []healthpb.HealthServer{bad, good} {
+				gln := listen(t)
+				srv := grpc.NewServer()
+				healthpb.RegisterHealthServer(srv, h)
+				done := make(chan struct{})
+				go func() { defer close(done); _ = srv.Serve(gln) }()
+				t.Cleanup(func() { srv.Stop(); <-done })
+				addrs = append(addrs, addrOf(gln))
+			}
+			ln := listen(t)
+			cl := dt.EDSCluster("grpc", dt.ClusterOpts{HTTP2: true, Connect: time.Second})
+			cl.OutlierDetection = &clusterv3.OutlierDetection{Consecutive_5Xx: wrapperspb.UInt32(2), EnforcingConsecutive_5Xx: wrapperspb.UInt32(100),
+				BaseEjectionTime: durationpb.New(time.Hour), MaxEjectionPercent: wrapperspb.UInt32(50)}
+			res := dt.Resources{}
+			res.Add(xdsresource.ListenerType, dt.HTTPListener("outbound", addrOf(ln), "routes"))
+			res.Add(xdsresource.RouteType, dt.RouteConfig("routes", dt.VirtualHost("svc", []string{"svc", "svc:80"}, dt.PrefixRoute("/", "grpc", 0))))
+			res.Add(xdsresource.ClusterType, cl)
+			res.Add(xdsresource.EndpointType, dt.Endpoints("grpc", addrs...)) // round robin: bad first
+			s := startSidecar(t, ln, res, sidecarOpts{})
+			cc, err := grpc.NewClient("passthrough:///"+s.Addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithAuthority("svc"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			hc := healthpb.NewHealthClient(cc)
+			for range 10 {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				if call == "Check (trailers-only)" {
+					_, _ = hc.Check(ctx, &healthpb.HealthCheckRequest{})
+				} else if st, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{}); err == nil {
+					for {
+						if _, err := st.Recv(); err != nil {
+							break
+						}
+					}
+				}
+				cancel()
+			}
+			if n := bad.calls.Load(); n != 2 {
+				t.Errorf("failing host got %d calls, want 2 (ejected after its second failure)", n)
 			}
 		})
 	}
