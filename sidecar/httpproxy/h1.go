@@ -312,17 +312,13 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 func (p *Proxy) tryClusterH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer, st *h1state, t *Target,
 	route *dataplane.Route, c *cluster.Cluster, now, deadline time.Time) (outcome, step) {
 	for {
-		// A retry's token is held through its attempt; the attempt may take the
-		// next one (a failed status decided before it is dropped).
-		held := st.try.token
-		st.try.token = false
+		// A retry's token is held through its attempt until decide judges it
+		// (for a failed status, inside the exchange, before it is dropped).
 		res, cause := p.exchangeH1(ctx, br, bw, st, t, route, c, now, deadline)
-		if held {
-			c.Breaker.Release(circuitbreak.Retries)
-		}
 		var next step
 		switch res {
 		case done, toPeer, failBodySent, failProtocol, failBadBody:
+			st.try.release(c)
 			return res, stepNone
 		case failStatus:
 			next = st.step // decided before the response was dropped

@@ -148,7 +148,6 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 		for {
 			last = p.roundTrip(ctx, r, rb, t, route, c, pin, &tr)
 			pin = nil
-			tr.release(c)
 			if !replayable() {
 				tr.retries, tr.fallback = 0, false
 			}
@@ -168,11 +167,12 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 					p.countFallback(prio)
 					a.code = resp.StatusCode
 					p.copyResponse(w, resp, r.Method == http.MethodHead, shown)
-					return
+					return // decide gave back the token of the retry that answered
 				}
 				drain(resp)
 			} else {
 				if r.Context().Err() != nil || deadlinePassed(ctx) {
+					tr.release(c)
 					next = stepNone
 					break
 				}

@@ -116,7 +116,7 @@ type tries struct {
 	attempt  int  // attempts made on this cluster so far, minus one
 	retries  int  // retries allowed on this cluster
 	fallback bool // a fallback cluster follows and the request can be replayed
-	token    bool // a Retries token is held for the next attempt
+	token    bool // a Retries token is held for the retry being made
 	wait     time.Duration
 	tried    [maxTries]*cluster.Endpoint
 	ntried   int
@@ -151,9 +151,12 @@ const (
 
 // decide says what follows a failed attempt on c (cause; status for causeStatus).
 // It is called only on failure, so its clock read and random draw cost nothing
-// on a request answered at the first try; on stepRetry it has taken a Retries
-// token (t.token) and drawn the back-off (t.wait).
+// on a request answered at the first try. As Envoy's RetryState, it first gives
+// back the token of the retry it judges, so a request holds at most one; on
+// stepRetry it has taken one for the next (t.token) and drawn the back-off
+// (t.wait).
 func (p *Proxy) decide(t *tries, route *dataplane.Route, c *cluster.Cluster, cause retryCause, status int, deadline time.Time) step {
+	t.release(c)
 	switch {
 	case cause == causeStatus && !p.failedStatus(route, status, t.fallback):
 		return stepNone
@@ -225,7 +228,7 @@ func fallbackOn(route *dataplane.Route, cause retryCause, status int) bool {
 	return status >= 502 && status <= 504 || route.Retry != nil && route.Retry.RetryStatus(status)
 }
 
-// release returns the Retries token held for the attempt that just ended.
+// release gives back the Retries token held for the retry that just ended, if any.
 func (t *tries) release(c *cluster.Cluster) {
 	if t.token {
 		t.token = false

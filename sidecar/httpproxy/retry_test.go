@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/weft-mesh/weft/sidecar/circuitbreak"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
@@ -637,6 +638,37 @@ func TestGRPCStatusesReachOutlierDetection(t *testing.T) {
 			if n := bad.calls.Load(); n != 2 {
 				t.Errorf("failing host got %d calls, want 2 (ejected after its second failure)", n)
 			}
+		})
+	}
+}
+
+// A request holds at most one retry token (as Envoy, the token of a retry is given
+// back when its outcome is judged): with maxRetries 1 one request still makes all
+// its retries in turn.
+func TestSequentialRetriesNeedOneToken(t *testing.T) {
+	for _, proto := range protos {
+		t.Run(proto, func(t *testing.T) {
+			a := statusApp(t, 503, 502, 503)
+			ln := listen(t)
+			c := dt.EDSCluster("app", dt.ClusterOpts{Connect: time.Second, MaxConns: 100})
+			c.CircuitBreakers.Thresholds[0].MaxRetries = wrapperspb.UInt32(1)
+			res := dt.Resources{}
+			res.Add(xdsresource.ListenerType, dt.HTTPListener("outbound", addrOf(ln), "routes"))
+			res.Add(xdsresource.RouteType, dt.RouteConfig("routes", dt.VirtualHost("svc", []string{"svc", "svc:80"}, retryRoute("app", "5xx", 3, 0, 0))))
+			res.Add(xdsresource.ClusterType, c)
+			res.Add(xdsresource.EndpointType, dt.Endpoints("app", a.ap()))
+			s := startSidecar(t, ln, res, sidecarOpts{})
+			resp, body := do(t, clientFor(t, proto), "GET", "http://"+s.Addr.String()+"/", "svc", "")
+			if resp.StatusCode != 200 || body != "ok 0" {
+				t.Errorf("got %d %q, want 200 after three retries", resp.StatusCode, body)
+			}
+			if st := s.hp.RetryStats(); st.Retries.Load() != 3 || st.RetriesRefused.Load() != 0 {
+				t.Errorf("retries %d, refused %d; want 3 and 0", st.Retries.Load(), st.RetriesRefused.Load())
+			}
+			// The last token is given back once the answer is written: soon after
+			// the client has it.
+			b := s.snap.Load().Cluster("app").Breaker
+			testkit.Eventually(t, 5*time.Second, "no retry token held", func() bool { return b.InUse(circuitbreak.Retries) == 0 })
 		})
 	}
 }
