@@ -423,6 +423,23 @@ func TestRouteTimeoutBoundsRetries(t *testing.T) {
 				t.Errorf("upstream saw %d tries, want 2 or 3 in 300ms of 100ms tries", n)
 			}
 		})
+		t.Run(proto+" per-try timeouts exhausted", func(t *testing.T) {
+			before := slow.reqs.Load()
+			ln := listen(t)
+			s := startSidecar(t, ln, oneRoute(addrOf(ln), retryRoute("slow", "5xx", 1, 0, 100*time.Millisecond),
+				map[string][]netip.AddrPort{"slow": {slow.ap()}}), sidecarOpts{})
+			start := time.Now()
+			resp, _ := do(t, clientFor(t, proto), "GET", "http://"+s.Addr.String()+"/", "svc", "")
+			if resp.StatusCode != 504 || resp.Header.Get(httpproxy.TimeoutHeader) != "per-try=100ms" {
+				t.Errorf("got %d %s=%q, want 504 per-try=100ms", resp.StatusCode, httpproxy.TimeoutHeader, resp.Header.Get(httpproxy.TimeoutHeader))
+			}
+			if took := time.Since(start); took < 200*time.Millisecond || took > 2*time.Second {
+				t.Errorf("answered after %v, want two tries of 100ms and a back-off", took)
+			}
+			if n := slow.reqs.Load() - before; n != 2 {
+				t.Errorf("upstream saw %d tries, want 2", n)
+			}
+		})
 		t.Run(proto+" back-off past the route timeout", func(t *testing.T) {
 			a := statusApp(t, 503)
 			r := retryRoute("app", "5xx", 3, 400*time.Millisecond, 0)
