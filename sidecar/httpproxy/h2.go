@@ -310,7 +310,9 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, rb *replayBuf, t
 		resp, err = p.h1std.RoundTrip(out) // a body of unknown length: net/http chunks it
 	}
 	if err != nil {
-		perTry := tryCtx.Err() != nil && ctx.Err() == nil && !deadlinePassed(ctx)
+		// The connection's i/o timeout can surface a moment before tryCtx's timer
+		// fires: deadlinePassed reads the clock too (a failure path only).
+		perTry := deadlinePassed(tryCtx) && ctx.Err() == nil && !deadlinePassed(ctx)
 		cancel()
 		if body != nil {
 			body.Close() // a transport still reading it stops taking the client's bytes
