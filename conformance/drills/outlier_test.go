@@ -55,8 +55,8 @@ func ejectionDrill(t *testing.T, base string, killPilot bool) {
 	ups := startUpstreams(t, base, "reviews-a", "reviews-b", "reviews-c")
 	bad := ups[1]
 	p, sc := meshUp(t, base, svcYAML("reviews", ups...)+routeYAML("reviews", retry5xx)+policyYAML("reviews", ejectPolicy))
-	lg := startRate(t, sc.w, "reviews:9080", ejectRate)
 	loadStart := time.Now()
+	lg := startRate(t, sc.w, "reviews:9080", ejectRate)
 	testkit.Eventually(t, 20*time.Second, "every upstream serving", func() bool {
 		for _, u := range ups {
 			if u.stats().hits(loadStart, time.Time{}) == 0 {

@@ -169,11 +169,12 @@ func TestRefereeGRPCGoAndSidecarEject(t *testing.T) {
 	defer viaSC.Close()
 
 	type client struct {
-		name string
-		c    testgrpc.TestServiceClient
-		mu   sync.Mutex
-		ok   map[string]int // successful calls per backend since reset
-		fail int
+		name     string
+		c        testgrpc.TestServiceClient
+		mu       sync.Mutex
+		ok       map[string]int // successful calls per backend since reset
+		fail     int
+		firstErr error // the first failure since reset
 	}
 	clients := []*client{{name: viaGRPCGo, c: testgrpc.NewTestServiceClient(direct)}, {name: viaSidecar, c: testgrpc.NewTestServiceClient(viaSC)}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -200,7 +201,9 @@ func TestRefereeGRPCGoAndSidecarEject(t *testing.T) {
 				ccancel()
 				c.mu.Lock()
 				if err != nil {
-					c.fail++
+					if c.fail++; c.firstErr == nil {
+						c.firstErr = fmt.Errorf("at %s: %w", time.Now().Format("15:04:05.000"), err)
+					}
 				} else {
 					c.ok[r.GetServerId()]++
 				}
@@ -239,7 +242,7 @@ func TestRefereeGRPCGoAndSidecarEject(t *testing.T) {
 	// From then on each client's calls succeed, spread over the two good backends.
 	for _, c := range clients {
 		c.mu.Lock()
-		c.ok, c.fail = map[string]int{}, 0
+		c.ok, c.fail, c.firstErr = map[string]int{}, 0, nil
 		c.mu.Unlock()
 	}
 	from := time.Now()
@@ -253,7 +256,7 @@ func TestRefereeGRPCGoAndSidecarEject(t *testing.T) {
 			t.Errorf("%s sent %d calls to the failing backend after it stopped", c.name, n)
 		}
 		if c.fail != 0 || c.ok[bs[0].name] == 0 || c.ok[bs[1].name] == 0 {
-			t.Errorf("%s after the ejection: ok %v, %d failed; want every call answered by the two healthy backends", c.name, c.ok, c.fail)
+			t.Errorf("%s after the ejection: ok %v, %d failed (first %v); want every call answered by the two healthy backends", c.name, c.ok, c.fail, c.firstErr)
 		}
 	}
 }
