@@ -155,8 +155,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 				resp := last.resp
 				next = stepNone
 				if gs, ok := grpcStatusOf(resp); ok {
-					next = p.decide(&tr, route, c, causeGRPC, gs, deadline)
-				} else {
+					if failedGRPC(route, gs, tr.fallback) {
+						next = p.decide(&tr, route, c, causeGRPC, gs, deadline)
+					}
+				} else if p.failedStatus(route, resp.StatusCode, tr.fallback) {
 					next = p.decide(&tr, route, c, causeStatus, resp.StatusCode, deadline)
 				}
 				if next == stepNone {
@@ -166,8 +168,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 					}
 					p.countFallback(prio)
 					a.code = resp.StatusCode
+					// A retry that answered holds its token to the end of its answer
+					// (copyResponse panics when the stream is cut mid-body).
+					defer tr.release(c)
 					p.copyResponse(w, resp, r.Method == http.MethodHead, shown)
-					return // decide gave back the token of the retry that answered
+					return
 				}
 				drain(resp)
 			} else {
