@@ -331,8 +331,10 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, rb *replayBuf, t
 		case perTry:
 			res.cause = causeTimeout
 			c.Observe(e, outlier.Timeout)
+		case deadlinePassed(ctx):
+			c.Observe(e, outlier.Timeout) // the route timeout, as Envoy reports it
 		case ctx.Err() != nil:
-			// The client, a drain or the route timeout ended it: not the host's doing.
+			// The client or a drain ended it: not the host's doing.
 		case cluster.Unprocessed(err):
 			res.cause = causeRefused // not the host's failure: nothing observed
 		case errors.Is(err, errNotSent) && !errors.Is(err, errStaleConn):

@@ -18,7 +18,11 @@ import (
 // host when there is one: cluster.PickAvoiding) after a fully jittered
 // exponential back-off (dataplane.Backoff), at most NumRetries times, each retry
 // holding a circuitbreak.Retries token (max retries, and the retry budget) from
-// its decision to the end of its attempt. The route timeout bounds all tries and
+// its decision until its outcome is judged, or its answer streamed: as Envoy's
+// RetryState, a request holds at most one. A retry the breaker refuses is not
+// made (counted) and the failed answer is forwarded. Conditions are Envoy's
+// retry_on (dataplane.Retry); gRPC status conditions apply to trailers-only
+// answers (a status after messages comes too late to retry). The route timeout bounds all tries and
 // back-offs together: a retry whose back-off would end past it is not made, and
 // the failed answer in hand is forwarded instead (Envoy would wait and answer
 // 504). The per-try timeout bounds each attempt inside the route timeout.
@@ -43,7 +47,8 @@ import (
 // Every attempt that reached a host reports one outcome (cluster.Observe): the
 // response status; ConnectFailed when no connection could be made; Reset when
 // the connection failed, or the response was malformed, before a complete
-// response head; Timeout when the per-try timeout fired first. A gRPC response
+// response head (on the general path also a gRPC stream cut mid-body);
+// Timeout when the per-try or route timeout fired first. A gRPC response
 // reports its grpc-status mapped to HTTP as Envoy's grpcToHttpStatus does
 // (grpcOutcome: UNAVAILABLE 503, DEADLINE_EXCEEDED 504, INTERNAL, UNKNOWN and
 // DATA_LOSS 500, ...), read from a trailers-only response's headers or from the
