@@ -703,7 +703,11 @@ func (p *Proxy) forwardResponse(cbw *bufio.Writer, uc *cluster.Conn, st *h1state
 	cbw.WriteString("HTTP/1.1")
 	cbw.Write(resp.buf[8:resp.start])
 	cbw.WriteString("\r\n")
-	resp.writeFields(cbw)
+	if st.prio >= 0 {
+		resp.writeFieldsExcept(cbw, false, PriorityHeader) // the sidecar's own, below
+	} else {
+		resp.writeFields(cbw)
+	}
 	resp.chunked, resp.contentLength = chunked, n
 	if st.prio >= 0 {
 		p.countFallback(st.prio) // before the client can see the answer

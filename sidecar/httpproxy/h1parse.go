@@ -739,9 +739,16 @@ func (m *msg) writeFields(w *bufio.Writer) { m.writeFieldsKeep(w, false) }
 
 // writeFieldsKeep is writeFields; upgrade keeps the Upgrade header and writes
 // "Connection: upgrade" for a protocol switch being forwarded.
-func (m *msg) writeFieldsKeep(w *bufio.Writer, upgrade bool) {
+func (m *msg) writeFieldsKeep(w *bufio.Writer, upgrade bool) { m.writeFieldsExcept(w, upgrade, "") }
+
+// writeFieldsExcept is writeFieldsKeep leaving out the fields named except (a
+// lower-case name the proxy writes itself; "" leaves out none).
+func (m *msg) writeFieldsExcept(w *bufio.Writer, upgrade bool, except string) {
 	for i := range m.fields {
 		f := m.fields[i]
+		if except != "" && int(f.ne-f.ns) == len(except) && equalFoldLower(m.buf[f.ns:f.ne], except) {
+			continue
+		}
 		if m.isHopByHop(i) {
 			if upgrade && len(m.name(i)) == 7 && equalFoldLower(m.name(i), "upgrade") {
 				w.Write(m.buf[f.ns:f.ve])

@@ -689,3 +689,21 @@ func TestSequentialRetriesNeedOneToken(t *testing.T) {
 		})
 	}
 }
+
+// The sidecar's x-weft-priority replaces one the upstream sent.
+func TestPriorityHeaderIsTheSidecars(t *testing.T) {
+	a := startApp(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(httpproxy.PriorityHeader, "7")
+		io.WriteString(w, "ok")
+	})
+	for _, proto := range protos {
+		t.Run(proto, func(t *testing.T) {
+			ln := listen(t)
+			s := startSidecar(t, ln, oneRoute(addrOf(ln), withFallback(dt.PrefixRoute("/", "app", 0), "app"), map[string][]netip.AddrPort{"app": {a.ap()}}), sidecarOpts{})
+			resp, _ := do(t, clientFor(t, proto), "GET", "http://"+s.Addr.String()+"/", "svc", "")
+			if got := resp.Header[http.CanonicalHeaderKey(httpproxy.PriorityHeader)]; len(got) != 1 || got[0] != "0" {
+				t.Errorf("%s = %q, want [0]", httpproxy.PriorityHeader, got)
+			}
+		})
+	}
+}
