@@ -199,6 +199,9 @@ func TestRefereeGRPCGoAndSidecarEject(t *testing.T) {
 				cctx, ccancel := context.WithTimeout(mctx, 5*time.Second)
 				r, err := c.c.UnaryCall(cctx, &testgrpc.SimpleRequest{})
 				ccancel()
+				if ctx.Err() != nil {
+					return // ended by the test, not failed
+				}
 				c.mu.Lock()
 				if err != nil {
 					if c.fail++; c.firstErr == nil {

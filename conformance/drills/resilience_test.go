@@ -307,6 +307,9 @@ func startRate(t *testing.T, w ws, host string, rate int) *loadgen {
 				return
 			case <-wait.C:
 			}
+			if lg.stopped() {
+				return
+			}
 			inflight.Add(1)
 			go func() { defer inflight.Done(); lg.do() }()
 		}
@@ -334,6 +337,9 @@ func startPaced(t *testing.T, w ws, host string, n, rate int) *loadgen {
 					due.Stop()
 					return
 				case <-due.C:
+				}
+				if lg.stopped() { // a late worker's timer is ready at once: stop wins
+					return
 				}
 				lg.do()
 			}
@@ -369,6 +375,16 @@ func (lg *loadgen) do() result {
 	lg.results = append(lg.results, r)
 	lg.mu.Unlock()
 	return r
+}
+
+// stopped reports whether stop was called.
+func (lg *loadgen) stopped() bool {
+	select {
+	case <-lg.stopc:
+		return true
+	default:
+		return false
+	}
 }
 
 // stop ends the load and waits for every request it sent.
