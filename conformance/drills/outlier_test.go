@@ -154,6 +154,24 @@ func ejectionDrill(t *testing.T, base string, killPilot bool) {
 		t.Errorf("ejected upstream back only %s after its last failure, ejection time %s, interval %s", gap, ejectBase, ejectInterval)
 	}
 
+	// The ejection and the return are events in the sidecar's log, naming the host.
+	logged := func(event string) string {
+		for _, l := range strings.Split(sc.Logs.String(), "\n") {
+			if strings.Contains(l, event) && strings.Contains(l, "host="+bad.addr()) {
+				return l
+			}
+		}
+		return ""
+	}
+	testkit.Eventually(t, 10*time.Second, "ejection and return in the sidecar's log", func() bool {
+		return logged("host ejected") != "" && logged("host returned") != ""
+	})
+	t.Logf("sidecar log:\n%s\n%s", logged("host ejected"), logged("host returned"))
+	// And in /metrics: one ejection by consecutive5xx, one return.
+	if e, r := sc.metric(`weft_sidecar_outlier_ejections_total{detector="consecutive5xx"}`), sc.metric("weft_sidecar_outlier_returns_total"); e != 1 || r != 1 {
+		t.Errorf("/metrics: %v ejections by consecutive5xx, %v returns; want 1 and 1", e, r)
+	}
+
 	all := summarize(lg.since(loadStart))
 	after := summarize(lg.since(lastFail))
 	t.Logf("whole load: %s", all)
