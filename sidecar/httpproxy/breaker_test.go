@@ -50,8 +50,16 @@ func getAsync(c *http.Client, url string) <-chan result {
 // maxRequests when the requests in flight are at the limit; maxPendingRequests when
 // the queue of requests waiting for a connection is full; maxConnections when a
 // queued request's queue timeout passes.
+//
+// Two queue timeouts, swapped in as activations do (the breaker and its counts
+// stay): a long one while a queued request must still be pending when the next
+// requests arrive, and a short one to watch a queued request leave at its timeout.
+// No step may depend on a request arriving within a short queue timeout: under
+// -race on a loaded machine 200ms passed between two requests, the pending one left
+// the queue, and the request meant to find the queue full was queued instead (seen
+// as "overflows of maxPendingRequests: 0, want 1").
 func TestBreakerOverflowAnswers(t *testing.T) {
-	const queueTimeout = 200 * time.Millisecond
+	const longQueue, queueTimeout = time.Minute, 200 * time.Millisecond
 	for _, tc := range []struct {
 		name   string
 		client func(*testing.T) *http.Client
@@ -71,7 +79,8 @@ func TestBreakerOverflowAnswers(t *testing.T) {
 				dt.PrefixRoute("/", "app", 0))))
 			res.Add(xdsresource.ClusterType, dt.EDSCluster("app", dt.ClusterOpts{MaxConns: 1, MaxPend: 1, MaxReqs: 2}))
 			res.Add(xdsresource.EndpointType, dt.Endpoints("app", a.ap()))
-			s := startSidecar(t, ln, res, sidecarOpts{queueTimeout: queueTimeout})
+			reg := cluster.NewRegistry()
+			s := startSidecar(t, ln, res, sidecarOpts{registry: reg, queueTimeout: longQueue})
 			b := s.snap.Load().Cluster("app").Breaker
 			base := "http://" + s.Addr.String()
 			// Each request on its own client connection, so the sidecar sees them
@@ -85,18 +94,8 @@ func TestBreakerOverflowAnswers(t *testing.T) {
 			if over.err != nil || over.code != 503 || over.overflow != "maxRequests" || over.local != httpproxy.LocalOverflow {
 				t.Errorf("third request: %+v, want 503 maxRequests overflow", over)
 			}
-			r := <-queued
-			if r.err != nil || r.code != 503 || r.overflow != "maxConnections" || r.local != httpproxy.LocalOverflow {
-				t.Errorf("queued request: %+v, want 503 maxConnections overflow", r)
-			}
-			if r.took < queueTimeout {
-				t.Errorf("queued request answered after %v, before its queue timeout %v", r.took, queueTimeout)
-			}
-			// The queue at its bound (one waiting) refuses the next at once.
-			queued = getAsync(tc.client(t), base+"/")
-			testkit.Eventually(t, 5*time.Second, "a request pending again", func() bool { return b.InUse(circuitbreak.Pending) == 1 })
 			// Raised in place, as an activation does: a third request now gets
-			// past maxRequests and finds the queue full.
+			// past maxRequests and finds the queue at its bound (one waiting).
 			lim := b.Limits()
 			lim.MaxRequests = 3
 			if err := b.SetLimits(lim); err != nil {
@@ -106,18 +105,46 @@ func TestBreakerOverflowAnswers(t *testing.T) {
 			if full.err != nil || full.code != 503 || full.overflow != "maxPendingRequests" || full.local != httpproxy.LocalOverflow {
 				t.Errorf("one past the queue: %+v, want 503 maxPendingRequests overflow", full)
 			}
-			if full.took >= queueTimeout {
-				t.Errorf("one past the queue answered after %v: not at once", full.took)
+			if full.took >= longQueue {
+				t.Errorf("one past the queue answered after %v: queued, not refused at once", full.took)
 			}
-			<-queued
-			for l, want := range map[circuitbreak.Limit]uint64{circuitbreak.MaxRequests: 1, circuitbreak.MaxConnections: 2, circuitbreak.MaxPendingRequests: 1} {
-				if got := b.Overflows(l); got != want {
-					t.Errorf("overflows of %s: %d, want %d", l, got, want)
-				}
-			}
+			// The held connection, released, goes to the queued request.
 			release <- struct{}{}
 			if r := <-hold; r.err != nil || r.code != 200 {
 				t.Errorf("held request: %+v", r)
+			}
+			if r := <-queued; r.err != nil || r.code != 200 {
+				t.Errorf("queued request after the connection was released: %+v, want 200", r)
+			}
+
+			// The short queue timeout (and maxRequests 2 again) activated: a queued
+			// request leaves at its timeout, no sooner, with maxConnections.
+			cfg, err := res.Compile(dataplane.Options{Registry: reg, QueueTimeout: queueTimeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.snap.Store(cfg)
+			cfg.Activate()
+			if got := cfg.Cluster("app").Breaker; got != b {
+				t.Fatal("the activation replaced the Service's breaker")
+			}
+			hold = getAsync(tc.client(t), base+"/hold")
+			testkit.Eventually(t, 5*time.Second, "the second held request at the upstream", func() bool { return a.reqs.Load() == 3 })
+			r := <-getAsync(tc.client(t), base+"/")
+			if r.err != nil || r.code != 503 || r.overflow != "maxConnections" || r.local != httpproxy.LocalOverflow {
+				t.Errorf("queued request: %+v, want 503 maxConnections overflow", r)
+			}
+			if r.took < queueTimeout {
+				t.Errorf("queued request answered after %v, before its queue timeout %v", r.took, queueTimeout)
+			}
+			release <- struct{}{}
+			if r := <-hold; r.err != nil || r.code != 200 {
+				t.Errorf("second held request: %+v", r)
+			}
+			for l, want := range map[circuitbreak.Limit]uint64{circuitbreak.MaxRequests: 1, circuitbreak.MaxConnections: 1, circuitbreak.MaxPendingRequests: 1} {
+				if got := b.Overflows(l); got != want {
+					t.Errorf("overflows of %s: %d, want %d", l, got, want)
+				}
 			}
 		})
 	}

@@ -43,6 +43,7 @@ type sidecarOpts struct {
 	memory         *overload.Memory
 	defaultTimeout time.Duration           // dataplane.Options.DefaultRouteTimeout
 	queueTimeout   time.Duration           // dataplane.Options.QueueTimeout
+	registry       *cluster.Registry       // dataplane.Options.Registry (the config is activated)
 	expectTimeout  time.Duration           // httpproxy.Config.ExpectContinueTimeout
 	upgradeIdle    time.Duration           // httpproxy.Config.UpgradeIdleTimeout
 	proxy          func(*httpproxy.Config) // edits the proxy's config last
@@ -87,12 +88,15 @@ func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOp
 	if o.name == "" {
 		o.name = "outbound"
 	}
-	cfg, err := res.Compile(dataplane.Options{DefaultRouteTimeout: o.defaultTimeout, QueueTimeout: o.queueTimeout})
+	cfg, err := res.Compile(dataplane.Options{DefaultRouteTimeout: o.defaultTimeout, QueueTimeout: o.queueTimeout, Registry: o.registry})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &sidecar{Addr: addrOf(ln)}
 	s.snap.Store(cfg)
+	if o.registry != nil {
+		cfg.Activate()
+	}
 	log := hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn, Output: testWriter{t}})
 	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 16, IdleTimeout: time.Minute, BufferSize: 8192})
 	if err != nil {

@@ -217,8 +217,11 @@ func TestWebSocketIdleTimeout(t *testing.T) {
 	}
 	a.wsEchoes("one")
 	time.Sleep(idle * 3 / 4) // not a wait for a condition: silence just under the bound, past the route timeout
-	a.wsEchoes("two")
+	// Measured from before "two" is sent: the sidecar's idle clock starts when it
+	// has copied the echo's last byte, which is after that but may be before this
+	// side has read the echo (seen: closed 398.8ms after the client read it).
 	last := time.Now()
+	a.wsEchoes("two")
 	a.expectClosed() // silent past the bound
 	if d := time.Since(last); d < idle || d > idle+2*time.Second {
 		t.Errorf("idle upgraded connection closed after %v, want %v (and not much more)", d, idle)
