@@ -93,3 +93,29 @@ func TestEveryFieldSetterFinds(t *testing.T) {
 		}
 	}
 }
+
+// TestTCPOnlyPoolWarnings: the HTTP-only connectionPool fields warn on a
+// DestinationPolicy for a TCP-only Service, not for one with an HTTP port, and
+// maxConnections never does.
+func TestTCPOnlyPoolWarnings(t *testing.T) {
+	tcp := object(KindService, meta("shop", "db"), &ServiceSpec{Ports: []ServicePort{{Name: "sql", Port: 5432, Protocol: "TCP"}}})
+	mixed := object(KindService, meta("shop", "web"), &ServiceSpec{Ports: []ServicePort{{Name: "sql", Port: 5432, Protocol: "TCP"}, {Name: "http", Port: 80, Protocol: "HTTP"}}})
+	pool := &ConnectionPool{MaxConnections: 10, MaxPendingRequests: 1, MaxRequests: 2, MaxRetries: 3, RetryBudget: &RetryBudget{Percent: 20}}
+	dp := func(name, svc string) *Object {
+		return object(KindDestinationPolicy, meta("shop", name), &DestinationPolicySpec{Service: svc, ConnectionPool: pool})
+	}
+	errs, warns := validateSet([]*Object{tcp, mixed, dp("db", "db"), dp("web", "web")}, nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	const why = ": not enforced: Service shop/db has only TCP ports, and a TCP connection has no requests, retries or pending queue (maxConnections applies)"
+	want := []string{
+		"DestinationPolicy/shop/db: spec.connectionPool.maxPendingRequests" + why,
+		"DestinationPolicy/shop/db: spec.connectionPool.maxRequests" + why,
+		"DestinationPolicy/shop/db: spec.connectionPool.maxRetries" + why,
+		"DestinationPolicy/shop/db: spec.connectionPool.retryBudget" + why,
+	}
+	if d := cmp.Diff(want, warns); d != "" {
+		t.Errorf("warnings (-want +got):\n%s", d)
+	}
+}

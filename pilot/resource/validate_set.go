@@ -28,7 +28,8 @@ import (
 //     outcome well-defined, so pilot refuses rather than picking one silently.
 //     The later object in the sort order is the one reported.
 //   - WARNINGS: a field Weft sidecars do not enforce yet (NotEnforced), on every
-//     object that sets it.
+//     object that sets it; a connectionPool field only HTTP uses, in a
+//     DestinationPolicy whose Service has only TCP ports.
 func ValidateSet(objs []*Object) (errs ErrorList, warnings []string) {
 	return validateSet(objs, NotEnforced)
 }
@@ -94,8 +95,16 @@ func validateSet(objs []*Object, notEnforced map[string]string) (errs ErrorList,
 		switch s := o.Spec.(type) {
 		case *DestinationPolicySpec:
 			ref := resolveHost(s.Service, o.Metadata.Namespace)
-			if _, ok := services[ref]; !ok && policyFor[ref] == o {
+			svc, ok := services[ref]
+			if !ok && policyFor[ref] == o {
 				warn(o, "spec.service", fmt.Sprintf("Service %s does not exist", ref))
+			}
+			if ok && onlyTCP(svc) {
+				for _, f := range httpOnlyPoolFields {
+					for _, p := range fieldsSet[f](o) {
+						warn(o, p, fmt.Sprintf("not enforced: Service %s has only TCP ports, and a TCP connection has no requests, retries or pending queue (maxConnections applies)", ref))
+					}
+				}
 			}
 		case *RouteSpec:
 			for i, h := range s.Hosts {
@@ -123,6 +132,25 @@ func validateSet(objs []*Object, notEnforced map[string]string) (errs ErrorList,
 		warnings = append(warnings, notEnforcedWarnings(o, notEnforced)...)
 	}
 	return errs, warnings
+}
+
+// httpOnlyPoolFields are the connectionPool fields only HTTP traffic uses: Weft's
+// TCP proxy refuses a connection at maxConnections, with no queue.
+var httpOnlyPoolFields = []string{
+	"spec.connectionPool.maxPendingRequests",
+	"spec.connectionPool.maxRequests",
+	"spec.connectionPool.maxRetries",
+	"spec.connectionPool.retryBudget",
+}
+
+// onlyTCP reports whether every port of s is TCP (and it has one).
+func onlyTCP(s *ServiceSpec) bool {
+	for _, p := range s.Ports {
+		if p.Protocol != "TCP" {
+			return false
+		}
+	}
+	return len(s.Ports) > 0
 }
 
 // svcRef names a Service by namespace and name.
