@@ -260,6 +260,15 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 			now = time.Now()
 			c = route.Fallback[prio-1]
 			st.cluster, st.prio = c.Name, prio
+			// A fallback's Service spends a token of its own rate limit, taken
+			// when the request falls back to it (now, already read); refused, the
+			// next fallback is tried, as for an overflow, and the last answers 429.
+			if refused, wait := rateLimited(c, now); refused {
+				if prio < len(route.Fallback) {
+					continue
+				}
+				return p.rateLimitedH1(br, bw, st, c, wait)
+			}
 			if c.HTTP2 {
 				if st.upgrade {
 					return p.upgradeToH2(br, bw, st, c)

@@ -99,7 +99,8 @@ type answer struct {
 // forward sends r to c (then retries and fallbacks) and streams the response back.
 // pin, when set, is the endpoint of c the first attempt goes to (already picked by
 // the HTTP/1.1 path); later attempts pick again. prio is c's priority (0: one of
-// the route's destinations, n: route.Fallback[n-1]); lower ones were tried.
+// the route's destinations, n: route.Fallback[n-1]); lower ones were tried. The
+// caller took c's rate-limit token; forward takes each later fallback's.
 // a receives the cluster tried last and the status sent.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route *dataplane.Route, c *cluster.Cluster,
 	pin *cluster.Endpoint, prio int, a *answer) {
@@ -137,9 +138,20 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 	withPriority := len(route.Fallback) > 0
 	var tm *time.Timer
 	var last attemptResult
+	limited, limitWait := false, time.Duration(0) // the last fallback's rate limit refused
 	for first := true; prio <= len(route.Fallback); prio, first = prio+1, false {
 		if !first {
 			c = route.Fallback[prio-1]
+			// A fallback's Service spends a token of its own rate limit when the
+			// request falls back to it (the caller checked c when first); refused,
+			// the next fallback is tried, as for an overflow, and the last answers 429.
+			if refused, wait := rateLimited(c, time.Now()); refused {
+				if prio < len(route.Fallback) {
+					continue
+				}
+				limited, limitWait = true, wait
+				break
+			}
 		}
 		a.cluster = c.Name
 		var tr tries
@@ -201,6 +213,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 	}
 	if tm != nil {
 		tm.Stop()
+	}
+	if limited {
+		a.cluster = c.Name
+		a.code = p.rateLimitedH2(w, r, c, limitWait)
+		return
 	}
 	switch {
 	case deadlinePassed(ctx) && r.Context().Err() == nil:
@@ -360,9 +377,10 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, rb *replayBuf, t
 	return attemptResult{resp: resp}
 }
 
-// maxUnprocessedRetries bounds how often one attempt is resent on another HTTP/2
-// connection after the peer refused it unprocessed (GOAWAY, REFUSED_STREAM).
-const maxUnprocessedRetries = 3
+// MaxUnprocessedRetries bounds how often one attempt is sent again on an HTTP/2
+// connection from the pool after the peer refused it unprocessed (GOAWAY,
+// REFUSED_STREAM): not a route retry, so it is bounded here.
+const MaxUnprocessedRetries = 3
 
 // roundTripH2 sends out on a pooled, multiplexed HTTP/2 connection to e. A request
 // the peer never processed (cluster.Unprocessed) is sent again on a connection
@@ -382,7 +400,7 @@ func (p *Proxy) roundTripH2(ctx context.Context, out *http.Request, c *cluster.C
 		if !cluster.Unprocessed(err) {
 			return nil, err
 		}
-		if !replayable || try == maxUnprocessedRetries || ctx.Err() != nil {
+		if !replayable || try == MaxUnprocessedRetries || ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: %w", errNotSent, err)
 		}
 	}

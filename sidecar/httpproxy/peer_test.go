@@ -361,20 +361,27 @@ func TestStaticEndpointStaysHTTP1(t *testing.T) {
 	}
 }
 
-// fakePeer is a raw HTTP/2 server that refuses the first request it sees (GOAWAY
-// before the stream, or REFUSED_STREAM) and answers every later one with "ok".
+// fakePeer is a raw HTTP/2 server that refuses the first refusals requests it
+// sees (GOAWAY before the stream, or REFUSED_STREAM) and answers every later one
+// with "ok".
 type fakePeer struct {
-	ln    net.Listener
-	conns atomic.Int64
-	reqs  atomic.Int64
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	open  []net.Conn
+	ln       net.Listener
+	refusals int64
+	conns    atomic.Int64
+	reqs     atomic.Int64
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	open     []net.Conn
 }
 
 func startFakePeer(t *testing.T, refuse func(fr *http2.Framer, stream uint32)) *fakePeer {
 	t.Helper()
-	p := &fakePeer{ln: listen(t)}
+	return startFakePeerN(t, 1, refuse)
+}
+
+func startFakePeerN(t *testing.T, refusals int64, refuse func(fr *http2.Framer, stream uint32)) *fakePeer {
+	t.Helper()
+	p := &fakePeer{ln: listen(t), refusals: refusals}
 	p.wg.Go(func() {
 		for {
 			c, err := p.ln.Accept()
@@ -425,7 +432,7 @@ func (p *fakePeer) serve(c net.Conn, refuse func(fr *http2.Framer, stream uint32
 				_ = fr.WritePing(true, f.Data)
 			}
 		case *http2.HeadersFrame:
-			if p.reqs.Add(1) == 1 {
+			if p.reqs.Add(1) <= p.refusals {
 				refuse(fr, f.StreamID)
 				continue
 			}
@@ -470,6 +477,40 @@ func TestPeerConnectionRefusalRetried(t *testing.T) {
 			}
 			if got := fp.conns.Load(); got != tc.wantConns {
 				t.Errorf("peer saw %d connections, want %d", got, tc.wantConns)
+			}
+		})
+	}
+}
+
+// TestPeerRefusalBound: a request refused unprocessed is sent again at most
+// MaxUnprocessedRetries times: refused that often it is then served; refused once
+// more the peer sees no further attempt and the client an error answer.
+func TestPeerRefusalBound(t *testing.T) {
+	refuse := func(fr *http2.Framer, s uint32) { _ = fr.WriteRSTStream(s, http2.ErrCodeRefusedStream) }
+	for _, tc := range []struct {
+		name     string
+		refusals int64
+		want     int
+	}{
+		{"at the bound", httpproxy.MaxUnprocessedRetries, 200},
+		{"one past", httpproxy.MaxUnprocessedRetries + 1, 503},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fp := startFakePeerN(t, tc.refusals, refuse)
+			outLn := listen(t)
+			out := dt.Resources{}
+			name := "outbound|80||svc.default.svc.cluster.local"
+			out.Add(xdsresource.ListenerType, dt.HTTPListener("outbound", addrOf(outLn), "80"))
+			out.Add(xdsresource.RouteType, dt.RouteConfig("80", dt.VirtualHost("svc", []string{"svc"}, dt.PrefixRoute("/", name, 2*time.Second))))
+			out.Add(xdsresource.ClusterType, dt.EDSCluster(name, dt.ClusterOpts{}))
+			out.Add(xdsresource.EndpointType, dt.MarkPeer(dt.Endpoints(name, addrOf(fp.ln)), addrOf(fp.ln)))
+			s := startSidecar(t, outLn, out, sidecarOpts{})
+			resp, body := get(t, client(t), "http://"+s.Addr.String()+"/", nil)
+			if resp.StatusCode != tc.want {
+				t.Errorf("got %d %q, want %d", resp.StatusCode, body, tc.want)
+			}
+			if got, want := fp.reqs.Load(), int64(httpproxy.MaxUnprocessedRetries+1); got != min(want, tc.refusals+1) {
+				t.Errorf("peer saw %d requests, want %d", got, min(want, tc.refusals+1))
 			}
 		})
 	}

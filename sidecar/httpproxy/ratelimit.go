@@ -34,8 +34,15 @@ func retryAfterValue(wait time.Duration) string {
 	return strconv.FormatInt(ratelimit.RetryAfterSeconds(wait), 10)
 }
 
-// rateLimitedH1 answers an HTTP/1.1 request refused by c's rate limit.
+// rateLimitedH1 answers an HTTP/1.1 request refused by c's rate limit. A body
+// kept for replay (a fallback refused) was read already: nothing to discard.
 func (p *Proxy) rateLimitedH1(br *bufio.Reader, bw *bufio.Writer, st *h1state, c *cluster.Cluster, wait time.Duration) bool {
+	if st.kept {
+		closeAfter := st.req.close
+		p.writeReplyHeaders(bw, st, http.StatusTooManyRequests, LocalRateLimit, rateLimitedBody, closeAfter,
+			"retry-after", retryAfterValue(wait), RateLimitedHeader, c.Shared.Key)
+		return !closeAfter
+	}
 	return p.discardAndReplyHeaders(br, bw, st, http.StatusTooManyRequests, LocalRateLimit, rateLimitedBody,
 		"retry-after", retryAfterValue(wait), RateLimitedHeader, c.Shared.Key)
 }

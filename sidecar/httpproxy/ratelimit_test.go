@@ -330,3 +330,72 @@ func BenchmarkHTTP1ProxyRateLimited(b *testing.B) {
 		return r
 	})
 }
+
+// TestRateLimitFallback: a request that falls back to a fallback destination
+// spends a token of that Service's limit: past its burst the next fallback
+// serves (x-weft-priority names it), and when the refusing fallback is the last
+// the request is answered 429 naming its key, never reaching it. Over HTTP/1.1
+// (with a body kept for replay, and without) and HTTP/2; the HTTP/1.1 client
+// connection stays usable after the 429.
+func TestRateLimitFallback(t *testing.T) {
+	const burst = 2
+	for _, proto := range protos {
+		for _, body := range []string{"", "a body kept for replay"} {
+			t.Run(proto+" body="+strconv.Quote(body), func(t *testing.T) {
+				limitedApp := startApp(t, func(w http.ResponseWriter, r *http.Request) {
+					io.Copy(io.Discard, r.Body)
+					io.WriteString(w, "limited")
+				})
+				backup := startApp(t, func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body); io.WriteString(w, "backup") })
+				ln := listen(t)
+				res := dt.Resources{}
+				res.Add(xdsresource.ListenerType, dt.HTTPListener("outbound", addrOf(ln), "routes"))
+				res.Add(xdsresource.RouteType, dt.RouteConfig("routes",
+					dt.VirtualHost("last", []string{"last"}, withFallback(dt.PrefixRoute("/", "dead", 0), "limited")),
+					dt.VirtualHost("next", []string{"next"}, withFallback(dt.PrefixRoute("/", "dead", 0), "limited", "backup"))))
+				for name, ep := range map[string]netip.AddrPort{"dead": deadAddr(t), "limited": limitedApp.ap(), "backup": backup.ap()} {
+					c := dt.EDSCluster(name, dt.ClusterOpts{Connect: time.Second})
+					if name == "limited" {
+						limited(c, slowRate, burst, false)
+					}
+					res.Add(xdsresource.ClusterType, c)
+					res.Add(xdsresource.EndpointType, dt.Endpoints(name, ep))
+				}
+				s := startSidecar(t, ln, res, sidecarOpts{})
+				c := clientFor(t, proto)
+				url := "http://" + s.Addr.String() + "/"
+				method := "GET"
+				if body != "" {
+					method = "POST"
+				}
+				for i := range burst {
+					resp, got := do(t, c, method, url, "last", body)
+					if resp.StatusCode != 200 || got != "limited" || resp.Header.Get(httpproxy.PriorityHeader) != "1" {
+						t.Fatalf("request %d within the fallback's burst: %d %q %s=%q, want 200 from priority 1",
+							i+1, resp.StatusCode, got, httpproxy.PriorityHeader, resp.Header.Get(httpproxy.PriorityHeader))
+					}
+				}
+				// The fallback's bucket is empty: the next fallback serves.
+				resp, got := do(t, c, method, url, "next", body)
+				if resp.StatusCode != 200 || got != "backup" || resp.Header.Get(httpproxy.PriorityHeader) != "2" {
+					t.Errorf("refused by the first fallback's limit: %d %q %s=%q, want 200 from priority 2",
+						resp.StatusCode, got, httpproxy.PriorityHeader, resp.Header.Get(httpproxy.PriorityHeader))
+				}
+				// The last fallback refused: 429 naming it.
+				resp, _ = do(t, c, method, url, "last", body)
+				checkRateLimited(t, resp, "limited")
+				if n := limitedApp.reqs.Load(); n != burst {
+					t.Errorf("the limited fallback saw %d requests, want %d (refused ones must not reach it)", n, burst)
+				}
+				// The client connection still serves (a kept body was not read twice).
+				if resp, got := do(t, c, method, url, "next", body); resp.StatusCode != 200 || got != "backup" {
+					t.Errorf("after the 429: %d %q, want 200 from the backup", resp.StatusCode, got)
+				}
+				st := s.snap.Load().Cluster("limited").Shared.Limiter.Stats()
+				if want := (ratelimit.Stats{Allowed: burst, Rejected: 3}); st != want {
+					t.Errorf("limiter stats %+v, want %+v", st, want)
+				}
+			})
+		}
+	}
+}
