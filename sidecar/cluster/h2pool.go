@@ -64,6 +64,10 @@ type h2host struct {
 	dialing int           // dials in flight
 	waiters int           // requests waiting on changed
 	changed chan struct{} // closed (and replaced) when a stream or connection slot may be free
+	// gen counts those changes, woken for or not: a Get that saw no free stream
+	// and finds gen moved before it waits looks again (a stream freed before it
+	// registered woke nobody).
+	gen uint64
 }
 
 type h2conn struct {
@@ -139,6 +143,7 @@ func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.Client
 			return nil, ErrPoolClosed
 		}
 		h := p.hostLocked(addr)
+		seen, seenGen := h, h.gen
 		// Reserve outside the lock: a reservation can run the connection's state
 		// hook synchronously, and the hook takes p.mu.
 		cands := append(scratch[:0], h.conns...)
@@ -196,6 +201,10 @@ func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.Client
 				p.mu.Unlock()
 				continue
 			}
+		}
+		if h != seen || h.gen != seenGen {
+			p.mu.Unlock()
+			continue // a stream may have been freed since the look: look again
 		}
 		if !pending {
 			if _, ok := c.Breaker.Admit(circuitbreak.Pending); !ok {
@@ -303,6 +312,7 @@ func (p *H2Pool) wakeAllLocked() {
 
 // wakeLocked lets every waiter of h look again.
 func wakeLocked(h *h2host) {
+	h.gen++
 	if h.waiters > 0 {
 		close(h.changed)
 		h.changed = make(chan struct{})

@@ -114,19 +114,6 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 // I/O, so a release need not clear it.
 func (p *Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (conn *Conn, reused bool, err error) {
 	addr := e.Address()
-	for {
-		conn, err = p.takeIdle(addr)
-		if err != nil {
-			return nil, false, err
-		}
-		if conn == nil {
-			break
-		}
-		if conn.quiet() {
-			return conn, true, nil
-		}
-		conn.Close()
-	}
 	var q *queued // set once this request is pending
 	defer func() {
 		if q != nil {
@@ -134,6 +121,20 @@ func (p *Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (conn *Conn, re
 		}
 	}()
 	for {
+		// An idle connection first, on every turn: one put back while this
+		// request was on its way to waiting went idle (no waiter to hand it to),
+		// and wait sends the request back here rather than let it sit there.
+		conn, err = p.takeIdle(addr)
+		if err != nil {
+			return nil, false, err
+		}
+		if conn != nil {
+			if conn.quiet() {
+				return conn, true, nil
+			}
+			conn.Close()
+			continue
+		}
 		if _, ok := c.Breaker.TryAcquire(circuitbreak.Connections); ok {
 			conn, err = p.dial(ctx, c, addr)
 			return conn, false, err
@@ -254,6 +255,13 @@ func (p *Pool) wait(ctx context.Context, c *Cluster, addr string, q *queued) (*C
 		h = &host{}
 		p.hosts[addr] = h
 	}
+	// A Put before this registration found no waiter and pooled its connection:
+	// look again (Get takes it, or evicts one to another address for its slot)
+	// rather than wait for the queue timeout beside an idle connection.
+	if p.idleForLocked(c.Breaker, addr) {
+		p.mu.Unlock()
+		return nil, nil
+	}
 	h.waiters = append(h.waiters, w)
 	p.slotWaiters[w.b] = append(p.slotWaiters[w.b], w)
 	p.waiting.Add(1)
@@ -294,6 +302,22 @@ func (p *Pool) wait(ctx context.Context, c *Cluster, addr string, q *queued) (*C
 	c.Breaker.CountOverflow(circuitbreak.MaxConnections)
 	return nil, &OverflowError{Cluster: c.Name, Limit: circuitbreak.MaxConnections,
 		Detail: "no connection released within the queue timeout " + c.QueueTimeout.String()}
+}
+
+// idleForLocked reports an idle connection a request of b for addr may use: one to
+// addr (takeIdle), or one held in b to another address (evictIdle).
+func (p *Pool) idleForLocked(b *circuitbreak.Breaker, addr string) bool {
+	for a, h := range p.hosts {
+		if a == addr && len(h.idle) > 0 {
+			return true
+		}
+		for _, cn := range h.idle {
+			if cn.breaker == b {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // removeWaiterLocked deregisters w if it is still registered.

@@ -32,19 +32,26 @@ type getResult struct {
 
 func getAsync(p *cluster.Pool, c *cluster.Cluster, e *cluster.Endpoint) <-chan getResult {
 	ch := make(chan getResult, 1)
-	go func() {
-		start := time.Now()
-		conn, _, err := p.Get(context.Background(), c, e)
-		ch <- getResult{conn, err, time.Since(start)}
-	}()
+	getInto(context.Background(), ch, p, c, e)
 	return ch
 }
 
+// getInto runs a Get with ctx and sends its result on ch (buffered enough).
+func getInto(ctx context.Context, ch chan<- getResult, p *cluster.Pool, c *cluster.Cluster, e *cluster.Endpoint) {
+	go func() {
+		start := time.Now()
+		conn, _, err := p.Get(ctx, c, e)
+		ch <- getResult{conn, err, time.Since(start)}
+	}()
+}
+
 // maxPendingRequests is a bounded queue: at the bound every request waits, one
-// past it is refused at once naming maxPendingRequests; a waiter waits its queue
-// timeout and no less, then overflows naming maxConnections.
+// past it is refused at once naming maxPendingRequests; a released connection goes
+// to one waiter while the others go on waiting. The queue timeout is long here, so
+// the waiters are still queued when the connection is released however slow the
+// machine (TestPoolQueueTimeout watches the timeout itself).
 func TestPoolPendingQueue(t *testing.T) {
-	const pending, queueTimeout = 3, 150 * time.Millisecond
+	const pending, queueTimeout = 3, time.Minute
 	up := dt.ServeTCP(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
 	p := newPool(t)
 	e := cluster.NewEndpoint(up, 1, true)
@@ -54,46 +61,74 @@ func TestPoolPendingQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var waiters []<-chan getResult
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	results := make(chan getResult, pending)
 	for range pending {
-		waiters = append(waiters, getAsync(p, c, e))
+		getInto(ctx, results, p, c, e)
 	}
 	testkit.Eventually(t, 5*time.Second, "the queue full at its bound", func() bool { return c.Breaker.InUse(circuitbreak.Pending) == pending })
-	start := time.Now()
 	_, _, err = p.Get(context.Background(), c, e)
-	if took := time.Since(start); took >= queueTimeout {
-		t.Errorf("one past the bound waited %v, want an immediate refusal", took)
-	}
 	if l, ok := cluster.Overflowed(err); !ok || l != circuitbreak.MaxPendingRequests || !errors.Is(err, cluster.ErrOverflow) ||
 		err.Error() != `cluster "c": upstream overflow: maxPendingRequests` {
 		t.Fatalf("one past the bound: %v", err)
 	}
-	// The first waiter gets the released connection (and keeps it); the others
-	// time out.
+	// One waiter gets the released connection (and keeps it: closing it would
+	// wake the next); the others still wait.
 	p.Put(held)
-	got := 0
-	for _, w := range waiters {
-		r := <-w
-		switch l, _ := cluster.Overflowed(r.err); {
-		case r.err == nil:
-			got++
-			defer r.conn.Close() // closing it now would wake the next waiter
-		case l == circuitbreak.MaxConnections:
-			if r.took < queueTimeout {
-				t.Errorf("overflowed after %v, before the queue timeout %v", r.took, queueTimeout)
-			}
-		default:
-			t.Errorf("waiter: %v", r.err)
+	r := <-results
+	if r.err != nil {
+		t.Fatalf("the released connection went to no waiter: %v", r.err)
+	}
+	defer r.conn.Close()
+	if n := c.Breaker.InUse(circuitbreak.Pending); n != pending-1 {
+		t.Errorf("pending after one waiter was served: %d, want %d", n, pending-1)
+	}
+	cancel()
+	for range pending - 1 {
+		if r := <-results; !errors.Is(r.err, context.Canceled) {
+			t.Errorf("a waiter after the release: %v, want it waiting until cancelled", r.err)
 		}
-	}
-	if got != 1 {
-		t.Errorf("%d waiters got the released connection, want 1", got)
-	}
-	if n := c.Breaker.Overflows(circuitbreak.MaxConnections); n != pending-1 {
-		t.Errorf("maxConnections overflows %d, want %d (each queue timeout once, not each wait)", n, pending-1)
 	}
 	if n := c.Breaker.Overflows(circuitbreak.MaxPendingRequests); n != 1 {
 		t.Errorf("maxPendingRequests overflows %d, want 1", n)
+	}
+	if n := c.Breaker.Overflows(circuitbreak.MaxConnections); n != 0 {
+		t.Errorf("maxConnections overflows %d, want 0 (a cancelled wait is no overflow)", n)
+	}
+	if n := c.Breaker.InUse(circuitbreak.Pending); n != 0 {
+		t.Errorf("pending in use at the end %d", n)
+	}
+}
+
+// A waiter waits its queue timeout and no less, then overflows naming
+// maxConnections, counted once per request (not per wait).
+func TestPoolQueueTimeout(t *testing.T) {
+	const waiters, queueTimeout = 2, 150 * time.Millisecond
+	up := dt.ServeTCP(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	p := newPool(t)
+	e := cluster.NewEndpoint(up, 1, true)
+	c := mustNew(t, cluster.Spec{Name: "c", ConnectTimeout: time.Second, QueueTimeout: queueTimeout,
+		Limits: circuitbreak.Limits{MaxConnections: 1, MaxPendingRequests: waiters, MaxRequests: 100}, Endpoints: []*cluster.Endpoint{e}})
+	held, _, err := p.Get(context.Background(), c, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	results := make(chan getResult, waiters)
+	for range waiters {
+		getInto(context.Background(), results, p, c, e)
+	}
+	for range waiters {
+		r := <-results
+		if l, ok := cluster.Overflowed(r.err); !ok || l != circuitbreak.MaxConnections {
+			t.Errorf("waiter: %v, want a maxConnections overflow", r.err)
+		} else if r.took < queueTimeout {
+			t.Errorf("overflowed after %v, before the queue timeout %v", r.took, queueTimeout)
+		}
+	}
+	if n := c.Breaker.Overflows(circuitbreak.MaxConnections); n != waiters {
+		t.Errorf("maxConnections overflows %d, want %d (each queue timeout once, not each wait)", n, waiters)
 	}
 	if n := c.Breaker.InUse(circuitbreak.Pending); n != 0 {
 		t.Errorf("pending in use at the end %d", n)
