@@ -119,3 +119,30 @@ func TestTCPOnlyPoolWarnings(t *testing.T) {
 		t.Errorf("warnings (-want +got):\n%s", d)
 	}
 }
+
+// TestRouteToTCPWarnings: a Route host that is a TCP-only Service, and a
+// destination on a TCP port, are stored but never routed: each warns.
+func TestRouteToTCPWarnings(t *testing.T) {
+	tcp := object(KindService, meta("shop", "db"), &ServiceSpec{Ports: []ServicePort{{Name: "sql", Port: 5432, Protocol: "TCP"}}})
+	mixed := object(KindService, meta("shop", "web"), &ServiceSpec{Ports: []ServicePort{{Name: "sql", Port: 5432, Protocol: "TCP"}, {Name: "http", Port: 80, Protocol: "HTTP"}}})
+	rt := func(name, host string, d Destination) *Object {
+		return object(KindRoute, meta("shop", name), &RouteSpec{Hosts: []string{host}, HTTP: []HTTPRoute{{Route: []RouteDestination{{Destination: d, Weight: 100}}}}})
+	}
+	objs := []*Object{tcp, mixed,
+		rt("a", "db", Destination{Service: "db"}),
+		rt("b", "web", Destination{Service: "web", Port: 5432}),
+		rt("c", "web.other", Destination{Service: "web", Port: 80})}
+	errs, warns := validateSet(objs, nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	want := []string{
+		"Route/shop/a: spec.hosts[0]: not enforced: Service shop/db has only TCP ports, and Routes apply to HTTP ports",
+		"Route/shop/a: spec.http[0].route[0].destination: not enforced: the port of Service shop/db is TCP, and an HTTP route cannot target it (destination left out)",
+		"Route/shop/b: spec.http[0].route[0].destination: not enforced: the port of Service shop/web is TCP, and an HTTP route cannot target it (destination left out)",
+		"Route/shop/c: spec.hosts[0]: Service other/web does not exist",
+	}
+	if d := cmp.Diff(want, warns); d != "" {
+		t.Errorf("warnings (-want +got):\n%s", d)
+	}
+}

@@ -86,6 +86,8 @@ func validateSet(objs []*Object, notEnforced map[string]string) (errs ErrorList,
 			warn(o, p.child("port"), fmt.Sprintf("required: Service %s has %d ports", ref, len(svc.Ports)))
 		case d.Port != 0 && !hasPort(svc, d.Port):
 			warn(o, p.child("port"), fmt.Sprintf("Service %s has no port %d", ref, d.Port))
+		case d.Port != 0 && portProtocol(svc, d.Port) == "TCP", d.Port == 0 && onlyTCP(svc):
+			warn(o, p, fmt.Sprintf("not enforced: the port of Service %s is TCP, and an HTTP route cannot target it (destination left out)", ref))
 		}
 		if d.Subset != "" && !subsets[ref][d.Subset] {
 			warn(o, p.child("subset"), fmt.Sprintf("no DestinationPolicy for Service %s defines subset %q", ref, d.Subset))
@@ -115,8 +117,11 @@ func validateSet(objs []*Object, notEnforced map[string]string) (errs ErrorList,
 					continue
 				}
 				routeFor[ref] = o
-				if _, ok := services[ref]; !ok {
+				switch svc, ok := services[ref]; {
+				case !ok:
 					warn(o, hp, fmt.Sprintf("Service %s does not exist", ref))
+				case onlyTCP(svc):
+					warn(o, hp, fmt.Sprintf("not enforced: Service %s has only TCP ports, and Routes apply to HTTP ports", ref))
 				}
 			}
 			for i, r := range s.HTTP {
@@ -141,6 +146,16 @@ var httpOnlyPoolFields = []string{
 	"spec.connectionPool.maxRequests",
 	"spec.connectionPool.maxRetries",
 	"spec.connectionPool.retryBudget",
+}
+
+// portProtocol is the protocol of s's port (HTTP when unset, as defaulted).
+func portProtocol(s *ServiceSpec, port int32) string {
+	for _, p := range s.Ports {
+		if p.Port == port {
+			return p.Protocol
+		}
+	}
+	return ""
 }
 
 // onlyTCP reports whether every port of s is TCP (and it has one).
