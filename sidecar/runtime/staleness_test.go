@@ -231,3 +231,35 @@ func BenchmarkIdleTick(b *testing.B) {
 		r.Tick(now, now)
 	}
 }
+
+// Endpoints set to failClosed or drop fail routing closed at expiry; serveStale
+// keeps serving (the default). Before, both were accepted and did nothing.
+func TestExpiredEndpointsFailClosedOrDrop(t *testing.T) {
+	for _, tc := range []struct {
+		action   string
+		degraded string
+	}{
+		{"serveStale", ""},
+		{"failClosed", "endpoints expired (age 3s > expireAfter 2s)"},
+		{"drop", "endpoints expired (age 3s > expireAfter 2s)"},
+	} {
+		t.Run(tc.action, func(t *testing.T) {
+			e := newEnv(t)
+			r := e.runtime(func(c *Config) {
+				c.Overrides = overrides(t, "routes=1h/2h/failClosed", "endpoints=1s/2s/"+tc.action)
+			})
+			res := mesh("127.0.0.1:9001")
+			if err := r.Apply(context.Background(), e.update(r, res, "v1", e.sign(res, signOpts{}))); err != nil {
+				t.Fatal(err)
+			}
+			r.Tick(t0.Add(1500*time.Millisecond), time.Time{})
+			if reason, bad := r.Degraded(); bad {
+				t.Fatalf("before expiry: degraded %q", reason)
+			}
+			r.Tick(t0.Add(3*time.Second), time.Time{})
+			if reason, bad := r.Degraded(); reason != tc.degraded || bad != (tc.degraded != "") {
+				t.Fatalf("after expiry: Degraded = %q %v, want %q", reason, bad, tc.degraded)
+			}
+		})
+	}
+}

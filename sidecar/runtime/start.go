@@ -167,7 +167,11 @@ func expired(p *policy, confirmed, now time.Time, seed uint64) error {
 	return nil
 }
 
-// routing reports whether c is a class whose expiry fails requests closed.
+// routing reports whether c is a class whose expiry fails requests closed. Expired
+// endpoints set to failClosed or drop fail routing closed too: an endpoint set that
+// may no longer be trusted (or is dropped) leaves nothing to send a request to, and
+// answering 503 with the reason says so where a silent empty set would not.
+// (secrets, revocation and authorization act on handshakes and policy: issue #9.)
 func routing(c staleness.Class) bool {
-	return c == staleness.Listeners || c == staleness.Routes || c == staleness.Clusters
+	return c == staleness.Listeners || c == staleness.Routes || c == staleness.Clusters || c == staleness.Endpoints
 }

@@ -57,7 +57,9 @@ const (
 	// FailClosed refuses what depends on the state (routing: 503 with a reason header;
 	// secrets/revocation: refuse new mTLS handshakes).
 	FailClosed Action = "failClosed"
-	// Drop removes the state as if it had never been received.
+	// Drop removes the state as if it had never been received (listeners, routes,
+	// clusters, endpoints: nothing is left to route with, so requests fail closed with
+	// the same reason header as FailClosed).
 	Drop Action = "drop"
 )
 
