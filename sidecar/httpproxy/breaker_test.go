@@ -1,6 +1,7 @@
 package httpproxy_test
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
@@ -277,4 +278,68 @@ func TestBreakerLimitsHoldAcrossSwapsE2E(t *testing.T) {
 		t.Errorf("connections counted %d, sockets open %d (limit %d)", n, d.open.Load(), maxConns)
 	}
 	t.Logf("answers: 200 %d, 503 %d; overflows maxRequests %d", codes[200].Load(), codes[503].Load(), br.Overflows(circuitbreak.MaxRequests))
+}
+
+// An overflow answer keeps the client's HTTP/1.1 connection when nothing of the
+// request is left unread (Envoy keeps it too): the next request on the same
+// connection, bodyless or with a body, is served once there is room.
+func TestBreakerOverflowKeepsConnection(t *testing.T) {
+	release := make(chan struct{})
+	a := startApp(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			<-release
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+	})
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(release) }) }
+	defer unhold() // a failed check must not leave the upstream's handler held
+	ln := listen(t)
+	res := dt.Resources{}
+	res.Add(xdsresource.ListenerType, dt.HTTPListener("outbound", addrOf(ln), "routes"))
+	res.Add(xdsresource.RouteType, dt.RouteConfig("routes", dt.VirtualHost("svc", []string{"*"},
+		dt.PrefixRoute("/", "app", 0))))
+	res.Add(xdsresource.ClusterType, dt.EDSCluster("app", dt.ClusterOpts{MaxConns: 1, MaxPend: 1, MaxReqs: 1}))
+	res.Add(xdsresource.EndpointType, dt.Endpoints("app", a.ap()))
+	s := startSidecar(t, ln, res, sidecarOpts{registry: cluster.NewRegistry()})
+	hold := getAsync(client(t), "http://"+s.Addr.String()+"/hold")
+	testkit.Eventually(t, 5*time.Second, "the held request at the upstream", func() bool { return a.reqs.Load() == 1 })
+
+	conn, err := net.Dial("tcp", s.Addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	send := func(req string) *http.Response {
+		t.Helper()
+		if _, err := io.WriteString(conn, req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("reading the answer to %q: %v", req, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	for _, req := range []string{
+		"GET /a HTTP/1.1\r\nHost: svc\r\n\r\n",
+		"POST /b HTTP/1.1\r\nHost: svc\r\nContent-Length: 5\r\n\r\nhello",
+	} {
+		resp := send(req)
+		if resp.StatusCode != 503 || resp.Header.Get(httpproxy.OverflowHeader) != "maxRequests" || resp.Close {
+			t.Fatalf("%q at maxRequests: %d overflow=%q close=%v, want 503 maxRequests on an open connection",
+				req, resp.StatusCode, resp.Header.Get(httpproxy.OverflowHeader), resp.Close)
+		}
+	}
+	unhold()
+	if r := <-hold; r.err != nil || r.code != 200 {
+		t.Fatalf("held request: %+v", r)
+	}
+	if resp := send("GET /c HTTP/1.1\r\nHost: svc\r\n\r\n"); resp.StatusCode != 200 {
+		t.Fatalf("after the overflow, on the same connection: %d, want 200", resp.StatusCode)
+	}
 }

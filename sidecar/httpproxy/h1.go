@@ -304,7 +304,15 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 	case failTimeout:
 		p.timeoutH1(bw, st, route, deadline)
 	case failOverflow: // x-weft-overflow names the circuit-breaker limit (a constant string)
-		p.writeReply(bw, st, http.StatusServiceUnavailable, LocalOverflow, OverflowHeader, st.overflow.String(), "upstream overflow", true)
+		// Nothing of the request was sent upstream: its body is either kept
+		// (replay) or still unread, and a small unread one is discarded, so the
+		// client connection stays open, as Envoy keeps it, and an overflow storm
+		// does not become a reconnect storm.
+		if !replay {
+			return p.discardAndReplyHeader(br, bw, st, http.StatusServiceUnavailable, LocalOverflow, OverflowHeader, st.overflow.String(), "upstream overflow")
+		}
+		p.writeReply(bw, st, http.StatusServiceUnavailable, LocalOverflow, OverflowHeader, st.overflow.String(), "upstream overflow", req.close)
+		return !req.close
 	case failProtocol:
 		p.localReply(bw, st, http.StatusBadGateway, LocalUpstreamProtocol, "invalid response from upstream: "+st.upErr.Error(), true)
 	case failStatus: // dropped for a retry the connection's end then cut short
