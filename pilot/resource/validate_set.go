@@ -135,6 +135,7 @@ func validateSet(objs []*Object, notEnforced map[string]string) (errs ErrorList,
 			}
 		}
 		warnings = append(warnings, notEnforcedWarnings(o, notEnforced)...)
+		warnings = append(warnings, unenforcedKindWarnings(o)...)
 	}
 	return errs, warnings
 }

@@ -1,0 +1,61 @@
+package resource
+
+import "fmt"
+
+// notEnforcedKinds are kinds pilot stores and compiles that no Weft sidecar acts on
+// yet, each with why: applying one answers a warning, so no policy is accepted and
+// silently left unenforced. Remove an entry when sidecars enforce the kind.
+var notEnforcedKinds = map[string]string{
+	KindPeerAuthentication:  "sidecars do not speak mTLS yet (issue #9); traffic stays plaintext whatever spec.mtls says",
+	KindAuthorizationPolicy: "sidecars do not authorize requests yet (issue #9); every request is allowed",
+	KindOverride:            "sidecars do not apply emergency Overrides yet (issue #9); nothing is blocked",
+}
+
+// notEnforcedMeshFields are MeshConfig fields stored but not acted on yet.
+var notEnforcedMeshFields = []struct {
+	field string
+	set   func(*MeshConfigSpec) bool
+	why   string
+}{
+	{"spec.defaultMtls", func(s *MeshConfigSpec) bool { return s.DefaultMTLS != "" }, "sidecars do not speak mTLS yet (issue #9)"},
+	{"spec.certificateTTL", func(s *MeshConfigSpec) bool { return s.CertificateTTL != "" }, "pilot issues no certificates yet (issue #9)"},
+}
+
+// notEnforcedStalenessClasses are StalenessPolicy resources whose state sidecars
+// do not hold yet, so a rule for them bounds nothing.
+var notEnforcedStalenessClasses = map[string]string{
+	"secrets":       "sidecars hold no certificates yet (issue #9)",
+	"revocation":    "sidecars check no revocation lists yet (issue #9)",
+	"authorization": "sidecars enforce no authorization yet (issue #9)",
+}
+
+// unenforcedKindWarnings are o's warnings for a kind, field or staleness class no
+// sidecar enforces yet.
+func unenforcedKindWarnings(o *Object) []string {
+	w := func(field, why string) string {
+		return (&FieldError{Object: o.Key().String(), Field: field,
+			Detail: fmt.Sprintf("accepted but not enforced by Weft sidecars yet: %s", why)}).Error()
+	}
+	if why, ok := notEnforcedKinds[o.Kind]; ok {
+		return []string{w("kind", why)}
+	}
+	var out []string
+	switch s := o.Spec.(type) {
+	case *MeshConfigSpec:
+		for _, f := range notEnforcedMeshFields {
+			if s != nil && f.set(s) {
+				out = append(out, w(f.field, f.why))
+			}
+		}
+	case *StalenessPolicySpec:
+		if s == nil {
+			return nil
+		}
+		for i, r := range s.Rules {
+			if why, ok := notEnforcedStalenessClasses[r.Resource]; ok {
+				out = append(out, w(string(path("spec.rules").index(i).child("resource")), fmt.Sprintf("%s: %s", r.Resource, why)))
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,48 @@
+package resource
+
+import (
+	"strings"
+	"testing"
+)
+
+// Kinds, MeshConfig fields and staleness classes no sidecar enforces yet answer a
+// warning naming the object and field; what sidecars do enforce answers none.
+func TestUnenforcedKindWarnings(t *testing.T) {
+	obj := func(kind, ns string, spec any) *Object {
+		return &Object{APIVersion: APIVersion, Kind: kind, Metadata: Metadata{Name: "x", Namespace: ns}, Spec: spec}
+	}
+	for _, tc := range []struct {
+		name string
+		o    *Object
+		want []string // substrings, one per warning, in order
+	}{
+		{"peer authentication", obj(KindPeerAuthentication, "shop", &PeerAuthenticationSpec{MTLS: "STRICT"}),
+			[]string{"PeerAuthentication/shop/x: kind: accepted but not enforced by Weft sidecars yet: sidecars do not speak mTLS"}},
+		{"authorization policy", obj(KindAuthorizationPolicy, "shop", &AuthorizationPolicySpec{}),
+			[]string{"AuthorizationPolicy/shop/x: kind: accepted but not enforced"}},
+		{"override", obj(KindOverride, "shop", &OverrideSpec{TTL: "1m", Action: "DENY"}),
+			[]string{"Override/shop/x: kind: accepted but not enforced"}},
+		{"mesh config trust domain only", obj(KindMeshConfig, "", &MeshConfigSpec{TrustDomain: "example.org"}), nil},
+		{"mesh config mtls and ttl", obj(KindMeshConfig, "", &MeshConfigSpec{DefaultMTLS: "STRICT", CertificateTTL: "24h"}),
+			[]string{"spec.defaultMtls: accepted but not enforced", "spec.certificateTTL: accepted but not enforced"}},
+		{"staleness for routing classes", obj(KindStalenessPolicy, "shop", &StalenessPolicySpec{Rules: []StalenessRule{
+			{Resource: "routes"}, {Resource: "endpoints"}}}), nil},
+		{"staleness for secrets and authorization", obj(KindStalenessPolicy, "shop", &StalenessPolicySpec{Rules: []StalenessRule{
+			{Resource: "routes"}, {Resource: "secrets"}, {Resource: "authorization"}}}),
+			[]string{"spec.rules[1].resource: accepted but not enforced by Weft sidecars yet: secrets:",
+				"spec.rules[2].resource: accepted but not enforced by Weft sidecars yet: authorization:"}},
+		{"service", obj(KindService, "shop", &ServiceSpec{}), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := unenforcedKindWarnings(tc.o)
+			if len(got) != len(tc.want) {
+				t.Fatalf("warnings %q, want %d", got, len(tc.want))
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("warning %d: %q, want it to contain %q", i, got[i], w)
+				}
+			}
+		})
+	}
+}
