@@ -414,10 +414,14 @@ func outlier(o *resource.Object, od *resource.OutlierDetection) (*ir.OutlierDete
 	if err := percent(o, f+"maxEjectionPercent", od.MaxEjectionPercent); err != nil {
 		return nil, err
 	}
-	if err := percent(o, f+"minHealthPercent", od.MinHealthPercent); err != nil {
-		return nil, err
+	out.MinHealthPercent = ir.DefaultMinHealthPercent
+	if od.MinHealthPercent != nil {
+		if err := percent(o, f+"minHealthPercent", *od.MinHealthPercent); err != nil {
+			return nil, err
+		}
+		out.MinHealthPercent = *od.MinHealthPercent
 	}
-	out.MaxEjectionPercent, out.MinHealthPercent = od.MaxEjectionPercent, od.MinHealthPercent
+	out.MaxEjectionPercent = od.MaxEjectionPercent
 	if sr := od.SuccessRate; sr != nil {
 		mh, err1 := nonNeg(o, f+"successRate.minHosts", sr.MinHosts)
 		rv, err2 := nonNeg(o, f+"successRate.requestVolume", sr.RequestVolume)

@@ -397,7 +397,7 @@ func TestPolicy(t *testing.T) {
 		Service:        "reviews",
 		LoadBalancer:   "LEAST_REQUEST",
 		ConnectionPool: &resource.ConnectionPool{MaxConnections: 100, MaxRequests: 1000, RetryBudget: &resource.RetryBudget{Percent: 20, MinConcurrency: 3}, ConnectTimeout: "1s"},
-		OutlierDetection: &resource.OutlierDetection{Consecutive5xx: 5, Interval: "10s", BaseEjectionTime: "30s", MaxEjectionTimeJitter: "3s", MaxEjectionPercent: 10, MinHealthPercent: 50,
+		OutlierDetection: &resource.OutlierDetection{Consecutive5xx: 5, Interval: "10s", BaseEjectionTime: "30s", MaxEjectionTimeJitter: "3s", MaxEjectionPercent: 10, MinHealthPercent: ptr(50.0),
 			SuccessRate: &resource.SuccessRate{MinHosts: 5, RequestVolume: 100, StdevFactor: 1.9}},
 		LocalRateLimit: &resource.LocalRateLimit{RequestsPerSecond: 100, Burst: 200, DryRun: true},
 	})

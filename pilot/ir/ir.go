@@ -382,7 +382,9 @@ type OutlierDetection struct {
 	MaxEjectionTime                time.Duration
 	MaxEjectionTimeJitter          time.Duration // 0: none
 	MaxEjectionPercent             float64
-	MinHealthPercent               float64
+	// MinHealthPercent is resolved: the API's absent is DefaultMinHealthPercent;
+	// 0 means panic mode never applies (ejections always hold).
+	MinHealthPercent float64
 	// SplitExternalLocalOriginErrors is resolved (the API's absent means "on when
 	// ConsecutiveLocalOriginFailures is set").
 	SplitExternalLocalOriginErrors bool
@@ -522,3 +524,7 @@ func SortedKeys[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// DefaultMinHealthPercent is the panic threshold when a policy's outlierDetection
+// sets no minHealthPercent: Envoy's healthy_panic_threshold default.
+const DefaultMinHealthPercent = 50.0

@@ -64,7 +64,7 @@ func init() {
 	dp("spec.outlierDetection.maxEjectionTime", func(s *DestinationPolicySpec) bool { return od(s).MaxEjectionTime != "" })
 	dp("spec.outlierDetection.maxEjectionTimeJitter", func(s *DestinationPolicySpec) bool { return od(s).MaxEjectionTimeJitter != "" })
 	dp("spec.outlierDetection.maxEjectionPercent", func(s *DestinationPolicySpec) bool { return od(s).MaxEjectionPercent > 0 })
-	dp("spec.outlierDetection.minHealthPercent", func(s *DestinationPolicySpec) bool { return od(s).MinHealthPercent > 0 })
+	dp("spec.outlierDetection.minHealthPercent", func(s *DestinationPolicySpec) bool { return od(s).MinHealthPercent != nil })
 	dp("spec.outlierDetection", func(s *DestinationPolicySpec) bool { return s.OutlierDetection != nil })
 	dp("spec.localRateLimit", func(s *DestinationPolicySpec) bool { return s.LocalRateLimit != nil })
 	dp("spec.localRateLimit.dryRun", func(s *DestinationPolicySpec) bool { return s.LocalRateLimit != nil && s.LocalRateLimit.DryRun })

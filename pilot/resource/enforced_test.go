@@ -77,7 +77,7 @@ func TestEveryFieldSetterFinds(t *testing.T) {
 		ConnectionPool: &ConnectionPool{MaxConnections: 1, MaxPendingRequests: 1, MaxRequests: 1, MaxRetries: 1, RetryBudget: &RetryBudget{Percent: 20}, ConnectTimeout: "1s"},
 		OutlierDetection: &OutlierDetection{Consecutive5xx: 1, ConsecutiveGatewayErrors: 1, ConsecutiveLocalOriginFailures: 1, SplitExternalLocalOriginErrors: ptr(true),
 			SuccessRate: &SuccessRate{}, FailurePercentage: &FailurePercentage{Threshold: 1}, Interval: "1s", BaseEjectionTime: "1s", MaxEjectionTime: "1s",
-			MaxEjectionTimeJitter: "1s", MaxEjectionPercent: 1, MinHealthPercent: 1},
+			MaxEjectionTimeJitter: "1s", MaxEjectionPercent: 1, MinHealthPercent: ptr(1.0)},
 		LocalRateLimit: &LocalRateLimit{RequestsPerSecond: 1, DryRun: true}})
 	rt := object(KindRoute, meta("shop", "r"), &RouteSpec{Hosts: []string{"reviews"}, HTTP: []HTTPRoute{{
 		Route: []RouteDestination{{Destination: Destination{Service: "reviews"}, Weight: 100}}, Timeout: "1s",

@@ -316,7 +316,7 @@ func TestDestinationPolicy(t *testing.T) {
 					Consecutive5xx: 5, ConsecutiveGatewayErrors: 3, ConsecutiveLocalOriginFailures: 5, SplitExternalLocalOriginErrors: ptr(true),
 					SuccessRate:       &SuccessRate{MinHosts: 5, RequestVolume: 100, StdevFactor: 1.9},
 					FailurePercentage: &FailurePercentage{Threshold: 85, MinHosts: 5, RequestVolume: 50},
-					Interval:          "10s", BaseEjectionTime: "30s", MaxEjectionTime: "300s", MaxEjectionTimeJitter: "1s", MaxEjectionPercent: 10, MinHealthPercent: 50,
+					Interval:          "10s", BaseEjectionTime: "30s", MaxEjectionTime: "300s", MaxEjectionTimeJitter: "1s", MaxEjectionPercent: 10, MinHealthPercent: ptr(50.0),
 				},
 				LocalRateLimit: &LocalRateLimit{RequestsPerSecond: 100, Burst: 200, DryRun: true},
 			}),

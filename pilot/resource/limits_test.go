@@ -131,7 +131,7 @@ func TestLimits(t *testing.T) {
 		{"failure_threshold_required", outlierPolicy(func(o *OutlierDetection) { o.FailurePercentage = &FailurePercentage{Threshold: 1} }),
 			outlierPolicy(func(o *OutlierDetection) { o.FailurePercentage = &FailurePercentage{} }),
 			"DestinationPolicy/shop/d: spec.outlierDetection.failurePercentage.threshold: required: a whole percent 1..100 (0 would eject every host)"},
-		{"min_health_percent", outlierPolicy(func(o *OutlierDetection) { o.MinHealthPercent = 100 }), outlierPolicy(func(o *OutlierDetection) { o.MinHealthPercent = 100.5 }),
+		{"min_health_percent", outlierPolicy(func(o *OutlierDetection) { o.MinHealthPercent = ptr(100.0) }), outlierPolicy(func(o *OutlierDetection) { o.MinHealthPercent = ptr(100.5) }),
 			"DestinationPolicy/shop/d: spec.outlierDetection.minHealthPercent: 100.5 out of range 0..100"},
 		{"max_ejection_time_vs_base", outlierPolicy(func(o *OutlierDetection) { o.BaseEjectionTime, o.MaxEjectionTime = "1s", "1s" }),
 			outlierPolicy(func(o *OutlierDetection) { o.BaseEjectionTime, o.MaxEjectionTime = "1s", "999ms" }),

@@ -210,7 +210,7 @@ type OutlierDetection struct {
 	// max_ejection_time_jitter), so hosts ejected together do not return together.
 	MaxEjectionTimeJitter Duration `json:"maxEjectionTimeJitter,omitempty"`
 	MaxEjectionPercent    float64  `json:"maxEjectionPercent,omitempty"`
-	MinHealthPercent      float64  `json:"minHealthPercent,omitempty"`
+	MinHealthPercent      *float64 `json:"minHealthPercent,omitempty"` // absent: 50 (Envoy's); 0: panic mode never
 }
 
 type SuccessRate struct {

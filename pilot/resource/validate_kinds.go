@@ -325,7 +325,9 @@ func validateOutlierDetection(c *collector, p path, od *OutlierDetection) {
 	}
 	checkOutlierDuration(c, p.child("maxEjectionTimeJitter"), od.MaxEjectionTimeJitter)
 	checkWholePercent(c, p.child("maxEjectionPercent"), od.MaxEjectionPercent)
-	checkPercent(c, p.child("minHealthPercent"), od.MinHealthPercent)
+	if od.MinHealthPercent != nil {
+		checkPercent(c, p.child("minHealthPercent"), *od.MinHealthPercent)
+	}
 }
 
 // checkOutlierDuration is checkDuration with outlier detection's 1ms floor:

@@ -47,11 +47,10 @@ func outboundCluster(c *ir.Cluster, proxyless bool) *clusterv3.Cluster {
 	}
 	if od := c.Policy.Outlier; od != nil {
 		out.OutlierDetection = outlierDetection(od)
-		if od.MinHealthPercent > 0 {
-			// Below this share of healthy hosts the balancer ignores health
-			// (Envoy's panic threshold): ejections stop taking hosts away.
-			out.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: od.MinHealthPercent}}
-		}
+		// Below this share of healthy hosts the balancer ignores health (Envoy's
+		// panic threshold): ejections stop taking hosts away. Always said, so that
+		// 0 (panic mode never) does not read as absent (Envoy's 50).
+		out.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: od.MinHealthPercent}}
 	}
 	if c.Protocol.IsHTTP2() {
 		out.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptionsKey: http2Options()}

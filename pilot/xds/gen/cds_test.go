@@ -109,6 +109,12 @@ func TestResilienceReachesSidecar(t *testing.T) {
 					t.Errorf("PanicThreshold = %v, want 30 (minHealthPercent)", c.PanicThreshold)
 				}
 			}},
+		{"minHealthPercent 0: panic mode never", `{service: reviews, outlierDetection: {consecutive5xx: 7, minHealthPercent: 0}}`,
+			func(t *testing.T, c *xdsresource.Cluster) {
+				if c.PanicThreshold != 0 {
+					t.Errorf("PanicThreshold = %v, want 0 (an explicit minHealthPercent: 0 is not absent)", c.PanicThreshold)
+				}
+			}},
 		{"split without the local-origin detector", `{service: reviews, outlierDetection: {consecutive5xx: 7, splitExternalLocalOriginErrors: true}}`,
 			func(t *testing.T, c *xdsresource.Cluster) {
 				want := base()
