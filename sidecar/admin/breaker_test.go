@@ -4,8 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 )
@@ -35,22 +33,7 @@ func TestBreakerCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr := prometheus.NewPedanticRegistry()
-	pr.MustRegister(c)
-	mfs, err := pr.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			name := mf.GetName()
-			for _, l := range m.GetLabel() {
-				name += "{" + l.GetName() + "=" + l.GetValue() + "}"
-			}
-			got[name] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
+	got := gather(t, c)
 	svc := "{service=" + key + "}" // labels come sorted: limit, then service
 	for name, want := range map[string]float64{
 		"weft_sidecar_breaker_overflows_total{limit=maxConnections}" + svc:     1,

@@ -44,27 +44,6 @@ func ejectOne(t *testing.T, reg *cluster.Registry, panic float64) *cluster.Clust
 	return c
 }
 
-func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
-	t.Helper()
-	pr := prometheus.NewPedanticRegistry()
-	pr.MustRegister(c)
-	mfs, err := pr.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			name := mf.GetName()
-			for _, l := range m.GetLabel() {
-				name += "{" + l.GetName() + "=" + l.GetValue() + "}"
-			}
-			got[name] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return got
-}
-
 func TestOutlierCollector(t *testing.T) {
 	if _, err := NewOutlierCollector(nil, nil); !errors.Is(err, ErrConfig) {
 		t.Fatalf("nil registry: %v", err)

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/weft-mesh/weft/sidecar/listener"
 	"github.com/weft-mesh/weft/sidecar/overload"
 )
@@ -28,23 +26,7 @@ func TestOverloadCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			name := mf.GetName()
-			for _, l := range m.GetLabel() {
-				name += "{" + l.GetName() + "=" + l.GetValue() + "}"
-			}
-			v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
-			got[name] = v
-		}
-	}
+	got := gather(t, c)
 	for name, want := range map[string]float64{
 		"weft_sidecar_downstream_connections_sidecar":       1,
 		"weft_sidecar_downstream_connections_sidecar_limit": 7,

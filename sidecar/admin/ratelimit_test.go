@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/ratelimit"
@@ -46,22 +45,7 @@ func TestRateLimitCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pedantic := prometheus.NewPedanticRegistry()
-	pedantic.MustRegister(c)
-	mfs, err := pedantic.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			name := mf.GetName()
-			for _, l := range m.GetLabel() {
-				name += "{" + l.GetName() + "=" + l.GetValue() + "}"
-			}
-			got[name] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
-		}
-	}
+	got := gather(t, c)
 	const (
 		rev = "{service=outbound|9080||reviews.shop.svc.cluster.local}"
 		in  = "{service=inbound|8080||}"

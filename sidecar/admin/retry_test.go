@@ -4,8 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 )
 
@@ -23,22 +21,7 @@ func TestRetryCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			name := mf.GetName()
-			for _, l := range m.GetLabel() {
-				name += "{" + l.GetName() + "=" + l.GetValue() + "}"
-			}
-			got[name] = m.GetCounter().GetValue()
-		}
-	}
+	got := gather(t, c)
 	for name, want := range map[string]float64{
 		"weft_sidecar_http_retries_total":                                     3,
 		"weft_sidecar_http_retries_refused_total":                             2,
