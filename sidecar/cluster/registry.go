@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"github.com/weft-mesh/weft/internal/clustername"
 	"net/netip"
 	"slices"
 	"strings"
@@ -86,24 +87,9 @@ func (h *Host) End() { h.active.Add(-1) }
 func (h *Host) Active() int64 { return h.active.Load() }
 
 // ServiceKey is the key under which a cluster's long-lived state is kept: the name
-// with the subset removed for an outbound cluster
-// ("outbound|9080|v1|reviews.shop.svc.cluster.local" →
-// "outbound|9080||reviews.shop.svc.cluster.local"), the name itself otherwise.
-func ServiceKey(name string) string {
-	rest, ok := strings.CutPrefix(name, "outbound|")
-	if !ok {
-		return name
-	}
-	port, rest, ok := strings.Cut(rest, "|")
-	if !ok {
-		return name
-	}
-	subset, host, ok := strings.Cut(rest, "|")
-	if !ok || subset == "" || strings.Contains(host, "|") {
-		return name
-	}
-	return "outbound|" + port + "||" + host
-}
+// with the subset removed for an outbound cluster (clustername.ServiceKey, the rule
+// pilot maps reported ejections by too).
+func ServiceKey(name string) string { return clustername.ServiceKey(name) }
 
 // Shared returns key's entry, creating it (its breaker at circuitbreak.DefaultLimits
 // until the compile that asked for it applies the cluster's).
