@@ -3,7 +3,6 @@ package httpproxy_test
 import (
 	"bufio"
 	"bytes"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -20,15 +19,23 @@ import (
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
 )
 
+// okBody is the 1 KiB body every benchmark app answers with.
+var okBody = bytes.Repeat([]byte("x"), 1024)
+
 // rawApp answers every request head with a fixed 1 KiB response, allocation-free, so
 // a benchmark's allocations are the proxy's.
 func rawApp(tb testing.TB) netip.AddrPort {
-	body := bytes.Repeat([]byte("x"), 1024)
-	resp := append([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"), body...)
+	resp := append([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+strconv.Itoa(len(okBody))+"\r\n\r\n"), okBody...)
+	return rawAppWith(tb, func() []byte { return resp })
+}
+
+// rawAppWith answers every request head with what respond returns (bytes it
+// keeps: nothing is allocated per request).
+func rawAppWith(tb testing.TB, respond func() []byte) netip.AddrPort {
 	return dt.ServeTCP(tb, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		for {
-			// Requests in this benchmark have no body: read to the blank line.
+			// Requests in these benchmarks have no body: read to the blank line.
 			for {
 				l, err := br.ReadSlice('\n')
 				if err != nil {
@@ -38,7 +45,51 @@ func rawApp(tb testing.TB) netip.AddrPort {
 					break
 				}
 			}
-			if _, err := c.Write(resp); err != nil {
+			if _, err := c.Write(respond()); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// benchClients runs b.N keep-alive GETs against addr from parallel client
+// connections, reading each answer whole; check (nil: none) judges each answer's
+// Content-Length. The body is skipped with Discard, which allocates nothing, so
+// allocs/op is the proxy's alone.
+func benchClients(b *testing.B, addr string, check func(n int) bool) {
+	b.RunParallel(func(pb *testing.PB) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer c.Close()
+		req := []byte("GET /bench HTTP/1.1\r\nHost: svc\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
+		br := bufio.NewReader(c)
+		for pb.Next() {
+			if _, err := c.Write(req); err != nil {
+				b.Error(err)
+				return
+			}
+			n := -1
+			for {
+				l, err := br.ReadSlice('\n')
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if len(l) <= 2 {
+					break
+				}
+				if bytes.HasPrefix(l, []byte("Content-Length: ")) {
+					n, _ = strconv.Atoi(string(bytes.TrimSpace(l[16:])))
+				}
+			}
+			if check != nil && !check(n) {
+				return
+			}
+			if _, err := br.Discard(n); err != nil {
+				b.Error(err)
 				return
 			}
 		}
@@ -71,40 +122,7 @@ func benchHTTP1With(b *testing.B, o sidecarOpts, edit func(dt.Resources) dt.Reso
 		b.Fatal(err)
 	}
 	s := startSidecarB(b, ln, edit(dt.Simple("outbound", addrOf(ln), false, app)), o)
-	b.RunParallel(func(pb *testing.PB) {
-		c, err := net.Dial("tcp", s.Addr.String())
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer c.Close()
-		req := []byte("GET /bench HTTP/1.1\r\nHost: svc\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
-		br := bufio.NewReader(c)
-		for pb.Next() {
-			if _, err := c.Write(req); err != nil {
-				b.Error(err)
-				return
-			}
-			n := -1
-			for {
-				l, err := br.ReadSlice('\n')
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if len(l) <= 2 {
-					break
-				}
-				if bytes.HasPrefix(l, []byte("Content-Length: ")) {
-					n, _ = strconv.Atoi(string(bytes.TrimSpace(l[16:])))
-				}
-			}
-			if _, err := io.CopyN(io.Discard, br, int64(n)); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	benchClients(b, s.Addr.String(), nil)
 }
 
 // BenchmarkHTTP1ProxyRetried is BenchmarkHTTP1Proxy on a route that retries 5xx
@@ -112,29 +130,13 @@ func benchHTTP1With(b *testing.B, o sidecarOpts, edit func(dt.Resources) dt.Reso
 // requests 503: about a third of the requests are retried. allocs/op must equal
 // BenchmarkHTTP1Proxy's: the retry path allocates nothing either.
 func BenchmarkHTTP1ProxyRetried(b *testing.B) {
-	body := bytes.Repeat([]byte("x"), 1024)
-	ok := append([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"), body...)
+	ok := append([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+strconv.Itoa(len(okBody))+"\r\n\r\n"), okBody...)
 	fail := []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
-	app := dt.ServeTCP(b, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		for {
-			for {
-				l, err := br.ReadSlice('\n')
-				if err != nil {
-					return
-				}
-				if len(l) <= 2 {
-					break
-				}
-			}
-			resp := ok
-			if rand.Uint64()%4 == 0 {
-				resp = fail
-			}
-			if _, err := c.Write(resp); err != nil {
-				return
-			}
+	app := rawAppWith(b, func() []byte {
+		if rand.Uint64()%4 == 0 {
+			return fail
 		}
+		return ok
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -150,44 +152,13 @@ func BenchmarkHTTP1ProxyRetried(b *testing.B) {
 		}
 	}
 	s := startSidecarB(b, ln, res, sidecarOpts{})
-	b.RunParallel(func(pb *testing.PB) {
-		c, err := net.Dial("tcp", s.Addr.String())
-		if err != nil {
-			b.Error(err)
-			return
+	benchClients(b, s.Addr.String(), func(n int) bool {
+		if n != len(okBody) {
+			st := s.hp.RetryStats()
+			b.Errorf("answer of %d bytes: a 503 was forwarded (retries %d, refused %d, past timeout %d)", n, st.Retries.Load(), st.RetriesRefused.Load(), st.RetriesNoTime.Load())
+			return false
 		}
-		defer c.Close()
-		req := []byte("GET /bench HTTP/1.1\r\nHost: svc\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
-		br := bufio.NewReader(c)
-		for pb.Next() {
-			if _, err := c.Write(req); err != nil {
-				b.Error(err)
-				return
-			}
-			n := -1
-			for {
-				l, err := br.ReadSlice('\n')
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if len(l) <= 2 {
-					break
-				}
-				if bytes.HasPrefix(l, []byte("Content-Length: ")) {
-					n, _ = strconv.Atoi(string(bytes.TrimSpace(l[16:])))
-				}
-			}
-			if n != 1024 {
-				st := s.hp.RetryStats()
-				b.Errorf("answer of %d bytes: a 503 was forwarded (retries %d, refused %d, past timeout %d)", n, st.Retries.Load(), st.RetriesRefused.Load(), st.RetriesNoTime.Load())
-				return
-			}
-			if _, err := io.CopyN(io.Discard, br, int64(n)); err != nil {
-				b.Error(err)
-				return
-			}
-		}
+		return true
 	})
 	b.ReportMetric(float64(s.hp.RetryStats().Retries.Load())/float64(b.N), "retries/op")
 }
