@@ -472,15 +472,7 @@ func TestRetriesNeedABreakerToken(t *testing.T) {
 	for _, proto := range protos {
 		t.Run(proto, func(t *testing.T) {
 			a := statusApp(t, 503)
-			ln := listen(t)
-			c := dt.EDSCluster("app", dt.ClusterOpts{Connect: time.Second, MaxConns: 100})
-			c.CircuitBreakers.Thresholds[0].MaxRetries = wrapperspb.UInt32(0)
-			res := dt.Resources{}
-			res.Add(xdsresource.ListenerType, dt.HTTPListener("outbound", addrOf(ln), "routes"))
-			res.Add(xdsresource.RouteType, dt.RouteConfig("routes", dt.VirtualHost("svc", []string{"svc", "svc:80"}, retryRoute("app", "5xx", 3, 0, 0))))
-			res.Add(xdsresource.ClusterType, c)
-			res.Add(xdsresource.EndpointType, dt.Endpoints("app", a.ap()))
-			s := startSidecar(t, ln, res, sidecarOpts{})
+			s := retry5xxSidecar(t, a.ap(), 0, []string{"svc", "svc:80"}...)
 			resp, body := do(t, clientFor(t, proto), "GET", "http://"+s.Addr.String()+"/", "svc", "")
 			if resp.StatusCode != 503 || body != "fail 503" {
 				t.Errorf("got %d %q, want the upstream's 503", resp.StatusCode, body)
@@ -551,15 +543,7 @@ func TestRetryTokenHeldThroughItsAttempt(t *testing.T) {
 					io.WriteString(w, "late")
 				}
 			})
-			ln := listen(t)
-			c := dt.EDSCluster("app", dt.ClusterOpts{Connect: time.Second, MaxConns: 100})
-			c.CircuitBreakers.Thresholds[0].MaxRetries = wrapperspb.UInt32(1)
-			res := dt.Resources{}
-			res.Add(xdsresource.ListenerType, dt.HTTPListener("outbound", addrOf(ln), "routes"))
-			res.Add(xdsresource.RouteType, dt.RouteConfig("routes", dt.VirtualHost("svc", []string{"*"}, retryRoute("app", "5xx", 3, 0, 0))))
-			res.Add(xdsresource.ClusterType, c)
-			res.Add(xdsresource.EndpointType, dt.Endpoints("app", a.ap()))
-			s := startSidecar(t, ln, res, sidecarOpts{})
+			s := retry5xxSidecar(t, a.ap(), 1, []string{"*"}...)
 			url := "http://" + s.Addr.String() + "/"
 			first := getAsync(clientFor(t, proto), url)
 			testkit.Eventually(t, 5*time.Second, "A's retry at the upstream", func() bool { return n.Load() == 2 })
@@ -666,15 +650,7 @@ func TestSequentialRetriesNeedOneToken(t *testing.T) {
 	for _, proto := range protos {
 		t.Run(proto, func(t *testing.T) {
 			a := statusApp(t, 503, 502, 503)
-			ln := listen(t)
-			c := dt.EDSCluster("app", dt.ClusterOpts{Connect: time.Second, MaxConns: 100})
-			c.CircuitBreakers.Thresholds[0].MaxRetries = wrapperspb.UInt32(1)
-			res := dt.Resources{}
-			res.Add(xdsresource.ListenerType, dt.HTTPListener("outbound", addrOf(ln), "routes"))
-			res.Add(xdsresource.RouteType, dt.RouteConfig("routes", dt.VirtualHost("svc", []string{"svc", "svc:80"}, retryRoute("app", "5xx", 3, 0, 0))))
-			res.Add(xdsresource.ClusterType, c)
-			res.Add(xdsresource.EndpointType, dt.Endpoints("app", a.ap()))
-			s := startSidecar(t, ln, res, sidecarOpts{})
+			s := retry5xxSidecar(t, a.ap(), 1, []string{"svc", "svc:80"}...)
 			resp, body := do(t, clientFor(t, proto), "GET", "http://"+s.Addr.String()+"/", "svc", "")
 			if resp.StatusCode != 200 || body != "ok 0" {
 				t.Errorf("got %d %q, want 200 after three retries", resp.StatusCode, body)
@@ -706,4 +682,20 @@ func TestPriorityHeaderIsTheSidecars(t *testing.T) {
 			}
 		})
 	}
+}
+
+// retry5xxSidecar is a sidecar whose route for domains retries 5xx three times to
+// app, a cluster with maxConnections 100 and maxRetries maxRetries: the setting
+// of the tests of retry tokens.
+func retry5xxSidecar(t *testing.T, app netip.AddrPort, maxRetries uint32, domains ...string) *sidecar {
+	t.Helper()
+	ln := listen(t)
+	c := dt.EDSCluster("app", dt.ClusterOpts{Connect: time.Second, MaxConns: 100})
+	c.CircuitBreakers.Thresholds[0].MaxRetries = wrapperspb.UInt32(maxRetries)
+	res := dt.Resources{}
+	res.Add(xdsresource.ListenerType, dt.HTTPListener("outbound", addrOf(ln), "routes"))
+	res.Add(xdsresource.RouteType, dt.RouteConfig("routes", dt.VirtualHost("svc", domains, retryRoute("app", "5xx", 3, 0, 0))))
+	res.Add(xdsresource.ClusterType, c)
+	res.Add(xdsresource.EndpointType, dt.Endpoints("app", app))
+	return startSidecar(t, ln, res, sidecarOpts{})
 }
