@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -35,7 +36,34 @@ type Node struct {
 	InboundPort    uint32 // the sidecar's inbound listener port peers send to (15006)
 	Locality       Locality
 	Version        string // sidecar build version, informational
+	// Identity is the SPIFFE ID pilot verified for the node's stream (its TLS
+	// client certificate), "" when the stream is not authenticated. Set by pilot
+	// before generation; never read from or written to metadata, so a node cannot
+	// claim one.
+	Identity string
 }
+
+// Bounds on what a node may present. FromProto refuses anything past them, so one
+// stream's first request cannot make pilot hold megabytes (a 1 MiB node id, 50,000
+// labels). They are at least what bootstrap/render lets a sidecar send.
+const (
+	// MaxIDBytes bounds the node id (render allows 253: a DNS subdomain).
+	MaxIDBytes = 256
+	// MaxLabels bounds the labels, as pilot/resource.MaxLabels bounds a
+	// Workload's (a test keeps them equal).
+	MaxLabels = 64
+	// MaxLabelKeyBytes is a Kubernetes qualified name: a 253-byte prefix, '/'
+	// and a 63-byte name.
+	MaxLabelKeyBytes = 317
+	// MaxLabelValueBytes is render's per-value bound (Kubernetes allows 63).
+	MaxLabelValueBytes = 256
+	// MaxFieldBytes bounds every other string the node gives: namespace,
+	// service account, address, version and each locality segment.
+	MaxFieldBytes = 256
+	// MaxMetadataBytes bounds node.metadata as encoded: 64 labels at their
+	// largest are about 37 KiB.
+	MaxMetadataBytes = 64 << 10
+)
 
 // Locality is region/zone/subzone.
 type Locality struct{ Region, Zone, SubZone string }
@@ -129,13 +157,25 @@ func (n *Node) ToProto() *corev3.Node {
 }
 
 // FromProto reads a Node from an Envoy core.Node; missing Weft metadata is not an
-// error (the result simply does not register). Wrong types are.
+// error (the result simply does not register). Wrong types are, and so is
+// anything past the bounds above (checked before anything is copied).
 func FromProto(p *corev3.Node) (*Node, error) {
 	if p == nil {
 		return nil, fmt.Errorf("node: missing")
 	}
+	if id := p.GetId(); len(id) > MaxIDBytes {
+		return nil, fmt.Errorf("node id %q...: %d bytes, limit %d", id[:32], len(id), MaxIDBytes)
+	}
 	n := &Node{ID: p.GetId()}
+	if sz := proto.Size(p.GetMetadata()); sz > MaxMetadataBytes {
+		return nil, fmt.Errorf("node %s: metadata: %d bytes, limit %d", n.ID, sz, MaxMetadataBytes)
+	}
 	if l := p.GetLocality(); l != nil {
+		for _, seg := range [...]struct{ name, v string }{{"region", l.GetRegion()}, {"zone", l.GetZone()}, {"sub_zone", l.GetSubZone()}} {
+			if len(seg.v) > MaxFieldBytes {
+				return nil, fmt.Errorf("node %s: locality.%s: %d bytes, limit %d", n.ID, seg.name, len(seg.v), MaxFieldBytes)
+			}
+		}
 		n.Locality = Locality{Region: l.GetRegion(), Zone: l.GetZone(), SubZone: l.GetSubZone()}
 	}
 	f := p.GetMetadata().GetFields()
@@ -147,6 +187,9 @@ func FromProto(p *corev3.Node) (*Node, error) {
 		s, ok := v.GetKind().(*structpb.Value_StringValue)
 		if !ok {
 			return fmt.Errorf("node %s: metadata.%s: want string", n.ID, key)
+		}
+		if len(s.StringValue) > MaxFieldBytes {
+			return fmt.Errorf("node %s: metadata.%s: %d bytes, limit %d", n.ID, key, len(s.StringValue), MaxFieldBytes)
 		}
 		*dst = s.StringValue
 		return nil
@@ -168,11 +211,21 @@ func FromProto(p *corev3.Node) (*Node, error) {
 		if !ok {
 			return nil, fmt.Errorf("node %s: metadata.%s: want a map of strings", n.ID, keyLabels)
 		}
-		n.Labels = map[string]string{}
-		for k, lv := range st.StructValue.GetFields() {
+		lf := st.StructValue.GetFields()
+		if len(lf) > MaxLabels {
+			return nil, fmt.Errorf("node %s: metadata.%s: %d labels, limit %d", n.ID, keyLabels, len(lf), MaxLabels)
+		}
+		n.Labels = make(map[string]string, len(lf))
+		for k, lv := range lf {
 			s, ok := lv.GetKind().(*structpb.Value_StringValue)
 			if !ok {
 				return nil, fmt.Errorf("node %s: metadata.%s.%s: want string", n.ID, keyLabels, k)
+			}
+			if len(k) > MaxLabelKeyBytes {
+				return nil, fmt.Errorf("node %s: metadata.%s: key %q...: %d bytes, limit %d", n.ID, keyLabels, k[:32], len(k), MaxLabelKeyBytes)
+			}
+			if len(s.StringValue) > MaxLabelValueBytes {
+				return nil, fmt.Errorf("node %s: metadata.%s.%s: value %d bytes, limit %d", n.ID, keyLabels, k, len(s.StringValue), MaxLabelValueBytes)
 			}
 			n.Labels[k] = s.StringValue
 		}

@@ -1,0 +1,109 @@
+package node
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func labels(n, keyBytes, valueBytes int) map[string]string {
+	out := make(map[string]string, n)
+	for i := range n {
+		k := fmt.Sprintf("k%d-", i)
+		k += strings.Repeat("x", max(keyBytes-len(k), 0))
+		out[k] = strings.Repeat("v", valueBytes)
+	}
+	return out
+}
+
+func registering(edit func(*Node)) *corev3.Node {
+	n := &Node{ID: "sidecar-1", Namespace: "shop", ServiceAccount: "reviews", Address: "10.0.0.1", InboundPort: 15006, Labels: map[string]string{"app": "reviews"}}
+	edit(n)
+	return n.ToProto()
+}
+
+// Every bound of FromProto, at the bound and one past it.
+func TestFromProtoBounds(t *testing.T) {
+	long := func(n int) string { return strings.Repeat("a", n) }
+	tests := []struct {
+		name    string
+		ok, bad *corev3.Node
+		want    string
+	}{
+		{"id", &corev3.Node{Id: long(MaxIDBytes)}, &corev3.Node{Id: long(MaxIDBytes + 1)},
+			`node id "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"...: 257 bytes, limit 256`},
+		{"id of 1 MiB", &corev3.Node{Id: "x"}, &corev3.Node{Id: long(1 << 20)},
+			`node id "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"...: 1048576 bytes, limit 256`},
+		{"labels", registering(func(n *Node) { n.Labels = labels(MaxLabels, 8, 8) }), registering(func(n *Node) { n.Labels = labels(MaxLabels+1, 8, 8) }),
+			"node sidecar-1: metadata.weft.labels: 65 labels, limit 64"},
+		{"50,000 labels", registering(func(n *Node) {}), registering(func(n *Node) { n.Labels = labels(50_000, 1, 1) }),
+			"node sidecar-1: metadata: 789034 bytes, limit 65536"},
+		{"label key", registering(func(n *Node) { n.Labels = labels(1, MaxLabelKeyBytes, 1) }), registering(func(n *Node) { n.Labels = labels(1, MaxLabelKeyBytes+1, 1) }),
+			`node sidecar-1: metadata.weft.labels: key "k0-xxxxxxxxxxxxxxxxxxxxxxxxxxxxx"...: 318 bytes, limit 317`},
+		{"label value", registering(func(n *Node) { n.Labels = map[string]string{"app": long(MaxLabelValueBytes)} }),
+			registering(func(n *Node) { n.Labels = map[string]string{"app": long(MaxLabelValueBytes + 1)} }),
+			"node sidecar-1: metadata.weft.labels.app: value 257 bytes, limit 256"},
+		{"largest labels fit the metadata bound", registering(func(n *Node) { n.Labels = labels(MaxLabels, MaxLabelKeyBytes, MaxLabelValueBytes) }),
+			registering(func(n *Node) { n.Labels = labels(MaxLabels+1, MaxLabelKeyBytes, MaxLabelValueBytes) }),
+			"node sidecar-1: metadata.weft.labels: 65 labels, limit 64"},
+		{"namespace", registering(func(n *Node) { n.Namespace = long(MaxFieldBytes) }), registering(func(n *Node) { n.Namespace = long(MaxFieldBytes + 1) }),
+			"node sidecar-1: metadata.weft.namespace: 257 bytes, limit 256"},
+		{"locality", &corev3.Node{Id: "x", Locality: &corev3.Locality{Region: "r", Zone: long(MaxFieldBytes)}},
+			&corev3.Node{Id: "x", Locality: &corev3.Locality{Region: "r", Zone: long(MaxFieldBytes + 1)}},
+			"node x: locality.zone: 257 bytes, limit 256"},
+		{"metadata", &corev3.Node{Id: "x", Metadata: padded(MaxMetadataBytes)}, &corev3.Node{Id: "x", Metadata: padded(MaxMetadataBytes + 1)},
+			"node x: metadata: 65537 bytes, limit 65536"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := FromProto(tc.ok); err != nil {
+				t.Fatalf("at the bound: %v", err)
+			}
+			_, err := FromProto(tc.bad)
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("past the bound: err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// padded is metadata of exactly size bytes encoded (foreign keys, ignored): a
+// long value, and a short one to land on size between length-prefix steps.
+func padded(size int) *structpb.Struct {
+	for pad := size - 64; pad < size; pad++ {
+		for fine := range 16 {
+			s := &structpb.Struct{Fields: map[string]*structpb.Value{
+				"other": structpb.NewStringValue(strings.Repeat("p", pad)), "fine": structpb.NewStringValue(strings.Repeat("f", fine))}}
+			if proto.Size(s) == size {
+				return s
+			}
+		}
+	}
+	panic(fmt.Sprintf("cannot pad metadata to %d bytes", size))
+}
+
+// Identity is never read from metadata nor written to it.
+func TestIdentityNotInMetadata(t *testing.T) {
+	n := &Node{ID: "a", Namespace: "shop", Address: "10.0.0.1", Identity: "spiffe://cluster.local/ns/shop/sa/x"}
+	p := n.ToProto()
+	p.Metadata.Fields["weft.identity"] = structpb.NewStringValue("spiffe://cluster.local/ns/shop/sa/x")
+	got, err := FromProto(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Identity != "" {
+		t.Fatalf("Identity = %q decoded from metadata", got.Identity)
+	}
+	for k := range n.ToProto().GetMetadata().GetFields() {
+		if strings.Contains(strings.ToLower(k), "ident") {
+			t.Fatalf("ToProto wrote %s", k)
+		}
+	}
+}
