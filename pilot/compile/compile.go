@@ -20,8 +20,16 @@
 //     sidecar endpoint is address:inboundPort, the sidecar's inbound listener.
 //   - Identity: a sidecar may only register the identity it connected with. Its
 //     endpoint carries exactly the node's namespace, service account and labels,
-//     and it only joins Services of its own namespace. Today that identity is the
-//     node metadata it presents; the identity work binds it to its certificate.
+//     and it only joins Services of its own namespace (pilot/xds/authn binds
+//     namespace and service account to the node's certificate).
+//   - mTLS (Istio's auto-mTLS): an endpoint takes mTLS (ir.Endpoint.MTLS) when
+//     the node behind it proved, with its certificate (node.Identity), exactly
+//     the endpoint's SPIFFE ID, and the workload's mode (ir.Mesh.MTLSMode:
+//     selector PeerAuthentication, then namespace-wide, then
+//     MeshConfig.defaultMtls) is not DISABLE. A registered sidecar is the
+//     node; a Workload's is a connected proxyless gRPC server with the
+//     Workload's address. Each cluster lists its mTLS endpoints' identities
+//     (ir.Cluster.Identities) for clients to match the peer against.
 //   - Duplicates: one address:port per cluster (the first by source wins).
 //   - Policies: one DestinationPolicy per Service, from the Service's namespace.
 //   - Routes: see routes (own-namespace Route for everyone; another namespace's
@@ -51,7 +59,14 @@ const DefaultInboundPort = 15006
 type Input struct {
 	Revision int64
 	Objects  []*resource.Object // every object stored at Revision
-	Proxies  []*node.Node       // connected sidecars that register their own workload
+	// Proxies are the connected sidecars that register their own workload, and
+	// the connected proxyless servers (an Identity and an Address, no
+	// namespace): those mark the Workload at their address mTLS-capable.
+	Proxies []*node.Node
+	// WriteTimes maps a store revision to when it was written, for the
+	// revisions pilot saw written (watch events; optional, may be partial).
+	// An Override's expiry reads its revision's time (ir.Override.WrittenAt).
+	WriteTimes map[int64]time.Time
 	// Previous, if set, is the mesh compiled before this one. Clusters whose
 	// contents did not change are carried over from it (same pointer), with
 	// their cached wire form, so a one-endpoint change re-marshals one cluster.
@@ -84,9 +99,9 @@ func Compile(in Input) (*ir.Mesh, error) {
 		c.meshConfig,
 		c.services,
 		c.policies,
+		func() error { return c.security(in.WriteTimes) },
 		func() error { return c.endpoints(in.Proxies) },
 		c.routes,
-		c.security,
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -461,9 +476,34 @@ type candidate struct {
 	health         ir.Health
 	ports          map[string]int32 // Workload port overrides by service port name
 	inboundPort    uint32           // sidecars: every service port goes to the inbound listener
+	mtls           bool             // see ir.Endpoint.MTLS
 }
 
-func (c *compiler) workloadCandidates() (map[string][]candidate, error) {
+// proxylessServers maps address -> the identities of the connected proxyless
+// nodes (no namespace) that present an address and a verified identity.
+func proxylessServers(proxies []*node.Node) map[string][]string {
+	out := map[string][]string{}
+	for _, n := range proxies {
+		if n == nil || n.Registers() || n.Identity == "" || n.Address == "" {
+			continue
+		}
+		out[n.Address] = append(out[n.Address], n.Identity)
+	}
+	return out
+}
+
+// takesMTLS reports whether a workload of ns/sa with labels whose node proved
+// identity takes mTLS: the identity is exactly the workload's SPIFFE ID and
+// its mode is not DISABLE.
+func (c *compiler) takesMTLS(identity, ns, sa string, labels map[string]string) bool {
+	if identity == "" || identity != ir.WorkloadID(c.mesh.TrustDomain, ns, sa) {
+		return false
+	}
+	mode, _ := c.mesh.MTLSMode(ns, labels)
+	return mode != ir.MTLSDisable
+}
+
+func (c *compiler) workloadCandidates(servers map[string][]string) (map[string][]candidate, error) {
 	out := map[string][]candidate{}
 	for _, o := range c.byKind[resource.KindWorkload] {
 		s, err := specOf[resource.WorkloadSpec](o)
@@ -490,11 +530,17 @@ func (c *compiler) workloadCandidates() (map[string][]candidate, error) {
 			}
 		}
 		ns := o.Metadata.Namespace
+		sa := cmp.Or(s.ServiceAccount, "default")
+		mtls := false
+		for _, id := range servers[s.Address] {
+			mtls = mtls || c.takesMTLS(id, ns, sa, o.Metadata.Labels)
+		}
 		out[ns] = append(out[ns], candidate{
 			source:         o.Key().String(),
 			namespace:      ns,
 			address:        s.Address,
-			serviceAccount: cmp.Or(s.ServiceAccount, "default"),
+			serviceAccount: sa,
+			mtls:           mtls,
 			labels:         o.Metadata.Labels,
 			locality:       ir.Locality{Region: loc.Region, Zone: loc.Zone, SubZone: loc.SubZone},
 			weight:         w,
@@ -531,11 +577,17 @@ func (c *compiler) sidecarCandidates(proxies []*node.Node) map[string][]candidat
 		if inbound == 0 {
 			inbound = DefaultInboundPort
 		}
+		sa := cmp.Or(n.ServiceAccount, "default")
+		if want := ir.WorkloadID(c.mesh.TrustDomain, n.Namespace, sa); n.Identity != "" && n.Identity != want {
+			// pilot/xds/authn refuses such a registration; never trust it here either.
+			c.warnf("sidecar %s: identity %s is not its workload's %s; its endpoint does not take mTLS", n.ID, n.Identity, want)
+		}
 		out[n.Namespace] = append(out[n.Namespace], candidate{
 			source:         "sidecar/" + n.ID,
 			namespace:      n.Namespace,
 			address:        n.Address,
-			serviceAccount: cmp.Or(n.ServiceAccount, "default"),
+			serviceAccount: sa,
+			mtls:           c.takesMTLS(n.Identity, n.Namespace, sa, n.Labels),
 			labels:         n.Labels,
 			locality:       ir.Locality{Region: n.Locality.Region, Zone: n.Locality.Zone, SubZone: n.Locality.SubZone},
 			weight:         1,
@@ -547,7 +599,7 @@ func (c *compiler) sidecarCandidates(proxies []*node.Node) map[string][]candidat
 }
 
 func (c *compiler) endpoints(proxies []*node.Node) error {
-	static, err := c.workloadCandidates()
+	static, err := c.workloadCandidates(proxylessServers(proxies))
 	if err != nil {
 		return err
 	}
@@ -575,7 +627,7 @@ func (c *compiler) endpoints(proxies []*node.Node) error {
 			}
 			c.mesh.Clusters = append(c.mesh.Clusters, &ir.Cluster{
 				Name: port.Cluster, Namespace: svc.Namespace, Service: svc.Name, Port: port.Port,
-				Protocol: port.Protocol, Policy: pol, Endpoints: eps,
+				Protocol: port.Protocol, Policy: pol, Endpoints: eps, Identities: c.identities(eps),
 			})
 			if svc.Policy == nil {
 				continue
@@ -591,7 +643,7 @@ func (c *compiler) endpoints(proxies []*node.Node) error {
 				}
 				c.mesh.Clusters = append(c.mesh.Clusters, &ir.Cluster{
 					Name: name, Namespace: svc.Namespace, Service: svc.Name, Port: port.Port, Subset: ss.Name,
-					Protocol: port.Protocol, Policy: pol, Endpoints: sub,
+					Protocol: port.Protocol, Policy: pol, Endpoints: sub, Identities: c.identities(sub),
 				})
 			}
 		}
@@ -631,7 +683,7 @@ func (c *compiler) portEndpoints(svc *ir.Service, port *ir.Port, members []candi
 		eps = append(eps, ir.Endpoint{
 			Address: m.address, Port: p, Namespace: m.namespace, ServiceAccount: m.serviceAccount,
 			Labels: m.labels, Locality: m.locality, Weight: m.weight, Health: m.health, Source: m.source,
-			Sidecar: m.inboundPort != 0,
+			Sidecar: m.inboundPort != 0, MTLS: m.mtls,
 		})
 	}
 	slices.SortFunc(eps, func(a, b ir.Endpoint) int {
@@ -644,6 +696,18 @@ func (c *compiler) portEndpoints(svc *ir.Service, port *ir.Port, members []candi
 		)
 	})
 	return eps
+}
+
+// identities lists the SPIFFE IDs of eps' mTLS endpoints, sorted and unique.
+func (c *compiler) identities(eps []ir.Endpoint) []string {
+	var out []string
+	for _, ep := range eps {
+		if ep.MTLS {
+			out = append(out, ir.WorkloadID(c.mesh.TrustDomain, ep.Namespace, ep.ServiceAccount))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // labelIndex finds the candidates of one namespace a selector matches without

@@ -609,3 +609,135 @@ func TestPrevious(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func peerAuthn(ns, name, mode string, sel map[string]string) *resource.Object {
+	return obj(resource.KindPeerAuthentication, ns, name, nil, &resource.PeerAuthenticationSpec{Selector: sel, MTLS: mode})
+}
+
+// TestEndpointMTLS: an endpoint takes mTLS only when its node proved exactly
+// the endpoint's identity and its resolved mode is not DISABLE; each cluster
+// lists its mTLS endpoints' SPIFFE IDs, sorted and unique.
+func TestEndpointMTLS(t *testing.T) {
+	app := map[string]string{"app": "reviews"}
+	id := func(sa string) string { return "spiffe://cluster.local/ns/shop/sa/" + sa }
+	withID := func(n *node.Node, identity string) *node.Node { n.Identity = identity; return n }
+	grpcServer := func(addr, identity string) *node.Node {
+		return &node.Node{ID: "px-" + addr, Address: addr, Identity: identity}
+	}
+	wl := func(name, addr, sa string, labels map[string]string) *resource.Object {
+		return obj(resource.KindWorkload, "shop", name, labels, &resource.WorkloadSpec{Address: addr, ServiceAccount: sa})
+	}
+	tests := []struct {
+		name       string
+		objs       []*resource.Object
+		proxies    []*node.Node
+		wantMTLS   map[string]bool // endpoint address -> MTLS
+		identities []string
+		warning    string
+	}{
+		{
+			name:     "sidecar with its own identity",
+			proxies:  []*node.Node{withID(sidecar("a", "shop", "10.0.0.1", app), id("sa-a"))},
+			wantMTLS: map[string]bool{"10.0.0.1": true}, identities: []string{id("sa-a")},
+		},
+		{
+			name:     "sidecar without identity (plaintext registration)",
+			proxies:  []*node.Node{sidecar("a", "shop", "10.0.0.1", app)},
+			wantMTLS: map[string]bool{"10.0.0.1": false},
+		},
+		{
+			name:     "sidecar whose identity is another workload's",
+			proxies:  []*node.Node{withID(sidecar("a", "shop", "10.0.0.1", app), id("other"))},
+			wantMTLS: map[string]bool{"10.0.0.1": false}, warning: "sidecar a: identity " + id("other") + " is not its workload's " + id("sa-a"),
+		},
+		{
+			name:     "DISABLE for the workload",
+			objs:     []*resource.Object{peerAuthn("shop", "off", "DISABLE", app)},
+			proxies:  []*node.Node{withID(sidecar("a", "shop", "10.0.0.1", app), id("sa-a")), withID(sidecar("b", "shop", "10.0.0.2", map[string]string{"app": "reviews", "v": "2"}), id("sa-b"))},
+			wantMTLS: map[string]bool{"10.0.0.1": false, "10.0.0.2": false},
+		},
+		{
+			name:     "PERMISSIVE still takes mTLS; identities sorted and unique",
+			objs:     []*resource.Object{peerAuthn("shop", "ns", "PERMISSIVE", nil)},
+			proxies:  []*node.Node{withID(sidecar("b", "shop", "10.0.0.2", app), id("sa-b")), withID(sidecar("a", "shop", "10.0.0.1", app), id("sa-a")), withID(&node.Node{ID: "c", Namespace: "shop", ServiceAccount: "sa-a", Address: "10.0.0.3", Labels: app}, id("sa-a"))},
+			wantMTLS: map[string]bool{"10.0.0.1": true, "10.0.0.2": true, "10.0.0.3": true}, identities: []string{id("sa-a"), id("sa-b")},
+		},
+		{
+			name:     "Workload served by a proxyless server with its identity",
+			objs:     []*resource.Object{wl("w1", "10.0.1.1", "greeter", app), wl("w2", "10.0.1.2", "greeter", app), wl("w3", "10.0.1.3", "greeter", app)},
+			proxies:  []*node.Node{grpcServer("10.0.1.1", id("greeter")), grpcServer("10.0.1.2", id("intruder")), grpcServer("10.0.1.9", id("greeter"))},
+			wantMTLS: map[string]bool{"10.0.1.1": true, "10.0.1.2": false, "10.0.1.3": false}, identities: []string{id("greeter")},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs := append([]*resource.Object{service("shop", "reviews", app, httpPort(9080))}, tt.objs...)
+			m := mustCompile(t, Input{Objects: objs, Proxies: tt.proxies})
+			c := m.Cluster("outbound|9080||reviews.shop.svc.cluster.local")
+			got := map[string]bool{}
+			for _, ep := range c.Endpoints {
+				got[ep.Address] = ep.MTLS
+			}
+			if diff := cmp.Diff(tt.wantMTLS, got); diff != "" {
+				t.Errorf("endpoint MTLS (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.identities, c.Identities); diff != "" {
+				t.Errorf("cluster identities (-want +got):\n%s", diff)
+			}
+			if tt.warning != "" && !hasWarning(m, tt.warning) {
+				t.Errorf("no warning %q in %v", tt.warning, m.Warnings)
+			}
+		})
+	}
+}
+
+// TestSubsetIdentities: a subset cluster lists only its own endpoints' identities.
+func TestSubsetIdentities(t *testing.T) {
+	a := &node.Node{ID: "a", Namespace: "shop", ServiceAccount: "v1", Address: "10.0.0.1", Labels: map[string]string{"app": "r", "v": "1"}, Identity: "spiffe://cluster.local/ns/shop/sa/v1"}
+	b := &node.Node{ID: "b", Namespace: "shop", ServiceAccount: "v2", Address: "10.0.0.2", Labels: map[string]string{"app": "r", "v": "2"}, Identity: "spiffe://cluster.local/ns/shop/sa/v2"}
+	m := mustCompile(t, Input{Proxies: []*node.Node{a, b}, Objects: []*resource.Object{
+		service("shop", "r", map[string]string{"app": "r"}, httpPort(80)),
+		policy("shop", "r", "r", resource.Subset{Name: "v1", Labels: map[string]string{"v": "1"}}),
+	}})
+	if got := m.Cluster("outbound|80||r.shop.svc.cluster.local").Identities; len(got) != 2 {
+		t.Errorf("service cluster identities = %v, want both", got)
+	}
+	if diff := cmp.Diff([]string{a.Identity}, m.Cluster("outbound|80|v1|r.shop.svc.cluster.local").Identities); diff != "" {
+		t.Errorf("subset identities (-want +got):\n%s", diff)
+	}
+}
+
+// TestPeerAuthentication: two namespace-wide policies in one namespace: the
+// first by name applies and the other is reported; an unknown mode is an error
+// naming the field.
+func TestPeerAuthentication(t *testing.T) {
+	m := mustCompile(t, Input{Objects: []*resource.Object{peerAuthn("shop", "a", "DISABLE", nil), peerAuthn("shop", "b", "STRICT", nil)}})
+	if mode, from := m.MTLSMode("shop", nil); mode != "DISABLE" || from.Name != "a" {
+		t.Errorf("MTLSMode = %s from %v, want DISABLE from a", mode, from)
+	}
+	if !hasWarning(m, "PeerAuthentication/shop/b: ignored: PeerAuthentication/shop/a already applies to the whole namespace") {
+		t.Errorf("no warning for the second namespace-wide policy: %v", m.Warnings)
+	}
+	_, err := Compile(Input{Objects: []*resource.Object{peerAuthn("shop", "a", "MAYBE", nil)}})
+	if err == nil || !strings.Contains(err.Error(), "PeerAuthentication/shop/a: spec.mtls: unknown mode \"MAYBE\"") {
+		t.Errorf("err = %v, want one naming spec.mtls", err)
+	}
+}
+
+// TestOverrideWrittenAt: an Override carries its revision's write time when
+// pilot saw the write, and none otherwise.
+func TestOverrideWrittenAt(t *testing.T) {
+	at := time.Date(2026, 12, 1, 14, 0, 0, 0, time.UTC)
+	ov := func(name string, rev int64) *resource.Object {
+		return &resource.Object{APIVersion: resource.APIVersion, Kind: resource.KindOverride, Metadata: resource.Metadata{Name: name, Namespace: "shop", Revision: rev},
+			Spec: &resource.OverrideSpec{TTL: "2s", Action: "DENY", Match: resource.OverrideMatch{Paths: []string{"/x"}}}}
+	}
+	m := mustCompile(t, Input{Objects: []*resource.Object{ov("seen", 7), ov("listed", 3)}, WriteTimes: map[int64]time.Time{7: at, 8: at.Add(time.Second)}})
+	got := map[string]time.Time{}
+	for _, o := range m.Overrides {
+		got[o.Name] = o.WrittenAt
+	}
+	if diff := cmp.Diff(map[string]time.Time{"seen": at, "listed": {}}, got); diff != "" {
+		t.Errorf("WrittenAt (-want +got):\n%s", diff)
+	}
+}

@@ -4,23 +4,40 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/weft-mesh/weft/pilot/ir"
 	"github.com/weft-mesh/weft/pilot/resource"
 )
 
 // security copies the policies sidecars enforce themselves (peer authentication,
-// authorization, staleness, overrides) into the mesh with durations parsed.
-func (c *compiler) security() error {
+// authorization, staleness, overrides) into the mesh with durations parsed. It
+// runs before endpoints, which resolve each workload's mTLS mode.
+func (c *compiler) security(writeTimes map[int64]time.Time) error {
+	wide := map[string]string{} // namespace -> its first namespace-wide PeerAuthentication
 	for _, o := range c.byKind[resource.KindPeerAuthentication] {
 		s, err := specOf[resource.PeerAuthenticationSpec](o)
 		if err != nil {
 			return err
 		}
+		switch s.MTLS {
+		case ir.MTLSStrict, ir.MTLSPermissive, ir.MTLSDisable:
+		default:
+			return fmt.Errorf("%s: spec.mtls: unknown mode %q (want STRICT, PERMISSIVE or DISABLE)", o, s.MTLS)
+		}
+		ns := o.Metadata.Namespace
+		if len(s.Selector) == 0 {
+			if first, ok := wide[ns]; ok {
+				c.warnf("%s: ignored: %s already applies to the whole namespace", o, first)
+				continue
+			}
+			wide[ns] = o.Key().String()
+		}
 		c.mesh.PeerAuthn = append(c.mesh.PeerAuthn, &ir.PeerAuthentication{
-			Namespace: o.Metadata.Namespace, Name: o.Metadata.Name, Selector: copyLabels(s.Selector), MTLS: s.MTLS,
+			Namespace: ns, Name: o.Metadata.Name, Selector: copyLabels(s.Selector), MTLS: s.MTLS,
 		})
 	}
+	c.mesh.Index() // MTLSMode reads the PeerAuthentication index
 	for _, o := range c.byKind[resource.KindAuthorizationPolicy] {
 		s, err := specOf[resource.AuthorizationPolicySpec](o)
 		if err != nil {
@@ -86,7 +103,8 @@ func (c *compiler) security() error {
 		}
 		c.mesh.Overrides = append(c.mesh.Overrides, &ir.Override{
 			Namespace: o.Metadata.Namespace, Name: o.Metadata.Name, Revision: o.Metadata.Revision,
-			TTL: ttl, Reason: s.Reason, Action: s.Action,
+			WrittenAt: writeTimes[o.Metadata.Revision],
+			TTL:       ttl, Reason: s.Reason, Action: s.Action,
 			Principals: slices.Clone(s.Match.Principals), Paths: slices.Clone(s.Match.Paths), Methods: slices.Clone(s.Match.Methods),
 		})
 	}

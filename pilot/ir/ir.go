@@ -7,6 +7,7 @@
 package ir
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -64,6 +65,7 @@ type Mesh struct {
 
 	serviceIndex map[string]*Service // "ns/name" -> service
 	clusterIndex map[string]*Cluster // name -> cluster
+	peerAuthnNS  map[string][]*PeerAuthentication
 	memo         memo
 }
 
@@ -78,6 +80,47 @@ func (m *Mesh) Index() {
 	for _, c := range m.Clusters {
 		m.clusterIndex[c.Name] = c
 	}
+	m.peerAuthnNS = map[string][]*PeerAuthentication{}
+	for _, pa := range m.PeerAuthn {
+		m.peerAuthnNS[pa.Namespace] = append(m.peerAuthnNS[pa.Namespace], pa)
+	}
+}
+
+// mTLS modes of PeerAuthentication and MeshConfig.defaultMtls.
+const (
+	MTLSStrict     = "STRICT"
+	MTLSPermissive = "PERMISSIVE"
+	MTLSDisable    = "DISABLE"
+)
+
+// MTLSMode resolves the inbound mTLS mode of a workload of namespace ns with
+// labels, as Istio does: the PeerAuthentication of ns whose (non-empty)
+// selector matches the labels beats the namespace-wide one (empty selector),
+// which beats MeshConfig.defaultMtls. Within a group the first by name wins
+// (compile warns about the others). It returns the mode and the policy that
+// set it (nil: the mesh default).
+func (m *Mesh) MTLSMode(ns string, labels map[string]string) (string, *PeerAuthentication) {
+	var wide *PeerAuthentication
+	for _, pa := range m.peerAuthnNS[ns] { // sorted by name
+		switch {
+		case len(pa.Selector) == 0:
+			if wide == nil {
+				wide = pa
+			}
+		case Contains(labels, pa.Selector):
+			return pa.MTLS, pa
+		}
+	}
+	if wide != nil {
+		return wide.MTLS, wide
+	}
+	return m.DefaultMTLS, nil
+}
+
+// WorkloadID is a workload's SPIFFE ID, spiffe://<td>/ns/<ns>/sa/<sa>: what its
+// certificate carries and what clients match its peer certificate against.
+func WorkloadID(trustDomain, ns, sa string) string {
+	return "spiffe://" + trustDomain + "/ns/" + ns + "/sa/" + sa
 }
 
 // Service returns the service ns/name, or nil.
@@ -157,6 +200,11 @@ type Cluster struct {
 	Protocol  Protocol
 	Policy    ClusterPolicy
 	Endpoints []Endpoint // sorted by (Locality, Address, Port)
+	// Identities are the SPIFFE IDs (WorkloadID) of the service accounts of
+	// the endpoints that take mTLS (Endpoint.MTLS), sorted and unique: a
+	// client's TLS connection to this cluster must present one of them. Empty
+	// when no endpoint takes mTLS (then clients never use TLS to it).
+	Identities []string
 
 	// memo caches values derived from this cluster alone (gen's marshalled
 	// Cluster and ClusterLoadAssignment). compile hands an unchanged cluster
@@ -176,7 +224,8 @@ func (c *Cluster) Same(o *Cluster) bool {
 		return true
 	}
 	if c.Name != o.Name || c.Namespace != o.Namespace || c.Service != o.Service || c.Port != o.Port ||
-		c.Subset != o.Subset || c.Protocol != o.Protocol || !c.Policy.same(&o.Policy) || len(c.Endpoints) != len(o.Endpoints) {
+		c.Subset != o.Subset || c.Protocol != o.Protocol || !c.Policy.same(&o.Policy) || len(c.Endpoints) != len(o.Endpoints) ||
+		!slices.Equal(c.Identities, o.Identities) {
 		return false
 	}
 	for i := range c.Endpoints {
@@ -207,7 +256,7 @@ func (p *ClusterPolicy) same(o *ClusterPolicy) bool {
 
 func (e *Endpoint) same(o *Endpoint) bool {
 	if e.Address != o.Address || e.Port != o.Port || e.Namespace != o.Namespace || e.ServiceAccount != o.ServiceAccount ||
-		e.Locality != o.Locality || e.Weight != o.Weight || e.Health != o.Health || e.Source != o.Source || e.Sidecar != o.Sidecar || len(e.Labels) != len(o.Labels) {
+		e.Locality != o.Locality || e.Weight != o.Weight || e.Health != o.Health || e.Source != o.Source || e.Sidecar != o.Sidecar || e.MTLS != o.MTLS || len(e.Labels) != len(o.Labels) {
 		return false
 	}
 	for k, v := range e.Labels {
@@ -277,6 +326,11 @@ type Endpoint struct {
 	// the application: clients speak HTTP/2 (h2c until mTLS) to it whatever the
 	// service's protocol, and it delivers to the app in the app's protocol.
 	Sidecar bool
+	// MTLS says the endpoint accepts mTLS (Istio's auto-mTLS): a registered
+	// sidecar, or a Workload served by a connected proxyless gRPC server,
+	// whose connection to pilot proved the endpoint's own identity, and whose
+	// resolved mode (Mesh.MTLSMode) is not DISABLE.
+	MTLS bool
 }
 
 // Locality is region/zone/subzone.
@@ -472,7 +526,12 @@ type Override struct {
 	Name      string
 	// Revision is the store revision of the object's last change: a sidecar
 	// starts the TTL when it first sees that revision.
-	Revision   int64
+	Revision int64
+	// WrittenAt is when the store wrote Revision, if pilot saw that write (a
+	// watch event); zero when unknown (the revision predates pilot's start).
+	// With it the sidecar can stop the override at WrittenAt+TTL even if it
+	// first hears of it late.
+	WrittenAt  time.Time
 	TTL        time.Duration
 	Reason     string
 	Action     string

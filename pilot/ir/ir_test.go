@@ -103,6 +103,7 @@ func fullCluster() *Cluster {
 		},
 		Endpoints: []Endpoint{{Address: "10.0.0.1", Port: 80, Namespace: "b", ServiceAccount: "sa", Labels: map[string]string{"app": "a"},
 			Locality: Locality{Region: "r", Zone: "z", SubZone: "s"}, Weight: 1, Health: HealthHealthy, Source: "Workload/b/w"}},
+		Identities: []string{"spiffe://cluster.local/ns/b/sa/sa"},
 	}
 }
 
@@ -184,5 +185,50 @@ func TestClusterSame(t *testing.T) {
 	c.Policy.Outlier.SuccessRate = nil
 	if c.Same(fullCluster()) {
 		t.Error("Same misses a removed SuccessRate")
+	}
+}
+
+// TestMTLSMode: a selector policy beats the namespace-wide one, which beats the
+// mesh default; within a group the first by name wins; other namespaces'
+// policies never apply.
+func TestMTLSMode(t *testing.T) {
+	pa := func(ns, name, mode string, sel map[string]string) *PeerAuthentication {
+		return &PeerAuthentication{Namespace: ns, Name: name, MTLS: mode, Selector: sel}
+	}
+	app := map[string]string{"app": "reviews"}
+	tests := []struct {
+		name     string
+		policies []*PeerAuthentication // sorted by (namespace, name), as compile leaves them
+		labels   map[string]string
+		want     string
+		wantFrom string // "" = mesh default
+	}{
+		{"mesh default", nil, app, MTLSPermissive, ""},
+		{"namespace-wide beats the default", []*PeerAuthentication{pa("shop", "ns", MTLSStrict, nil)}, app, MTLSStrict, "ns"},
+		{"selector beats namespace-wide", []*PeerAuthentication{pa("shop", "a", MTLSStrict, nil), pa("shop", "b", MTLSDisable, app)}, app, MTLSDisable, "b"},
+		{"selector that does not match", []*PeerAuthentication{pa("shop", "a", MTLSStrict, nil), pa("shop", "b", MTLSDisable, map[string]string{"app": "x"})}, app, MTLSStrict, "a"},
+		{"unlabelled workload: only namespace-wide", []*PeerAuthentication{pa("shop", "b", MTLSDisable, app)}, nil, MTLSPermissive, ""},
+		{"first selector by name", []*PeerAuthentication{pa("shop", "a", MTLSDisable, app), pa("shop", "b", MTLSStrict, app)}, app, MTLSDisable, "a"},
+		{"other namespace ignored", []*PeerAuthentication{pa("other", "a", MTLSDisable, nil), pa("other", "b", MTLSDisable, app)}, app, MTLSPermissive, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &Mesh{DefaultMTLS: MTLSPermissive, PeerAuthn: tt.policies}
+			m.Index()
+			got, from := m.MTLSMode("shop", tt.labels)
+			fromName := ""
+			if from != nil {
+				fromName = from.Name
+			}
+			if got != tt.want || fromName != tt.wantFrom {
+				t.Errorf("MTLSMode = %s from %q, want %s from %q", got, fromName, tt.want, tt.wantFrom)
+			}
+		})
+	}
+}
+
+func TestWorkloadID(t *testing.T) {
+	if got, want := WorkloadID("example.org", "shop", "reviews"), "spiffe://example.org/ns/shop/sa/reviews"; got != want {
+		t.Errorf("WorkloadID = %q, want %q", got, want)
 	}
 }

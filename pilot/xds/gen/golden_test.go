@@ -37,6 +37,8 @@ type testProxy struct {
 	InboundPort    uint32            `json:"inboundPort,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty"`
 	Locality       string            `json:"locality,omitempty"`
+	// Identity is the SPIFFE ID pilot verified from the proxy's certificate.
+	Identity string `json:"identity,omitempty"`
 }
 
 // loadInput decodes a golden input into the compile input and the proxies to
@@ -69,7 +71,7 @@ func loadInput(t testing.TB, path string) (compile.Input, []*node.Node) {
 			t.Fatalf("%s: document %d: %v", path, i+1, err)
 		}
 		proxies = append(proxies, &node.Node{ID: p.ID, Namespace: p.Namespace, ServiceAccount: p.ServiceAccount,
-			Address: p.Address, InboundPort: p.InboundPort, Labels: p.Labels, Locality: loc})
+			Address: p.Address, InboundPort: p.InboundPort, Labels: p.Labels, Locality: loc, Identity: p.Identity})
 	}
 	objs, err := resource.Decode([]byte(strings.Join(resources, "\n---\n")), path)
 	if err != nil {

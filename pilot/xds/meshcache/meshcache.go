@@ -105,7 +105,7 @@ const (
 // share a snapshot.
 func DefaultScopeKey(n *node.Node) string {
 	return strings.Join([]string{n.Namespace, n.ServiceAccount, node.LabelString(n.Labels), n.Address,
-		strconv.FormatUint(uint64(n.InboundPort), 10), n.Locality.String()}, "\x00")
+		strconv.FormatUint(uint64(n.InboundPort), 10), n.Locality.String(), n.Identity}, "\x00")
 }
 
 // Cache is safe for concurrent use. Run must be running for snapshots to exist.
@@ -193,7 +193,7 @@ func (c *Cache) Connect(n *node.Node) (*Proxy, error) {
 	c.proxies[p] = struct{}{}
 	p.timer = time.AfterFunc(c.cfg.CurrentWait, p.endWait)
 	c.mu.Unlock()
-	if n.Registers() {
+	if compiled(n) {
 		c.poke()
 	}
 	if g := c.current.Load(); g != nil {
@@ -227,7 +227,7 @@ func (p *Proxy) endWait() {
 // currentFor reports whether l is current for p: compiled from at least the
 // store revision p connected at and, if p registers, with p registered.
 func (p *Proxy) currentFor(l *published) bool {
-	return l.rev >= p.storeRev && (!p.node.Registers() || l.listed >= p.seq)
+	return l.rev >= p.storeRev && (!compiled(p.node) || l.listed >= p.seq)
 }
 
 func (c *Cache) poke() {
@@ -279,7 +279,7 @@ func (p *Proxy) Close() {
 	c.mu.Lock()
 	delete(c.proxies, p)
 	c.mu.Unlock()
-	if p.node.Registers() {
+	if compiled(p.node) {
 		c.poke()
 	}
 }
@@ -376,7 +376,11 @@ func (c *Cache) follow(ctx context.Context) error {
 		return fmt.Errorf("meshcache: watch store from revision %d: %w", rev, err)
 	}
 	writtenAt := time.Now() // unknown for a listed revision: treat the list as the write
-	c.build(objects, int64(rev), writtenAt)
+	// putAt is when each object's current revision was written, for the
+	// objects written while pilot watched (listed ones have no time): an
+	// Override's expiry reads it (compile.Input.WriteTimes).
+	putAt := map[resource.Key]time.Time{}
+	c.build(objects, int64(rev), writtenAt, putAt)
 
 	var (
 		timer   *time.Timer
@@ -410,8 +414,10 @@ func (c *Cache) follow(ctx context.Context) error {
 		k := ev.Object.Key()
 		if ev.Op == store.OpDelete {
 			delete(objects, k)
+			delete(putAt, k)
 		} else {
 			objects[k] = ev.Object
+			putAt[k] = ev.Time
 		}
 		rev, writtenAt = ev.Revision, ev.Time
 	}
@@ -446,7 +452,7 @@ func (c *Cache) follow(ctx context.Context) error {
 					break drain
 				}
 			}
-			c.build(objects, int64(rev), writtenAt)
+			c.build(objects, int64(rev), writtenAt, putAt)
 		}
 	}
 }
@@ -454,14 +460,21 @@ func (c *Cache) follow(ctx context.Context) error {
 // build compiles objects at rev with the registering proxies and publishes a
 // snapshot to every connected proxy. On a compile error the previous snapshots
 // stay in place.
-func (c *Cache) build(objects map[resource.Key]*resource.Object, rev int64, writtenAt time.Time) {
+func (c *Cache) build(objects map[resource.Key]*resource.Object, rev int64, writtenAt time.Time, putAt map[resource.Key]time.Time) {
 	objs := make([]*resource.Object, 0, len(objects))
-	for _, o := range objects {
+	var writeTimes map[int64]time.Time
+	for k, o := range objects {
 		objs = append(objs, o)
+		if at, ok := putAt[k]; ok && o.Kind == resource.KindOverride && !at.IsZero() {
+			if writeTimes == nil {
+				writeTimes = map[int64]time.Time{}
+			}
+			writeTimes[o.Metadata.Revision] = at
+		}
 	}
 	sort.Slice(objs, func(i, j int) bool { return lessKey(objs[i].Key(), objs[j].Key()) })
 	proxies, listed := c.connected()
-	mesh, err := c.cfg.Compile(compile.Input{Revision: rev, Objects: objs, Proxies: registering(proxies)})
+	mesh, err := c.cfg.Compile(compile.Input{Revision: rev, Objects: objs, Proxies: registering(proxies), WriteTimes: writeTimes})
 	if err != nil {
 		c.log.Error("compile failed; proxies keep their snapshots", "revision", rev, "error", err)
 		return
@@ -523,10 +536,17 @@ func (c *Cache) connected() ([]*Proxy, int64) {
 
 // registering returns the nodes that register a workload, one per node id (the
 // newest connection wins), sorted by id so compile input is deterministic.
+// compiled reports whether compile reads n: it registers a workload, or it is
+// a proxyless server with a verified identity and an address, which makes the
+// Workload at that address take mTLS (compile.Input.Proxies).
+func compiled(n *node.Node) bool {
+	return n.Registers() || n.Identity != "" && n.Address != ""
+}
+
 func registering(ps []*Proxy) []*node.Node {
 	byID := map[string]*Proxy{}
 	for _, p := range ps {
-		if !p.node.Registers() {
+		if !compiled(p.node) {
 			continue
 		}
 		if cur, ok := byID[p.node.ID]; !ok || p.seq > cur.seq {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -477,5 +478,53 @@ func TestRegisteringProxyWaitsForItsOwnCompile(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("current offer, but the last compile did not include the proxy")
+	}
+}
+
+// TestOverrideWriteTimes: an Override written while pilot watches reaches
+// compile with its revision's write time (the store event's); other kinds do
+// not, and an Override that was only listed has none.
+func TestOverrideWriteTimes(t *testing.T) {
+	override := func(name string) *resource.Object {
+		return &resource.Object{APIVersion: resource.APIVersion, Kind: resource.KindOverride,
+			Metadata: resource.Metadata{Name: name, Namespace: "shop"},
+			Spec:     &resource.OverrideSpec{TTL: "2s", Action: "DENY", Match: resource.OverrideMatch{Paths: []string{"/x"}}}}
+	}
+	f := start(t, nil)
+	listed := f.put(t, override("listed")) // may be compiled as listed or watched; not asserted
+	p, _ := f.cache.Connect(&node.Node{ID: "plain"})
+	defer p.Close()
+	waitRev(t, p, listed)
+	before := time.Now()
+	rev := f.put(t, override("watched"), workload("w", "10.0.0.1"))
+	waitRev(t, p, rev)
+	in := f.rec.last()
+	at, ok := in.WriteTimes[rev]
+	if !ok || at.Before(before.Add(-time.Second)) || at.After(time.Now()) {
+		t.Fatalf("WriteTimes[%d] = %v, %v; want the write time (after %v)", rev, at, ok, before)
+	}
+	for r := range in.WriteTimes {
+		if r != rev && r != listed {
+			t.Errorf("WriteTimes has revision %d, which wrote no Override", r)
+		}
+	}
+}
+
+// TestProxylessServerIsCompiled: a proxyless node with a verified identity and
+// an address is compiled (it makes the Workload at its address take mTLS); one
+// without identity is not.
+func TestProxylessServerIsCompiled(t *testing.T) {
+	f := start(t, nil)
+	anon, _ := f.cache.Connect(&node.Node{ID: "anon", Address: "10.0.0.9"})
+	defer anon.Close()
+	srv, _ := f.cache.Connect(&node.Node{ID: "srv", Address: "10.0.0.1", Identity: "spiffe://cluster.local/ns/shop/sa/default"})
+	defer srv.Close()
+	offerAt(t, srv, "current offer", func(s *snapshot.Snapshot, cur bool) bool { return cur })
+	var ids []string
+	for _, n := range f.rec.last().Proxies {
+		ids = append(ids, n.ID)
+	}
+	if !slices.Equal(ids, []string{"srv"}) {
+		t.Fatalf("compiled proxies = %v, want [srv]", ids)
 	}
 }
