@@ -12,11 +12,19 @@
 //     store revision when the stream opened): a sidecar reports ready only on
 //     content pilot confirmed current (or on its verified last-known-good).
 //
-// A sidecar accepts a candidate when both signatures verify under its trusted key,
-// the binding names it, both parts name the same scope, now is inside both
-// validity windows and the digest it recomputes over the candidate equals the
-// content's. The per-entry list is not sent, so a manifest is a few hundred bytes
-// whatever the mesh size.
+// The publisher is certified by the mesh CA: the manifest carries its chain (leaf
+// first, SPIFFE ID spiffe://<trust domain>/weft/publisher, Ed25519 key), so
+// publisher keys rotate, and each pilot replica may have its own, without
+// touching sidecars. A sidecar trusts a publisher through its trust bundle
+// (Trust.Roots); a pinned key (Trust.Pin, --publisher-key) must also match when
+// given, and alone it still accepts a manifest without a chain (publishers before
+// the CA).
+//
+// A sidecar accepts a candidate when the publisher is trusted, both signatures
+// verify under its key, the binding names it, both parts name the same scope, now
+// is inside both validity windows and the digest it recomputes over the candidate
+// equals the content's. The per-entry list is not sent, so a manifest is a few
+// hundred bytes plus the chain whatever the mesh size.
 package manifest
 
 //go:generate protoc --go_out=. --go_opt=paths=source_relative manifestpb/manifest.proto
@@ -24,6 +32,7 @@ package manifest
 import (
 	"crypto/ed25519"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -32,7 +41,9 @@ import (
 	"sort"
 	"time"
 
+	"github.com/weft-mesh/weft/certs/bundle"
 	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
+	"github.com/weft-mesh/weft/certs/spiffe"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -43,6 +54,15 @@ const (
 	Name    = "manifest"
 )
 
+// SecretTypeURL is the SDS Secret type; RootCAName names the Secret that carries
+// the trust bundle and CRL (validation_context{trusted_ca, crl}). Content
+// commits to its hash apart (Content.RootCA), so a sidecar can keep the bundle
+// with the manifest that delivered it.
+const (
+	SecretTypeURL = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+	RootCAName    = "ROOTCA"
+)
+
 // Limits on what Sign produces and Decode/Verify accept.
 const (
 	// MaxBytes bounds an encoded SignedManifest from the wire or disk. A manifest
@@ -51,6 +71,12 @@ const (
 	MaxBytes = 16 << 10
 	// MaxIDBytes bounds a node id and a scope.
 	MaxIDBytes = 1024
+	// MaxChainCerts bounds the publisher chain: the leaf and up to three
+	// intermediates (a plugged-in CA under an enterprise root).
+	MaxChainCerts = 4
+	// MaxValidity bounds a part's validity window (valid_until - issued_at): a
+	// persisted snapshot must not be trusted forever, whoever signed it.
+	MaxValidity = 30 * 24 * time.Hour
 )
 
 // Each check that can refuse a manifest has its own sentinel so logs and tests say
@@ -64,6 +90,15 @@ var (
 	ErrExpired   = errors.New("manifest past its validity")
 	ErrNotYet    = errors.New("manifest not yet valid")
 	ErrMismatch  = errors.New("resources do not match manifest digest")
+	// ErrNoChain: the manifest carries no publisher chain and no key is pinned.
+	ErrNoChain = errors.New("manifest carries no publisher certificate chain")
+	// ErrChain: the publisher chain does not verify against the trust bundle.
+	ErrChain = errors.New("publisher certificate chain not trusted")
+	// ErrPublisherID: the publisher certificate is not the publisher's SPIFFE ID.
+	ErrPublisherID = errors.New("publisher certificate has the wrong SPIFFE ID")
+	// ErrPublisherExpired: the publisher certificate is past its NotAfter (or
+	// before its NotBefore) at the time it is checked.
+	ErrPublisherExpired = errors.New("publisher certificate outside its validity")
 )
 
 // Domain-separation prefixes: a signature over one part can never pass as a
@@ -161,6 +196,10 @@ type Content struct {
 	Count      int
 	IssuedAt   time.Time
 	ValidUntil time.Time
+	// RootCA is Hash of the SDS Secret ROOTCA's Any.value when the scope's
+	// snapshot has one (HasRootCA); the digest covers it as well.
+	RootCA    [32]byte
+	HasRootCA bool
 }
 
 // Binding says node NodeID belongs to Scope. Pilot signs one per ADS stream, so
@@ -199,14 +238,18 @@ func SignContent(priv ed25519.PrivateKey, c Content) (*Signed, error) {
 	if c.Count < 0 {
 		return nil, fmt.Errorf("sign manifest content for scope %q: count %d is negative", c.Scope, c.Count)
 	}
-	return signPart(priv, contentContext, &manifestpb.Content{
+	pc := &manifestpb.Content{
 		Scope:      c.Scope,
 		Revision:   c.Revision,
 		Digest:     c.Digest[:],
 		Count:      uint64(c.Count),
 		IssuedAt:   timestamppb.New(c.IssuedAt),
 		ValidUntil: timestamppb.New(c.ValidUntil),
-	})
+	}
+	if c.HasRootCA {
+		pc.RootCaSha256 = c.RootCA[:]
+	}
+	return signPart(priv, contentContext, pc)
 }
 
 // SignBinding serialises b deterministically and signs it.
@@ -238,6 +281,8 @@ func checkPart(part, field, id string, issued, until time.Time) error {
 		return fmt.Errorf("sign manifest %s: %s: %d bytes exceeds %d", part, field, len(id), MaxIDBytes)
 	case !until.After(issued):
 		return fmt.Errorf("sign manifest %s %q: valid_until %s not after issued_at %s", part, id, until, issued)
+	case until.Sub(issued) > MaxValidity:
+		return fmt.Errorf("sign manifest %s %q: valid for %s, more than %s", part, id, until.Sub(issued), MaxValidity)
 	}
 	return nil
 }
@@ -258,16 +303,36 @@ func withContext(context string, body []byte) []byte {
 }
 
 // Assemble puts a content part and a binding part, signed by the same key, into
-// the resource pilot sends. The parts are copied by reference (they are immutable).
-func Assemble(content, binding *Signed) (*manifestpb.SignedManifest, error) {
+// the resource pilot sends, with the publisher's certificate chain (leaf first,
+// the leaf's key the signing key; none for a publisher without a certificate).
+// The parts are copied by reference (they are immutable).
+func Assemble(content, binding *Signed, chain ...*x509.Certificate) (*manifestpb.SignedManifest, error) {
 	switch {
 	case content == nil || binding == nil:
 		return nil, errors.New("assemble manifest: content and binding are required")
 	case content.KeyID != binding.KeyID:
 		return nil, fmt.Errorf("assemble manifest: content signed by key %s, binding by %s", content.KeyID, binding.KeyID)
+	case len(chain) > MaxChainCerts:
+		return nil, fmt.Errorf("assemble manifest: publisher chain of %d certificates, limit %d", len(chain), MaxChainCerts)
 	}
-	return &manifestpb.SignedManifest{KeyId: content.KeyID, Content: content.Body, ContentSignature: content.Signature,
-		Binding: binding.Body, BindingSignature: binding.Signature}, nil
+	sm := &manifestpb.SignedManifest{KeyId: content.KeyID, Content: content.Body, ContentSignature: content.Signature,
+		Binding: binding.Body, BindingSignature: binding.Signature}
+	for i, c := range chain {
+		if c == nil || len(c.Raw) == 0 {
+			return nil, fmt.Errorf("assemble manifest: publisher chain[%d]: empty certificate", i)
+		}
+		sm.PublisherChain = append(sm.PublisherChain, c.Raw)
+	}
+	if len(chain) > 0 {
+		pub, ok := chain[0].PublicKey.(ed25519.PublicKey)
+		if !ok {
+			return nil, fmt.Errorf("assemble manifest: publisher certificate serial %s: key is %T, want Ed25519", chain[0].SerialNumber, chain[0].PublicKey)
+		}
+		if KeyID(pub) != content.KeyID {
+			return nil, fmt.Errorf("assemble manifest: publisher certificate serial %s holds key %s, parts signed by %s", chain[0].SerialNumber, KeyID(pub), content.KeyID)
+		}
+	}
+	return sm, nil
 }
 
 // Manifest is a verified manifest, decoded for logs and /config_dump.
@@ -286,6 +351,12 @@ type Manifest struct {
 	// when that stream opened.
 	Current        bool
 	StreamRevision int64
+	// RootCA is the signed hash of the ROOTCA Secret's Any.value (HasRootCA).
+	RootCA    [32]byte
+	HasRootCA bool
+	// Publisher is the verified publisher certificate (leaf), nil when the
+	// manifest was accepted by the pinned key alone.
+	Publisher *x509.Certificate
 }
 
 // Decode parses an encoded SignedManifest (the xDS resource's Any.value or the
@@ -304,12 +375,52 @@ func Decode(b []byte) (*manifestpb.SignedManifest, error) {
 // maxClockSkew tolerates a pilot clock slightly ahead of the sidecar's.
 const maxClockSkew = 5 * time.Minute
 
-// Verify checks, in order, the shape, the key id, both signatures, the node
-// binding, that both parts name the same scope, and the validity window at now
-// (the later issue time minus a small skew to the earlier valid-until), and returns
-// the decoded manifest. The error wraps the sentinel of the first check that
-// failed. Match then checks a candidate's resources against the digest.
+// Trust is whom a sidecar trusts to publish manifests.
+type Trust struct {
+	// Roots certify publishers: the sidecar's --ca-root united with the last
+	// trust bundle pilot delivered. Nil: no CA trust; only Pin.
+	Roots *bundle.Bundle
+	// TrustDomain is the mesh's: a publisher certificate must name
+	// spiffe.Publisher(TrustDomain). Required with Roots.
+	TrustDomain string
+	// Pin, when set, is the only publisher key accepted (--publisher-key), with a
+	// chain or without one: alone it keeps accepting publishers that have no
+	// certificate. With Roots, a chain must verify as well as match the pin.
+	Pin ed25519.PublicKey
+}
+
+// Verify checks a manifest trusted by the pinned key pub alone (no CA): Trust{Pin:
+// pub}.Verify.
 func Verify(pub ed25519.PublicKey, sm *manifestpb.SignedManifest, nodeID string, now time.Time) (*Manifest, error) {
+	return Trust{Pin: pub}.Verify(sm, nodeID, now)
+}
+
+// Verify checks a manifest that has just arrived, in order: the shape, the
+// publisher (its chain verifies against Roots at now, so a publisher certificate
+// past NotAfter is refused, names spiffe.Publisher(TrustDomain), holds an
+// Ed25519 key that matches Pin when set; or, without a chain, Pin), the key id,
+// both signatures, the node binding, that both parts name the same scope, and
+// the validity window at now (the later issue time minus a small skew to the
+// earlier valid-until, at most MaxValidity long), and returns the decoded
+// manifest. The error wraps the sentinel of the first check that failed. Match
+// then checks a candidate's resources against the digest.
+func (t Trust) Verify(sm *manifestpb.SignedManifest, nodeID string, now time.Time) (*Manifest, error) {
+	return t.verify(sm, nodeID, now, false)
+}
+
+// VerifyStored checks a persisted manifest (a last-known-good) as Verify does,
+// except that the publisher chain is checked at the time the manifest was
+// signed (the later part's issued_at) rather than at now: a publisher
+// certificate that expired after signing does not void the snapshot it signed,
+// which stays bounded by the manifest's own validity (at most MaxValidity) and
+// the routing staleness policy, so routing may continue on the last-known-good
+// while pilot is away (seed 002). A manifest signed outside its certificate's
+// validity, by an untrusted chain or by another identity is refused all the same.
+func (t Trust) VerifyStored(sm *manifestpb.SignedManifest, nodeID string, now time.Time) (*Manifest, error) {
+	return t.verify(sm, nodeID, now, true)
+}
+
+func (t Trust) verify(sm *manifestpb.SignedManifest, nodeID string, now time.Time, stored bool) (*Manifest, error) {
 	switch {
 	case sm == nil:
 		return nil, fmt.Errorf("%w: empty", ErrMalformed)
@@ -321,8 +432,26 @@ func Verify(pub ed25519.PublicKey, sm *manifestpb.SignedManifest, nodeID string,
 	if n := proto.Size(sm); n > MaxBytes {
 		return nil, fmt.Errorf("%w: %d bytes exceeds %d", ErrMalformed, n, MaxBytes)
 	}
+	at := now
+	if stored {
+		// The chain is judged at the signing time, read before the signatures
+		// are checked: if it was altered, they fail below.
+		c, b, err := parts(sm)
+		if err != nil {
+			return nil, err
+		}
+		m, err := decoded(c, b)
+		if err != nil {
+			return nil, err
+		}
+		at = m.issued()
+	}
+	pub, leaf, err := t.publisher(sm, at, stored)
+	if err != nil {
+		return nil, err
+	}
 	if want := KeyID(pub); sm.GetKeyId() != want {
-		return nil, fmt.Errorf("%w: key id %q, trusted key is %q", ErrKey, sm.GetKeyId(), want)
+		return nil, fmt.Errorf("%w: key id %q, publisher key is %q", ErrKey, sm.GetKeyId(), want)
 	}
 	if !ed25519.Verify(pub, withContext(contentContext, sm.GetContent()), sm.GetContentSignature()) {
 		return nil, fmt.Errorf("%w: content", ErrSignature)
@@ -330,28 +459,22 @@ func Verify(pub ed25519.PublicKey, sm *manifestpb.SignedManifest, nodeID string,
 	if !ed25519.Verify(pub, withContext(bindingContext, sm.GetBinding()), sm.GetBindingSignature()) {
 		return nil, fmt.Errorf("%w: binding", ErrSignature)
 	}
-	var c manifestpb.Content
-	if err := proto.Unmarshal(sm.GetContent(), &c); err != nil {
-		return nil, fmt.Errorf("%w: content: %v", ErrMalformed, err)
-	}
-	var b manifestpb.Binding
-	if err := proto.Unmarshal(sm.GetBinding(), &b); err != nil {
-		return nil, fmt.Errorf("%w: binding: %v", ErrMalformed, err)
-	}
-	m, err := decoded(&c, &b)
+	c, b, err := parts(sm)
 	if err != nil {
 		return nil, err
 	}
+	m, err := decoded(c, b)
+	if err != nil {
+		return nil, err
+	}
+	issued := m.issued()
 	m.KeyID = sm.GetKeyId()
+	m.Publisher = leaf
 	if m.NodeID != nodeID {
 		return nil, fmt.Errorf("%w: manifest node %q, this node is %q", ErrNode, m.NodeID, nodeID)
 	}
 	if c.GetScope() != b.GetScope() {
 		return nil, fmt.Errorf("%w: binding scope %q, content scope %q", ErrScope, b.GetScope(), c.GetScope())
-	}
-	issued := m.IssuedAt
-	if m.BindingIssuedAt.After(issued) {
-		issued = m.BindingIssuedAt
 	}
 	if now.Before(issued.Add(-maxClockSkew)) {
 		return nil, fmt.Errorf("%w: issued %s, now %s", ErrNotYet, issued.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
@@ -359,7 +482,96 @@ func Verify(pub ed25519.PublicKey, sm *manifestpb.SignedManifest, nodeID string,
 	if !now.Before(m.ValidUntil) {
 		return nil, fmt.Errorf("%w: valid until %s, now %s", ErrExpired, m.ValidUntil.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
+	for _, p := range []struct {
+		name          string
+		issued, until time.Time
+	}{{"content", m.IssuedAt, c.GetValidUntil().AsTime()}, {"binding", m.BindingIssuedAt, b.GetValidUntil().AsTime()}} {
+		if d := p.until.Sub(p.issued); d > MaxValidity {
+			return nil, fmt.Errorf("%w: %s valid for %s, more than %s", ErrExpired, p.name, d, MaxValidity)
+		}
+	}
 	return m, nil
+}
+
+// parts decodes the two signed parts.
+func parts(sm *manifestpb.SignedManifest) (*manifestpb.Content, *manifestpb.Binding, error) {
+	var c manifestpb.Content
+	if err := proto.Unmarshal(sm.GetContent(), &c); err != nil {
+		return nil, nil, fmt.Errorf("%w: content: %v", ErrMalformed, err)
+	}
+	var b manifestpb.Binding
+	if err := proto.Unmarshal(sm.GetBinding(), &b); err != nil {
+		return nil, nil, fmt.Errorf("%w: binding: %v", ErrMalformed, err)
+	}
+	return &c, &b, nil
+}
+
+// issued is the later of the two parts' issue times.
+func (m *Manifest) issued() time.Time {
+	if m.BindingIssuedAt.After(m.IssuedAt) {
+		return m.BindingIssuedAt
+	}
+	return m.IssuedAt
+}
+
+// publisher returns the key the manifest must be signed with, and the verified
+// publisher certificate when it came with a chain the roots trust at at.
+func (t Trust) publisher(sm *manifestpb.SignedManifest, at time.Time, stored bool) (ed25519.PublicKey, *x509.Certificate, error) {
+	raw := sm.GetPublisherChain()
+	if len(raw) == 0 || t.Roots == nil {
+		// Without a chain, or without a bundle to check one against (a sidecar that
+		// only pins a key), the pinned key decides.
+		if t.Pin == nil {
+			if t.Roots == nil {
+				return nil, nil, fmt.Errorf("%w: no trust bundle and no pinned publisher key", ErrChain)
+			}
+			return nil, nil, fmt.Errorf("%w, and no publisher key is pinned (--publisher-key)", ErrNoChain)
+		}
+		return t.Pin, nil, nil
+	}
+	if len(raw) > MaxChainCerts {
+		return nil, nil, fmt.Errorf("%w: publisher_chain: %d certificates, limit %d", ErrMalformed, len(raw), MaxChainCerts)
+	}
+	chain := make([]*x509.Certificate, len(raw))
+	for i, der := range raw {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: publisher_chain[%d]: %v", ErrMalformed, i, err)
+		}
+		chain[i] = c
+	}
+	leaf := chain[0]
+	pub, ok := leaf.PublicKey.(ed25519.PublicKey)
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: publisher certificate serial %x: key is %T, want Ed25519", ErrKey, leaf.SerialNumber, leaf.PublicKey)
+	}
+	when := "now"
+	if stored {
+		when = "when it signed"
+	}
+	switch {
+	case at.After(leaf.NotAfter):
+		return nil, nil, fmt.Errorf("%w: publisher certificate serial %x expired at %s (%s: %s)", ErrPublisherExpired,
+			leaf.SerialNumber, leaf.NotAfter.UTC().Format(time.RFC3339), when, at.UTC().Format(time.RFC3339))
+	case at.Before(leaf.NotBefore):
+		return nil, nil, fmt.Errorf("%w: publisher certificate serial %x not valid before %s (%s: %s)", ErrPublisherExpired,
+			leaf.SerialNumber, leaf.NotBefore.UTC().Format(time.RFC3339), when, at.UTC().Format(time.RFC3339))
+	}
+	id, err := t.Roots.Verify(chain, at)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrChain, err)
+	}
+	want, err := spiffe.Publisher(t.TrustDomain)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: trust domain: %v", ErrPublisherID, err)
+	}
+	if id != want {
+		return nil, nil, fmt.Errorf("%w: publisher certificate serial %x is %s, want %s", ErrPublisherID, leaf.SerialNumber, id, want)
+	}
+	if t.Pin != nil && !t.Pin.Equal(pub) {
+		return nil, nil, fmt.Errorf("%w: publisher certificate serial %x holds key %s, the pinned key is %s", ErrKey, leaf.SerialNumber, KeyID(pub), KeyID(t.Pin))
+	}
+	return pub, leaf, nil
 }
 
 // decoded checks the signed parts' fields (a signed part can still be malformed
@@ -391,6 +603,13 @@ func decoded(c *manifestpb.Content, b *manifestpb.Binding) (*Manifest, error) {
 		StreamRevision:  b.GetStreamRevision(),
 	}
 	copy(m.Digest[:], c.GetDigest())
+	if rc := c.GetRootCaSha256(); len(rc) > 0 {
+		if len(rc) != sha256.Size {
+			return nil, fmt.Errorf("%w: content.root_ca_sha256: %d bytes, want %d", ErrMalformed, len(rc), sha256.Size)
+		}
+		copy(m.RootCA[:], rc)
+		m.HasRootCA = true
+	}
 	if u := b.GetValidUntil().AsTime(); u.Before(m.ValidUntil) {
 		m.ValidUntil = u
 	}

@@ -222,3 +222,4 @@ func ParsePEM(pemBytes []byte, b *bundle.Bundle) (*CRL, error) {
 	}
 	return Parse(der, b)
 }
+

@@ -34,13 +34,18 @@ const (
 
 // Content commits to every resource of one scope's snapshot at one revision.
 type Content struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Scope         string                 `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"` // identifies the group of sidecars that get this content
-	Revision      int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	Digest        []byte                 `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"` // sha256 over the sorted, length-prefixed (type URL, name, sha256(Any.value)) entries
-	Count         uint64                 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`  // number of entries the digest covers
-	IssuedAt      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=issued_at,json=issuedAt,proto3" json:"issued_at,omitempty"`
-	ValidUntil    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Scope      string                 `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"` // identifies the group of sidecars that get this content
+	Revision   int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Digest     []byte                 `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"` // sha256 over the sorted, length-prefixed (type URL, name, sha256(Any.value)) entries
+	Count      uint64                 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`  // number of entries the digest covers
+	IssuedAt   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=issued_at,json=issuedAt,proto3" json:"issued_at,omitempty"`
+	ValidUntil *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
+	// root_ca_sha256 is sha256 of the Any.value of the scope's SDS Secret ROOTCA
+	// (the trust bundle and CRL pilot sends), empty when the scope has none. The
+	// digest covers it too; this copy lets a sidecar keep the bundle with just the
+	// signed manifest that delivered it, as proof of where a root came from.
+	RootCaSha256  []byte `protobuf:"bytes,7,opt,name=root_ca_sha256,json=rootCaSha256,proto3" json:"root_ca_sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -113,6 +118,13 @@ func (x *Content) GetIssuedAt() *timestamppb.Timestamp {
 func (x *Content) GetValidUntil() *timestamppb.Timestamp {
 	if x != nil {
 		return x.ValidUntil
+	}
+	return nil
+}
+
+func (x *Content) GetRootCaSha256() []byte {
+	if x != nil {
+		return x.RootCaSha256
 	}
 	return nil
 }
@@ -219,8 +231,15 @@ type SignedManifest struct {
 	ContentSignature []byte                 `protobuf:"bytes,5,opt,name=content_signature,json=contentSignature,proto3" json:"content_signature,omitempty"` // Ed25519 over "weft-manifest-content-v2\x00" + content
 	Binding          []byte                 `protobuf:"bytes,6,opt,name=binding,proto3" json:"binding,omitempty"`                                           // deterministic serialization of Binding
 	BindingSignature []byte                 `protobuf:"bytes,7,opt,name=binding_signature,json=bindingSignature,proto3" json:"binding_signature,omitempty"` // Ed25519 over "weft-manifest-binding-v2\x00" + binding
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// publisher_chain is the publisher's X.509 certificate chain, DER, leaf first
+	// (its only URI SAN spiffe://<trust domain>/weft/publisher), then any
+	// intermediates, never the root. The leaf's Ed25519 key signs both parts and
+	// key_id names it. Not itself signed: the chain is checked against the
+	// sidecar's trust bundle. Empty from a publisher without a certificate (then
+	// only a sidecar pinning the key with --publisher-key accepts the manifest).
+	PublisherChain [][]byte `protobuf:"bytes,8,rep,name=publisher_chain,json=publisherChain,proto3" json:"publisher_chain,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SignedManifest) Reset() {
@@ -288,11 +307,18 @@ func (x *SignedManifest) GetBindingSignature() []byte {
 	return nil
 }
 
+func (x *SignedManifest) GetPublisherChain() [][]byte {
+	if x != nil {
+		return x.PublisherChain
+	}
+	return nil
+}
+
 var File_manifestpb_manifest_proto protoreflect.FileDescriptor
 
 const file_manifestpb_manifest_proto_rawDesc = "" +
 	"\n" +
-	"\x19manifestpb/manifest.proto\x12\x10weft.manifest.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdf\x01\n" +
+	"\x19manifestpb/manifest.proto\x12\x10weft.manifest.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x02\n" +
 	"\aContent\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x16\n" +
@@ -300,7 +326,8 @@ const file_manifestpb_manifest_proto_rawDesc = "" +
 	"\x05count\x18\x04 \x01(\x04R\x05count\x127\n" +
 	"\tissued_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt\x12;\n" +
 	"\vvalid_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"validUntil\"\xf1\x01\n" +
+	"validUntil\x12$\n" +
+	"\x0eroot_ca_sha256\x18\a \x01(\fR\frootCaSha256\"\xf1\x01\n" +
 	"\aBinding\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x127\n" +
@@ -308,13 +335,14 @@ const file_manifestpb_manifest_proto_rawDesc = "" +
 	"\vvalid_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"validUntil\x12\x18\n" +
 	"\acurrent\x18\x05 \x01(\bR\acurrent\x12'\n" +
-	"\x0fstream_revision\x18\x06 \x01(\x03R\x0estreamRevision\"\xc1\x01\n" +
+	"\x0fstream_revision\x18\x06 \x01(\x03R\x0estreamRevision\"\xea\x01\n" +
 	"\x0eSignedManifest\x12\x15\n" +
 	"\x06key_id\x18\x03 \x01(\tR\x05keyId\x12\x18\n" +
 	"\acontent\x18\x04 \x01(\fR\acontent\x12+\n" +
 	"\x11content_signature\x18\x05 \x01(\fR\x10contentSignature\x12\x18\n" +
 	"\abinding\x18\x06 \x01(\fR\abinding\x12+\n" +
-	"\x11binding_signature\x18\a \x01(\fR\x10bindingSignatureJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03B5Z3github.com/weft-mesh/weft/certs/manifest/manifestpbb\x06proto3"
+	"\x11binding_signature\x18\a \x01(\fR\x10bindingSignature\x12'\n" +
+	"\x0fpublisher_chain\x18\b \x03(\fR\x0epublisherChainJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03B5Z3github.com/weft-mesh/weft/certs/manifest/manifestpbb\x06proto3"
 
 var (
 	file_manifestpb_manifest_proto_rawDescOnce sync.Once

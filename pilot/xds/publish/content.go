@@ -12,12 +12,12 @@ import (
 
 // contentCache holds, per manifest scope, the signed content statements of the
 // scope's latest snapshots, so a change costs one signature per scope rather than
-// one per sidecar, and unchanged content is not signed again. Safe for concurrent
+// one per sidecar, and unchanged content is not signed again (by the same
+// publisher key: a new key signs anew). Safe for concurrent
 // use; the lock covers map and slice updates only, never a signature: the
 // stream that first needs an entry signs it (once) while the others of the scope
 // wait on that entry alone.
 type contentCache struct {
-	priv     ed25519.PrivateKey
 	validity time.Duration
 
 	mu     sync.Mutex // guards scopes and every scopeContent
@@ -34,11 +34,13 @@ type scopeContent struct {
 // not evict each other's signature.
 const keepContent = 2
 
-// contentEntry is one scope snapshot's content statement. base, scope, issued and
-// from are set at creation; signed and err once resolved.
+// contentEntry is one scope snapshot's content statement. base, scope, priv,
+// keyID, issued and from are set at creation; signed and err once resolved.
 type contentEntry struct {
 	base   *snapshot.Snapshot
 	scope  string
+	priv   ed25519.PrivateKey
+	keyID  string
 	issued time.Time
 	from   *contentEntry // same content signed before: its signature is reused
 	once   sync.Once
@@ -46,8 +48,8 @@ type contentEntry struct {
 	err    error
 }
 
-func newContentCache(priv ed25519.PrivateKey, validity time.Duration) *contentCache {
-	return &contentCache{priv: priv, validity: validity, scopes: map[string]*scopeContent{}}
+func newContentCache(validity time.Duration) *contentCache {
+	return &contentCache{validity: validity, scopes: map[string]*scopeContent{}}
 }
 
 func (c *contentCache) acquire(scope string) {
@@ -71,12 +73,13 @@ func (c *contentCache) release(scope string) {
 	}
 }
 
-// get returns the signed content statement of scope's snapshot base at now: the
-// cached one while it is less than half its validity old, reused from an entry
-// with the same content, or newly signed.
-func (c *contentCache) get(scope string, base *snapshot.Snapshot, now time.Time) (*contentEntry, error) {
+// get returns the signed content statement of scope's snapshot base at now,
+// signed by priv: the cached one while it is less than half its validity old,
+// reused from an entry with the same content, or newly signed.
+func (c *contentCache) get(scope string, base *snapshot.Snapshot, now time.Time, priv ed25519.PrivateKey) (*contentEntry, error) {
 	half := c.validity / 2
-	fresh := func(e *contentEntry) bool { return now.Before(e.issued.Add(half)) }
+	keyID := manifest.KeyID(priv.Public().(ed25519.PublicKey))
+	fresh := func(e *contentEntry) bool { return e.keyID == keyID && now.Before(e.issued.Add(half)) }
 	c.mu.Lock()
 	sc := c.scopes[scope]
 	if sc == nil { // not acquired (a test calling get directly): not kept
@@ -90,7 +93,7 @@ func (c *contentCache) get(scope string, base *snapshot.Snapshot, now time.Time)
 		}
 	}
 	if e == nil {
-		e = &contentEntry{base: base, scope: scope, issued: now}
+		e = &contentEntry{base: base, scope: scope, priv: priv, keyID: keyID, issued: now}
 		for _, x := range sc.entries {
 			if fresh(x) && sameContent(base, x.base) {
 				e.issued, e.from = x.issued, x
@@ -111,6 +114,6 @@ func (c *contentCache) resolve(e *contentEntry) {
 			e.signed, e.err, e.from = e.from.signed, e.from.err, nil
 			return
 		}
-		e.signed, e.err = sign.Content(c.priv, e.scope, e.base, e.issued, c.validity)
+		e.signed, e.err = sign.Content(e.priv, e.scope, e.base, e.issued, c.validity)
 	})
 }

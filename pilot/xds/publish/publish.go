@@ -9,6 +9,7 @@ package publish
 import (
 	"crypto/ed25519"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -27,12 +28,21 @@ import (
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
 
-// Config configures a Source. Logger, Key and Validity are required.
+// Config configures a Source. Logger, Validity and a publisher (Publisher, or
+// Key) are required.
 type Config struct {
-	Logger   hclog.Logger
-	Key      ed25519.PrivateKey // publisher key signing every sidecar's manifest
-	Validity time.Duration      // manifest validity; re-signed at half of it
-	Clock    func() time.Time   // nil = time.Now
+	Logger hclog.Logger
+	// Publisher returns the current manifest signer: its Ed25519 key and its
+	// certificate chain from the mesh CA (leaf first; pilot/ca Service.Publisher).
+	// It is asked at every push, so a renewed certificate or a new key is sent
+	// (and signed with) from the next push on without touching sidecars.
+	Publisher func() (ed25519.PrivateKey, []*x509.Certificate)
+	// Key and Chain are a fixed signer, used when Publisher is nil (a key
+	// without a certificate: only sidecars that pin it accept its manifests).
+	Key      ed25519.PrivateKey
+	Chain    []*x509.Certificate
+	Validity time.Duration    // manifest validity; re-signed at half of it
+	Clock    func() time.Time // nil = time.Now
 	// ReportGenError shows a proxy's failed (msg != "") or recovered (msg == "")
 	// generation in its status.
 	ReportGenError func(nodeID string, rev int64, msg string)
@@ -45,8 +55,8 @@ func (c *Config) check() error {
 	switch {
 	case c.Logger == nil:
 		return errors.New("publish: Config.Logger is required")
-	case len(c.Key) != ed25519.PrivateKeySize:
-		return fmt.Errorf("publish: Config.Key: %d bytes, want %d", len(c.Key), ed25519.PrivateKeySize)
+	case c.Publisher == nil && len(c.Key) != ed25519.PrivateKeySize:
+		return fmt.Errorf("publish: Config.Key: %d bytes, want %d (or Config.Publisher)", len(c.Key), ed25519.PrivateKeySize)
 	case c.Validity <= 0:
 		return fmt.Errorf("publish: Config.Validity must be > 0, got %v", c.Validity)
 	case c.ReportGenError == nil:
@@ -91,8 +101,32 @@ func newSource(cfg Config) *Source {
 		cfg.Clock = time.Now
 	}
 	return &Source{cfg: cfg, scopes: map[string]map[*watch]struct{}{}, errs: map[string]scopeErr{}, checked: checkCache{max: maxCheckEntries, run: checkSidecar},
-		contents: newContentCache(cfg.Key, cfg.Validity)}
+		contents: newContentCache(cfg.Validity)}
 }
+
+// publisher is the signer to use now.
+func (s *Source) publisher() (sign.Publisher, error) {
+	p := sign.Publisher{Key: s.cfg.Key, Chain: s.cfg.Chain}
+	if s.cfg.Publisher != nil {
+		p.Key, p.Chain = s.cfg.Publisher()
+	}
+	if len(p.Key) != ed25519.PrivateKeySize {
+		return sign.Publisher{}, fmt.Errorf("publisher key: %d bytes, want %d", len(p.Key), ed25519.PrivateKeySize)
+	}
+	return p, nil
+}
+
+// chainID names what a manifest's chain says: the leaf's serial ("" without a chain).
+func chainID(chain []*x509.Certificate) string {
+	if len(chain) == 0 || chain[0] == nil || chain[0].SerialNumber == nil {
+		return ""
+	}
+	return chain[0].SerialNumber.Text(16)
+}
+
+// minRecheck bounds how often a stream wakes to look for a renewed publisher
+// certificate as its NotAfter nears.
+const minRecheck = time.Second
 
 // Use sets the cache streams connect to. meshcache is configured with Generate,
 // so it is built after the Source and handed back here.
@@ -199,6 +233,7 @@ type watch struct {
 	binding  *manifest.Signed // this node's binding, signed at the stream's first snapshot, at half its validity and when current turns true
 	bindAt   time.Time        // binding's issue time
 	bindCur  bool             // what binding says of the snapshot's currency
+	chain    string           // chainID of the publisher chain in signed
 	signed   *snapshot.Snapshot
 	timer    *time.Timer
 	reported string // generation error last reported to status
@@ -249,7 +284,11 @@ func (w *watch) Snapshot() *snapshot.Snapshot {
 	}
 	now := w.s.cfg.Clock()
 	half := w.s.cfg.Validity / 2
-	ce, err := w.s.contents.get(w.scope, base, now)
+	pub, err := w.s.publisher()
+	var ce *contentEntry
+	if err == nil {
+		ce, err = w.s.contents.get(w.scope, base, now, pub.Key)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err != nil {
@@ -258,9 +297,10 @@ func (w *watch) Snapshot() *snapshot.Snapshot {
 		w.s.cfg.Logger.Error("signing manifest content failed; proxy keeps its snapshot", "node", w.n.ID, "revision", base.Revision, "error", err)
 		return w.signed
 	}
-	if w.binding == nil || !now.Before(w.bindAt.Add(half)) || current != w.bindCur {
+	chain := chainID(pub.Chain)
+	if w.binding == nil || !now.Before(w.bindAt.Add(half)) || current != w.bindCur || w.binding.KeyID != ce.signed.KeyID {
 		stream := sign.Stream{Current: current, Revision: w.p.StoreRevision()}
-		b, err := sign.Binding(w.s.cfg.Key, w.n.ID, w.scope, stream, now, w.s.cfg.Validity)
+		b, err := sign.Binding(pub.Key, w.n.ID, w.scope, stream, now, w.s.cfg.Validity)
 		if err != nil {
 			w.s.cfg.Logger.Error("signing manifest binding failed; proxy keeps its snapshot", "node", w.n.ID, "error", err)
 			return w.signed
@@ -270,35 +310,49 @@ func (w *watch) Snapshot() *snapshot.Snapshot {
 				"node", w.n.ID, "revision", base.Revision, "store_revision", stream.Revision)
 		}
 		w.binding, w.bindAt, w.bindCur = b, now, current
-	} else if ce.signed == w.content {
+	} else if ce.signed == w.content && chain == w.chain {
 		if base != w.base {
 			// A new revision (or a recompile) with the same content: the
 			// signature still covers it, so it is not signed and sent again.
 			w.base, w.signed = base, withSet(base, snapshot.ManifestType, w.signed)
 		}
+		w.armLocked(now, ce.issued, pub.Chain)
 		return w.signed
 	}
-	r, err := sign.Resource(ce.signed, w.binding)
+	r, err := sign.Resource(ce.signed, w.binding, pub.Chain...)
 	if err != nil {
 		w.s.cfg.Logger.Error("assembling manifest failed; proxy keeps its snapshot", "node", w.n.ID, "revision", base.Revision, "error", err)
 		return w.signed
 	}
-	w.base, w.content = base, ce.signed
+	w.base, w.content, w.chain = base, ce.signed, chain
 	w.signed = withSet(base, snapshot.ManifestType, snapshot.FromSets(base.Revision, map[string]snapshot.Set{
 		snapshot.ManifestType: snapshot.NewSet(map[string]snapshot.Resource{r.Name: r})}))
-	// Wake at the earlier half-life of the two parts: the next Snapshot re-signs
-	// whichever is due.
-	due := ce.issued
+	w.armLocked(now, ce.issued, pub.Chain)
+	return w.signed
+}
+
+// armLocked sets the stream's wake-up at the earlier half-life of the two parts
+// (the next Snapshot re-signs whichever is due) and, with a publisher
+// certificate, halfway to its NotAfter (at least minRecheck away), so the
+// renewed one pilot/ca issues is sent before sidecars would refuse the old.
+func (w *watch) armLocked(now, contentIssued time.Time, chain []*x509.Certificate) {
+	half := w.s.cfg.Validity / 2
+	due := contentIssued
 	if w.bindAt.Before(due) {
 		due = w.bindAt
+	}
+	due = due.Add(half)
+	if len(chain) > 0 {
+		if at := now.Add(max(chain[0].NotAfter.Sub(now)/2, minRecheck)); at.Before(due) {
+			due = at
+		}
 	}
 	if w.timer != nil {
 		w.timer.Stop()
 	}
 	if !w.closed {
-		w.timer = time.AfterFunc(max(due.Add(half).Sub(now), 0), w.poke)
+		w.timer = time.AfterFunc(max(due.Sub(now), 0), w.poke)
 	}
-	return w.signed
 }
 
 // reportCurrency shows in status whether what the stream is offered is current,

@@ -200,7 +200,7 @@ func TestContentCache(t *testing.T) {
 		return s
 	}
 	priv := testKey(t)
-	c := newContentCache(priv, time.Hour)
+	c := newContentCache(time.Hour)
 	c.acquire("a")
 	c.acquire("b")
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -223,7 +223,7 @@ func TestContentCache(t *testing.T) {
 	}
 	var got []*manifest.Signed
 	for i, st := range steps {
-		e, err := c.get(st.scope, st.base, st.now)
+		e, err := c.get(st.scope, st.base, st.now, priv)
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
@@ -263,7 +263,7 @@ func TestContentSignedOncePerChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newContentCache(testKey(t), time.Hour)
+	c, priv := newContentCache(time.Hour), testKey(t)
 	c.acquire("s")
 	defer c.release("s")
 	const streams = 64
@@ -273,7 +273,7 @@ func TestContentSignedOncePerChange(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e, err := c.get("s", snap, time.Now())
+			e, err := c.get("s", snap, time.Now(), priv)
 			if err != nil {
 				t.Error(err)
 			}

@@ -17,6 +17,7 @@ package sign
 
 import (
 	"crypto/ed25519"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"time"
@@ -28,13 +29,22 @@ import (
 // DefaultValidity is how long a manifest part is valid when the caller passes zero.
 const DefaultValidity = 24 * time.Hour
 
-// MaxValidity bounds validity: a persisted snapshot must not be trusted forever.
-const MaxValidity = 30 * 24 * time.Hour
+// MaxValidity bounds validity: a persisted snapshot must not be trusted forever
+// (sidecars refuse a longer one).
+const MaxValidity = manifest.MaxValidity
+
+// Publisher is who signs manifests: an Ed25519 key and its certificate chain
+// from the mesh CA (leaf first, SPIFFE ID spiffe://<td>/weft/publisher; empty
+// for a key without a certificate, which only sidecars pinning it accept).
+type Publisher struct {
+	Key   ed25519.PrivateKey
+	Chain []*x509.Certificate
+}
 
 // Content signs the content statement for scope: snap's store revision and the
 // digest of every resource of snap (the hash of each Any.value; a manifest
-// resource in snap is not covered), valid from issued for validity (0:
-// DefaultValidity).
+// resource in snap is not covered), with the hash of its ROOTCA Secret apart
+// when it has one, valid from issued for validity (0: DefaultValidity).
 func Content(priv ed25519.PrivateKey, scope string, snap *snapshot.Snapshot, issued time.Time, validity time.Duration) (*manifest.Signed, error) {
 	what := fmt.Sprintf("sign manifest content for scope %q", scope)
 	validity, err := check(what, priv, issued, validity)
@@ -64,8 +74,11 @@ func Content(priv ed25519.PrivateKey, scope string, snap *snapshot.Snapshot, iss
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	return manifest.SignContent(priv, manifest.Content{Scope: scope, Revision: snap.Revision, Digest: d, Count: len(entries),
-		IssuedAt: issued, ValidUntil: issued.Add(validity)})
+	c := manifest.Content{Scope: scope, Revision: snap.Revision, Digest: d, Count: len(entries), IssuedAt: issued, ValidUntil: issued.Add(validity)}
+	if r, ok := snap.Resources[manifest.SecretTypeURL][manifest.RootCAName]; ok {
+		c.RootCA, c.HasRootCA = manifest.Hash(r.Any.GetValue()), true
+	}
+	return manifest.SignContent(priv, c)
 }
 
 // Stream is what a binding says about the ADS stream it is signed for.
@@ -107,10 +120,11 @@ func check(what string, priv ed25519.PrivateKey, issued time.Time, validity time
 	return validity, nil
 }
 
-// Resource assembles a content part and a binding part into the manifest
-// resource, named manifest.Name with type manifest.TypeURL.
-func Resource(content, binding *manifest.Signed) (snapshot.Resource, error) {
-	sm, err := manifest.Assemble(content, binding)
+// Resource assembles a content part and a binding part, with the publisher's
+// certificate chain (none for a key without one), into the manifest resource,
+// named manifest.Name with type manifest.TypeURL.
+func Resource(content, binding *manifest.Signed, chain ...*x509.Certificate) (snapshot.Resource, error) {
+	sm, err := manifest.Assemble(content, binding, chain...)
 	if err != nil {
 		return snapshot.Resource{}, err
 	}
@@ -126,6 +140,12 @@ func Resource(content, binding *manifest.Signed) (snapshot.Resource, error) {
 // serve what they have as current (Stream{Current: true} at snap's revision).
 // Pilot signs content per scope and bindings per stream instead (pilot/xds/publish).
 func Manifest(priv ed25519.PrivateKey, nodeID string, snap *snapshot.Snapshot, issued time.Time, validity time.Duration) (snapshot.Resource, error) {
+	return Publisher{Key: priv}.Manifest(nodeID, snap, issued, validity)
+}
+
+// Manifest is the package's Manifest signed by p, its chain included.
+func (p Publisher) Manifest(nodeID string, snap *snapshot.Snapshot, issued time.Time, validity time.Duration) (snapshot.Resource, error) {
+	priv := p.Key
 	if nodeID == "" {
 		return snapshot.Resource{}, errors.New("sign manifest: node id: required")
 	}
@@ -138,13 +158,18 @@ func Manifest(priv ed25519.PrivateKey, nodeID string, snap *snapshot.Snapshot, i
 	if err != nil {
 		return snapshot.Resource{}, err
 	}
-	return Resource(c, b)
+	return Resource(c, b, p.Chain...)
 }
 
 // With returns a copy of snap (same revision, resources shared, not copied) with the
 // manifest resource for nodeID added under manifest.TypeURL.
 func With(priv ed25519.PrivateKey, nodeID string, snap *snapshot.Snapshot, issued time.Time, validity time.Duration) (*snapshot.Snapshot, error) {
-	r, err := Manifest(priv, nodeID, snap, issued, validity)
+	return Publisher{Key: priv}.With(nodeID, snap, issued, validity)
+}
+
+// With is the package's With signed by p, its chain included.
+func (p Publisher) With(nodeID string, snap *snapshot.Snapshot, issued time.Time, validity time.Duration) (*snapshot.Snapshot, error) {
+	r, err := p.Manifest(nodeID, snap, issued, validity)
 	if err != nil {
 		return nil, err
 	}

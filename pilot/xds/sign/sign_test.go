@@ -11,8 +11,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/weft-mesh/weft/certs/ca"
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
+	"github.com/weft-mesh/weft/certs/spiffe"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
 
@@ -223,5 +225,57 @@ func TestSharedContentPerNodeBinding(t *testing.T) {
 	}
 	if _, err := Binding(priv, "n", "", Stream{}, issued, 0); err == nil || err.Error() != "sign manifest binding for n: scope: required" {
 		t.Fatalf("binding without scope: %v", err)
+	}
+}
+
+// TestPublisherChain: a publisher with a certificate from the mesh CA signs
+// manifests a sidecar trusting only the CA bundle accepts; the ROOTCA Secret's
+// hash is committed apart in the content.
+func TestPublisherChain(t *testing.T) {
+	if snapshot.SecretType != manifest.SecretTypeURL {
+		t.Fatalf("snapshot.SecretType %q, manifest.SecretTypeURL %q", snapshot.SecretType, manifest.SecretTypeURL)
+	}
+	c, err := ca.Open(ca.Config{Dir: t.TempDir(), TrustDomain: "cluster.local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := spiffe.Publisher("cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv := key(t, 3)
+	chain, err := c.SignKey(priv.Public(), id, nil, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := snapshot.New(7, map[string]map[string]proto.Message{
+		snapshot.ClusterType: {"a": wrapperspb.String("cluster a")},
+		snapshot.SecretType:  {manifest.RootCAName: wrapperspb.String("bundle and CRL")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Publisher{Key: priv, Chain: chain}.Manifest("node-1", snap, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sm manifestpb.SignedManifest
+	if err := r.Any.UnmarshalTo(&sm); err != nil {
+		t.Fatal(err)
+	}
+	m, err := manifest.Trust{Roots: c.Bundle(), TrustDomain: "cluster.local"}.Verify(&sm, "node-1", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := manifest.Hash(snap.Resources[snapshot.SecretType][manifest.RootCAName].Any.GetValue())
+	if !m.HasRootCA || m.RootCA != want {
+		t.Fatalf("root CA hash %x (%v), want %x", m.RootCA, m.HasRootCA, want)
+	}
+	if err := m.Match(hashes(snap), manifest.TypeURL); err != nil {
+		t.Fatal(err)
+	}
+	// A chain whose key is not the signing key is refused when assembling.
+	if _, err := (Publisher{Key: key(t, 4), Chain: chain}).Manifest("node-1", snap, time.Now(), time.Hour); err == nil || !strings.Contains(err.Error(), "holds key") {
+		t.Fatalf("mismatched chain: %v", err)
 	}
 }
