@@ -222,4 +222,3 @@ func ParsePEM(pemBytes []byte, b *bundle.Bundle) (*CRL, error) {
 	}
 	return Parse(der, b)
 }
-

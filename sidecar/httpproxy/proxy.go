@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
@@ -423,6 +424,10 @@ type Target struct {
 	// is waiting for a request, after its answer if one is in flight. (HTTP/2
 	// connections are drained by DrainHTTP2.) nil: never.
 	Drain context.Context
+	// Peer is the client's SPIFFE ID verified by the mTLS handshake the listener
+	// terminated (sidecar/mtls); zero for a plaintext connection. It is the
+	// principal authorization decides on, never a header.
+	Peer spiffeid.ID
 }
 
 // h2Preface is the client connection preface of prior-knowledge h2c.

@@ -1,0 +1,467 @@
+// Package mtls is the sidecar's mutual TLS between sidecars: TLS 1.3 only, both
+// sides present the workload X.509-SVID (sidecar/svid) and verify the other's
+// against the active configuration's Trust (trust bundle + CRL, SDS secret
+// ROOTCA).
+//
+// Verification is ours, in tls.Config.VerifyConnection, which crypto/tls also
+// runs for resumed sessions: the chain against the bundle with go-spiffe's SVID
+// rules, the leaf's serial against the CRL on every handshake, the CRL's
+// freshness (past NextUpdate + grace no new handshake is made or accepted), and
+// on the client side the server's SPIFFE ID against the IDs the destination
+// cluster runs as. Past this sidecar's own NotAfter nothing is made or accepted:
+// never a fallback to plaintext.
+//
+// Handshakes are paid per pooled connection: clients keep a session cache (keyed
+// by the peer's address, so endpoints of one cluster do not evict each other's
+// tickets) and servers issue tickets. Live connections are registered by peer
+// serial: a new CRL (SetTrust) closes those whose peer it revokes, and Sweep
+// closes those whose peer's or own certificate has expired.
+//
+// The principal of a connection for authorization is PeerID(conn) (or
+// (*Conn).Peer): the SPIFFE ID verified here, never anything the peer sent in a
+// header.
+package mtls
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/weft-mesh/weft/certs/revoke"
+	"github.com/weft-mesh/weft/sidecar/svid"
+)
+
+// ALPN protocols.
+const (
+	ALPNH2    = "h2"
+	ALPNHTTP1 = "http/1.1"
+)
+
+// Defaults and bounds of Config.
+const (
+	DefaultHandshakeTimeout = 10 * time.Second
+	MaxHandshakeTimeout     = time.Minute
+	DefaultSessionCacheSize = 1024
+	MaxSessionCacheSize     = 1 << 16
+	// MaxCRLGrace bounds Config.CRLGrace: a day past NextUpdate is already a
+	// revocation list nobody maintains.
+	MaxCRLGrace = 24 * time.Hour
+)
+
+// Config of a Manager; checked by New.
+type Config struct {
+	SVID   *svid.Holder // required: the workload certificate, read on every handshake
+	Logger hclog.Logger // required
+	// Now is the clock; nil is time.Now. Tests pass a fake to cross NotAfter and
+	// NextUpdate.
+	Now func() time.Time
+	// CRLGrace is how long past its NextUpdate a CRL is still used (Lapsed);
+	// after it new handshakes are refused. 0 is revoke.DefaultGrace; at most
+	// MaxCRLGrace; negative is refused.
+	CRLGrace time.Duration
+	// HandshakeTimeout bounds one handshake (either side). 0 is
+	// DefaultHandshakeTimeout; at most MaxHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// SessionCacheSize is the client session cache's capacity (one ticket per
+	// peer address). 0 is DefaultSessionCacheSize; at most MaxSessionCacheSize.
+	SessionCacheSize int
+}
+
+// Sides of a handshake (the side label).
+const (
+	SideServer = "server"
+	SideClient = "client"
+)
+
+// Manager makes and accepts mTLS connections and tracks the live ones. Safe for
+// concurrent use.
+type Manager struct {
+	cfg      Config
+	log      hclog.Logger
+	server   *tls.Config
+	sessions tls.ClientSessionCache
+
+	trust  atomic.Pointer[trustState] // set by SetTrust (the runtime's activation)
+	counts [2][len(results)]atomic.Uint64
+
+	plainAccepted atomic.Uint64 // PERMISSIVE plaintext connections (listener counts)
+	plainRefused  atomic.Uint64 // STRICT plaintext connections closed (listener counts)
+	closedRevoked atomic.Uint64 // live connections closed by SetTrust
+	closedExpired atomic.Uint64 // live connections closed by Sweep
+
+	mu   sync.Mutex                    // guards live; never held across I/O (Close runs outside)
+	live map[string]map[*Conn]struct{} // by peer serial (hex)
+}
+
+type trustState struct {
+	t      *Trust
+	needed bool // the active configuration has TLS chains or TLS clusters
+}
+
+// New checks cfg.
+func New(cfg Config) (*Manager, error) {
+	switch {
+	case cfg.SVID == nil:
+		return nil, errors.New("mtls: SVID holder is required")
+	case cfg.Logger == nil:
+		return nil, errors.New("mtls: Logger is required")
+	case cfg.CRLGrace < 0 || cfg.CRLGrace > MaxCRLGrace:
+		return nil, fmt.Errorf("mtls: CRLGrace %s outside 0..%s", cfg.CRLGrace, MaxCRLGrace)
+	case cfg.HandshakeTimeout < 0 || cfg.HandshakeTimeout > MaxHandshakeTimeout:
+		return nil, fmt.Errorf("mtls: HandshakeTimeout %s outside 0..%s", cfg.HandshakeTimeout, MaxHandshakeTimeout)
+	case cfg.SessionCacheSize < 0 || cfg.SessionCacheSize > MaxSessionCacheSize:
+		return nil, fmt.Errorf("mtls: SessionCacheSize %d outside 0..%d", cfg.SessionCacheSize, MaxSessionCacheSize)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.CRLGrace == 0 {
+		cfg.CRLGrace = revoke.DefaultGrace
+	}
+	if cfg.HandshakeTimeout == 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if cfg.SessionCacheSize == 0 {
+		cfg.SessionCacheSize = DefaultSessionCacheSize
+	}
+	m := &Manager{cfg: cfg, log: cfg.Logger, sessions: tls.NewLRUClientSessionCache(cfg.SessionCacheSize),
+		live: make(map[string]map[*Conn]struct{})}
+	m.server = &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		MaxVersion: tls.VersionTLS13,
+		Time:       cfg.Now, // ticket and certificate ages on the same clock as ours
+		// Any certificate is requested and required; VerifyConnection decides.
+		ClientAuth:       tls.RequireAnyClientCert,
+		GetCertificate:   m.ownCertificate,
+		NextProtos:       []string{ALPNH2, ALPNHTTP1},
+		VerifyConnection: func(cs tls.ConnectionState) error { _, err := m.verifyState(cs, nil); return err },
+		// Session tickets are on (crypto/tls rotates their keys): a client
+		// sidecar resumes instead of paying a full handshake per connection.
+	}
+	return m, nil
+}
+
+// SetTrust installs the trust material of the configuration just activated
+// (nil: it has none) and whether that configuration needs mTLS, then closes
+// every live connection whose peer the new CRL revokes. The runtime calls it on
+// every activation, last-known-good included.
+func (m *Manager) SetTrust(t *Trust, needed bool) {
+	m.trust.Store(&trustState{t: t, needed: needed})
+	if t == nil {
+		return
+	}
+	var doomed []*Conn
+	m.mu.Lock()
+	for _, conns := range m.live {
+		for c := range conns {
+			if t.crl.Revoked(c.peer.Serial) {
+				doomed = append(doomed, c)
+			}
+			break // every connection of one serial shares the verdict
+		}
+	}
+	var close []*Conn
+	for _, d := range doomed {
+		for c := range m.live[d.key] {
+			close = append(close, c)
+		}
+	}
+	m.mu.Unlock()
+	for _, c := range close {
+		m.log.Warn("closing a connection: peer certificate revoked", "peer", c.peer.ID, "serial", c.key,
+			"crl", t.crl.Number(), "remote", c.RemoteAddr())
+		m.closedRevoked.Add(1)
+		c.Close()
+	}
+}
+
+// Trust returns the trust material in use (nil: none).
+func (m *Manager) Trust() *Trust {
+	if s := m.trust.Load(); s != nil {
+		return s.t
+	}
+	return nil
+}
+
+// Sweep closes live connections that must not go on at now: every one once this
+// sidecar's own certificate has expired (mTLS to and from it stops), and those
+// whose peer's certificate has. The owner calls it on its staleness tick.
+func (m *Manager) Sweep(now time.Time) {
+	ownErr := checkOwn(m.cfg.SVID.Load(), now)
+	var close []*Conn
+	m.mu.Lock()
+	for _, conns := range m.live {
+		for c := range conns {
+			if ownErr != nil || now.After(c.peer.NotAfter) {
+				close = append(close, c)
+			}
+		}
+	}
+	m.mu.Unlock()
+	for _, c := range close {
+		why := "peer certificate expired"
+		if ownErr != nil {
+			why = ownErr.Error()
+		}
+		m.log.Warn("closing a connection", "reason", why, "peer", c.peer.ID, "serial", c.key, "remote", c.RemoteAddr())
+		m.closedExpired.Add(1)
+		c.Close()
+	}
+}
+
+func (m *Manager) trustNow() *Trust {
+	if s := m.trust.Load(); s != nil {
+		return s.t
+	}
+	return nil
+}
+
+// ownCertificate serves the current SVID, refusing one that is not valid now: a
+// handshake must fail rather than present an expired certificate.
+func (m *Manager) ownCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	s := m.cfg.SVID.Load()
+	if err := checkOwn(s, m.cfg.Now()); err != nil {
+		return nil, err
+	}
+	return &s.Cert, nil
+}
+
+func (m *Manager) ownClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	return m.ownCertificate(nil)
+}
+
+// verifyState runs verify on a handshake's state (full or resumed).
+func (m *Manager) verifyState(cs tls.ConnectionState, expected []spiffeid.ID) (Peer, error) {
+	if cs.Version != tls.VersionTLS13 {
+		return Peer{}, refused(ResultError, "TLS version %x, only TLS 1.3 is accepted", cs.Version)
+	}
+	return verify(m.cfg.SVID.Load(), m.trustNow(), cs.PeerCertificates, m.cfg.Now(), m.cfg.CRLGrace, expected)
+}
+
+// precheck refuses before any byte is sent when the handshake cannot succeed
+// on this sidecar's account (own certificate, trust, CRL freshness).
+func (m *Manager) precheck(now time.Time) error {
+	if err := checkOwn(m.cfg.SVID.Load(), now); err != nil {
+		return err
+	}
+	return checkTrust(m.trustNow(), now, m.cfg.CRLGrace)
+}
+
+// Server runs the server side of the handshake on raw (whose first byte is a TLS
+// record) and returns the verified connection, registered until it closes. On
+// failure raw is closed.
+func (m *Manager) Server(ctx context.Context, raw net.Conn) (*Conn, error) {
+	if err := m.precheck(m.cfg.Now()); err != nil {
+		m.count(SideServer, err, false)
+		raw.Close()
+		return nil, err
+	}
+	tc := tls.Server(raw, m.server)
+	return m.handshake(ctx, SideServer, tc, nil)
+}
+
+// Upstream is what a client needs to know of its destination: the SNI to send,
+// the SPIFFE IDs the destination runs as (pilot's match_typed_subject_alt_names),
+// and the ALPN protocols to offer. Immutable; built at configuration compile.
+type Upstream struct {
+	SNI  string
+	IDs  []spiffeid.ID // the server must be one of them; at least one
+	ALPN []string      // [h2] for the HTTP peer hop; none for TCP
+	key  string        // pool key prefix: connections verified for the same IDs are interchangeable
+}
+
+// NewUpstream checks and builds an Upstream.
+func NewUpstream(sni string, ids []spiffeid.ID, alpn []string) (*Upstream, error) {
+	if len(ids) == 0 {
+		return nil, errors.New("mtls upstream: no expected SPIFFE ID (every server would be refused)")
+	}
+	for i, id := range ids {
+		if id.IsZero() {
+			return nil, fmt.Errorf("mtls upstream: expected SPIFFE ID %d is empty", i)
+		}
+	}
+	key := "tls"
+	for _, id := range ids {
+		key += " " + id.String()
+	}
+	for _, p := range alpn {
+		key += " alpn=" + p
+	}
+	return &Upstream{SNI: sni, IDs: ids, ALPN: alpn, key: key}, nil
+}
+
+// Key identifies the verification this upstream does: connections made for two
+// upstreams with the same key may be pooled together.
+func (u *Upstream) Key() string { return u.key }
+
+// Client runs the client side of the handshake on raw, a fresh connection to
+// addr, for u, and returns the verified connection. On failure raw is closed.
+func (m *Manager) Client(ctx context.Context, raw net.Conn, addr string, u *Upstream) (*Conn, error) {
+	if u == nil {
+		raw.Close()
+		return nil, errors.New("mtls: client handshake without an upstream")
+	}
+	if err := m.precheck(m.cfg.Now()); err != nil {
+		m.count(SideClient, err, false)
+		raw.Close()
+		return nil, err
+	}
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		MaxVersion: tls.VersionTLS13,
+		ServerName: u.SNI,
+		Time:       m.cfg.Now,
+		// crypto/tls would check a DNS name against the SNI; a SPIFFE SVID has
+		// none. VerifyConnection does all of it: bundle, CRL, expected IDs.
+		InsecureSkipVerify:   true,
+		GetClientCertificate: m.ownClientCertificate,
+		NextProtos:           u.ALPN,
+		ClientSessionCache:   addrCache{inner: m.sessions, addr: addr},
+		VerifyConnection:     func(cs tls.ConnectionState) error { _, err := m.verifyState(cs, u.IDs); return err },
+	}
+	return m.handshake(ctx, SideClient, tls.Client(raw, cfg), u.IDs)
+}
+
+func (m *Manager) handshake(ctx context.Context, side string, tc *tls.Conn, expected []spiffeid.ID) (*Conn, error) {
+	hctx, cancel := context.WithTimeout(ctx, m.cfg.HandshakeTimeout)
+	err := tc.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		m.count(side, err, false)
+		tc.Close()
+		return nil, fmt.Errorf("mtls %s handshake with %s: %w", side, tc.RemoteAddr(), err)
+	}
+	cs := tc.ConnectionState()
+	// VerifyConnection accepted it; derive the peer once more for the registry
+	// (the same pure check, on the same state).
+	p, err := m.verifyState(cs, expected)
+	if err != nil {
+		m.count(side, err, false)
+		tc.Close()
+		return nil, fmt.Errorf("mtls %s handshake with %s: %w", side, tc.RemoteAddr(), err)
+	}
+	m.count(side, nil, cs.DidResume)
+	c := &Conn{Conn: tc, peer: p, m: m, key: p.Serial.Text(16), alpn: cs.NegotiatedProtocol, resumed: cs.DidResume}
+	m.mu.Lock()
+	set := m.live[c.key]
+	if set == nil {
+		set = make(map[*Conn]struct{})
+		m.live[c.key] = set
+	}
+	set[c] = struct{}{}
+	m.mu.Unlock()
+	return c, nil
+}
+
+func (m *Manager) count(side string, err error, resumed bool) {
+	s := 0
+	if side == SideClient {
+		s = 1
+	}
+	r := ResultOK
+	var re *RefusedError
+	switch {
+	case err == nil && resumed:
+		r = ResultResumed
+	case err == nil:
+	case errors.As(err, &re):
+		r = re.Result
+	default:
+		r = ResultError
+	}
+	m.counts[s][resultIndex(r)].Add(1)
+}
+
+func (m *Manager) forget(c *Conn) {
+	m.mu.Lock()
+	if set := m.live[c.key]; set != nil {
+		delete(set, c)
+		if len(set) == 0 {
+			delete(m.live, c.key)
+		}
+	}
+	m.mu.Unlock()
+}
+
+// Live reports open mTLS connections (both sides).
+func (m *Manager) Live() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, s := range m.live {
+		n += len(s)
+	}
+	return n
+}
+
+// CountPlaintextAccepted counts a plaintext connection a PERMISSIVE chain took.
+func (m *Manager) CountPlaintextAccepted() { m.plainAccepted.Add(1) }
+
+// CountPlaintextRefused counts a plaintext connection closed because its port
+// accepts only mTLS (STRICT).
+func (m *Manager) CountPlaintextRefused() { m.plainRefused.Add(1) }
+
+// addrCache keys a shared session cache by the peer's address as well: the SNI
+// (the cluster name) is the same for every endpoint of a cluster, and each
+// endpoint's tickets are its own.
+type addrCache struct {
+	inner tls.ClientSessionCache
+	addr  string
+}
+
+func (a addrCache) Get(key string) (*tls.ClientSessionState, bool) {
+	return a.inner.Get(a.addr + "|" + key)
+}
+func (a addrCache) Put(key string, cs *tls.ClientSessionState) { a.inner.Put(a.addr+"|"+key, cs) }
+
+// Conn is a verified mTLS connection, registered with its Manager until closed.
+type Conn struct {
+	*tls.Conn
+	peer    Peer
+	m       *Manager
+	key     string // peer serial, hex
+	alpn    string
+	resumed bool
+	once    sync.Once
+}
+
+// Peer is the verified peer.
+func (c *Conn) Peer() Peer { return c.peer }
+
+// NegotiatedProtocol is the ALPN protocol agreed ("" if none).
+func (c *Conn) NegotiatedProtocol() string { return c.alpn }
+
+// Resumed says the handshake resumed a session (no certificates exchanged; the
+// peer was verified again from the session's).
+func (c *Conn) Resumed() bool { return c.resumed }
+
+// Close closes the connection and removes it from the live registry.
+func (c *Conn) Close() error {
+	c.once.Do(func() { c.m.forget(c) })
+	return c.Conn.Close()
+}
+
+// PeerID returns the verified SPIFFE ID of c's peer when c is an mTLS
+// connection made or accepted by a Manager (false for plaintext): the principal
+// authorization uses.
+func PeerID(c net.Conn) (spiffeid.ID, bool) {
+	for range 4 { // a few wrappers deep at most
+		switch x := c.(type) {
+		case *Conn:
+			return x.peer.ID, true
+		case interface{ NetConn() net.Conn }:
+			c = x.NetConn()
+		default:
+			return spiffeid.ID{}, false
+		}
+	}
+	return spiffeid.ID{}, false
+}

@@ -1,0 +1,399 @@
+package mtls_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/big"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"go.uber.org/goleak"
+
+	"github.com/weft-mesh/weft/sidecar/mtls"
+	"github.com/weft-mesh/weft/sidecar/mtls/mtlstest"
+	"github.com/weft-mesh/weft/sidecar/svid"
+	"github.com/weft-mesh/weft/tools/testkit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const td = "cluster.local"
+
+// clock is a settable test clock.
+type clock struct{ ns atomic.Int64 }
+
+func newClock() *clock               { c := &clock{}; c.ns.Store(time.Now().UnixNano()); return c }
+func (c *clock) Now() time.Time      { return time.Unix(0, c.ns.Load()) }
+func (c *clock) Add(d time.Duration) { c.ns.Add(int64(d)) }
+func (c *clock) Set(t time.Time)     { c.ns.Store(t.UnixNano()) }
+
+func ids(s ...string) []spiffeid.ID {
+	out := make([]spiffeid.ID, len(s))
+	for i, x := range s {
+		out[i] = spiffeid.RequireFromString(x)
+	}
+	return out
+}
+
+// side is one sidecar's identity: its holder and manager.
+type side struct {
+	h *svid.Holder
+	m *mtls.Manager
+}
+
+func newSide(t *testing.T, s *svid.SVID, clk *clock, trust *mtls.Trust) *side {
+	t.Helper()
+	h := &svid.Holder{}
+	if s != nil {
+		h.Store(s)
+	}
+	m, err := mtls.New(mtls.Config{SVID: h, Logger: hclog.NewNullLogger(), Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetTrust(trust, true)
+	return &side{h: h, m: m}
+}
+
+// server accepts mTLS connections with m, writes "hi" on each (so the client
+// reads the session ticket) and keeps them open until the test ends.
+type server struct {
+	addr string
+	errs chan error
+	mu   sync.Mutex
+	open []*mtls.Conn
+}
+
+func serve(t *testing.T, m *mtls.Manager) *server {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{addr: ln.Addr().String(), errs: make(chan error, 100)}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			raw, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := m.Server(context.Background(), raw)
+				if err != nil {
+					s.errs <- err
+					return
+				}
+				s.mu.Lock()
+				s.open = append(s.open, c)
+				s.mu.Unlock()
+				_, _ = c.Write([]byte("hi"))
+				_, _ = io.Copy(io.Discard, c) // until the client or the test closes it
+				c.Close()
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		s.mu.Lock()
+		for _, c := range s.open {
+			c.Close()
+		}
+		s.mu.Unlock()
+		wg.Wait()
+	})
+	return s
+}
+
+func dial(t *testing.T, m *mtls.Manager, addr string, up *mtls.Upstream) (*mtls.Conn, error) {
+	t.Helper()
+	raw, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.Client(context.Background(), raw, addr, up)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 2)
+	if _, err := io.ReadFull(c, buf); err != nil { // also takes in the session ticket
+		c.Close()
+		return nil, err
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, nil
+}
+
+func upstream(t *testing.T, want ...string) *mtls.Upstream {
+	t.Helper()
+	u, err := mtls.NewUpstream("outbound|80||reviews.shop", ids(want...), []string{mtls.ALPNH2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func refusal(err error) string {
+	var re *mtls.RefusedError
+	if errors.As(err, &re) {
+		return re.Result
+	}
+	return ""
+}
+
+const (
+	reviews     = "spiffe://cluster.local/ns/shop/sa/reviews"
+	productpage = "spiffe://cluster.local/ns/shop/sa/productpage"
+)
+
+type world struct {
+	ca     *mtlstest.CA
+	clk    *clock
+	trust  *mtls.Trust
+	srvID  *svid.SVID
+	cliID  *svid.SVID
+	srv    *side
+	cli    *side
+	server *server
+}
+
+func newWorld(t *testing.T) *world {
+	w := &world{ca: mtlstest.NewCA(t, "mesh root"), clk: newClock()}
+	w.trust = w.trustWith(t, 1)
+	w.srvID = w.ca.Workload(t, td, "shop", "reviews")
+	w.cliID = w.ca.Workload(t, td, "shop", "productpage")
+	w.srv = newSide(t, w.srvID, w.clk, w.trust)
+	w.cli = newSide(t, w.cliID, w.clk, w.trust)
+	w.server = serve(t, w.srv.m)
+	return w
+}
+
+func (w *world) trustWith(t *testing.T, number int64, revoked ...*svid.SVID) *mtls.Trust {
+	var serials []*big.Int
+	for _, s := range revoked {
+		serials = append(serials, s.Cert.Leaf.SerialNumber)
+	}
+	tr, err := mtls.NewTrust(w.ca.Bundle(t), w.ca.CRL(t, number, w.clk.Now().Add(-time.Minute), time.Hour, serials...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func TestHandshakeAndResumption(t *testing.T) {
+	w := newWorld(t)
+	c, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Peer().ID.String(); got != reviews {
+		t.Errorf("client sees peer %s, want %s", got, reviews)
+	}
+	if c.NegotiatedProtocol() != mtls.ALPNH2 || c.Resumed() {
+		t.Errorf("first connection: alpn %q resumed %v, want h2 and a full handshake", c.NegotiatedProtocol(), c.Resumed())
+	}
+	if id, ok := mtls.PeerID(c); !ok || id.String() != reviews {
+		t.Errorf("PeerID = %v %v", id, ok)
+	}
+	c2, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c2.Resumed() || c2.Peer().ID.String() != reviews {
+		t.Errorf("second connection: resumed %v peer %s, want a resumed session with %s", c2.Resumed(), c2.Peer().ID, reviews)
+	}
+	// The server saw the client's identity on both.
+	testkit.Eventually(t, 5*time.Second, "two server connections", func() bool {
+		w.server.mu.Lock()
+		defer w.server.mu.Unlock()
+		return len(w.server.open) == 2
+	})
+	w.server.mu.Lock()
+	for _, sc := range w.server.open {
+		if sc.Peer().ID.String() != productpage {
+			t.Errorf("server sees peer %s, want %s", sc.Peer().ID, productpage)
+		}
+	}
+	w.server.mu.Unlock()
+	hs := w.cli.m.Counts().Handshakes[mtls.SideClient]
+	if hs[mtls.ResultOK] != 1 || hs[mtls.ResultResumed] != 1 {
+		t.Errorf("client handshakes %v, want one ok and one resumed", hs)
+	}
+	if n := w.srv.m.Counts().Handshakes[mtls.SideServer][mtls.ResultResumed]; n != 1 {
+		t.Errorf("server resumed %d, want 1", n)
+	}
+}
+
+func TestClientFromAnotherCARefused(t *testing.T) {
+	w := newWorld(t)
+	other := mtlstest.NewCA(t, "another root")
+	stranger := newSide(t, other.Workload(t, td, "shop", "productpage"), w.clk, w.trust)
+	if _, err := dial(t, stranger.m, w.server.addr, upstream(t, reviews)); err == nil {
+		t.Fatal("a client certified by another CA was accepted")
+	}
+	err := <-w.server.errs
+	if refusal(err) != mtls.ResultUntrusted || !strings.Contains(err.Error(), "serial") {
+		t.Errorf("server error %v, want untrusted naming the serial", err)
+	}
+}
+
+func TestWrongServerIDRefusedByClient(t *testing.T) {
+	w := newWorld(t)
+	_, err := dial(t, w.cli.m, w.server.addr, upstream(t, "spiffe://cluster.local/ns/shop/sa/ratings"))
+	if refusal(err) != mtls.ResultUnexpectedPeer {
+		t.Fatalf("err %v, want unexpected_peer", err)
+	}
+	for _, want := range []string{reviews, "spiffe://cluster.local/ns/shop/sa/ratings"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if n := w.cli.m.Counts().Handshakes[mtls.SideClient][mtls.ResultUnexpectedPeer]; n != 1 {
+		t.Errorf("client unexpected_peer count %d, want 1", n)
+	}
+}
+
+func TestRevokedClientRefusedAndLiveConnectionClosed(t *testing.T) {
+	w := newWorld(t)
+	c, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A new CRL revoking the client: the server closes the open connection...
+	w.srv.m.SetTrust(w.trustWith(t, 2, w.cliID), true)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var ne net.Error
+	if _, err := c.Read(make([]byte, 1)); err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("read on a revoked peer's connection: %v, want it closed", err)
+	}
+	if n := w.srv.m.Counts().ClosedRevoked; n != 1 {
+		t.Errorf("closed for revocation: %d, want 1", n)
+	}
+	// ...and refuses the next handshake, resumed or not, naming the serial.
+	_, err = dial(t, w.cli.m, w.server.addr, upstream(t, reviews))
+	if err == nil {
+		t.Fatal("a revoked client was accepted")
+	}
+	serr := <-w.server.errs
+	if refusal(serr) != mtls.ResultRevoked || !strings.Contains(serr.Error(), w.cliID.Cert.Leaf.SerialNumber.Text(16)) {
+		t.Errorf("server error %v, want revoked naming serial %x", serr, w.cliID.Cert.Leaf.SerialNumber)
+	}
+}
+
+func TestRevokedServerRefusedOnResumption(t *testing.T) {
+	w := newWorld(t)
+	if _, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews)); err != nil {
+		t.Fatal(err)
+	}
+	w.cli.m.SetTrust(w.trustWith(t, 2, w.srvID), true)
+	_, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews))
+	if refusal(err) != mtls.ResultRevoked {
+		t.Fatalf("err %v, want the resumed session refused as revoked", err)
+	}
+}
+
+func TestOwnCertificateExpiredFailsClosed(t *testing.T) {
+	w := newWorld(t)
+	c, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One second past the client's NotAfter: no connection is made.
+	w.clk.Set(w.cliID.NotAfter)
+	w.srv.h.Store(w.ca.Issue(t, reviews, w.clk.Now().Add(-time.Hour), w.clk.Now().Add(time.Hour)))
+	w.cli.m.SetTrust(w.trustWith(t, 2), true)
+	w.srv.m.SetTrust(w.trustWith(t, 2), true)
+	if _, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews)); err != nil {
+		t.Fatalf("at NotAfter exactly the certificate is still valid: %v", err)
+	}
+	w.clk.Add(time.Second)
+	_, err = dial(t, w.cli.m, w.server.addr, upstream(t, reviews))
+	if refusal(err) != mtls.ResultCertificateExpired || !strings.Contains(err.Error(), productpage) {
+		t.Fatalf("err %v, want certificate_expired naming %s", err, productpage)
+	}
+	if st := w.cli.m.Status(w.clk.Now()); st.Ready || st.Cert != mtls.CertExpired {
+		t.Errorf("status %+v, want expired and not ready", st)
+	}
+	// Sweep closes what was open.
+	w.cli.m.Sweep(w.clk.Now())
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Error("a connection of an expired sidecar is still open after Sweep")
+	}
+	if w.cli.m.Live() != 0 {
+		t.Errorf("live %d after Sweep, want 0", w.cli.m.Live())
+	}
+}
+
+func TestCRLPastGraceRefusesNewHandshakes(t *testing.T) {
+	w := newWorld(t)
+	next := w.trust.CRL().NextUpdate()
+	w.clk.Set(next.Add(time.Hour)) // DefaultGrace: still Lapsed, still served
+	if _, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews)); err != nil {
+		t.Fatalf("at NextUpdate + grace: %v", err)
+	}
+	w.clk.Add(time.Nanosecond)
+	_, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews))
+	if refusal(err) != mtls.ResultCRLExpired || !strings.Contains(err.Error(), "CRL number 1") {
+		t.Fatalf("err %v, want crl_expired naming the CRL", err)
+	}
+	st := w.srv.m.Status(w.clk.Now())
+	if st.Ready || st.CRL != mtls.CRLExpired || !strings.Contains(st.Lines(), "crl: expired") || !strings.Contains(st.Lines(), "NextUpdate") {
+		t.Errorf("status %q, want not ready with the CRL reason", st.Lines())
+	}
+}
+
+func TestConfigBounds(t *testing.T) {
+	h := &svid.Holder{}
+	log := hclog.NewNullLogger()
+	for _, tc := range []struct {
+		name string
+		cfg  mtls.Config
+		ok   bool
+	}{
+		{"grace at max", mtls.Config{CRLGrace: mtls.MaxCRLGrace}, true},
+		{"grace past max", mtls.Config{CRLGrace: mtls.MaxCRLGrace + 1}, false},
+		{"grace negative", mtls.Config{CRLGrace: -1}, false},
+		{"handshake timeout at max", mtls.Config{HandshakeTimeout: mtls.MaxHandshakeTimeout}, true},
+		{"handshake timeout past max", mtls.Config{HandshakeTimeout: mtls.MaxHandshakeTimeout + 1}, false},
+		{"session cache at max", mtls.Config{SessionCacheSize: mtls.MaxSessionCacheSize}, true},
+		{"session cache past max", mtls.Config{SessionCacheSize: mtls.MaxSessionCacheSize + 1}, false},
+		{"session cache negative", mtls.Config{SessionCacheSize: -1}, false},
+	} {
+		tc.cfg.SVID, tc.cfg.Logger = h, log
+		_, err := mtls.New(tc.cfg)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: err %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+	if _, err := mtls.New(mtls.Config{Logger: log}); err == nil {
+		t.Error("no SVID holder accepted")
+	}
+	if _, err := mtls.NewUpstream("x", nil, nil); err == nil {
+		t.Error("an upstream expecting no identity accepted")
+	}
+}
+
+func TestNoTrustRefuses(t *testing.T) {
+	w := newWorld(t)
+	w.cli.m.SetTrust(nil, true)
+	_, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews))
+	if refusal(err) != mtls.ResultNoTrust || !strings.Contains(err.Error(), mtls.RootCAName) {
+		t.Fatalf("err %v, want no_trust naming %s", err, mtls.RootCAName)
+	}
+	none := newSide(t, nil, w.clk, w.trust)
+	_, err = dial(t, none.m, w.server.addr, upstream(t, reviews))
+	if refusal(err) != mtls.ResultNoCertificate {
+		t.Fatalf("err %v, want no_certificate", err)
+	}
+}
