@@ -12,6 +12,15 @@
 //	pilot: [127.0.0.1:15010, 127.0.0.2:15010]
 //	publisher-key: /var/lib/weft/publisher.pub
 //	state-dir: /var/lib/weft/reviews-v1-a
+//	token-file: /var/run/weft/token
+//	ca-root: /var/lib/weft/ca-root.pem
+//	trust-domain: cluster.local
+//
+// Identity (issue #9): with token-file the sidecar asks pilot for a workload
+// certificate (authenticated by the token) and talks to pilot over mTLS, so
+// pilot addresses are then pilot's TLS xDS port (15012); ca-root is required
+// with it and verifies pilot. Without token-file, xDS is plaintext (pilot must
+// allow --insecure-plaintext-registration) and the sidecar has no mTLS.
 //
 // With --bootstrap FILE, the file is read first and every flag given explicitly on
 // the command line overrides the file's value (labels and pilot as a whole), so an
@@ -44,6 +53,7 @@ const (
 	DefaultReadyPort    = 15021 // on the workload address
 	DefaultAppAddress   = "127.0.0.1"
 	DefaultXDSMode      = "delta"
+	DefaultTrustDomain  = "cluster.local"
 )
 
 // Limits.
@@ -53,6 +63,8 @@ const (
 	MaxLabelBytes    = 256 // per key and per value
 	MaxIDBytes       = 253
 	MaxBootstrapSize = 64 << 10
+	// MaxCARootBytes bounds the --ca-root file.
+	MaxCARootBytes = 256 << 10
 )
 
 // Settings is everything a sidecar needs to start.
@@ -67,6 +79,15 @@ type Settings struct {
 	ReadyAddr    netip.AddrPort
 	AppAddress   netip.Addr
 	XDSMode      string // "delta" or "sotw"
+	// TokenFile holds the bootstrap token for the first CSR (checked at parse
+	// time to exist and be at most token.MaxBytes; re-read for every CSR that
+	// needs it). Empty: no identity, plaintext xDS.
+	TokenFile string
+	// CARoot is the PEM file of the mesh CA's roots pilot is verified by
+	// (pilot's <data-dir>/ca/root.pem); required with TokenFile.
+	CARoot string
+	// TrustDomain of the mesh's SPIFFE IDs; default DefaultTrustDomain.
+	TrustDomain string
 	// InsecureSkipManifest lets PublisherKey be empty: activation then does not wait
 	// for a signed manifest (interop with plain xDS servers) and nothing is persisted.
 	InsecureSkipManifest bool
@@ -118,6 +139,9 @@ type File struct {
 	ReadyAddr      string            `json:"ready-addr,omitempty"`
 	AppAddress     string            `json:"app-address,omitempty"`
 	XDSMode        string            `json:"xds-mode,omitempty"`
+	TokenFile      string            `json:"token-file,omitempty"`
+	CARoot         string            `json:"ca-root,omitempty"`
+	TrustDomain    string            `json:"trust-domain,omitempty"`
 	// InsecureSkipManifest and Staleness: see Settings.
 	InsecureSkipManifest bool     `json:"insecure-skip-manifest,omitempty"`
 	Staleness            []string `json:"staleness,omitempty"`
@@ -155,6 +179,9 @@ func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, err
 	fs.StringVar(&f.ReadyAddr, "ready-addr", "", "readiness IP:PORT (default <address>:15021)")
 	fs.StringVar(&f.AppAddress, "app-address", "", "application IP (default "+DefaultAppAddress+")")
 	fs.StringVar(&f.XDSMode, "xds-mode", "", "delta|sotw (default delta)")
+	fs.StringVar(&f.TokenFile, "token-file", "", "bootstrap token file: get a workload certificate and use mTLS to pilot")
+	fs.StringVar(&f.CARoot, "ca-root", "", "mesh CA root PEM file verifying pilot (pilot's <data-dir>/ca/root.pem)")
+	fs.StringVar(&f.TrustDomain, "trust-domain", "", "SPIFFE trust domain (default "+DefaultTrustDomain+")")
 	fs.BoolVar(&f.InsecureSkipManifest, "insecure-skip-manifest", false, "activate without pilot's signed manifest (plain xDS servers); allows no publisher-key")
 	limitFlags(fs, &f.FileLimits)
 	fs.IntVar(&f.Concurrency, "concurrency", 0, fmt.Sprintf("worker threads (GOMAXPROCS), 1..%d (default %d)", MaxConcurrency, DefaultConcurrency))
@@ -194,6 +221,9 @@ func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, err
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
+	if err := s.checkIdentityFiles(readFile); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
 	return s, nil
 }
 
@@ -206,7 +236,8 @@ func (f File) overriddenBy(cmd File, set map[string]bool) File {
 		"state-dir": {&f.StateDir, &cmd.StateDir}, "admin-addr": {&f.AdminAddr, &cmd.AdminAddr},
 		"outbound-addr": {&f.OutboundAddr, &cmd.OutboundAddr}, "inbound-addr": {&f.InboundAddr, &cmd.InboundAddr},
 		"ready-addr": {&f.ReadyAddr, &cmd.ReadyAddr}, "app-address": {&f.AppAddress, &cmd.AppAddress},
-		"xds-mode": {&f.XDSMode, &cmd.XDSMode},
+		"xds-mode": {&f.XDSMode, &cmd.XDSMode}, "token-file": {&f.TokenFile, &cmd.TokenFile},
+		"ca-root": {&f.CARoot, &cmd.CARoot}, "trust-domain": {&f.TrustDomain, &cmd.TrustDomain},
 	} {
 		if set[name] {
 			*v[0] = *v[1]
@@ -271,6 +302,7 @@ func ParseLabels(s string) (map[string]string, error) {
 // Settings validates the file's values and applies defaults.
 func (f File) Settings() (*Settings, error) {
 	s := &Settings{PublisherKey: f.PublisherKey, StateDir: f.StateDir, XDSMode: f.XDSMode,
+		TokenFile: f.TokenFile, CARoot: f.CARoot, TrustDomain: f.TrustDomain,
 		InsecureSkipManifest: f.InsecureSkipManifest, Staleness: append([]string(nil), f.Staleness...), Pprof: f.Pprof,
 		Concurrency: f.Concurrency}
 	switch {
@@ -355,6 +387,9 @@ func (f File) Settings() (*Settings, error) {
 	case "delta", "sotw":
 	default:
 		return nil, fmt.Errorf("xds-mode: %q, want delta or sotw", s.XDSMode)
+	}
+	if err := s.checkIdentity(); err != nil {
+		return nil, err
 	}
 	labels := make(map[string]string, len(f.Labels))
 	for k, v := range f.Labels {

@@ -76,6 +76,7 @@ func want(mut func(*Settings)) *Settings {
 		ReadyAddr:    netip.MustParseAddrPort("127.0.0.21:15021"),
 		AppAddress:   netip.MustParseAddr("127.0.0.1"),
 		XDSMode:      "delta",
+		TrustDomain:  DefaultTrustDomain,
 		Concurrency:  DefaultConcurrency,
 		Limits:       DefaultLimits(),
 	}

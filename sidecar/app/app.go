@@ -3,10 +3,13 @@
 // the admin endpoints and the readiness probe, until its context ends.
 //
 // Start-up order: every address is bound first (a port in use fails the start
-// before anything runs); the persisted last-known-good snapshot is verified; the
-// xDS stream starts with it as its initial state; if the stream has not activated
-// a configuration within Options.LKGWait, the verified snapshot is activated and
-// the sidecar is ready without pilot.
+// before anything runs); the persisted last-known-good snapshot is verified;
+// with --token-file the certificate client asks pilot for the workload
+// certificate and the xDS stream (mTLS) waits for it; the xDS stream starts with
+// the snapshot as its initial state; if the stream has not activated a
+// configuration within Options.LKGWait, the verified snapshot is activated and
+// the sidecar is ready without pilot (so the snapshot may activate while the
+// certificate is still being obtained: routing serves, mTLS waits for it).
 package app
 
 import (
@@ -39,6 +42,7 @@ import (
 	"github.com/weft-mesh/weft/sidecar/overload"
 	"github.com/weft-mesh/weft/sidecar/runtime"
 	"github.com/weft-mesh/weft/sidecar/runtime/staleness"
+	"github.com/weft-mesh/weft/sidecar/svid"
 	"github.com/weft-mesh/weft/sidecar/tcpproxy"
 	"github.com/weft-mesh/weft/sidecar/xdsclient"
 )
@@ -224,8 +228,17 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	// pending signal is enough; the stream never waits on it).
 	activated := make(chan struct{}, 1)
 	initial, _ := rt.LoadLastKnownGood() // a refusal is logged and shown by the runtime
+	// The workload certificate (empty without --token-file); mTLS reads it.
+	holder := &svid.Holder{}
+	ident, err := newIdentity(s, holder, log, reg, nil)
+	if err != nil {
+		return fmt.Errorf("sidecar: identity: %w", err)
+	}
 	xcfg := xdsclient.Config{Node: &s.Node, Servers: s.Pilot, Types: rt.Types(), Decode: rt.Decode, Apply: applied(rt, activated),
 		Logger: log, Backoff: o.Backoff, ConfirmAfter: o.ConfirmAfter, Initial: initial, InitialConfirmed: rt.LastKnownGoodConfirmed()}
+	if ident != nil {
+		xcfg.TLS = ident.xdsTLS
+	}
 	if s.XDSMode == "sotw" {
 		xcfg.Mode = xdsclient.SotW
 	}
@@ -355,7 +368,13 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	run("outlier-report", func() error { reports.Run(ctx); return nil })
 	run("outlier", func() error { runOutliers(ctx, registry, log.Named("outlier")); return nil })
+	if ident != nil {
+		run("certclient", func() error { _ = ident.client.Run(ctx); return nil })
+	}
 	run("xds", func() error {
+		if ident != nil && waitCertificate(ctx, holder) != nil {
+			return nil // stopped before a certificate came
+		}
 		if err := client.Run(ctx); !errors.Is(err, context.Canceled) {
 			return err
 		}
@@ -396,7 +415,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		}
 	})
 	log.Info("sidecar started", "outbound", s.OutboundAddr, "inbound", s.InboundAddr,
-		"admin", s.AdminAddr, "ready", s.ReadyAddr, "pilot", s.Pilot, "xds", s.XDSMode)
+		"admin", s.AdminAddr, "ready", s.ReadyAddr, "pilot", s.Pilot, "xds", s.XDSMode, "identity", identityLog(s))
 	<-ctx.Done()
 	wg.Wait()
 	// The last-known-good is written off the runtime's lock; the final one must

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/weft-mesh/weft/bootstrap/render"
+	"github.com/weft-mesh/weft/certs/ca"
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/sidecar/runtime/staleness"
 	"github.com/weft-mesh/weft/tools/testkit"
@@ -248,5 +250,69 @@ func TestReleaseMemoryAfterActivation(t *testing.T) {
 	got = releases()
 	if gap := got[2].Sub(got[1]); len(got) != 3 || gap < MinMemoryRelease {
 		t.Fatalf("%d releases; third %s after the second, want 3 releases and >= %s", len(got), gap, MinMemoryRelease)
+	}
+}
+
+// With --token-file and pilot unreachable, the sidecar starts, keeps asking for
+// its certificate (counted in /metrics) and has no xDS stream.
+func TestRunIdentityWaitsForCertificate(t *testing.T) {
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	root := filepath.Join(dir, "root.pem")
+	c, err := ca.Open(ca.Config{Dir: filepath.Join(dir, "ca"), TrustDomain: "cluster.local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(root, c.Bundle().PEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tok, []byte("not-a-real-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ip := "127.77.9.7"
+	s := settings(t, ip)
+	s.TokenFile, s.CARoot = tok, root
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, s, Options{Logger: hclog.NewNullLogger()}) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	testkit.Wait(t, 10*time.Second, func() error {
+		resp, err := http.Get("http://" + ip + ":15000/metrics")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if !strings.Contains(string(b), `weft_sidecar_certificate_requests_total{credential="token",result="error"} 1`) {
+			return fmt.Errorf("no failed token CSR counted yet")
+		}
+		if !strings.Contains(string(b), "weft_sidecar_xds_connected 0") {
+			return fmt.Errorf("xDS connected without a certificate")
+		}
+		return nil
+	})
+}
+
+// A --ca-root that no longer parses at start fails the start, naming the file.
+func TestRunIdentityBadRoot(t *testing.T) {
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	root := filepath.Join(dir, "root.pem")
+	if err := os.WriteFile(tok, []byte("t"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(root, []byte("junk"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := settings(t, "127.77.9.8")
+	s.TokenFile, s.CARoot = tok, root
+	err := Run(context.Background(), s, Options{Logger: hclog.NewNullLogger()})
+	if err == nil || !strings.Contains(err.Error(), "sidecar: identity: ca-root "+root) {
+		t.Fatalf("err = %v", err)
 	}
 }

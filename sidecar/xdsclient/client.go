@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -218,8 +219,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 // stream runs one ADS stream to srv. ok reports whether it was healthy (got a
 // response or stayed up ConfirmAfter), which resets the backoff.
 func (c *Client) stream(ctx context.Context, srv string) (ok bool, err error) {
+	creds := insecure.NewCredentials()
+	if c.cfg.TLS != nil {
+		creds = credentials.NewTLS(c.cfg.TLS)
+	}
 	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.cfg.MaxRecvBytes)),
 		grpc.WithKeepaliveParams(c.cfg.Keepalive),
 	}, c.cfg.DialOptions...)

@@ -17,6 +17,7 @@ package xdsclient
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -105,6 +106,11 @@ type Config struct {
 	// DialOptions are added to every connection; without transport credentials the
 	// connection is plaintext.
 	DialOptions []grpc.DialOption
+	// TLS, when set, makes every connection TLS with this configuration (mTLS
+	// to pilot: its GetClientCertificate runs at each handshake, so a renewed
+	// workload certificate is used from the next reconnect on, and the live
+	// stream keeps the one it was made with). Nil: plaintext.
+	TLS *tls.Config
 	// Keepalive detects a server that vanished without closing the connection;
 	// until it does, the stream would look healthy and keep confirming the state.
 	// Default: ping after 5m idle (the most a default grpc-go server tolerates),

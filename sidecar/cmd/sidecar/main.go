@@ -24,12 +24,18 @@ const usage = `usage: sidecar --node-id ID --namespace NS --service-account SA -
                [--ready-addr IP:PORT] [--app-address IP] [--locality R/Z/S] [--xds-mode delta|sotw]
                [--staleness CLASS=WARN/EXPIRE[/ONEXPIRE]]... [--insecure-skip-manifest] [--concurrency N]
                [--pprof (built with -tags weftpprof)]
+               [--token-file FILE --ca-root FILE] [--trust-domain TD]
        sidecar --bootstrap FILE [flags overriding the file]
        sidecar --version | --help
 Defaults: admin 127.0.0.1:15000, outbound 127.0.0.1:15001, inbound <address>:15006,
 ready <address>:15021, app address 127.0.0.1, xds-mode delta, concurrency 1 (GOMAXPROCS
-in the environment overrides it). WEFT_LOG_LEVEL sets the
-log level (trace, debug, info, warn, error).
+in the environment overrides it), trust-domain cluster.local. WEFT_LOG_LEVEL sets
+the log level (trace, debug, info, warn, error).
+Identity: --token-file FILE (bootstrap token, at most 4096 bytes) gets a workload
+certificate spiffe://TD/ns/NS/sa/SA from pilot (key made in the process, never
+written; renewed at 50-60% of its lifetime) and dials pilot over mTLS: --pilot is
+then pilot's TLS address (:15012) and --ca-root FILE (pilot's <data-dir>/ca/root.pem)
+verifies it as spiffe://TD/weft/pilot. Without --token-file: plaintext xDS, no mTLS.
 Overload bounds (each also a bootstrap file key; over a bound: connection closed, or
 503 with x-weft-overflow; a route timeout answers 504 with x-weft-timeout):
   --max-connections N (10000, all listeners)   --max-connections-per-listener N (10000)

@@ -1,0 +1,63 @@
+package render
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/weft-mesh/weft/certs/bundle"
+	"github.com/weft-mesh/weft/certs/token"
+)
+
+// Identity reports whether the sidecar gets a workload certificate (a token
+// file is given).
+func (s *Settings) Identity() bool { return s.TokenFile != "" }
+
+// checkIdentity checks the identity settings that need no file.
+func (s *Settings) checkIdentity() error {
+	if s.TrustDomain == "" {
+		s.TrustDomain = DefaultTrustDomain
+	}
+	// A bare name: TrustDomainFromString also takes "spiffe://name".
+	if td, err := spiffeid.TrustDomainFromString(s.TrustDomain); err != nil || td.Name() != s.TrustDomain {
+		return fmt.Errorf("trust-domain: %q is not a SPIFFE trust domain (lowercase letters, digits, '.', '-', '_')", s.TrustDomain)
+	}
+	switch {
+	case s.TokenFile != "" && s.CARoot == "":
+		return errors.New("ca-root: required with token-file (it verifies pilot)")
+	case s.TokenFile == "" && s.CARoot != "":
+		// Nothing would use it: say so rather than ignore it.
+		return errors.New("ca-root: set without token-file (without a token the sidecar has no identity and dials pilot in plaintext)")
+	}
+	return nil
+}
+
+// checkIdentityFiles checks the token file (exists, not empty, at most
+// token.MaxBytes) and the CA roots (at most MaxCARootBytes, a bundle).
+func (s *Settings) checkIdentityFiles(readFile func(string) ([]byte, error)) error {
+	if s.TokenFile == "" {
+		return nil
+	}
+	tok, err := readFile(s.TokenFile)
+	switch {
+	case err != nil:
+		return fmt.Errorf("token-file: %v", err)
+	case len(tok) > token.MaxBytes:
+		return fmt.Errorf("token-file %s: %d bytes, limit %d", s.TokenFile, len(tok), token.MaxBytes)
+	case len(bytes.TrimSpace(tok)) == 0:
+		return fmt.Errorf("token-file %s: empty", s.TokenFile)
+	}
+	pem, err := readFile(s.CARoot)
+	switch {
+	case err != nil:
+		return fmt.Errorf("ca-root: %v", err)
+	case len(pem) > MaxCARootBytes:
+		return fmt.Errorf("ca-root %s: %d bytes, limit %d", s.CARoot, len(pem), MaxCARootBytes)
+	}
+	if _, err := bundle.Parse(pem); err != nil {
+		return fmt.Errorf("ca-root %s: %v", s.CARoot, err)
+	}
+	return nil
+}
