@@ -237,7 +237,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	xcfg := xdsclient.Config{Node: &s.Node, Servers: s.Pilot, Types: rt.Types(), Decode: rt.Decode, Apply: applied(rt, activated),
 		Logger: log, Backoff: o.Backoff, ConfirmAfter: o.ConfirmAfter, Initial: initial, InitialConfirmed: rt.LastKnownGoodConfirmed()}
 	if ident != nil {
-		xcfg.TLS = ident.xdsTLS
+		xcfg.TLS, xcfg.Redial = ident.xdsTLS, holder.Changed
 	}
 	if s.XDSMode == "sotw" {
 		xcfg.Mode = xdsclient.SotW

@@ -165,6 +165,12 @@ func (c *Client) Run(ctx context.Context) error {
 	defer c.running.Store(false)
 	round := 0
 	for {
+		// Taken before the attempt, so a new client certificate stored while it
+		// fails still cuts the wait after it short.
+		var redial <-chan struct{}
+		if c.cfg.Redial != nil {
+			redial = c.cfg.Redial()
+		}
 		healthy := false
 		for _, srv := range c.cfg.Servers {
 			if ctx.Err() != nil {
@@ -185,10 +191,15 @@ func (c *Client) Run(ctx context.Context) error {
 		if healthy {
 			round = 0
 		}
-		if err := sleep(ctx, c.backoff(round)); err != nil {
+		woken, err := sleep(ctx, c.backoff(round), redial)
+		if err != nil {
 			return err
 		}
 		round++
+		if woken {
+			c.log.Info("reconnecting at once: new client credentials")
+			round = 0
+		}
 	}
 }
 
@@ -205,14 +216,17 @@ func (c *Client) backoff(round int) time.Duration {
 	return rand.N(capd + 1)
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
+// sleep waits d, or less if wake is closed (woken); nil wake never fires.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) (woken bool, err error) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	case <-t.C:
-		return nil
+		return false, nil
+	case <-wake:
+		return true, nil
 	}
 }
 

@@ -111,6 +111,10 @@ type Config struct {
 	// workload certificate is used from the next reconnect on, and the live
 	// stream keeps the one it was made with). Nil: plaintext.
 	TLS *tls.Config
+	// Redial, if set, returns a channel closed when reconnecting at once is
+	// worth it (svid.Holder.Changed: a new certificate after pilot refused an
+	// expired one): the backoff wait is cut short and starts over.
+	Redial func() <-chan struct{}
 	// Keepalive detects a server that vanished without closing the connection;
 	// until it does, the stream would look healthy and keep confirming the state.
 	// Default: ping after 5m idle (the most a default grpc-go server tolerates),

@@ -197,3 +197,37 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// Pilot refuses the client certificate (here: from another CA, as an expired
+// one would be); a new certificate in the holder redials at once instead of
+// after the backoff (here up to an hour, full jitter: a reconnect within 5s
+// without the redial has a chance of 1 in 720).
+func TestRedialOnNewCertificate(t *testing.T) {
+	c, _ := ca.Open(ca.Config{Dir: t.TempDir(), TrustDomain: "cluster.local"})
+	other, _ := ca.Open(ca.Config{Dir: t.TempDir(), TrustDomain: "cluster.local"})
+	pilotID, _ := spiffe.Pilot("cluster.local")
+	workload, _ := spiffe.Workload("cluster.local", "shop", "reviews")
+	_, serving := issue(t, c, pilotID)
+	refused, _ := issue(t, other, workload)
+	h := &svid.Holder{}
+	h.Store(refused)
+	cache := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, quiet{})
+	setSnapshot(t, cache, snapshot(t, "v1", listener("l1", "r1")))
+	srv := startTLSServer(t, cache, "127.0.0.1:0", serving, c.Bundle())
+	cfg := testConfig(t, Delta, &applier{}, srv.addr)
+	cfg.Backoff = Backoff{Initial: time.Hour, Max: time.Hour}
+	cfg.ConnectTimeout = 200 * time.Millisecond
+	cfg.TLS = certclient.PilotTLS(pilotID, func() (*bundle.Bundle, error) { return c.Bundle(), nil }, h.GetClientCertificate, time.Now)
+	cfg.Redial = h.Changed
+	cl := runClient(t, cfg)
+	testkit.Eventually(t, waitTimeout, "the refused stream has ended", func() bool {
+		return cl.Status().Server != "" && !cl.Status().Connected
+	})
+	good, _ := issue(t, c, workload)
+	start := time.Now()
+	h.Store(good)
+	testkit.Eventually(t, waitTimeout, "v1 ACKed after the new certificate", func() bool { return ackedAll(srv.rec, "v1") })
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("reconnected %v after the new certificate", took)
+	}
+}
