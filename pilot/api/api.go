@@ -34,11 +34,15 @@ package api
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,6 +84,10 @@ type Config struct {
 	// Registry receives the API's metrics and is served on /metrics; nil means a
 	// new private registry. Never the global one, so tests and processes do not share.
 	Registry *prometheus.Registry
+	// Health is shown by /healthz after "ok", one "key: value" line each in
+	// key order, or as fields of the JSON object when the client accepts
+	// application/json (pilot shows insecure modes here).
+	Health map[string]string
 }
 
 // API is the admin HTTP handler.
@@ -91,6 +99,7 @@ type API struct {
 	maxBody int64
 	// maxObjects bounds one apply.
 	maxObjects int
+	health     map[string]string // extra /healthz lines; immutable
 	metrics    *metrics
 	mux        *http.ServeMux
 
@@ -133,6 +142,7 @@ func New(cfg Config) (*API, error) {
 		remote:     cfg.AllowRemote,
 		maxBody:    cfg.MaxBodyBytes,
 		maxObjects: cfg.MaxApplyObjects,
+		health:     maps.Clone(cfg.Health),
 		mux:        http.NewServeMux(),
 	}
 	m, err := newMetrics(reg, cfg.Store)
@@ -226,8 +236,22 @@ func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set(RevisionHeader, strconv.FormatInt(int64(rev), 10))
+	if strings.Contains(r.Header.Get("Accept"), "application/json") {
+		obj := map[string]string{"status": "ok", "revision": strconv.FormatInt(int64(rev), 10)}
+		for k, v := range a.health {
+			obj[k] = v
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(obj)
+		return
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = fmt.Fprintln(w, "ok")
+	var b strings.Builder
+	b.WriteString("ok\n")
+	for _, k := range slices.Sorted(maps.Keys(a.health)) {
+		fmt.Fprintf(&b, "%s: %s\n", k, a.health[k])
+	}
+	_, _ = io.WriteString(w, b.String())
 }
 
 // statusRecorder remembers the status code for the requests metric.

@@ -1,10 +1,19 @@
 // Package server wires pilot together: the embedded store, the admin HTTP API
-// (with the xDS status API mounted under /apis/status/v1/), metrics and the xDS
-// gRPC server, and runs them until the context ends.
+// (with the xDS status API mounted under /apis/status/v1/ and the CA's under
+// /apis/ca/v1/), metrics and the xDS gRPC servers, and runs them until the
+// context ends.
+//
+// xDS is served on two listeners by one ADS server: TLS on XDSTLSAddr (15012;
+// pilot's serving certificate from the mesh CA, client certificates verified
+// against the trust bundle when given; the CSR service rides on it), and
+// plaintext on XDSAddr (15010, loopback by default), where a client may read but
+// not register unless InsecurePlaintextRegistration.
 package server
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -17,6 +26,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
 
 	"github.com/weft-mesh/weft/pilot/api"
 	"github.com/weft-mesh/weft/pilot/status"
@@ -24,11 +34,40 @@ import (
 	"github.com/weft-mesh/weft/pilot/store/boltstore"
 )
 
-// DefaultAdminAddr and DefaultXDSAddr are Istio's port numbers (DESIGN.md, Ports).
+// DefaultAdminAddr, DefaultXDSAddr and DefaultXDSTLSAddr are Istio's port
+// numbers (DESIGN.md, Ports). Plaintext xDS is loopback only unless opened.
 const (
-	DefaultAdminAddr = "127.0.0.1:15014"
-	DefaultXDSAddr   = ":15010"
+	DefaultAdminAddr  = "127.0.0.1:15014"
+	DefaultXDSAddr    = "127.0.0.1:15010"
+	DefaultXDSTLSAddr = ":15012"
 )
+
+// DefaultTrustDomain is the SPIFFE trust domain when none is given (Istio's).
+const DefaultTrustDomain = "cluster.local"
+
+// Authority is the mesh CA as pilot's servers use it (pilot/ca.Service).
+type Authority interface {
+	// ServingCert is pilot's own TLS certificate (tls.Config.GetCertificate).
+	ServingCert(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	// ClientCAs is the current trust bundle that client certificates are
+	// verified against (during a root rotation, old and new roots).
+	ClientCAs() *x509.CertPool
+	// Register registers the CSR service on the TLS gRPC server.
+	Register(*grpc.Server)
+	// Handler serves the CA's admin API, mounted at /apis/ca/v1/.
+	Handler() http.Handler
+}
+
+// AuthorityFunc opens the CA once the store is open; Run calls it once.
+type AuthorityFunc func(ctx context.Context, env AuthorityEnv) (Authority, error)
+
+// AuthorityEnv is what the CA is opened with.
+type AuthorityEnv struct {
+	DataDir     string // the CA keeps its state in DataDir/ca
+	TrustDomain string
+	Registry    *prometheus.Registry
+	Logger      hclog.Logger
+}
 
 // DefaultShutdownTimeout bounds graceful shutdown of in-flight admin requests.
 const DefaultShutdownTimeout = 10 * time.Second
@@ -43,7 +82,20 @@ type XDSFunc func(ctx context.Context, env XDSEnv) error
 type Config struct {
 	DataDir   string
 	AdminAddr string // default DefaultAdminAddr; "127.0.0.1:0" picks a free port
-	XDSAddr   string // default DefaultXDSAddr; used only when XDS is set
+	XDSAddr   string // plaintext xDS; default DefaultXDSAddr; used only when XDS is set
+	// XDSTLSAddr is xDS (and the CSR service) over TLS; default
+	// DefaultXDSTLSAddr; used only when XDS and CA are set.
+	XDSTLSAddr string
+	// TrustDomain is the mesh's SPIFFE trust domain; default DefaultTrustDomain.
+	TrustDomain string
+	// InsecurePlaintextRegistration lets clients on the plaintext listener
+	// register as any workload their metadata names (the behaviour before
+	// authenticated xDS): for local development and tests of other features
+	// only. Logged at Warn at start and shown by /healthz.
+	InsecurePlaintextRegistration bool
+	// CA opens the mesh CA; nil runs without one, and then without the TLS
+	// listener (nothing can register unless InsecurePlaintextRegistration).
+	CA AuthorityFunc
 
 	// AdminAllowRemote lets non-loopback clients use the admin API; it requires
 	// AdminTokenFile, whose bearer token is then required on every request.
@@ -58,8 +110,12 @@ type Config struct {
 	// OnReady, when set, is called once every listener is bound, with the admin
 	// address actually bound (useful with port 0 in tests).
 	OnReady func(adminAddr net.Addr)
-	// OnXDSReady, when set and XDS is set, is called with the bound xDS address.
+	// OnXDSReady, when set and XDS is set, is called with the bound plaintext
+	// xDS address.
 	OnXDSReady func(xdsAddr net.Addr)
+	// OnXDSTLSReady, when set and the TLS listener runs, is called with its
+	// bound address.
+	OnXDSTLSReady func(xdsTLSAddr net.Addr)
 
 	// Status bounds the xDS status tracker; zero means DefaultStatusLimits.
 	Status StatusLimits
@@ -99,6 +155,12 @@ func (c *Config) check() error {
 	}
 	if c.XDSAddr == "" {
 		c.XDSAddr = DefaultXDSAddr
+	}
+	if c.XDSTLSAddr == "" {
+		c.XDSTLSAddr = DefaultXDSTLSAddr
+	}
+	if c.TrustDomain == "" {
+		c.TrustDomain = DefaultTrustDomain
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
@@ -174,27 +236,52 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("xDS status: %w", err)
 	}
+	var authority Authority
+	if cfg.CA != nil {
+		if authority, err = cfg.CA(ctx, AuthorityEnv{DataDir: cfg.DataDir, TrustDomain: cfg.TrustDomain, Registry: reg, Logger: log.Named("ca")}); err != nil {
+			return fmt.Errorf("mesh CA: %w", err)
+		}
+	}
+	registration := "off (plaintext xDS clients may read, not register)"
+	if cfg.InsecurePlaintextRegistration {
+		registration = "ON: any plaintext xDS client may register as any workload (insecure; for development and tests only)"
+		log.Warn("INSECURE: --insecure-plaintext-registration is on: any client of the plaintext xDS port may register as any workload and become an endpoint of any Service",
+			"xds_addr", cfg.XDSAddr)
+	}
 	handler, err := api.New(api.Config{
 		Store:       st,
 		Logger:      log.Named("api"),
 		AllowRemote: cfg.AdminAllowRemote,
 		Token:       token,
 		Registry:    reg,
+		Health:      map[string]string{"insecure-plaintext-registration": registration, "trust-domain": cfg.TrustDomain},
 	})
 	if err != nil {
 		return err
 	}
 	handler.Handle("/apis/status/v1/", tracker.Handler())
+	if authority != nil {
+		handler.Handle("/apis/ca/v1/", authority.Handler())
+	}
 
 	adminLis, err := net.Listen("tcp", cfg.AdminAddr)
 	if err != nil {
 		return fmt.Errorf("admin listener on %s: %w", cfg.AdminAddr, err)
 	}
-	var xdsLis net.Listener
+	var xdsLis, tlsLis net.Listener
 	if cfg.XDS != nil {
 		if xdsLis, err = net.Listen("tcp", cfg.XDSAddr); err != nil {
 			_ = adminLis.Close()
 			return fmt.Errorf("xDS listener on %s: %w", cfg.XDSAddr, err)
+		}
+		if authority != nil {
+			if tlsLis, err = net.Listen("tcp", cfg.XDSTLSAddr); err != nil {
+				_ = adminLis.Close()
+				_ = xdsLis.Close()
+				return fmt.Errorf("xDS TLS listener on %s: %w", cfg.XDSTLSAddr, err)
+			}
+		} else {
+			log.Warn("no mesh CA: the TLS xDS listener is off, so no sidecar can register unless --insecure-plaintext-registration")
 		}
 	}
 
@@ -216,8 +303,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	})
 	if xdsLis != nil {
 		wg.Go(func() {
-			log.Info("xDS listening", "addr", xdsLis.Addr().String())
-			env := XDSEnv{Store: st, Listener: xdsLis, Registry: reg, Status: tracker, DataDir: cfg.DataDir, Logger: log.Named("xds")}
+			log.Info("xDS listening", "addr", xdsLis.Addr().String(), "tls", false)
+			if tlsLis != nil {
+				log.Info("xDS listening", "addr", tlsLis.Addr().String(), "tls", true)
+			}
+			env := XDSEnv{Store: st, Listener: xdsLis, TLSListener: tlsLis, Authority: authority, TrustDomain: cfg.TrustDomain,
+				PlaintextRegistration: cfg.InsecurePlaintextRegistration, Registry: reg, Status: tracker, DataDir: cfg.DataDir, Logger: log.Named("xds")}
 			if err := cfg.XDS(ctx, env); err != nil {
 				errc <- fmt.Errorf("xDS: %w", err)
 			}
@@ -228,6 +319,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	if cfg.OnXDSReady != nil && xdsLis != nil {
 		cfg.OnXDSReady(xdsLis.Addr())
+	}
+	if cfg.OnXDSTLSReady != nil && tlsLis != nil {
+		cfg.OnXDSTLSReady(tlsLis.Addr())
 	}
 
 	var runErr error

@@ -106,8 +106,20 @@ func TestRunServesAndStops(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || strings.TrimSpace(string(body)) != "ok" || resp.Header.Get("X-Weft-Revision") != "0" {
-		t.Errorf("healthz %d %q revision %q", resp.StatusCode, body, resp.Header.Get("X-Weft-Revision"))
+	wantBody := "ok\ninsecure-plaintext-registration: off (plaintext xDS clients may read, not register)\ntrust-domain: cluster.local\n"
+	if resp.StatusCode != 200 || string(body) != wantBody || resp.Header.Get("X-Weft-Revision") != "0" {
+		t.Errorf("healthz %d %q revision %q, want %q", resp.StatusCode, body, resp.Header.Get("X-Weft-Revision"), wantBody)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr.String()+"/healthz", nil)
+	req.Header.Set("Accept", "application/json")
+	if resp, err = (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Do(req); err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	wantJSON := `{"insecure-plaintext-registration":"off (plaintext xDS clients may read, not register)","revision":"0","status":"ok","trust-domain":"cluster.local"}` + "\n"
+	if string(body) != wantJSON || resp.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("healthz JSON %q (%s), want %q", body, resp.Header.Get("Content-Type"), wantJSON)
 	}
 
 	cancel()

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/weft-mesh/weft/certs/manifest"
@@ -24,17 +26,23 @@ import (
 	"github.com/weft-mesh/weft/pilot/xds/sign"
 )
 
-// XDSEnv is what Run hands the xDS server: the store, the bound listener (the
-// server owns it), the metrics registry served on /metrics, the status tracker
+// XDSEnv is what Run hands the xDS server: the store, the bound listeners (the
+// server owns them), the metrics registry served on /metrics, the status tracker
 // whose API is mounted on the admin server, and pilot's data directory (for the
 // publisher key).
 type XDSEnv struct {
 	Store    store.Store
-	Listener net.Listener
-	Registry *prometheus.Registry
-	Status   *status.Tracker
-	DataDir  string
-	Logger   hclog.Logger
+	Listener net.Listener // plaintext
+	// TLSListener and Authority are both set or both nil: xDS and the CSR
+	// service over TLS with Authority's serving certificate and trust bundle.
+	TLSListener           net.Listener
+	Authority             Authority
+	TrustDomain           string
+	PlaintextRegistration bool // Config.InsecurePlaintextRegistration
+	Registry              *prometheus.Registry
+	Status                *status.Tracker
+	DataDir               string
+	Logger                hclog.Logger
 }
 
 // XDSLimits are every limit of the built-in xDS stack. DefaultXDSLimits holds the
@@ -54,8 +62,13 @@ type XDSLimits struct {
 	MaxUnacked       int           // responses unanswered on one stream before it is cut
 	SendTimeout      time.Duration // one Send; a proxy that does not read is cut
 	RecvQueue        int           // requests waiting for a stream's owner
-	MaxSubscriptions int           // explicit names per type per stream
+	MaxSubscriptions int           // explicit names per stream, over all types
 	DiffCacheEntries int           // shared snapshot-diff cache
+	// MaxResourceNameBytes bounds each subscribed name.
+	MaxResourceNameBytes int
+	// MaxStreamsPerIdentity bounds the open ADS streams of one SPIFFE ID from
+	// one address, or of one address without a certificate.
+	MaxStreamsPerIdentity int
 
 	// gRPC
 	MaxRecvMsgBytes      int    // one request from a proxy
@@ -74,7 +87,8 @@ type XDSLimits struct {
 func DefaultXDSLimits() XDSLimits {
 	return XDSLimits{
 		Debounce: 100 * time.Millisecond, MaxDelay: time.Second, GenWorkers: 4, CurrentWait: meshcache.DefaultCurrentWait,
-		MaxUnacked: 64, SendTimeout: 30 * time.Second, RecvQueue: 16, MaxSubscriptions: 100_000, DiffCacheEntries: 4096,
+		MaxUnacked: 64, SendTimeout: 30 * time.Second, RecvQueue: 16, MaxSubscriptions: ads.DefaultMaxSubscriptions, DiffCacheEntries: 4096,
+		MaxResourceNameBytes: ads.DefaultMaxResourceNameBytes, MaxStreamsPerIdentity: ads.DefaultMaxStreamsPerIdentity,
 		MaxRecvMsgBytes: 4 << 20, MaxConcurrentStreams: 16,
 		ManifestValidity:     sign.DefaultValidity,
 		MaxConcurrentReports: outlierrpc.DefaultMaxConcurrent,
@@ -96,7 +110,7 @@ func (l XDSLimits) check() error {
 		v    int
 	}{{"GenWorkers", l.GenWorkers}, {"MaxUnacked", l.MaxUnacked}, {"RecvQueue", l.RecvQueue}, {"MaxSubscriptions", l.MaxSubscriptions},
 		{"DiffCacheEntries", l.DiffCacheEntries}, {"MaxRecvMsgBytes", l.MaxRecvMsgBytes}, {"MaxConcurrentStreams", int(l.MaxConcurrentStreams)},
-		{"MaxConcurrentReports", l.MaxConcurrentReports}} {
+		{"MaxConcurrentReports", l.MaxConcurrentReports}, {"MaxResourceNameBytes", l.MaxResourceNameBytes}, {"MaxStreamsPerIdentity", l.MaxStreamsPerIdentity}} {
 		if n.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be > 0, got %d", n.name, n.v))
 		}
@@ -115,13 +129,20 @@ func (l XDSLimits) check() error {
 
 // ServeADS returns the built-in xDS server: store watch → compile → gen (checked
 // with the sidecar's own validation for Weft sidecars) → signed manifest per
-// sidecar (pilot/xds/publish) → ADS (SotW and delta) on env.Listener, reporting into env.Status;
-// beside ADS, the sidecars' outlier reports (pilot/xds/outlierrpc).
+// sidecar (pilot/xds/publish) → ADS (SotW and delta) on env.Listener and
+// env.TLSListener, reporting into env.Status; beside ADS, the sidecars' outlier
+// reports (pilot/xds/outlierrpc), and on TLS the CA's CSR service.
 func ServeADS(lim XDSLimits) XDSFunc {
 	return func(ctx context.Context, env XDSEnv) error {
 		defer env.Listener.Close()
+		if env.TLSListener != nil {
+			defer env.TLSListener.Close()
+		}
 		if err := lim.check(); err != nil {
 			return err
+		}
+		if (env.TLSListener == nil) != (env.Authority == nil) {
+			return errors.New("xDS: TLSListener and Authority go together")
 		}
 		log := env.Logger
 		priv, err := manifest.LoadOrCreateKey(env.DataDir)
@@ -148,34 +169,58 @@ func ServeADS(lim XDSLimits) XDSFunc {
 			return err
 		}
 		src.Use(cache)
+		td := env.TrustDomain
+		if td == "" {
+			td = DefaultTrustDomain
+		}
 		srv, err := ads.New(ads.Config{
 			Logger: log.Named("ads"), Source: src, Status: env.Status,
 			MaxUnacked: lim.MaxUnacked, SendTimeout: lim.SendTimeout, RecvQueue: lim.RecvQueue,
 			MaxSubscriptions: lim.MaxSubscriptions, DiffCacheEntries: lim.DiffCacheEntries,
+			TrustDomain: td, PlaintextRegistration: env.PlaintextRegistration,
+			MaxStreamsPerIdentity: lim.MaxStreamsPerIdentity, MaxResourceNameBytes: lim.MaxResourceNameBytes,
 		})
 		if err != nil {
 			return err
 		}
-		gs := grpc.NewServer(
+		// Outlier reports come on the sidecars' ADS connections (internal/outlierreport).
+		reports, err := outlierrpc.New(outlierrpc.Config{Status: env.Status, TrustDomain: td, Logger: log.Named("outliers"), MaxConcurrent: lim.MaxConcurrentReports})
+		if err != nil {
+			return err
+		}
+		opts := []grpc.ServerOption{
 			grpc.MaxRecvMsgSize(lim.MaxRecvMsgBytes),
 			grpc.MaxConcurrentStreams(lim.MaxConcurrentStreams),
 			// Proxies keep one long-lived stream; let them ping to keep NATs open.
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		)
-		srv.Register(gs)
-		// Outlier reports come on the sidecars' ADS connections (internal/outlierreport).
-		reports, err := outlierrpc.New(outlierrpc.Config{Status: env.Status, Logger: log.Named("outliers"), MaxConcurrent: lim.MaxConcurrentReports})
-		if err != nil {
-			return err
 		}
-		reports.Register(gs)
+		// One ADS server on both: node-id claims and per-identity bounds hold
+		// across the listeners.
+		servers := []struct {
+			gs  *grpc.Server
+			lis net.Listener
+		}{{grpc.NewServer(opts...), env.Listener}}
+		if env.TLSListener != nil {
+			tlsGS := grpc.NewServer(append(opts, grpc.Creds(credentials.NewTLS(serverTLS(env.Authority))))...)
+			env.Authority.Register(tlsGS)
+			servers = append(servers, struct {
+				gs  *grpc.Server
+				lis net.Listener
+			}{tlsGS, env.TLSListener})
+		}
+		for _, s := range servers {
+			srv.Register(s.gs)
+			reports.Register(s.gs)
+		}
 
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		cacheErr := make(chan error, 1)
 		go func() { cacheErr <- cache.Run(ctx) }()
-		serveErr := make(chan error, 1)
-		go func() { serveErr <- gs.Serve(env.Listener) }()
+		serveErr := make(chan error, len(servers))
+		for _, s := range servers {
+			go func() { serveErr <- s.gs.Serve(s.lis) }()
+		}
 
 		var runErr error
 		select {
@@ -192,11 +237,32 @@ func ServeADS(lim XDSLimits) XDSFunc {
 		cancel()
 		// ADS streams never end by themselves, so a graceful stop would wait for
 		// every proxy to hang up: cut them (they reconnect to the next pilot).
-		gs.Stop()
-		<-serveErr
+		for _, s := range servers {
+			s.gs.Stop()
+		}
+		for range servers {
+			<-serveErr
+		}
 		if err := <-cacheErr; err != nil && runErr == nil {
 			runErr = fmt.Errorf("mesh cache: %w", err)
 		}
 		return runErr
+	}
+}
+
+// serverTLS is the TLS listener's configuration: TLS 1.3, pilot's serving
+// certificate, and a client certificate verified against the current trust
+// bundle when one is given (a client without one may read, never register).
+func serverTLS(a Authority) *tls.Config {
+	base := &tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: a.ServingCert, ClientAuth: tls.VerifyClientCertIfGiven, NextProtos: []string{"h2"}}
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: a.ServingCert,
+		// Per handshake, so a rotated bundle applies to the next client.
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			c := base.Clone()
+			c.ClientCAs = a.ClientCAs()
+			return c, nil
+		},
 	}
 }

@@ -15,7 +15,7 @@ type Conn struct {
 	t           *Tracker
 	id          string
 	node        *node.Node
-	peer        string // transport address of the stream ("" unknown)
+	peer        string // principal of the stream: SPIFFE ID, or transport address when unauthenticated ("" unknown)
 	serial      uint64 // unique per Tracker: which stream sent an outlier report
 	connectedAt time.Time
 

@@ -11,7 +11,7 @@ import (
 )
 
 // ErrUnknownNode refuses an outlier report whose node has no live ADS stream
-// from the peer that sent it.
+// of the principal that sent it.
 var ErrUnknownNode = errors.New("no ADS stream of this node from this peer")
 
 // Outlier report results counted in weft_pilot_outlier_reports_total.
@@ -25,12 +25,13 @@ const (
 )
 
 // ReportOutliers replaces r.Node's outlier report with r, received from peer
-// (its transport address) at now. What is trusted: the node id the node's ADS
-// stream gave in its first request (unauthenticated until issue #9), and that
-// peer is the same transport address that stream came from (the sidecar sends
-// reports on its ADS connection). A node with no live stream, or whose stream
-// came from elsewhere, is refused with ErrUnknownNode; past a bound,
-// outlieragg.ErrRateLimited or outlieragg.ErrFull. r must be valid.
+// at now. peer is the sender's principal as the ADS stream was tracked with it
+// (ConnectFrom): the SPIFFE ID of an authenticated sender, the transport address
+// of a plaintext one (the sidecar sends reports on its ADS connection). What is
+// trusted: the node's live stream holds its node id (pilot refuses a second claim
+// by another identity) and came from the same principal. A node with no live
+// stream, or whose stream came from elsewhere, is refused with ErrUnknownNode;
+// past a bound, outlieragg.ErrRateLimited or outlieragg.ErrFull. r must be valid.
 func (t *Tracker) ReportOutliers(peer string, r *outlierreport.Report, now time.Time) error {
 	err := t.reportOutliers(peer, r, now)
 	switch {

@@ -139,9 +139,10 @@ func (t *Tracker) RevisionWritten(rev int64, at time.Time) {
 // replaces the older one's record.
 func (t *Tracker) Connect(n *node.Node, now time.Time) *Conn { return t.ConnectFrom(n, "", now) }
 
-// ConnectFrom is Connect for a stream from peer (its transport address, as
-// grpc-go's peer.Peer gives it): outlier reports for n are taken only from the
-// same peer ("" takes none).
+// ConnectFrom is Connect for a stream from peer, its principal: the SPIFFE ID
+// of an authenticated stream, else its transport address (as grpc-go's
+// peer.Peer gives it). Outlier reports for n are taken only from the same
+// principal ("" takes none).
 func (t *Tracker) ConnectFrom(n *node.Node, peer string, now time.Time) *Conn {
 	c := &Conn{t: t, id: n.ID, node: n, peer: peer, connectedAt: now, lastSeen: now, types: map[string]*typeRec{}}
 	t.mu.Lock()

@@ -235,8 +235,10 @@ func (m *mesh) startPilot() error {
 		return err
 	}
 	defer logf.Close()
-	fmt.Printf("$ pilot --data-dir %s --admin-addr %s:15014 --xds-addr %s:15010\n", m.dataDir, pilotIP, pilotIP)
-	cmd := exec.Command(filepath.Join(m.bin, "pilot"), "--data-dir", m.dataDir, "--admin-addr", pilotIP+":15014", "--xds-addr", pilotIP+":15010")
+	fmt.Printf("$ pilot --data-dir %s --admin-addr %s:15014 --xds-addr %s:15010 --insecure-plaintext-registration\n", m.dataDir, pilotIP, pilotIP)
+	// The demo's sidecars register over plaintext until they get certificates.
+	cmd := exec.Command(filepath.Join(m.bin, "pilot"), "--data-dir", m.dataDir, "--admin-addr", pilotIP+":15014", "--xds-addr", pilotIP+":15010",
+		"--insecure-plaintext-registration")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting pilot: %w", err)

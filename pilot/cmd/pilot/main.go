@@ -25,7 +25,13 @@ func run() int {
 	var cfg server.Config
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory of the embedded store (required)")
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", server.DefaultAdminAddr, "admin HTTP API address")
-	fs.StringVar(&cfg.XDSAddr, "xds-addr", server.DefaultXDSAddr, "xDS (ADS) gRPC address")
+	fs.StringVar(&cfg.XDSAddr, "xds-addr", server.DefaultXDSAddr,
+		"plaintext xDS (ADS) gRPC address: clients may read, not register (unless --insecure-plaintext-registration); loopback by default")
+	fs.StringVar(&cfg.XDSTLSAddr, "xds-tls-addr", server.DefaultXDSTLSAddr,
+		"xDS and the CA's CSR service over TLS (TLS 1.3; client certificates verified against the mesh trust bundle); needs the mesh CA")
+	fs.BoolVar(&cfg.InsecurePlaintextRegistration, "insecure-plaintext-registration", false,
+		"INSECURE: let any client of --xds-addr register as any workload (namespace and labels from its own metadata); for local development and tests only")
+	fs.StringVar(&cfg.TrustDomain, "trust-domain", server.DefaultTrustDomain, "the mesh's SPIFFE trust domain")
 	fs.BoolVar(&cfg.AdminAllowRemote, "admin-allow-remote", false, "accept admin requests from non-loopback clients (requires --admin-token-file)")
 	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the bearer token every admin request must carry")
 	lim := server.DefaultXDSLimits()
@@ -36,6 +42,14 @@ func run() int {
 		"a new stream waits at most this for a snapshot compiled from the store revision it opened at, then gets the older one, marked not current")
 	fs.IntVar(&lim.MaxUnacked, "xds-max-unacked", lim.MaxUnacked, "responses a proxy may leave unanswered before its stream is cut")
 	fs.DurationVar(&lim.SendTimeout, "xds-send-timeout", lim.SendTimeout, "a proxy that does not read a response within this is cut")
+	fs.IntVar(&lim.MaxSubscriptions, "xds-max-subscriptions", lim.MaxSubscriptions,
+		"resource names one ADS stream may subscribe to, over all types (each costs pilot ~200 bytes plus its length)")
+	fs.IntVar(&lim.MaxResourceNameBytes, "xds-max-resource-name-bytes", lim.MaxResourceNameBytes, "bytes of one subscribed resource name")
+	fs.IntVar(&lim.MaxStreamsPerIdentity, "xds-max-streams-per-identity", lim.MaxStreamsPerIdentity,
+		"open ADS streams per SPIFFE ID and source address (without a certificate: per source address; IPv6 per /64); one more is refused")
+	fs.IntVar(&lim.MaxRecvMsgBytes, "xds-max-recv-bytes", lim.MaxRecvMsgBytes, "bytes of one request from a proxy")
+	var maxStreams uint
+	fs.UintVar(&maxStreams, "xds-max-streams-per-connection", uint(lim.MaxConcurrentStreams), "concurrent gRPC streams on one connection")
 	fs.DurationVar(&lim.ManifestValidity, "manifest-validity", lim.ManifestValidity, "validity of each sidecar's signed manifest (re-signed at half)")
 	fs.IntVar(&lim.MaxConcurrentReports, "xds-max-concurrent-reports", lim.MaxConcurrentReports,
 		"outlier reports handled at once; one more is refused at once (reports are dropped first under load)")
@@ -51,6 +65,11 @@ func run() int {
 		}
 		return 2
 	}
+	if maxStreams > 1<<31 {
+		fmt.Fprintf(os.Stderr, "pilot: --xds-max-streams-per-connection %d is too large\n", maxStreams)
+		return 2
+	}
+	lim.MaxConcurrentStreams = uint32(maxStreams)
 	if *showVersion {
 		fmt.Println(version.String("pilot"))
 		return 0

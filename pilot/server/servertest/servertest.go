@@ -25,9 +25,10 @@ import (
 
 // Pilot is a running pilot.
 type Pilot struct {
-	AdminURL string // http://127.0.0.1:PORT
-	XDSAddr  string // 127.0.0.1:PORT
-	DataDir  string
+	AdminURL   string // http://127.0.0.1:PORT
+	XDSAddr    string // 127.0.0.1:PORT, plaintext
+	XDSTLSAddr string // 127.0.0.1:PORT; "" without Options.CA
+	DataDir    string
 
 	cancel context.CancelFunc
 	done   chan error
@@ -41,6 +42,12 @@ type Options struct {
 	Logger  hclog.Logger         // nil: a null logger
 	DataDir string               // "": t.TempDir()
 	Status  *server.StatusLimits // nil: DefaultStatusLimits
+	// Secure runs without --insecure-plaintext-registration (plaintext clients
+	// read only). The zero value keeps it on, so tests of other features
+	// register fake sidecars over plaintext as before.
+	Secure bool
+	// CA, when set, runs the TLS xDS listener with it.
+	CA server.AuthorityFunc
 }
 
 // Start runs pilot until the test ends (Stop is registered with t.Cleanup).
@@ -62,21 +69,25 @@ func Start(t testing.TB, o Options) *Pilot {
 		st = *o.Status
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	admin, xds := make(chan net.Addr, 1), make(chan net.Addr, 1)
+	admin, xds, xdsTLS := make(chan net.Addr, 1), make(chan net.Addr, 1), make(chan net.Addr, 1)
 	p := &Pilot{DataDir: o.DataDir, cancel: cancel, done: make(chan error, 1), tr: &http.Transport{}}
 	p.hc = &http.Client{Transport: p.tr, Timeout: 30 * time.Second}
 	go func() {
 		p.done <- server.Run(ctx, server.Config{
-			DataDir: o.DataDir, AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", Logger: o.Logger,
+			DataDir: o.DataDir, AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", XDSTLSAddr: "127.0.0.1:0", Logger: o.Logger,
+			InsecurePlaintextRegistration: !o.Secure, CA: o.CA,
 			Status: st, XDS: server.ServeADS(lim), OnReady: func(a net.Addr) { admin <- a }, OnXDSReady: func(a net.Addr) { xds <- a },
+			OnXDSTLSReady: func(a net.Addr) { xdsTLS <- a },
 		})
 	}()
-	for p.AdminURL == "" || p.XDSAddr == "" {
+	for p.AdminURL == "" || p.XDSAddr == "" || (o.CA != nil && p.XDSTLSAddr == "") {
 		select {
 		case a := <-admin:
 			p.AdminURL = "http://" + a.String()
 		case a := <-xds:
 			p.XDSAddr = a.String()
+		case a := <-xdsTLS:
+			p.XDSTLSAddr = a.String()
 		case err := <-p.done:
 			cancel()
 			t.Fatalf("pilot stopped at start: %v", err)

@@ -45,17 +45,31 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) error {
 	if !ok {
 		return err
 	}
+	// Counted before anything is built from the names: a request past the
+	// bound costs only its decoding.
+	lim := st.s.cfg.MaxSubscriptions
+	if n := len(req.GetResourceNamesSubscribe()); n > lim {
+		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: node %s: %s subscribes to %d resource names, limit %d over all types", st.nodeID, status.TypeName(typ), n, lim)
+	}
+	if n := len(req.GetInitialResourceVersions()); n > lim {
+		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: node %s: %s sends %d initial_resource_versions, limit %d", st.nodeID, status.TypeName(typ), n, lim)
+	}
+	if err := st.checkNames(typ, req.GetResourceNamesSubscribe()); err != nil {
+		return err
+	}
+	for n := range req.GetInitialResourceVersions() {
+		if err := st.checkNames(typ, []string{n}); err != nil {
+			return err
+		}
+	}
 	t, ok := st.types[typ]
 	if !ok {
 		t = &deltaType{initial: true}
 		st.types[typ] = t
 	}
 	r := acktrack.ClassifyDelta(t.ack, req, now)
-	if n := len(r.State.Subscribed); n > st.s.cfg.MaxSubscriptions {
-		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: %s subscribes to %d resource names, limit %d", status.TypeName(typ), n, st.s.cfg.MaxSubscriptions)
-	}
-	if n := len(r.Initial); n > st.s.cfg.MaxSubscriptions {
-		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: %s sends %d initial_resource_versions, limit %d", status.TypeName(typ), n, st.s.cfg.MaxSubscriptions)
+	if err := st.subscribed(typ, len(r.State.Subscribed)); err != nil {
+		return err
 	}
 	if r.Answer != acktrack.NoAnswer {
 		st.answered(typ, r.Nonce)

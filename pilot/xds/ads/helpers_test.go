@@ -43,6 +43,7 @@ type fakeSource struct {
 	watches map[*fakeWatch]struct{}
 	cur     atomic.Pointer[snapshot.Snapshot]
 	opened  []string
+	nodes   []*node.Node // as Connect got them
 	closed  []string
 }
 
@@ -59,6 +60,7 @@ func (f *fakeSource) Connect(n *node.Node) (Watch, error) {
 	f.mu.Lock()
 	f.watches[w] = struct{}{}
 	f.opened = append(f.opened, n.ID)
+	f.nodes = append(f.nodes, n)
 	f.mu.Unlock()
 	return w, nil
 }
@@ -95,6 +97,7 @@ func (w *fakeWatch) Close() {
 }
 
 type env struct {
+	server  *Server
 	src     *fakeSource
 	tracker *status.Tracker
 	client  discoveryv3.AggregatedDiscoveryServiceClient
@@ -102,11 +105,19 @@ type env struct {
 }
 
 func testConfig() Config {
-	return Config{Logger: hclog.NewNullLogger(), MaxUnacked: 64, SendTimeout: 5 * time.Second, RecvQueue: 8, MaxSubscriptions: 100, DiffCacheEntries: 64}
+	return Config{Logger: hclog.NewNullLogger(), MaxUnacked: 64, SendTimeout: 5 * time.Second, RecvQueue: 8, MaxSubscriptions: 100, DiffCacheEntries: 64,
+		TrustDomain: "cluster.local", PlaintextRegistration: true, MaxStreamsPerIdentity: 100, MaxResourceNameBytes: 512}
 }
 
 // start serves ADS on a loopback port and returns a client to it.
 func start(t *testing.T, edit func(*Config), opts ...grpc.DialOption) *env {
+	t.Helper()
+	return startWith(t, edit, nil, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+}
+
+// startWith is start with server options (TLS credentials) and the client's
+// dial options (its credentials first).
+func startWith(t *testing.T, edit func(*Config), sopts []grpc.ServerOption, opts ...grpc.DialOption) *env {
 	t.Helper()
 	e := &env{src: newFakeSource()}
 	tr, err := status.New(status.Config{Logger: hclog.NewNullLogger(), Registerer: prometheus.NewRegistry(), Retention: time.Minute, MaxDisconnected: 100, MaxRevisions: 100})
@@ -127,11 +138,12 @@ func start(t *testing.T, edit func(*Config), opts ...grpc.DialOption) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(sopts...)
 	s.Register(g)
+	e.server = s
 	served := make(chan struct{})
 	go func() { defer close(served); _ = g.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+	conn, err := grpc.NewClient(lis.Addr().String(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,8 +277,10 @@ type sotwClient struct {
 	*client[*discoveryv3.DiscoveryRequest, *discoveryv3.DiscoveryResponse]
 }
 
-func (e *env) sotw(t *testing.T) sotwClient {
-	return sotwClient{newClient[*discoveryv3.DiscoveryRequest, *discoveryv3.DiscoveryResponse](t, e.client.StreamAggregatedResources)}
+func (e *env) sotw(t *testing.T) sotwClient { return sotwOn(t, e.client) }
+
+func sotwOn(t *testing.T, c discoveryv3.AggregatedDiscoveryServiceClient) sotwClient {
+	return sotwClient{newClient[*discoveryv3.DiscoveryRequest, *discoveryv3.DiscoveryResponse](t, c.StreamAggregatedResources)}
 }
 
 // ack answers r as accepted.
@@ -278,8 +292,21 @@ type deltaClient struct {
 	*client[*discoveryv3.DeltaDiscoveryRequest, *discoveryv3.DeltaDiscoveryResponse]
 }
 
-func (e *env) delta(t *testing.T) deltaClient {
-	return deltaClient{newClient[*discoveryv3.DeltaDiscoveryRequest, *discoveryv3.DeltaDiscoveryResponse](t, e.client.DeltaAggregatedResources)}
+func (e *env) delta(t *testing.T) deltaClient { return deltaOn(t, e.client) }
+
+func deltaOn(t *testing.T, c discoveryv3.AggregatedDiscoveryServiceClient) deltaClient {
+	return deltaClient{newClient[*discoveryv3.DeltaDiscoveryRequest, *discoveryv3.DeltaDiscoveryResponse](t, c.DeltaAggregatedResources)}
+}
+
+// dial is another client of the ADS listener, with its own connection.
+func (e *env) dial(t *testing.T, opts ...grpc.DialOption) discoveryv3.AggregatedDiscoveryServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(e.addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
 }
 
 func (c deltaClient) ack(r *discoveryv3.DeltaDiscoveryResponse) {

@@ -9,6 +9,15 @@
 // proxy cannot keep up (more than MaxUnacked responses unanswered, or a send that
 // does not complete within SendTimeout) is cut and the proxy resyncs on reconnect
 // instead of pilot buffering for it.
+//
+// Who a stream is comes from its transport (pilot/xds/authn): the namespace and
+// service account of a registering node are its client certificate's, and a
+// node whose metadata says otherwise is refused; a registration without a
+// certificate is refused unless Config.PlaintextRegistration. One node id is held
+// by one stream: another stream claiming it is refused unless it proves the same
+// identity, and then the older stream is closed (a sidecar's reconnect). Every
+// stream counts against its peer's bound (MaxStreamsPerIdentity) from its start,
+// before its first request is read.
 package ads
 
 import (
@@ -17,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -24,12 +34,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/pilot/status"
+	"github.com/weft-mesh/weft/pilot/xds/authn"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
 
@@ -52,11 +62,47 @@ type SourceFunc func(n *node.Node) (Watch, error)
 // Connect calls f.
 func (f SourceFunc) Connect(n *node.Node) (Watch, error) { return f(n) }
 
+// Defaults of the bounds on what one peer may make pilot hold.
+const (
+	// DefaultMaxSubscriptions bounds the explicitly subscribed names of one
+	// stream over all types. A subscribed name costs pilot about 200 bytes
+	// beyond its own length (the subscription set, the classification's sorted
+	// lists, the request it came in; measured by TestSubscriptionMemory), so a
+	// stream at the bound holds about 1.5 MiB. A Weft sidecar names one EDS
+	// resource per cluster it routes to and one RDS resource per HTTP port:
+	// 4,096 covers a sidecar routing to ~4,000 clusters; beyond that a mesh
+	// scopes its sidecars.
+	DefaultMaxSubscriptions = 4096
+	// DefaultMaxResourceNameBytes bounds one subscribed name. Weft's longest
+	// names are outbound cluster names, "outbound|<port>|<subset>|<host>":
+	// at most 5+1+63+1+253 plus the prefix, about 330 bytes.
+	DefaultMaxResourceNameBytes = 512
+	// DefaultMaxStreamsPerIdentity bounds the open streams of one peer key
+	// (authn.Peer.Key: SPIFFE ID and source address, or the address alone).
+	// A sidecar holds one, a reconnect briefly two; a pod whose app is also a
+	// proxyless gRPC client a few more.
+	DefaultMaxStreamsPerIdentity = 8
+)
+
 // Config configures a Server. Every limit is explicit and required.
 type Config struct {
 	Logger hclog.Logger
 	Source Source
 	Status *status.Tracker
+	// TrustDomain is the mesh's: a client certificate of another one is
+	// refused.
+	TrustDomain string
+	// PlaintextRegistration lets a stream without a client certificate
+	// register as a workload with the namespace its metadata claims
+	// (pilot --insecure-plaintext-registration). Off, such a stream may only
+	// read.
+	PlaintextRegistration bool
+	// MaxStreamsPerIdentity bounds the open streams per authn.Peer.Key; one
+	// more is refused with ResourceExhausted before its first request is read.
+	MaxStreamsPerIdentity int
+	// MaxResourceNameBytes bounds each resource name a request subscribes to
+	// (or lists in initial_resource_versions).
+	MaxResourceNameBytes int
 	// MaxUnacked bounds the responses sent on one stream and not yet answered
 	// (ACK or NACK). Exceeding it cuts the stream with ResourceExhausted.
 	MaxUnacked int
@@ -65,7 +111,8 @@ type Config struct {
 	SendTimeout time.Duration
 	// RecvQueue is how many received requests may wait for the stream owner.
 	RecvQueue int
-	// MaxSubscriptions bounds the explicit resource names per type per stream.
+	// MaxSubscriptions bounds the explicitly subscribed resource names of one
+	// stream, over all types (the wildcard does not count).
 	MaxSubscriptions int
 	// DiffCacheEntries bounds the shared caches of snapshot-to-snapshot diffs
 	// and of delta resource wrappers (each).
@@ -91,6 +138,12 @@ func (c *Config) check() error {
 		return fmt.Errorf("ads: Config.MaxSubscriptions must be > 0, got %d", c.MaxSubscriptions)
 	case c.DiffCacheEntries <= 0:
 		return fmt.Errorf("ads: Config.DiffCacheEntries must be > 0, got %d", c.DiffCacheEntries)
+	case c.TrustDomain == "":
+		return errors.New("ads: Config.TrustDomain is required")
+	case c.MaxStreamsPerIdentity <= 0:
+		return fmt.Errorf("ads: Config.MaxStreamsPerIdentity must be > 0, got %d", c.MaxStreamsPerIdentity)
+	case c.MaxResourceNameBytes <= 0:
+		return fmt.Errorf("ads: Config.MaxResourceNameBytes must be > 0, got %d", c.MaxResourceNameBytes)
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
@@ -105,6 +158,16 @@ type Server struct {
 	log   hclog.Logger
 	diffs *diffCache
 	wraps *wrapCache
+
+	mu      sync.Mutex        // guards the fields below; held for map updates only
+	claims  map[string]*claim // node id -> the stream holding it
+	streams map[string]int    // authn.Peer.Key -> open streams
+}
+
+// claim is one stream's hold on a node id.
+type claim struct {
+	peer  authn.Peer
+	close context.CancelCauseFunc // ends the holding stream
 }
 
 // New checks cfg.
@@ -112,7 +175,74 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, diffs: newDiffCache(cfg.DiffCacheEntries), wraps: newWrapCache(cfg.DiffCacheEntries)}, nil
+	return &Server{cfg: cfg, log: cfg.Logger, diffs: newDiffCache(cfg.DiffCacheEntries), wraps: newWrapCache(cfg.DiffCacheEntries),
+		claims: map[string]*claim{}, streams: map[string]int{}}, nil
+}
+
+// Streams is how many streams peer key holds open (tests and metrics).
+func (s *Server) Streams(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streams[key]
+}
+
+// acquire counts a stream of p against MaxStreamsPerIdentity.
+func (s *Server) acquire(p authn.Peer) (release func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.streams[p.Key]; n >= s.cfg.MaxStreamsPerIdentity {
+		return nil, grpcstatus.Errorf(codes.ResourceExhausted, "ads: %s already has %d ADS streams open (limit %d per identity and address)", p, n, s.cfg.MaxStreamsPerIdentity)
+	}
+	s.streams[p.Key]++
+	return func() {
+		s.mu.Lock()
+		if s.streams[p.Key]--; s.streams[p.Key] <= 0 {
+			delete(s.streams, p.Key)
+		}
+		s.mu.Unlock()
+	}, nil
+}
+
+// claim makes the stream of p (ended by closeStream) the holder of node id. A
+// held id is refused with AlreadyExists unless the holder has the same proven
+// identity (the same SPIFFE ID; for plaintext, only with PlaintextRegistration,
+// the same source address): then the holder is closed, as a sidecar reconnecting
+// before pilot saw its old connection die needs.
+func (s *Server) claim(id string, p authn.Peer, closeStream context.CancelCauseFunc) (*claim, error) {
+	c := &claim{peer: p, close: closeStream}
+	s.mu.Lock()
+	old := s.claims[id]
+	if old != nil && !s.sameIdentity(old.peer, p) {
+		s.mu.Unlock()
+		s.log.Warn("node id claimed by another identity: refused", "node", id, "holder", old.peer.String(), "claimant", p.String())
+		return nil, grpcstatus.Errorf(codes.AlreadyExists, "ads: node id %q is held by another stream of another identity; %s cannot take it over", id, p)
+	}
+	s.claims[id] = c
+	s.mu.Unlock()
+	if old != nil {
+		s.log.Info("node reconnected with the same identity: closing its older stream", "node", id, "peer", p.String())
+		old.close(grpcstatus.Errorf(codes.Aborted, "ads: node %s opened a newer stream with the same identity (%s); this one is closed", id, p))
+	}
+	return c, nil
+}
+
+func (s *Server) sameIdentity(holder, claimant authn.Peer) bool {
+	switch {
+	case holder.Authenticated || claimant.Authenticated:
+		return holder.Authenticated && claimant.Authenticated && holder.ID == claimant.ID
+	case s.cfg.PlaintextRegistration:
+		return holder.Key == claimant.Key
+	}
+	return false
+}
+
+// unclaim releases id if c still holds it.
+func (s *Server) unclaim(id string, c *claim) {
+	s.mu.Lock()
+	if s.claims[id] == c {
+		delete(s.claims, id)
+	}
+	s.mu.Unlock()
 }
 
 // Register registers the ADS service on g.
@@ -137,9 +267,12 @@ type stream struct {
 	ctx    context.Context
 	log    hclog.Logger
 	nodeID string
+	peer   authn.Peer
+	claim  *claim
 	watch  Watch
 	conn   *status.Conn
 	send   func(proto.Message) error // the raw gRPC Send
+	subs   map[string]int            // type -> explicitly subscribed names (MaxSubscriptions counts their sum)
 
 	nonce       uint64              // last nonce issued on this stream
 	outstanding map[string][]uint64 // type -> nonces sent and not answered, ascending
@@ -161,6 +294,20 @@ type owner[R request] interface {
 // serve runs one ADS stream: a receiving goroutine forwards requests, the
 // calling goroutine owns all state (mk builds it from the first request's node).
 func serve[R request](s *Server, ctx context.Context, kind string, recv func() (R, error), send func(proto.Message) error, mk func(*stream) owner[R]) error {
+	p, err := authn.Identify(ctx, s.cfg.TrustDomain, s.cfg.PlaintextRegistration)
+	if err != nil {
+		return grpcstatus.Error(codes.Unauthenticated, "ads: "+err.Error())
+	}
+	release, err := s.acquire(p)
+	if err != nil {
+		s.log.Debug("stream refused", "peer", p.String(), "error", err)
+		return err
+	}
+	defer release()
+	// The stream ends when gRPC says so or when a newer stream of the same
+	// identity claims its node id (the cause says which).
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	reqs := make(chan R, s.cfg.RecvQueue)
 	errc := make(chan error, 1)
 	go recvLoop(ctx, recv, reqs, errc)
@@ -170,10 +317,11 @@ func serve[R request](s *Server, ctx context.Context, kind string, recv func() (
 	case err := <-errc:
 		return endErr(err)
 	case <-ctx.Done():
-		return ctx.Err()
+		return context.Cause(ctx)
 	}
-	base, err := s.open(ctx, first.GetNode(), send, kind)
+	base, err := s.open(ctx, cancel, p, first.GetNode(), send, kind)
 	if err != nil {
+		s.log.Info("stream refused", "peer", p.String(), "error", err)
 		return err
 	}
 	err = run(base, mk(base), first, reqs, errc)
@@ -204,7 +352,7 @@ func run[R request](st *stream, o owner[R], first R, reqs <-chan R, errc <-chan 
 		case err := <-errc:
 			return err
 		case <-st.ctx.Done():
-			return st.ctx.Err()
+			return context.Cause(st.ctx)
 		}
 	}
 }
@@ -240,36 +388,70 @@ func drain[T any](reqs <-chan T, handle func(T) error) error {
 	}
 }
 
-// open validates the first request's node and connects it to the source and the
-// status tracker.
-func (s *Server) open(ctx context.Context, p *corev3.Node, send func(proto.Message) error, kind string) (*stream, error) {
-	if p.GetId() == "" {
+// open validates the first request's node, binds it to the stream's peer,
+// claims its id and connects it to the source and the status tracker.
+func (s *Server) open(ctx context.Context, closeStream context.CancelCauseFunc, p authn.Peer, pn *corev3.Node, send func(proto.Message) error, kind string) (*stream, error) {
+	if pn.GetId() == "" {
 		return nil, grpcstatus.Error(codes.InvalidArgument, "ads: first request: node.id is required")
 	}
-	n, err := node.FromProto(p)
+	n, err := node.FromProto(pn)
 	if err != nil {
 		return nil, grpcstatus.Errorf(codes.InvalidArgument, "ads: first request: %v", err)
 	}
+	if err := bind(n, p); err != nil {
+		return nil, err
+	}
+	c, err := s.claim(n.ID, p, closeStream)
+	if err != nil {
+		return nil, err
+	}
 	w, err := s.cfg.Source.Connect(n)
 	if err != nil {
+		s.unclaim(n.ID, c)
 		return nil, grpcstatus.Errorf(codes.Unavailable, "ads: connect %s: %v", n.ID, err)
 	}
-	st := &stream{s: s, ctx: ctx, log: s.log.With("node", n.ID, "stream", kind), nodeID: n.ID, watch: w, send: send,
-		conn: s.cfg.Status.ConnectFrom(n, peerAddr(ctx), s.cfg.Clock()), outstanding: map[string][]uint64{}}
-	st.log.Debug("stream opened")
+	st := &stream{s: s, ctx: ctx, log: s.log.With("node", n.ID, "stream", kind), nodeID: n.ID, peer: p, claim: c, watch: w, send: send,
+		conn: s.cfg.Status.ConnectFrom(n, reporter(p), s.cfg.Clock()), outstanding: map[string][]uint64{}, subs: map[string]int{}}
+	st.log.Debug("stream opened", "peer", p.String())
 	return st, nil
 }
 
-// peerAddr is the stream's transport address: outlier reports for its node are
-// taken only from the same address (status.Tracker.ReportOutliers).
-func peerAddr(ctx context.Context) string {
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		return p.Addr.String()
+// bind makes the node's identity the peer's: an authenticated node's namespace
+// and service account are its certificate's (metadata may repeat them, never
+// differ) and Identity its SPIFFE ID; an unauthenticated node has no Identity and
+// registers only if the peer may.
+func bind(n *node.Node, p authn.Peer) error {
+	n.Identity = ""
+	if !p.Authenticated {
+		if n.Registers() && !p.MayRegister {
+			return grpcstatus.Errorf(codes.PermissionDenied,
+				"ads: node %s: registration as a workload of namespace %q refused: %s has no client certificate (the plaintext port registers only with pilot --insecure-plaintext-registration)",
+				n.ID, n.Namespace, p)
+		}
+		return nil
 	}
-	return ""
+	if n.Namespace != "" && n.Namespace != p.Namespace {
+		return grpcstatus.Errorf(codes.PermissionDenied, "ads: node %s: metadata namespace %q disagrees with the client certificate's %q (%s)", n.ID, n.Namespace, p.Namespace, p.ID)
+	}
+	if n.ServiceAccount != "" && n.ServiceAccount != p.ServiceAccount {
+		return grpcstatus.Errorf(codes.PermissionDenied, "ads: node %s: metadata serviceAccount %q disagrees with the client certificate's %q (%s)", n.ID, n.ServiceAccount, p.ServiceAccount, p.ID)
+	}
+	n.Namespace, n.ServiceAccount, n.Identity = p.Namespace, p.ServiceAccount, p.ID.String()
+	return nil
+}
+
+// reporter is what outlier reports of the stream's node must come from
+// (status.Tracker.ReportOutliers): the SPIFFE ID of an authenticated stream,
+// the transport address of any other.
+func reporter(p authn.Peer) string {
+	if p.Authenticated {
+		return p.ID.String()
+	}
+	return p.Addr
 }
 
 func (st *stream) close(err error) {
+	st.s.unclaim(st.nodeID, st.claim)
 	st.watch.Close()
 	st.conn.Disconnect(st.s.cfg.Clock())
 	if err != nil {
@@ -351,8 +533,42 @@ func (st *stream) sendMsg(m proto.Message) error {
 	case <-t.C:
 		return grpcstatus.Errorf(codes.DeadlineExceeded, "ads: node %s did not accept a response within %v; closing the stream", st.nodeID, st.s.cfg.SendTimeout)
 	case <-st.ctx.Done():
-		return st.ctx.Err()
+		return context.Cause(st.ctx)
 	}
+}
+
+// checkNames enforces MaxResourceNameBytes on the names of one request.
+func (st *stream) checkNames(typ string, lists ...[]string) error {
+	lim := st.s.cfg.MaxResourceNameBytes
+	for _, l := range lists {
+		for _, n := range l {
+			if len(n) > lim {
+				return grpcstatus.Errorf(codes.InvalidArgument, "ads: %s resource name %q...: %d bytes, limit %d", status.TypeName(typ), n[:32], len(n), lim)
+			}
+		}
+	}
+	return nil
+}
+
+// subscribed records that typ now has n explicit names and enforces
+// MaxSubscriptions over the stream's types. The caller checks before it keeps
+// the new subscription.
+func (st *stream) subscribed(typ string, n int) error {
+	total := n
+	for t, c := range st.subs {
+		if t != typ {
+			total += c
+		}
+	}
+	if total > st.s.cfg.MaxSubscriptions {
+		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: node %s: %s subscription would bring the stream to %d resource names, limit %d over all types",
+			st.nodeID, status.TypeName(typ), total, st.s.cfg.MaxSubscriptions)
+	}
+	if st.subs == nil {
+		st.subs = map[string]int{}
+	}
+	st.subs[typ] = n
+	return nil
 }
 
 // endErr maps how the stream ended to the handler's return value.

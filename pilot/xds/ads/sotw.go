@@ -44,8 +44,13 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 	if !ok {
 		return err
 	}
+	// Counted before anything is built from the names: a request past the
+	// bound costs only its decoding.
 	if n := len(req.GetResourceNames()); n > st.s.cfg.MaxSubscriptions {
-		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: %s requests %d resource names, limit %d", status.TypeName(typ), n, st.s.cfg.MaxSubscriptions)
+		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: node %s: %s requests %d resource names, limit %d over all types", st.nodeID, status.TypeName(typ), n, st.s.cfg.MaxSubscriptions)
+	}
+	if err := st.checkNames(typ, req.GetResourceNames()); err != nil {
+		return err
 	}
 	t, ok := st.types[typ]
 	if !ok {
@@ -65,6 +70,9 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 	}
 	if r.Kind == acktrack.Stale {
 		return nil
+	}
+	if err := st.subscribed(typ, len(r.State.Subscribed)); err != nil {
+		return err
 	}
 	t.ack = r.State
 	if r.Kind == acktrack.Initial {

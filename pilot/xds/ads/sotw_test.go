@@ -241,7 +241,7 @@ func TestNodeIdentity(t *testing.T) {
 			`ads: node.id changed on the stream from "a" to "b"`},
 		{"no type", []*discoveryv3.DiscoveryRequest{{Node: nodeProto("a")}}, codes.InvalidArgument, "ads: request without type_url"},
 		{"too many names", []*discoveryv3.DiscoveryRequest{{Node: nodeProto("a"), TypeUrl: eds, ResourceNames: names(101, "n")}}, codes.ResourceExhausted,
-			"ads: EDS requests 101 resource names, limit 100"},
+			"ads: node a: EDS requests 101 resource names, limit 100 over all types"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

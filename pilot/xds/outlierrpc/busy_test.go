@@ -23,7 +23,7 @@ func TestBusyDropsAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Status: tr, Logger: hclog.NewNullLogger(), MaxConcurrent: 2})
+	s, err := New(Config{Status: tr, TrustDomain: "cluster.local", Logger: hclog.NewNullLogger(), MaxConcurrent: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,10 @@
 // Package outlierrpc serves internal/outlierreport's Report RPC on pilot's xDS
 // gRPC server, beside ADS: it decodes a sidecar's ejection summary strictly and
 // hands it to the status tracker, which checks it against the node's ADS stream
-// and aggregates it.
+// and aggregates it. A report is trusted by the identity of its sender: from an
+// authenticated sidecar (a verified client certificate), its SPIFFE ID must be
+// the one of the node's ADS stream; from a plaintext sender, its transport
+// address must be that stream's.
 //
 // Reports are the first thing pilot drops under load: at most MaxConcurrent are
 // handled at once and one more is refused at once (ResourceExhausted), never
@@ -17,7 +20,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -25,6 +27,7 @@ import (
 	"github.com/weft-mesh/weft/internal/outlierreport"
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/status/outlieragg"
+	"github.com/weft-mesh/weft/pilot/xds/authn"
 )
 
 // DefaultMaxConcurrent is how many reports pilot handles at once by default.
@@ -35,6 +38,7 @@ const DefaultMaxConcurrent = 4
 // Config configures a Server.
 type Config struct {
 	Status        *status.Tracker
+	TrustDomain   string // the mesh's; a certificate of another is refused
 	Logger        hclog.Logger
 	MaxConcurrent int              // reports handled at once; > 0
 	Clock         func() time.Time // nil = time.Now
@@ -55,6 +59,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("outlierrpc: Config.Status is required")
 	case cfg.Logger == nil:
 		return nil, errors.New("outlierrpc: Config.Logger is required")
+	case cfg.TrustDomain == "":
+		return nil, errors.New("outlierrpc: Config.TrustDomain is required")
 	case cfg.MaxConcurrent <= 0:
 		return nil, fmt.Errorf("outlierrpc: Config.MaxConcurrent must be > 0, got %d", cfg.MaxConcurrent)
 	}
@@ -76,9 +82,15 @@ func (s *Server) Report(ctx context.Context, req *wrapperspb.BytesValue) (*empty
 		s.cfg.Status.CountOutlierReport(status.ReportBusy)
 		return nil, grpcstatus.Errorf(codes.ResourceExhausted, "outlier report dropped: pilot is handling %d reports already", s.cfg.MaxConcurrent)
 	}
-	from := ""
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		from = p.Addr.String()
+	p, err := authn.Identify(ctx, s.cfg.TrustDomain, false)
+	if err != nil {
+		s.cfg.Status.CountOutlierReport(status.ReportUnknownNode)
+		return nil, grpcstatus.Error(codes.Unauthenticated, "outlier report: "+err.Error())
+	}
+	// The same principal the ADS stream was tracked with (ads.reporter).
+	from := p.Addr
+	if p.Authenticated {
+		from = p.ID.String()
 	}
 	r, err := outlierreport.Decode(req.GetValue())
 	if err != nil {

@@ -38,12 +38,15 @@ func runRealPilot(cfg pilotConfig) error {
 	lim := server.DefaultXDSLimits()
 	lim.Debounce, lim.MaxDelay = cfg.debounce, 10*cfg.debounce
 	lim.GenWorkers = 2
+	// Every simulated client dials from 127.0.0.1 (one "identity" to the
+	// per-address bound) and, with -sidecars, registers over plaintext.
+	lim.MaxStreamsPerIdentity = 1 << 30
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	adminc, xdsc := make(chan net.Addr, 1), make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- server.Run(ctx, server.Config{DataDir: dir, AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", Logger: log,
+		done <- server.Run(ctx, server.Config{DataDir: dir, AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", Logger: log, InsecurePlaintextRegistration: true,
 			XDS: server.ServeADS(lim), OnReady: func(a net.Addr) { adminc <- a }, OnXDSReady: func(a net.Addr) { xdsc <- a },
 			Status: server.StatusLimits{Retention: time.Minute, MaxDisconnected: 100_000, MaxRevisions: 64}})
 	}()

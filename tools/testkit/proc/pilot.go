@@ -19,19 +19,43 @@ import (
 const PilotStartTimeout = 30 * time.Second
 
 // PilotProcess is a running bin/pilot with its admin API on IP:15014, xDS on IP:15010
-// and its store in DataDir.
+// (plaintext) and IP:15012 (TLS, once pilot has its CA) and its store in DataDir.
 type PilotProcess struct {
 	*Proc
 	IP, DataDir string
+	// Secure: started with proc.Secure(), without --insecure-plaintext-registration.
+	Secure bool
 }
 
+// secureArg is what Secure returns: StartPilot removes it from the flags.
+const secureArg = "\x00proc.Secure"
+
+// Secure, among StartPilot's extra flags, starts pilot without
+// --insecure-plaintext-registration: a plaintext client may read, not register
+// (what identity tests need). Without it, StartPilot passes the flag so tests of
+// other features register their sidecars over plaintext as before.
+func Secure() string { return secureArg }
+
 // StartPilot builds and starts bin/pilot with pushes debounced 10ms (tests
-// apply and wait) and extra flags, which may override that, and waits for it.
+// apply and wait), --insecure-plaintext-registration unless Secure() is among
+// extra, and the extra flags, which may override the rest; and waits for it.
 func StartPilot(t testing.TB, ip, dataDir string, extra ...string) *PilotProcess {
 	t.Helper()
 	p := &PilotProcess{IP: ip, DataDir: dataDir}
-	args := append([]string{"--data-dir", dataDir, "--admin-addr", ip + ":15014", "--xds-addr", p.XDSAddr(),
-		"--xds-debounce", "10ms"}, extra...)
+	flags := make([]string, 0, len(extra))
+	for _, f := range extra {
+		if f == secureArg {
+			p.Secure = true
+			continue
+		}
+		flags = append(flags, f)
+	}
+	args := []string{"--data-dir", dataDir, "--admin-addr", ip + ":15014", "--xds-addr", p.XDSAddr(), "--xds-tls-addr", p.XDSTLSAddr(),
+		"--xds-debounce", "10ms"}
+	if !p.Secure {
+		args = append(args, "--insecure-plaintext-registration")
+	}
+	args = append(args, flags...)
 	p.Proc = Start(t, "pilot", Build(t, Pilot), args...)
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	testkit.Wait(t, PilotStartTimeout, func() error {
@@ -60,8 +84,15 @@ func StartPilot(t testing.TB, ip, dataDir string, extra ...string) *PilotProcess
 // URL is pilot's admin API.
 func (p *PilotProcess) URL() string { return "http://" + p.IP + ":15014" }
 
-// XDSAddr is pilot's xDS address.
+// XDSAddr is pilot's plaintext xDS address.
 func (p *PilotProcess) XDSAddr() string { return p.IP + ":15010" }
+
+// XDSTLSAddr is pilot's xDS (and CSR) address over TLS.
+func (p *PilotProcess) XDSTLSAddr() string { return p.IP + ":15012" }
+
+// CARootFile is the mesh CA's root certificate pilot writes (a sidecar's
+// --ca-root).
+func (p *PilotProcess) CARootFile() string { return filepath.Join(p.DataDir, "ca", "root.pem") }
 
 // KeyFile is the publisher key pilot writes, which sidecars verify manifests with.
 func (p *PilotProcess) KeyFile() string { return filepath.Join(p.DataDir, "publisher.pub") }

@@ -1,0 +1,3 @@
+package authn
+
+var AddrKey = addrKey
