@@ -60,8 +60,10 @@ const (
 // Defaults and bounds.
 const (
 	DefaultRootTTL = 10 * 365 * 24 * time.Hour
-	// MaxTTL bounds a leaf's lifetime: SVIDs are short-lived by design.
-	MaxTTL = 30 * 24 * time.Hour
+	// MaxTTL bounds a leaf's lifetime; it equals the bound MeshConfig puts on
+	// certificateTTL (resource.MaxCertificateTTL; pilot/ca tests they agree),
+	// so every accepted MeshConfig can be honoured.
+	MaxTTL = 365 * 24 * time.Hour
 	// Backdate is how far a leaf's NotBefore is set before now, for clock skew.
 	Backdate = time.Minute
 	// MaxDNSNames and MaxIPs bound SignKey's SANs.

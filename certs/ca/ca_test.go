@@ -111,7 +111,7 @@ func TestSignRefusals(t *testing.T) {
 		err  string
 	}{
 		{"ttl at MaxTTL", good, id, MaxTTL, ""},
-		{"ttl past MaxTTL", good, id, MaxTTL + time.Nanosecond, "ttl 720h0m0.000000001s not in (0, 720h0m0s]"},
+		{"ttl past MaxTTL", good, id, MaxTTL + time.Nanosecond, "ttl 8760h0m0.000000001s not in (0, 8760h0m0s]"},
 		{"ttl zero", good, id, 0, "ttl 0s not in"},
 		{"ttl negative", good, id, -time.Second, "ttl -1s not in"},
 		{"two URI SANs", two, id, time.Hour, "CSR has 2 URI SANs, want exactly one"},

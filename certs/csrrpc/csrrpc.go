@@ -140,6 +140,7 @@ func BearerToken(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("csr: %d authorization values, want at most one", len(vals))
 	}
 	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
+	tok = strings.TrimSpace(tok)
 	if !ok || tok == "" {
 		return "", errors.New(`csr: authorization is not "Bearer <token>"`)
 	}
