@@ -44,7 +44,7 @@ func (e *tlsEnv) as(t *testing.T, id string) discoveryv3.AggregatedDiscoveryServ
 	if id == "" {
 		return e.dial(t, grpc.WithTransportCredentials(e.ca.ClientCreds(nil)))
 	}
-	c := e.ca.Leaf(t, []string{id})
+	c := e.ca.SVID(t, id)
 	return e.dial(t, grpc.WithTransportCredentials(e.ca.ClientCreds(&c)))
 }
 

@@ -16,6 +16,8 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
+
+	"github.com/weft-mesh/weft/certs/spiffe"
 )
 
 // ErrUnauthenticated wraps every reason a peer presenting a certificate is not
@@ -91,7 +93,7 @@ func Identify(ctx context.Context, trustDomain string, plaintextRegistration boo
 		return p, nil
 	}
 	leaf := chains[0][0]
-	id, err := fromCert(leaf)
+	id, err := spiffe.FromCert(leaf)
 	if err != nil {
 		return Peer{}, fmt.Errorf("authn: client certificate of %s: %v: %w", p.Addr, err, ErrUnauthenticated)
 	}
@@ -99,7 +101,7 @@ func Identify(ctx context.Context, trustDomain string, plaintextRegistration boo
 		return Peer{}, fmt.Errorf("authn: client certificate serial %x of %s: SPIFFE ID %s is of trust domain %q, pilot's is %q: %w",
 			leaf.SerialNumber, p.Addr, id, td, trustDomain, ErrUnauthenticated)
 	}
-	ns, sa, err := parseWorkload(id)
+	ns, sa, err := spiffe.ParseWorkload(id)
 	if err != nil {
 		return Peer{}, fmt.Errorf("authn: client certificate serial %x of %s: %v: %w", leaf.SerialNumber, p.Addr, err, ErrUnauthenticated)
 	}

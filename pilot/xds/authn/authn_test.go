@@ -54,7 +54,14 @@ func identify(t *testing.T, server, client credentials.TransportCredentials, pla
 func TestIdentify(t *testing.T) {
 	ca := authntest.NewCA(t)
 	other := authntest.NewCA(t)
-	cert := func(uris ...string) *tls.Certificate { c := ca.Leaf(t, uris); return &c }
+	cert := func(uris ...string) *tls.Certificate {
+		if len(uris) == 1 && strings.HasPrefix(uris[0], "spiffe://cluster.local/") {
+			c := ca.SVID(t, uris[0]) // certs/ca issues what it can
+			return &c
+		}
+		c := ca.Raw(t, uris...)
+		return &c
+	}
 	tests := []struct {
 		name      string
 		server    credentials.TransportCredentials
@@ -87,7 +94,7 @@ func TestIdentify(t *testing.T) {
 		})
 	}
 	// A certificate of another CA never reaches Identify: the handshake fails.
-	c := other.Leaf(t, []string{"spiffe://cluster.local/ns/shop/sa/reviews"})
+	c := other.SVID(t, "spiffe://cluster.local/ns/shop/sa/reviews")
 	if got := identify(t, ca.ServerCreds(t), ca.ClientCreds(&c), false); !strings.HasPrefix(got, "Unavailable") {
 		t.Fatalf("certificate of another CA: %s, want Unavailable (handshake refused)", got)
 	}
@@ -100,7 +107,7 @@ func TestIdentifyErrorsNameWhatFailed(t *testing.T) {
 		"spiffe://evil.example/ns/shop/sa/reviews": `SPIFFE ID spiffe://evil.example/ns/shop/sa/reviews is of trust domain "evil.example", pilot's is "cluster.local": unauthenticated`,
 		"spiffe://cluster.local/weft/pilot":        "SPIFFE ID spiffe://cluster.local/weft/pilot: not a workload ID (want spiffe://<td>/ns/<ns>/sa/<sa>): unauthenticated",
 	} {
-		c := ca.Leaf(t, []string{uri})
+		c := ca.Raw(t, uri)
 		if got := identify(t, ca.ServerCreds(t), ca.ClientCreds(&c), false); !strings.HasSuffix(got, want) {
 			t.Errorf("%s: got %s, want suffix %s", uri, got, want)
 		}
