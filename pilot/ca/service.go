@@ -220,16 +220,16 @@ func (s *Service) Register(g *grpc.Server) { g.RegisterService(&csrrpc.ServiceDe
 
 // ServingCert is pilot's current TLS serving certificate (SPIFFE ID
 // spiffe://<td>/weft/pilot plus ServingDNS/ServingIPs), renewed at half life.
-func (s *Service) ServingCert() *tls.Certificate {
+// It has tls.Config.GetCertificate's signature: each handshake gets the current
+// certificate, so a renewal applies to new connections. hello may be nil.
+func (s *Service) ServingCert(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	c := s.serving.Load().tls
-	return &c
+	return &c, nil
 }
 
-// GetCertificate is ServingCert for tls.Config.GetCertificate: each handshake
-// gets the current certificate, so a renewal applies to new connections.
-func (s *Service) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	return s.ServingCert(), nil
-}
+// ClientCAs is the current trust bundle as a pool (during a rotation old and
+// new roots), for verifying client certificates per handshake.
+func (s *Service) ClientCAs() *x509.CertPool { return s.ca.Bundle().Pool() }
 
 // Publisher is the manifest signing key (certs/manifest's key in the data
 // directory) and its chain from the CA (leaf first, SPIFFE ID

@@ -29,6 +29,7 @@ import (
 	"github.com/weft-mesh/weft/certs/revoke"
 	"github.com/weft-mesh/weft/certs/token"
 	"github.com/weft-mesh/weft/pilot/resource"
+	"github.com/weft-mesh/weft/pilot/server"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -69,7 +70,7 @@ func serveTLS(t *testing.T, s *Service) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{GetCertificate: s.GetCertificate, ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS13})))
+	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{GetCertificate: s.ServingCert, ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS13})))
 	s.Register(g)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
@@ -381,7 +382,7 @@ func TestRotation(t *testing.T) {
 		return chain
 	}
 	old := sign()
-	oldServing := s.ServingCert().Leaf
+	oldServing := servingLeaf(s)
 	if err := s.FinishRotation(false); err == nil || !strings.Contains(err.Error(), "no rotation in progress") {
 		t.Fatalf("finish without start: %v", err)
 	}
@@ -392,7 +393,7 @@ func TestRotation(t *testing.T) {
 	if s.Trust().Version == v0 || len(s.Bundle().Roots()) != 2 {
 		t.Fatal("start did not publish a two-root bundle")
 	}
-	if s.ServingCert().Leaf.CheckSignatureFrom(s.CA().Signer()) != nil || oldServing.Equal(s.ServingCert().Leaf) {
+	if servingLeaf(s).CheckSignatureFrom(s.CA().Signer()) != nil || oldServing.Equal(servingLeaf(s)) {
 		t.Fatal("the serving certificate was not reissued from the new root")
 	}
 	if _, pubChain := s.Publisher(); pubChain[0].CheckSignatureFrom(s.CA().Signer()) != nil {
@@ -434,3 +435,11 @@ func TestRotation(t *testing.T) {
 		t.Fatalf("force: %v", err)
 	}
 }
+
+func servingLeaf(s *Service) *x509.Certificate {
+	c, _ := s.ServingCert(nil)
+	return c.Leaf
+}
+
+// Service is what pilot/server runs as its mesh CA.
+var _ server.Authority = (*Service)(nil)
