@@ -33,7 +33,7 @@ func TestExamples(t *testing.T) {
 		t.Errorf("ValidateSet: errors %v", errs)
 	}
 	want := []string{
-		"MeshConfig/default: spec.defaultMtls:", "MeshConfig/default: spec.certificateTTL:",
+		"MeshConfig/default: spec.defaultMtls:",
 		"PeerAuthentication/shop/default: kind:", "AuthorizationPolicy/shop/reviews-readers: kind:",
 		"Override/shop/block-scraper: kind:",
 	}

@@ -55,4 +55,9 @@ const (
 	MaxDuration = 10 * 365 * 24 * time.Hour
 	// MaxCertificateTTL bounds MeshConfig.certificateTTL.
 	MaxCertificateTTL = 365 * 24 * time.Hour
+	// MinCRLValidity and MaxCRLValidity bound MeshConfig.crlValidity: pilot
+	// re-signs at half of it, and a sidecar refuses new handshakes past it plus
+	// grace, so a long one delays revocation and a tiny one is a signing loop.
+	MinCRLValidity = 2 * time.Second
+	MaxCRLValidity = 7 * 24 * time.Hour
 )

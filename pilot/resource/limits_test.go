@@ -161,6 +161,10 @@ func TestLimits(t *testing.T) {
 			"DestinationPolicy/shop/d: spec.localRateLimit.burst: 1 requests at 3.167808219178082e-08 per second take 31567568s to refill, limit 8760h0m0s"},
 		{"certificate_ttl", object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{CertificateTTL: "8760h"}), object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{CertificateTTL: "8761h"}),
 			"MeshConfig/default: spec.certificateTTL: 8761h exceeds the limit of 8760h0m0s"},
+		{"crl_validity_max", object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{CRLValidity: "168h"}), object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{CRLValidity: "168h0m1s"}),
+			"MeshConfig/default: spec.crlValidity: 168h0m1s exceeds the limit of 168h0m0s"},
+		{"crl_validity_min", object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{CRLValidity: "2s"}), object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{CRLValidity: "1999ms"}),
+			"MeshConfig/default: spec.crlValidity: 1999ms is under the limit of 2s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ApplyDefaults(tc.atLimit)

@@ -301,6 +301,9 @@ type MeshConfigSpec struct {
 	TrustDomain    string   `json:"trustDomain,omitempty"` // default cluster.local
 	DefaultMTLS    string   `json:"defaultMtls,omitempty"` // default STRICT
 	CertificateTTL Duration `json:"certificateTTL,omitempty"`
+	// CRLValidity is NextUpdate-ThisUpdate of the CRL pilot publishes (default
+	// 1h); pilot re-signs it at half of it.
+	CRLValidity Duration `json:"crlValidity,omitempty"`
 }
 
 // KindInfo describes one registered kind.

@@ -18,7 +18,6 @@ var notEnforcedMeshFields = []struct {
 	why   string
 }{
 	{"spec.defaultMtls", func(s *MeshConfigSpec) bool { return s.DefaultMTLS != "" }, "sidecars do not speak mTLS yet (issue #9)"},
-	{"spec.certificateTTL", func(s *MeshConfigSpec) bool { return s.CertificateTTL != "" }, "pilot issues no certificates yet (issue #9)"},
 }
 
 // notEnforcedStalenessClasses are StalenessPolicy resources whose state sidecars

@@ -24,7 +24,7 @@ func TestUnenforcedKindWarnings(t *testing.T) {
 			[]string{"Override/shop/x: kind: accepted but not enforced"}},
 		{"mesh config trust domain only", obj(KindMeshConfig, "", &MeshConfigSpec{TrustDomain: "example.org"}), nil},
 		{"mesh config mtls and ttl", obj(KindMeshConfig, "", &MeshConfigSpec{DefaultMTLS: "STRICT", CertificateTTL: "24h"}),
-			[]string{"spec.defaultMtls: accepted but not enforced", "spec.certificateTTL: accepted but not enforced"}},
+			[]string{"spec.defaultMtls: accepted but not enforced"}},
 		{"staleness for routing classes", obj(KindStalenessPolicy, "shop", &StalenessPolicySpec{Rules: []StalenessRule{
 			{Resource: "routes"}, {Resource: "endpoints"}}}), nil},
 		{"staleness for secrets and authorization", obj(KindStalenessPolicy, "shop", &StalenessPolicySpec{Rules: []StalenessRule{

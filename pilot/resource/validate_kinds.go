@@ -464,4 +464,12 @@ func validateMeshConfig(c *collector, s *MeshConfigSpec) {
 	if ttl, ok := checkDuration(c, p.child("certificateTTL"), s.CertificateTTL); ok && ttl > MaxCertificateTTL {
 		c.add(p.child("certificateTTL"), fmt.Sprintf("%s exceeds the limit of %s", s.CertificateTTL, MaxCertificateTTL))
 	}
+	if v, ok := checkDuration(c, p.child("crlValidity"), s.CRLValidity); ok && s.CRLValidity != "" {
+		switch {
+		case v < MinCRLValidity:
+			c.add(p.child("crlValidity"), fmt.Sprintf("%s is under the limit of %s", s.CRLValidity, MinCRLValidity))
+		case v > MaxCRLValidity:
+			c.add(p.child("crlValidity"), fmt.Sprintf("%s exceeds the limit of %s", s.CRLValidity, MaxCRLValidity))
+		}
+	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/api"
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/status/outlieragg"
+	"github.com/weft-mesh/weft/pilot/store"
 	"github.com/weft-mesh/weft/pilot/store/boltstore"
 )
 
@@ -65,6 +66,7 @@ type AuthorityFunc func(ctx context.Context, env AuthorityEnv) (Authority, error
 type AuthorityEnv struct {
 	DataDir     string // the CA keeps its state in DataDir/ca
 	TrustDomain string
+	Store       store.Store // MeshConfig (certificateTTL, crlValidity) is read from it
 	Registry    *prometheus.Registry
 	Logger      hclog.Logger
 }
@@ -238,7 +240,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	var authority Authority
 	if cfg.CA != nil {
-		if authority, err = cfg.CA(ctx, AuthorityEnv{DataDir: cfg.DataDir, TrustDomain: cfg.TrustDomain, Registry: reg, Logger: log.Named("ca")}); err != nil {
+		if authority, err = cfg.CA(ctx, AuthorityEnv{DataDir: cfg.DataDir, TrustDomain: cfg.TrustDomain, Store: st, Registry: reg, Logger: log.Named("ca")}); err != nil {
 			return fmt.Errorf("mesh CA: %w", err)
 		}
 	}
@@ -294,13 +296,22 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	wg.Go(func() {
 		log.Info("admin API listening", "addr", adminLis.Addr().String())
 		if err := srv.Serve(adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("admin API: %w", err)
 		}
 	})
+	// A CA with timers (pilot/ca: CRL re-signing, its own certificates'
+	// renewal) runs until shutdown, and Run waits for it.
+	if r, ok := authority.(interface{ Run(context.Context) error }); ok {
+		wg.Go(func() {
+			if err := r.Run(ctx); err != nil {
+				errc <- fmt.Errorf("mesh CA: %w", err)
+			}
+		})
+	}
 	if xdsLis != nil {
 		wg.Go(func() {
 			log.Info("xDS listening", "addr", xdsLis.Addr().String(), "tls", false)

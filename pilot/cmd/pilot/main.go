@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/weft-mesh/weft/internal/version"
+	"github.com/weft-mesh/weft/pilot/ca"
 	"github.com/weft-mesh/weft/pilot/server"
 )
 
@@ -32,6 +33,13 @@ func run() int {
 	fs.BoolVar(&cfg.InsecurePlaintextRegistration, "insecure-plaintext-registration", false,
 		"INSECURE: let any client of --xds-addr register as any workload (namespace and labels from its own metadata); for local development and tests only")
 	fs.StringVar(&cfg.TrustDomain, "trust-domain", server.DefaultTrustDomain, "the mesh's SPIFFE trust domain")
+	var caOpts caFlags
+	fs.StringVar(&caOpts.rootCert, "ca-root-cert", "", "plugged-in CA: the root certificate (PEM) sidecars trust; without it pilot generates its own root in <data-dir>/ca")
+	fs.StringVar(&caOpts.rootKey, "ca-root-key", "", "plugged-in CA: the private key of the signer (the first certificate of --ca-chain, else the root)")
+	fs.StringVar(&caOpts.chain, "ca-chain", "", "plugged-in CA: the intermediate(s) that sign, signer first, up to but not including the root (optional)")
+	fs.Var(&caOpts.sans, "tls-san", "extra DNS name or IP SAN of pilot's TLS serving certificate (repeatable or comma-separated; at most 32 of each)")
+	fs.IntVar(&caOpts.maxIssued, "max-issued", ca.DefaultMaxIssued,
+		"issued certificates pilot remembers (for cert list, revocation by SPIFFE ID and rotation); at the bound expired ones are dropped, oldest first, and when none is expired new certificates are refused")
 	fs.BoolVar(&cfg.AdminAllowRemote, "admin-allow-remote", false, "accept admin requests from non-loopback clients (requires --admin-token-file)")
 	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the bearer token every admin request must carry")
 	lim := server.DefaultXDSLimits()
@@ -86,6 +94,7 @@ func run() int {
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "pilot", Level: lvl, JSONFormat: *jsonLogs, Output: os.Stderr})
 
 	cfg.XDS = server.ServeADS(lim)
+	cfg.CA = caOpts.open
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/weft-mesh/weft/pilot/ca"
+	"github.com/weft-mesh/weft/pilot/server"
+)
+
+// caFlags are the mesh CA's flags.
+type caFlags struct {
+	rootCert, rootKey, chain string
+	sans                     sanList
+	maxIssued                int
+}
+
+// open is server.Config.CA: pilot/ca on the data directory, certificateTTL and
+// crlValidity read from MeshConfig/default at each use.
+func (f *caFlags) open(_ context.Context, env server.AuthorityEnv) (server.Authority, error) {
+	certTTL, crlValidity := ca.MeshConfigDurations(env.Store)
+	return ca.New(ca.ServiceConfig{
+		DataDir: env.DataDir, TrustDomain: env.TrustDomain,
+		RootCertFile: f.rootCert, RootKeyFile: f.rootKey, ChainFile: f.chain,
+		CertTTL: certTTL, CRLValidity: crlValidity, MaxIssued: f.maxIssued,
+		ServingDNS: f.sans.dns, ServingIPs: f.sans.ips,
+		Logger: env.Logger,
+	})
+}
+
+// sanList is --tls-san: DNS names and IPs, repeatable or comma-separated.
+type sanList struct {
+	dns []string
+	ips []net.IP
+}
+
+func (l *sanList) String() string {
+	out := append([]string(nil), l.dns...)
+	for _, ip := range l.ips {
+		out = append(out, ip.String())
+	}
+	return strings.Join(out, ",")
+}
+
+func (l *sanList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		switch {
+		case s == "":
+			return fmt.Errorf("empty SAN in %q", v)
+		case net.ParseIP(s) != nil:
+			l.ips = append(l.ips, net.ParseIP(s))
+		default:
+			l.dns = append(l.dns, s)
+		}
+	}
+	return nil
+}
