@@ -12,7 +12,8 @@ import (
 var ErrInvalid = errors.New("invalid authorization configuration")
 
 // Config is one chain's authorization: its RBAC filters in chain order and the
-// expiry of the Overrides its weft.override filter holds.
+// expiry of the Overrides (the listener's: entries no policy of this chain names
+// are unused; the decoder checks every entry is used by some chain).
 type Config struct {
 	Filters   []Filter
 	Overrides []Override
@@ -27,6 +28,7 @@ type Engine struct {
 	tcp       bool
 	overrides []string // names of the Override policies, sorted
 	sightings []Sighting
+	none      *policyStats // counts Expired decisions
 }
 
 type filter struct {
@@ -75,7 +77,7 @@ func New(cfg Config, st *State, now time.Time) (*Engine, error) {
 		}
 		ovr[o.Name] = o
 	}
-	e := &Engine{tcp: cfg.TCP}
+	e := &Engine{tcp: cfg.TCP, none: st.stat(NoPolicy)}
 	used := map[string]bool{}
 	for i := range cfg.Filters {
 		f := &cfg.Filters[i]
@@ -110,11 +112,6 @@ func New(cfg Config, st *State, now time.Time) (*Engine, error) {
 			*rs.out = r
 		}
 		e.filters = append(e.filters, cf)
-	}
-	for name := range ovr {
-		if !used[name] {
-			return nil, fmt.Errorf("%w: weft.overrides names %q, which no weft.override policy is", ErrInvalid, name)
-		}
 	}
 	slices.Sort(e.overrides)
 	return e, nil
@@ -277,6 +274,7 @@ const (
 	Allowed       Outcome = iota // no filter denied
 	DeniedPolicy                 // a DENY (or Override) policy matched: Policy names it
 	DeniedNoMatch                // an ALLOW filter's policies did not match
+	DeniedExpired                // authorization state is past its staleness expiry (Expired)
 )
 
 // maxHits bounds the counted results of one decision: each filter's rules and
@@ -389,6 +387,19 @@ func (r *rules) eval(req *Request, now time.Time, d *Decision, dry bool) (*polic
 		d.add(m.stat, r.label, false, dry)
 	}
 	return m, false
+}
+
+// Expired is the decision for every request while authorization state is past
+// its staleness expiry (failClosed): denied, counted under NoPolicy with action
+// EXPIRED. A nil Engine (no authorization on the chain) allows.
+func (e *Engine) Expired() Decision {
+	var d Decision
+	if e == nil {
+		return d
+	}
+	d.Outcome, d.Filter = DeniedExpired, "staleness"
+	d.add(e.none, labelExpired, true, false)
+	return d
 }
 
 // Overrides names the Override policies the engine enforces, sorted.

@@ -194,11 +194,12 @@ const (
 	labelDeny
 	labelAudit
 	labelOverride
+	labelExpired // authorization state past its staleness expiry: failed closed
 	numLabels
 )
 
 // ActionLabels are the values of the action label, indexed as CountFunc's.
-var actionLabels = [numLabels]string{"ALLOW", "DENY", "AUDIT", "OVERRIDE"}
+var actionLabels = [numLabels]string{"ALLOW", "DENY", "AUDIT", "OVERRIDE", "EXPIRED"}
 
 // policyStats counts one policy name's results: [action][deny][dry run].
 type policyStats struct {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weft-mesh/weft/sidecar/authz"
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
@@ -38,6 +39,13 @@ type Options struct {
 	// QueueTimeout bounds how long a request waits as pending for an upstream
 	// connection (see cluster.DefaultQueueTimeout, the value for 0).
 	QueueTimeout time.Duration
+	// Authz holds authorization state that outlives configurations (Override
+	// first sightings, decision counters; see authz.go), committed by Activate
+	// (which a compile without Registry runs itself). Nil: a private one.
+	Authz *authz.State
+	// Now is the clock a compile reads once (an Override's first sighting);
+	// nil: time.Now.
+	Now func() time.Time
 }
 
 // DefaultRouteTimeout is the route timeout when a route sets none: Envoy's.
@@ -56,10 +64,16 @@ func CompileWith(state map[string]map[string]any, o Options) (*Config, error) {
 		routes:    make(map[string]*RouteTable),
 		clusters:  make(map[string]*cluster.Cluster),
 		reg:       o.Registry,
+		// authz.go
+		authzState: o.Authz,
+		compiledAt: compileTime(o),
 	}
 	private := cfg.reg == nil
 	if private {
 		cfg.reg = cluster.NewRegistry()
+	}
+	if cfg.authzState == nil {
+		cfg.authzState = authz.NewState()
 	}
 	switch {
 	case o.DefaultRouteTimeout == 0:
@@ -372,6 +386,9 @@ func (cfg *Config) compileChain(xl *xdsresource.Listener, f string, x *xdsresour
 		fc.TCP = &TCPRoute{targets: ts, total: total, IdleTimeout: x.TCP.IdleTimeout}
 	default:
 		return nil, fmt.Errorf("%w: listener %q: %s: no terminal filter", ErrInvalid, xl.Name, f)
+	}
+	if err := cfg.compileAuthz(xl, f, x, fc); err != nil {
+		return nil, err
 	}
 	return fc, nil
 }

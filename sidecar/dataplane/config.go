@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weft-mesh/weft/sidecar/authz"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
 )
@@ -30,6 +31,11 @@ type Config struct {
 	// config's settings to it in place (see Activate).
 	reg     *cluster.Registry
 	commits []func()
+	// Authorization (authz.go): the long-lived state, the compile's time and
+	// the chains' engines, whose Override sightings Activate commits.
+	authzState *authz.State
+	compiledAt time.Time
+	engines    []*authz.Engine
 }
 
 // Activate is the retire step of build → validate → swap → retire, called by the
@@ -46,6 +52,7 @@ func (c *Config) Activate() {
 	for _, f := range c.commits {
 		f()
 	}
+	c.commitAuthz()
 	live := make([]*cluster.Cluster, 0, len(c.clusters))
 	for _, cl := range c.clusters {
 		live = append(live, cl)
@@ -127,6 +134,9 @@ type FilterChain struct {
 	Name string
 	HTTP *RouteTable
 	TCP  *TCPRoute
+	// Authz decides the chain's requests (connections, for TCP); nil: no
+	// authorization applies (authz.go says which chains get one).
+	Authz *authz.Engine
 }
 
 // TCPRoute is a tcp_proxy: weighted clusters and an idle timeout.
@@ -134,6 +144,7 @@ type TCPRoute struct {
 	targets     []target
 	total       uint64
 	IdleTimeout time.Duration
+	Authz       *authz.Engine // the chain's (FilterChain.Authz)
 }
 
 // Pick chooses a cluster by weight from r (uniform random).

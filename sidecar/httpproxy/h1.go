@@ -206,8 +206,11 @@ func (p *Proxy) handleH1(ctx context.Context, br *bufio.Reader, bw *bufio.Writer
 	if req.m1-req.m0 == 7 && req.str(req.m0, req.m1) == "CONNECT" {
 		return p.discardAndReply(br, bw, st, http.StatusNotImplemented, LocalParser, "CONNECT is not supported")
 	}
-	rr := p.resolve(cfg, t, host, path, &st.hdrs)
+	rr := p.resolve(cfg, t, host, path, &st.hdrs, start)
 	if rr.status != 0 {
+		if rr.hdrName != "" {
+			return p.discardAndReplyHeader(br, bw, st, rr.status, rr.local, rr.hdrName, rr.hdrValue, rr.reason)
+		}
 		return p.discardAndReply(br, bw, st, rr.status, rr.local, rr.reason)
 	}
 	route := rr.route

@@ -67,8 +67,11 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request, t *Target) {
 	defer t.Requests.Release()
 	cfg := t.Snapshot.Load() // the whole request runs on this snapshot
 	h := httpHeaders{r: r}
-	rr := p.resolve(cfg, t, r.Host, r.URL.RequestURI(), h)
+	rr := p.resolve(cfg, t, r.Host, r.URL.RequestURI(), h, start)
 	if rr.status != 0 {
+		if rr.hdrName != "" {
+			w.Header().Set(rr.hdrName, sanitizeHeader(rr.hdrValue))
+		}
 		a.code = p.errorReply(w, r, rr.status, rr.local, rr.reason)
 		return
 	}
@@ -547,6 +550,8 @@ func (p *Proxy) errorReply(w http.ResponseWriter, r *http.Request, code int, loc
 			gs = "4" // DEADLINE_EXCEEDED
 		case http.StatusNotFound:
 			gs = "12" // UNIMPLEMENTED
+		case http.StatusForbidden:
+			gs = "7" // PERMISSION_DENIED
 		}
 		w.Header().Set("Content-Type", "application/grpc")
 		w.Header().Set("Grpc-Status", gs)

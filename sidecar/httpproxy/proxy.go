@@ -53,6 +53,7 @@ import (
 
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
+	"github.com/weft-mesh/weft/sidecar/mtls"
 	"github.com/weft-mesh/weft/sidecar/overload"
 )
 
@@ -73,6 +74,10 @@ type Config struct {
 	// Degraded, when set and reporting true, makes every request answer 503 with
 	// header x-weft-degraded: <reason>.
 	Degraded DegradedFunc
+	// AuthzExpired, when set and reporting true, denies every request on a
+	// chain under authorization (authz.go): authorization state is past its
+	// staleness expiry and fails closed.
+	AuthzExpired DegradedFunc
 	// BufferSize is the per-connection read and write buffer (also the longest
 	// request or status line). Default 16 KiB.
 	BufferSize int
@@ -185,20 +190,21 @@ func (p *Proxy) observeAt(cluster string, code int, start, end time.Time) {
 
 // Proxy serves HTTP connections handed to it by a listener.
 type Proxy struct {
-	cfg     Config
-	log     hclog.Logger
-	h2      *cluster.H2Pool // h2c upstreams (peer sidecars, HTTP2/gRPC apps), multiplexed
-	h1std   *http.Transport // HTTP/1.1 upstreams reached from HTTP/2 clients
-	h2c     http.Protocols
-	h2mu    sync.Mutex           // guards h2srvs and closed
-	h2srvs  map[string]*h2Server // by listener name: serve h2c connections handed over by ServeConn
-	closed  bool                 // Close was called: no new HTTP/2 servers
-	readers sync.Pool            // *bufio.Reader
-	writers sync.Pool            // *bufio.Writer
-	ctx     context.Context
-	cancel  context.CancelFunc
-	retries RetryStats
-	bodies  sync.Pool // *[]byte of cap MaxRetryBodyBytes: request bodies kept for replay
+	cfg      Config
+	log      hclog.Logger
+	h2       *cluster.H2Pool // h2c upstreams (peer sidecars, HTTP2/gRPC apps), multiplexed
+	h1std    *http.Transport // HTTP/1.1 upstreams reached from HTTP/2 clients
+	h2c      http.Protocols
+	h2mu     sync.Mutex           // guards h2srvs and closed
+	h2srvs   map[string]*h2Server // by listener name: serve h2c connections handed over by ServeConn
+	closed   bool                 // Close was called: no new HTTP/2 servers
+	readers  sync.Pool            // *bufio.Reader
+	writers  sync.Pool            // *bufio.Writer
+	ctx      context.Context
+	cancel   context.CancelFunc
+	retries  RetryStats
+	bodies   sync.Pool // *[]byte of cap MaxRetryBodyBytes: request bodies kept for replay
+	authzLog authzLog  // rate-limits denial logs (authz.go)
 }
 
 // HTTP/2 upstream connections idle this long are closed; one silent for
@@ -437,6 +443,9 @@ const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 // and returns only once conn is closed, HTTP/2 connections included, so the
 // caller's accounting (connection limits, shutdown) covers the connection's life.
 func (p *Proxy) ServeConn(ctx context.Context, conn net.Conn, t Target) {
+	if id, ok := mtls.PeerID(conn); ok && t.Peer.IsZero() {
+		t.Peer = id // once per connection, for authorization
+	}
 	br := p.getReader(conn)
 	dw := watchDrain(conn, t.Drain) // the sniff waits like an idle connection
 	var rd readDeadline
@@ -575,10 +584,13 @@ type routeResult struct {
 	status int    // non-zero: answer locally with this status
 	local  string // with status: the LocalHeader value
 	reason string // body / degraded reason
+	// hdrName, hdrValue: one more header of a local answer ("" none).
+	hdrName, hdrValue string
 }
 
-// resolve finds the route for a request on the active config.
-func (p *Proxy) resolve(cfg *dataplane.Config, t *Target, host, path string, h dataplane.Headers) routeResult {
+// resolve finds the route for a request on the active config; now is the
+// request's start (authorization reads no clock of its own).
+func (p *Proxy) resolve(cfg *dataplane.Config, t *Target, host, path string, h dataplane.Headers, now time.Time) routeResult {
 	if p.cfg.Degraded != nil {
 		if reason, bad := p.cfg.Degraded(); bad {
 			return routeResult{status: http.StatusServiceUnavailable, local: LocalDegraded, reason: reason}
@@ -603,6 +615,9 @@ func (p *Proxy) resolve(cfg *dataplane.Config, t *Target, host, path string, h d
 	}
 	if fc == nil || fc.HTTP == nil {
 		return notFound(l, host, port, "no HTTP route table for port")
+	}
+	if rr, ok := p.authorize(fc, t, port, path, h, now); !ok {
+		return rr
 	}
 	vh := fc.HTTP.Lookup(host)
 	if vh == nil {

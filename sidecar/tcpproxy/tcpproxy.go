@@ -30,6 +30,9 @@ type Config struct {
 	Rand func() uint64
 	// Observer, when set, is told of every connection that reached an upstream.
 	Observer Observer
+	// AuthzExpired, when set and reporting true, refuses every connection on a
+	// chain under authorization (authz.go): its state is past staleness expiry.
+	AuthzExpired func() (reason string, expired bool)
 }
 
 // Observer receives one call per proxied connection, when it ends.
@@ -66,10 +69,14 @@ func New(cfg Config) (*Proxy, error) {
 // It closes client. src is used for ring-hash clusters (hash of the source address).
 func (p *Proxy) Serve(ctx context.Context, client net.Conn, route *dataplane.TCPRoute, src netip.Addr) error {
 	defer client.Close()
+	now := time.Now()
+	if err := p.authorize(client, route, now); err != nil {
+		return err
+	}
 	c := route.Pick(p.cfg.Rand())
 	// A connection is one request for a TCP cluster's local rate limit (as
 	// Envoy's network local_ratelimit filter): past it, the connection is closed.
-	if ok, _ := c.Shared.Limiter.Allow(time.Now()); !ok {
+	if ok, _ := c.Shared.Limiter.Allow(now); !ok {
 		return fmt.Errorf("cluster %q: %w", c.Name, ErrRateLimited)
 	}
 	var hash uint64

@@ -106,7 +106,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"port zero", xdsresource.ListenerType, noPort,
 			`listener "outbound": address.socket_address.port_value: must be 1..65535, got 0`},
 		{"two filters", xdsresource.ListenerType, twoFilters,
-			`listener "in": filter_chains[0].filters: want exactly one terminal filter (http_connection_manager or tcp_proxy), got 2`},
+			`listener "in": filter_chains[0].filters[0].typed_config: only envoy.filters.network.rbac may precede the terminal filter, got "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"`},
 		{"duplicate chain", xdsresource.ListenerType, dt.Listener("in", dt.MustAddr("127.0.0.1:15006"), dt.HTTPChain(80, "r"), dt.TCPChain(80, "c")),
 			`listener "in": filter_chains[1].filter_chain_match: same match as filter_chains[0]`},
 		{"no chains", xdsresource.ListenerType, dt.Listener("in", dt.MustAddr("127.0.0.1:15006")),

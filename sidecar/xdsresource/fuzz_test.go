@@ -29,6 +29,7 @@ func FuzzDecode(f *testing.F) {
 		}
 	}
 	seed(0, dt.Listener("inbound", dt.MustAddr("10.0.0.1:15006"), dt.HTTPChain(9080, "r"), dt.TCPChain(3306, "c")))
+	seed(0, inboundWithRBAC())
 	peer := dt.MustAddr("10.0.0.2:15006")
 	seed(3, dt.MarkPeer(dt.Endpoints("c", dt.MustAddr("10.0.0.1:8080"), peer), peer))
 	seed(1, dt.RouteConfig("r", dt.VirtualHost("v", []string{"*.shop", "a:80"}, regexRoute("/v[0-9]+/.*"))))

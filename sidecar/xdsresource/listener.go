@@ -7,7 +7,10 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+
+	"github.com/weft-mesh/weft/sidecar/authz"
 )
 
 const (
@@ -59,6 +62,14 @@ func decodeListener(m *listenerv3.Listener) (*Listener, error) {
 		}
 		l.Default = &c
 	}
+	if md := m.GetMetadata().GetFilterMetadata()[OverridesMetadataKey]; md != nil {
+		if l.Overrides, err = decodeOverrides(e, md); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkOverrideNames(e, l); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 
@@ -100,11 +111,28 @@ func decodeFilterChain(e errs, field string, fc *listenerv3.FilterChain) (Filter
 		return c, e.at(field+".transport_socket", "TLS is not supported yet")
 	}
 	fs := fc.GetFilters()
-	if len(fs) != 1 {
-		return c, e.at(field+".filters", "want exactly one terminal filter (http_connection_manager or tcp_proxy), got %d", len(fs))
+	if len(fs) == 0 || len(fs) > 1+authz.MaxFilters {
+		return c, e.at(field+".filters", "want network RBAC filters (at most %d) then one terminal filter (http_connection_manager or tcp_proxy), got %d filters", authz.MaxFilters, len(fs))
 	}
-	ff := fmt.Sprintf("%s.filters[0]", field)
-	tc := fs[0].GetTypedConfig()
+	// Network RBAC filters (rbac.go) come before the terminal filter.
+	for i, nf := range fs[:len(fs)-1] {
+		ff := fmt.Sprintf("%s.filters[%d]", field, i)
+		if nf.GetTypedConfig().GetTypeUrl() != NetworkRBACTypeURL {
+			return c, e.at(ff+".typed_config", "only envoy.filters.network.rbac may precede the terminal filter, got %q", nf.GetTypedConfig().GetTypeUrl())
+		}
+		m := &rbacnetv3.RBAC{}
+		if err := nf.GetTypedConfig().UnmarshalTo(m); err != nil {
+			return c, e.at(ff+".typed_config", "malformed network RBAC: %v", err)
+		}
+		f, err := decodeNetworkRBAC(e, ff+".typed_config", nf.GetName(), m)
+		if err != nil {
+			return c, err
+		}
+		c.RBAC = append(c.RBAC, f)
+	}
+	last := len(fs) - 1
+	ff := fmt.Sprintf("%s.filters[%d]", field, last)
+	tc := fs[last].GetTypedConfig()
 	if tc == nil {
 		return c, e.at(ff+".typed_config", "required")
 	}
@@ -114,11 +142,17 @@ func decodeFilterChain(e errs, field string, fc *listenerv3.FilterChain) (Filter
 		if err := tc.UnmarshalTo(h); err != nil {
 			return c, e.at(ff+".typed_config", "malformed HttpConnectionManager: %v", err)
 		}
+		if len(c.RBAC) > 0 {
+			return c, e.at(field+".filters[0]", "network RBAC before http_connection_manager is not supported (pilot sends HTTP RBAC filters)")
+		}
 		m, err := decodeHCM(e, ff+".typed_config", h)
 		if err != nil {
 			return c, err
 		}
 		c.HTTP = m
+		if c.RBAC, err = decodeHTTPFilters(e, ff+".typed_config", h); err != nil {
+			return c, err
+		}
 	case tcpTypeURL:
 		t := &tcpv3.TcpProxy{}
 		if err := tc.UnmarshalTo(t); err != nil {

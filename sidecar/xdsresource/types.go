@@ -12,6 +12,8 @@ import (
 	"net/netip"
 	"regexp"
 	"time"
+
+	"github.com/weft-mesh/weft/sidecar/authz"
 )
 
 // Type URLs this package decodes.
@@ -62,6 +64,9 @@ type Listener struct {
 	FilterChains []FilterChain
 	// Default is used when no chain matches (default_filter_chain); may be nil.
 	Default *FilterChain
+	// Overrides is metadata "weft.overrides": the TTL of each Override policy
+	// of the chains' weft.override filters (rbac.go).
+	Overrides []authz.Override
 }
 
 // References lists the RDS route configurations this listener's chains name.
@@ -86,6 +91,9 @@ type FilterChain struct {
 	DestinationPort uint32 // 0: any port
 	HTTP            *HTTPManager
 	TCP             *TCPProxy
+	// RBAC are the chain's RBAC filters in order (rbac.go): HTTP filters of
+	// the connection manager, or network filters before the tcp_proxy.
+	RBAC []authz.Filter
 }
 
 // HTTPManager is a decoded HttpConnectionManager: either an RDS name or an inline

@@ -1,0 +1,51 @@
+package tcpproxy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/weft-mesh/weft/sidecar/authz"
+	"github.com/weft-mesh/weft/sidecar/dataplane"
+	"github.com/weft-mesh/weft/sidecar/mtls"
+)
+
+// ErrDenied: authorization refused the connection (closed before any upstream
+// was dialled, as Envoy's network RBAC does).
+var ErrDenied = errors.New("denied by authorization")
+
+// authorize decides a connection on route's engine (nil: allowed) from the
+// verified peer and the destination port. The destination is the connection's
+// local address: the listener's explicit mode (listener.LocalAddr); with
+// interception the listener will have to pass the original destination.
+func (p *Proxy) authorize(client net.Conn, route *dataplane.TCPRoute, now time.Time) error {
+	e := route.Authz
+	if e == nil {
+		return nil
+	}
+	var principal string
+	if id, ok := mtls.PeerID(client); ok {
+		principal = id.String()
+	}
+	if p.cfg.AuthzExpired != nil {
+		if reason, expired := p.cfg.AuthzExpired(); expired {
+			d := e.Expired()
+			d.Count()
+			return fmt.Errorf("%w: authorization state expired (%s), peer %q", ErrDenied, reason, principal)
+		}
+	}
+	var port uint16
+	if a, ok := client.LocalAddr().(*net.TCPAddr); ok {
+		port = uint16(a.Port)
+	}
+	d := e.Decide(authz.Request{Principal: principal, Port: port, TCP: true}, now)
+	d.Count()
+	if d.Allowed() {
+		return nil
+	}
+	if d.Policy != "" {
+		return fmt.Errorf("%w: policy %q (filter %s) refused peer %q on port %d", ErrDenied, d.Policy, d.Filter, principal, port)
+	}
+	return fmt.Errorf("%w: no ALLOW policy (filter %s) matched peer %q on port %d", ErrDenied, d.Filter, principal, port)
+}
