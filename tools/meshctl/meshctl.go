@@ -50,6 +50,10 @@ var commandDocs = []struct{ name, use, about string }{
 	{"config-dump", "config-dump NODE", "what pilot last sent NODE, as JSON"},
 	{"outliers", "outliers [-o json]", "one row per endpoint proxies eject now: ENDPOINT, SERVICE,\n" +
 		"EJECTED-BY (ejecting/reporting clients of the service),\nDETECTORS, SINCE"},
+	{"token create", tokenUse, "print a bootstrap token for a workload's first certificate\n(a sidecar's --token-file)"},
+	{"cert list", "cert list [-o json]", "one row per certificate the mesh CA issued:\nSERIAL, SPIFFE-ID, NOT-AFTER, STATE (VALID, EXPIRED, REVOKED)"},
+	{"cert revoke", "cert revoke --serial S | --spiffe-id ID [--reason R]", "revoke a certificate, or every certificate of a SPIFFE ID;\nthe new CRL is published before it returns"},
+	{"ca rotate", rotateUse, "root rotation: start (a new root signs; both trusted),\nfinish (drop the old root), status"},
 	{"version", "version", "this build's version (also --version)"},
 }
 
@@ -164,7 +168,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "validate":
 		err = e.validate(rest)
-	case "apply", "get", "delete", "history", "proxy-status", "rollout", "config-dump", "outliers":
+	case "apply", "get", "delete", "history", "proxy-status", "rollout", "config-dump", "outliers", "token", "cert", "ca":
 		c, cerr := newClient(*pilot, *tokenFile, *timeout)
 		if cerr != nil {
 			return report(stdout, stderr, cerr)
@@ -188,6 +192,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			err = e.configDump(ctx, rest)
 		case "outliers":
 			err = e.outliers(ctx, rest)
+		case "token":
+			err = e.tokenCmd(ctx, rest)
+		case "cert":
+			err = e.certCmd(ctx, rest)
+		case "ca":
+			err = e.caCmd(ctx, rest)
 		}
 	case "version":
 		fmt.Fprintln(stdout, version.String("meshctl"))
