@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
+	"github.com/weft-mesh/weft/sidecar/mtls"
 	"github.com/weft-mesh/weft/sidecar/outlier"
 )
 
@@ -36,9 +37,18 @@ type Endpoint struct {
 	// Peer: a peer sidecar's inbound listener; HTTP goes to it over h2c on the
 	// H2Pool whatever the cluster's protocol.
 	Peer bool
+	// MTLS: the endpoint's sidecar has a mesh identity; with a cluster TLS
+	// (Spec.TLS) it is dialled with mTLS (auto-mTLS).
+	MTLS bool
 	// Host is the long-lived state of Addr. NewEndpoint gives a private one; New
 	// replaces it with its Shared's host for Addr.
 	Host *Host
+	// tls is the cluster's upstream when the endpoint is dialled with mTLS; key
+	// is what the pools file its connections under: the address, prefixed with
+	// the verification for mTLS ones (a connection verified for one set of
+	// SPIFFE IDs is not handed to a cluster expecting another). Set by New.
+	tls *mtls.Upstream
+	key string
 }
 
 // NewEndpoint builds an endpoint; weight 0 becomes 1.
@@ -48,6 +58,18 @@ func NewEndpoint(a netip.AddrPort, weight uint32, healthy bool) *Endpoint {
 
 // Address is the dialable "ip:port".
 func (e *Endpoint) Address() string { return e.Host.addr }
+
+// PoolKey is what upstream pools key e's connections by: Address for plaintext,
+// the mTLS verification and the address for mTLS.
+func (e *Endpoint) PoolKey() string {
+	if e.key == "" {
+		return e.Host.addr
+	}
+	return e.key
+}
+
+// TLS is the mTLS upstream e is dialled with; nil: plaintext.
+func (e *Endpoint) TLS() *mtls.Upstream { return e.tls }
 
 // Begin marks a request to e in flight; End ends it.
 func (e *Endpoint) Begin() { e.Host.Begin() }
@@ -80,6 +102,9 @@ type Spec struct {
 	// ignore ejections (Envoy's healthy_panic_threshold; 0: never).
 	PanicThreshold float64
 	Endpoints      []*Endpoint
+	// TLS, when set, is the cluster's mTLS upstream (its transport socket):
+	// endpoints marked MTLS are dialled with it, the others in plaintext.
+	TLS *mtls.Upstream
 	// Rand returns a uniformly random uint64; nil uses math/rand/v2. Tests pass a
 	// seeded source to make random and least-request picks reproducible.
 	Rand func() uint64
@@ -90,6 +115,7 @@ type Spec struct {
 type Cluster struct {
 	Name           string
 	HTTP2          bool
+	TLS            *mtls.Upstream // nil: no transport socket (plaintext to every endpoint)
 	ConnectTimeout time.Duration
 	QueueTimeout   time.Duration // a pending request's longest wait (see DefaultQueueTimeout)
 	Shared         *Shared
@@ -147,8 +173,12 @@ func New(s Spec) (*Cluster, error) {
 	}
 	for _, e := range s.Endpoints {
 		e.Host = sh.Host(e.Addr)
+		e.tls, e.key = nil, ""
+		if s.TLS != nil && e.MTLS {
+			e.tls, e.key = s.TLS, s.TLS.Key()+"@"+e.Host.addr
+		}
 	}
-	c := &Cluster{Name: s.Name, HTTP2: s.HTTP2, ConnectTimeout: s.ConnectTimeout, QueueTimeout: s.QueueTimeout, Shared: sh, Breaker: sh.Breaker,
+	c := &Cluster{Name: s.Name, HTTP2: s.HTTP2, TLS: s.TLS, ConnectTimeout: s.ConnectTimeout, QueueTimeout: s.QueueTimeout, Shared: sh, Breaker: sh.Breaker,
 		endpoints: s.Endpoints, Hashed: s.Policy == RingHash, panicThreshold: s.PanicThreshold}
 	// Pick among healthy endpoints; if none is healthy, use all (Envoy's panic mode).
 	eps := make([]*Endpoint, 0, len(s.Endpoints))

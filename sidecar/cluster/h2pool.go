@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
+	"github.com/weft-mesh/weft/sidecar/mtls"
 )
 
 // H2Config configures an H2Pool.
@@ -28,6 +29,10 @@ type H2Config struct {
 	MaxReadFrameSize int
 	// Dial opens a connection; nil uses net.Dialer.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// MTLS makes the mTLS connections to endpoints that need them (see
+	// DialEndpoint): HTTP/2 then runs inside the verified TLS connection (ALPN
+	// h2 negotiated). nil: this sidecar has no identity and such endpoints fail.
+	MTLS *mtls.Manager
 }
 
 // H2Pool multiplexes HTTP/2 (prior-knowledge h2c until mTLS) requests on a few
@@ -103,7 +108,14 @@ func NewH2Pool(cfg H2Config) (*H2Pool, error) {
 	var h2c http.Protocols
 	h2c.SetUnencryptedHTTP2(true) // prior knowledge: no upgrade round trip
 	tr := &http.Transport{
-		DialContext:        func(ctx context.Context, _, addr string) (net.Conn, error) { return dial(ctx, addr) },
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			// An mTLS endpoint's connection is verified before net/http speaks
+			// HTTP/2 on it (prior knowledge: the TLS is ours, not net/http's).
+			if e, ok := ctx.Value(endpointKey{}).(*Endpoint); ok {
+				return DialEndpoint(ctx, dial, cfg.MTLS, e)
+			}
+			return dial(ctx, addr)
+		},
 		Protocols:          &h2c,
 		DisableCompression: true, // a proxy passes bodies through as they are
 		IdleConnTimeout:    cfg.IdleTimeout,
@@ -120,7 +132,7 @@ func NewH2Pool(cfg H2Config) (*H2Pool, error) {
 // call RoundTrip or Release on it exactly once. See H2Pool for when it dials,
 // waits or refuses (ErrOverflow).
 func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.ClientConn, error) {
-	addr := e.Address()
+	addr := e.PoolKey()
 	var pending bool
 	defer func() {
 		if pending {
@@ -168,7 +180,7 @@ func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.Client
 		if atLimit && tryConn(c.Breaker) {
 			h.dialing++
 			p.mu.Unlock()
-			cc, err := p.dial(ctx, c, addr)
+			cc, err := p.dial(ctx, c, e)
 			if err != nil {
 				return nil, err
 			}
@@ -321,11 +333,15 @@ func wakeLocked(h *h2host) {
 
 // dial opens a connection holding one of c's connection slots (already acquired)
 // and adds it to the pool.
-func (p *H2Pool) dial(ctx context.Context, c *Cluster, addr string) (*http.ClientConn, error) {
+func (p *H2Pool) dial(ctx context.Context, c *Cluster, e *Endpoint) (*http.ClientConn, error) {
+	addr := e.PoolKey()
 	// The connection outlives this request: only the connect timeout and the
 	// request's cancellation bound the dial itself.
 	dctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)
-	cc, err := p.tr.NewClientConn(dctx, "http", addr)
+	if e.tls != nil {
+		dctx = context.WithValue(dctx, endpointKey{}, e)
+	}
+	cc, err := p.tr.NewClientConn(dctx, "http", e.Address())
 	cancel()
 	p.mu.Lock()
 	h := p.hostLocked(addr)
@@ -338,7 +354,7 @@ func (p *H2Pool) dial(ctx context.Context, c *Cluster, addr string) (*http.Clien
 		p.forgetLocked(addr)
 		p.mu.Unlock()
 		if err != nil {
-			return nil, fmt.Errorf("cluster %q: connect %s: %w", c.Name, addr, err)
+			return nil, fmt.Errorf("cluster %q: connect %s: %w", c.Name, e.Address(), err)
 		}
 		cc.Close()
 		return nil, ErrPoolClosed

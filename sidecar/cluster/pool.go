@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
+	"github.com/weft-mesh/weft/sidecar/mtls"
 )
 
 // PoolConfig configures an upstream HTTP/1.1 connection pool.
@@ -22,6 +23,9 @@ type PoolConfig struct {
 	BufferSize     int           // bufio reader/writer size per connection, ≥ 4096
 	// Dial opens a connection; nil uses net.Dialer.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// MTLS makes the mTLS connections to endpoints that need them (see
+	// DialEndpoint); nil: this sidecar has no identity and such endpoints fail.
+	MTLS *mtls.Manager
 }
 
 // Defaults for the owner of a pool: idle connections are closed after
@@ -82,6 +86,10 @@ type Conn struct {
 	peekFn  func(fd uintptr)
 	peekBuf [1]byte
 	peekBad bool
+	// tls: Conn is an *mtls.Conn (rc is its socket): bytes waiting in the
+	// kernel may be TLS messages that are not data (a session ticket, a key
+	// update), which quiet lets crypto/tls consume.
+	tls bool
 }
 
 // NewPool checks cfg.
@@ -113,7 +121,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 // deadline its last user left (possibly passed): the caller sets its own before any
 // I/O, so a release need not clear it.
 func (p *Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (conn *Conn, reused bool, err error) {
-	addr := e.Address()
+	addr := e.PoolKey()
 	var q *queued // set once this request is pending
 	defer func() {
 		if q != nil {
@@ -136,7 +144,7 @@ func (p *Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (conn *Conn, re
 			continue
 		}
 		if _, ok := c.Breaker.TryAcquire(circuitbreak.Connections); ok {
-			conn, err = p.dial(ctx, c, addr)
+			conn, err = p.dial(ctx, c, e)
 			return conn, false, err
 		}
 		if p.evictIdle(c.Breaker, addr) {
@@ -356,23 +364,28 @@ func (p *Pool) wakeSlotWaiter(b *circuitbreak.Breaker) {
 	}
 }
 
-func (p *Pool) dial(ctx context.Context, c *Cluster, addr string) (*Conn, error) {
+func (p *Pool) dial(ctx context.Context, c *Cluster, e *Endpoint) (*Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)
-	nc, err := p.cfg.Dial(dctx, addr)
+	nc, err := DialEndpoint(dctx, p.cfg.Dial, p.cfg.MTLS, e)
 	cancel()
 	if err != nil {
 		c.Breaker.Release(circuitbreak.Connections)
 		p.wakeSlotWaiter(c.Breaker)
-		return nil, fmt.Errorf("cluster %q: connect %s: %w", c.Name, addr, err)
+		return nil, fmt.Errorf("cluster %q: connect %s: %w", c.Name, e.Address(), err)
 	}
-	if tc, ok := nc.(*net.TCPConn); ok {
+	raw := nc
+	tc, isTLS := nc.(*mtls.Conn)
+	if isTLS {
+		raw = tc.NetConn()
+	}
+	if tc, ok := raw.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
 	conn := &Conn{
-		Conn: nc, addr: addr, breaker: c.Breaker, pool: p,
+		Conn: nc, addr: e.PoolKey(), breaker: c.Breaker, pool: p, tls: isTLS,
 		R: bufio.NewReaderSize(nc, p.cfg.BufferSize), W: bufio.NewWriterSize(nc, p.cfg.BufferSize),
 	}
-	if sc, ok := nc.(syscall.Conn); ok {
+	if sc, ok := raw.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
 			conn.rc, conn.peekFn = rc, conn.peek
 		}
@@ -396,7 +409,29 @@ func (c *Conn) quiet() bool {
 	if err := c.rc.Control(c.peekFn); err != nil {
 		return false
 	}
+	if c.peekBad && c.tls {
+		return c.quietTLS()
+	}
 	return !c.peekBad
+}
+
+// longAgo is a read deadline already passed: a read returns what has arrived
+// and never waits.
+var longAgo = time.Unix(1, 0)
+
+// quietTLS lets crypto/tls read, without waiting, the records that arrived on an
+// idle mTLS connection: a server's session tickets (TLS 1.3 sends them after
+// the handshake) are consumed and the connection stays usable; application data,
+// an alert or the peer's close mean it must not carry another request. A read
+// deadline's timeout is not sticky in crypto/tls, and the next user sets its own.
+func (c *Conn) quietTLS() bool {
+	_ = c.Conn.SetReadDeadline(longAgo)
+	_, err := c.R.Peek(1)
+	if c.R.Buffered() > 0 {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // Put returns a healthy keep-alive connection: to a waiting request first, else idle.

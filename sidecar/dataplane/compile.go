@@ -10,6 +10,7 @@ import (
 	"github.com/weft-mesh/weft/sidecar/authz"
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
 	"github.com/weft-mesh/weft/sidecar/cluster"
+	"github.com/weft-mesh/weft/sidecar/mtls"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
 )
 
@@ -46,6 +47,10 @@ type Options struct {
 	// Now is the clock a compile reads once (an Override's first sighting);
 	// nil: time.Now.
 	Now func() time.Time
+	// MTLS, when set, is given the configuration's trust material at activation
+	// (Manager.SetTrust), which closes live connections to peers a new CRL
+	// revokes.
+	MTLS *mtls.Manager
 }
 
 // DefaultRouteTimeout is the route timeout when a route sets none: Envoy's.
@@ -89,6 +94,11 @@ func CompileWith(state map[string]map[string]any, o Options) (*Config, error) {
 		return nil, fmt.Errorf("%w: %d listeners, limit %d", ErrInvalid, n, MaxListeners)
 	}
 	eps := state[xdsresource.EndpointType]
+	trust, err := compileTrust(state[xdsresource.SecretType])
+	if err != nil {
+		return nil, err
+	}
+	cfg.trust = trust
 	// Subset clusters of one Service share its breaker: they must agree on limits.
 	byKey := make(map[string]*xdsresource.Cluster)
 	for _, name := range sortedKeys(state[xdsresource.ClusterType]) {
@@ -152,6 +162,10 @@ func CompileWith(state map[string]map[string]any, o Options) (*Config, error) {
 		}
 		cfg.listeners[name] = l
 	}
+	if o.MTLS != nil {
+		m, t, needed := o.MTLS, cfg.trust, cfg.needsMTLS
+		cfg.commits = append(cfg.commits, func() { m.SetTrust(t, needed) })
+	}
 	if private {
 		cfg.Activate()
 	}
@@ -211,7 +225,11 @@ func (cfg *Config) compileCluster(xc *xdsresource.Cluster, eps map[string]any, o
 			continue
 		}
 		// No Host: cluster.New gives each endpoint its service key's long-lived one.
-		list = append(list, &cluster.Endpoint{Addr: e.Addr, Weight: max(e.Weight, 1), Healthy: e.Healthy, Peer: e.Peer, Locality: e.Locality})
+		list = append(list, &cluster.Endpoint{Addr: e.Addr, Weight: max(e.Weight, 1), Healthy: e.Healthy, Peer: e.Peer, Locality: e.Locality, MTLS: e.MTLS})
+	}
+	up, err := cfg.upstreamTLS(xc)
+	if err != nil {
+		return nil, circuitbreak.Limits{}, err
 	}
 	lim := breakerLimits(xc)
 	if err := lim.Check(); err != nil {
@@ -228,6 +246,7 @@ func (cfg *Config) compileCluster(xc *xdsresource.Cluster, eps map[string]any, o
 		Shared:         cfg.reg.Shared(cluster.ServiceKey(xc.Name)),
 		PanicThreshold: xc.PanicThreshold,
 		Endpoints:      list,
+		TLS:            up,
 		Rand:           o.Rand,
 	})
 	if err != nil {
@@ -340,30 +359,45 @@ func (cfg *Config) compileRoute(kind, name, f string, x *xdsresource.Route) (*Ro
 }
 
 func (cfg *Config) compileListener(xl *xdsresource.Listener) (*Listener, error) {
-	l := &Listener{Name: xl.Name, Addr: xl.Addr, byPort: make(map[uint32]*FilterChain)}
+	l := &Listener{Name: xl.Name, Addr: xl.Addr, byPort: make(map[uint32]*chainSet)}
 	for i := range xl.FilterChains {
-		fc, err := cfg.compileChain(xl, fmt.Sprintf("filter_chains[%d]", i), &xl.FilterChains[i])
+		f := fmt.Sprintf("filter_chains[%d]", i)
+		fc, err := cfg.compileChain(xl, f, &xl.FilterChains[i])
 		if err != nil {
 			return nil, err
 		}
+		set := l.anyPort
 		if p := xl.FilterChains[i].DestinationPort; p != 0 {
-			l.byPort[p] = fc
-		} else {
-			l.any = fc
+			set = l.byPort[p]
+			if set == nil {
+				set = &chainSet{}
+				l.byPort[p] = set
+			}
+		} else if set == nil {
+			set = &chainSet{}
+			l.anyPort = set
 		}
+		set.put(xl.FilterChains[i].TransportProtocol, fc)
 	}
 	if xl.Default != nil {
 		fc, err := cfg.compileChain(xl, "default_filter_chain", xl.Default)
 		if err != nil {
 			return nil, err
 		}
-		l.def = fc
+		l.def = &chainSet{}
+		l.def.put(xl.Default.TransportProtocol, fc)
 	}
 	return l, nil
 }
 
 func (cfg *Config) compileChain(xl *xdsresource.Listener, f string, x *xdsresource.FilterChain) (*FilterChain, error) {
 	fc := &FilterChain{Name: x.Name}
+	if x.TLS != nil {
+		if err := cfg.needTrust("listener", xl.Name, f+".transport_socket", x.TLS.ValidationSecret); err != nil {
+			return nil, err
+		}
+		fc.MTLS = true
+	}
 	switch {
 	case x.HTTP != nil && x.HTTP.RDSName != "":
 		rt := cfg.routes[x.HTTP.RDSName]

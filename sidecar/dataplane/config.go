@@ -15,6 +15,7 @@ import (
 
 	"github.com/weft-mesh/weft/sidecar/authz"
 	"github.com/weft-mesh/weft/sidecar/cluster"
+	"github.com/weft-mesh/weft/sidecar/mtls"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
 )
 
@@ -36,6 +37,10 @@ type Config struct {
 	authzState *authz.State
 	compiledAt time.Time
 	engines    []*authz.Engine
+	// trust is the ROOTCA secret compiled (nil: none); needsMTLS says a chain or
+	// cluster uses it.
+	trust     *mtls.Trust
+	needsMTLS bool
 }
 
 // Activate is the retire step of build → validate → swap → retire, called by the
@@ -81,35 +86,90 @@ func (c *Config) RouteTable(name string) *RouteTable { return c.routes[name] }
 // Cluster returns the named cluster or nil.
 func (c *Config) Cluster(name string) *cluster.Cluster { return c.clusters[name] }
 
-// AddEndpointAddrs adds the "ip:port" of every endpoint of every cluster to into:
+// AddEndpointAddrs adds the pool key ("ip:port", prefixed with the mTLS
+// verification for mTLS endpoints) of every endpoint of every cluster to into:
 // the live set the upstream pool's Reap keeps idle connections for.
 func (c *Config) AddEndpointAddrs(into map[string]struct{}) {
 	for _, cl := range c.clusters {
 		for _, e := range cl.Endpoints() {
-			into[e.Address()] = struct{}{}
+			into[e.PoolKey()] = struct{}{}
 		}
 	}
 }
 
-// Listener is a compiled listener: filter chains by destination port.
+// Listener is a compiled listener: filter chains by destination port, then by
+// transport protocol.
 type Listener struct {
-	Name   string
-	Addr   netip.AddrPort
-	byPort map[uint32]*FilterChain
-	any    *FilterChain // chain without a port match
-	def    *FilterChain // default_filter_chain
+	Name    string
+	Addr    netip.AddrPort
+	byPort  map[uint32]*chainSet
+	anyPort *chainSet // chains without a port match
+	def     *chainSet // default_filter_chain
 }
 
-// Chain selects the filter chain for a connection whose original destination port is
-// port (the listener's own port in explicit mode; SO_ORIGINAL_DST when intercepting).
-func (l *Listener) Chain(port uint16) *FilterChain {
-	if c := l.byPort[uint32(port)]; c != nil {
-		return c
+// chainSet is the chains of one destination port (or of any port) by transport
+// protocol, as Envoy's tls_inspector names it.
+type chainSet struct {
+	any, tls, raw *FilterChain
+}
+
+func (s *chainSet) put(transport string, fc *FilterChain) {
+	switch transport {
+	case xdsresource.TransportTLS:
+		s.tls = fc
+	case xdsresource.TransportRaw:
+		s.raw = fc
+	default:
+		s.any = fc
 	}
-	if l.any != nil {
-		return l.any
+}
+
+func (s *chainSet) pick(tls bool) *FilterChain {
+	if s == nil {
+		return nil
+	}
+	if tls && s.tls != nil {
+		return s.tls
+	}
+	if !tls && s.raw != nil {
+		return s.raw
+	}
+	if s.any != nil && !s.any.MTLS {
+		return s.any
+	}
+	return nil
+}
+
+// set is the chain set matching port: its own, else the any-port chains, else
+// the default chain. Once a set matches, a connection whose transport none of
+// its chains takes is refused, never handed to a wider set: a STRICT port must
+// not fall through to a plaintext default chain.
+func (l *Listener) set(port uint16) *chainSet {
+	if s := l.byPort[uint32(port)]; s != nil {
+		return s
+	}
+	if l.anyPort != nil {
+		return l.anyPort
 	}
 	return l.def
+}
+
+// Chain selects the filter chain for a plaintext connection whose original
+// destination port is port (the listener's own port in explicit mode;
+// SO_ORIGINAL_DST when intercepting). Select(port, false).
+func (l *Listener) Chain(port uint16) *FilterChain { return l.set(port).pick(false) }
+
+// Select selects the filter chain for a connection to port whose first byte
+// was a TLS record (tls) or not. nil: no chain takes it (a plaintext
+// connection to a port that accepts only mTLS, or the reverse).
+func (l *Listener) Select(port uint16, tls bool) *FilterChain { return l.set(port).pick(tls) }
+
+// Sniff says the chains for port include an mTLS one: the listener must look at
+// the connection's first byte to choose. False: every connection is plaintext
+// to the chain Chain(port) returns (no byte is read before it).
+func (l *Listener) Sniff(port uint16) bool {
+	s := l.set(port)
+	return s != nil && s.tls != nil
 }
 
 // HTTPPorts lists, ascending, the destination ports whose HTTP route table has a
@@ -120,9 +180,12 @@ func (l *Listener) HTTPPorts(host string) []uint16 {
 		host = host[:i]
 	}
 	var ports []uint16
-	for p, c := range l.byPort {
-		if c.HTTP != nil && (c.HTTP.Lookup(host) != nil || c.HTTP.Lookup(host+":"+strconv.Itoa(int(p))) != nil) {
-			ports = append(ports, uint16(p))
+	for p, s := range l.byPort {
+		for _, c := range []*FilterChain{s.any, s.raw, s.tls} {
+			if c != nil && c.HTTP != nil && (c.HTTP.Lookup(host) != nil || c.HTTP.Lookup(host+":"+strconv.Itoa(int(p))) != nil) {
+				ports = append(ports, uint16(p))
+				break
+			}
 		}
 	}
 	slices.Sort(ports)
@@ -132,6 +195,9 @@ func (l *Listener) HTTPPorts(host string) []uint16 {
 // FilterChain ends in exactly one of HTTP (a route table) or TCP.
 type FilterChain struct {
 	Name string
+	// MTLS: the chain terminates mutual TLS (a DownstreamTlsContext): the
+	// listener runs the server handshake and hands the decrypted connection on.
+	MTLS bool
 	HTTP *RouteTable
 	TCP  *TCPRoute
 	// Authz decides the chain's requests (connections, for TCP); nil: no

@@ -608,10 +608,11 @@ func (p *Proxy) resolve(cfg *dataplane.Config, t *Target, host, path string, h d
 	// default chain (pilot routes it by Host); the outbound listener has only
 	// per-service-port chains, so the port in Host (80 if absent) picks one.
 	port := t.Dest.Port()
-	fc := l.Chain(port)
+	tls := !t.Peer.IsZero() // the listener terminated mTLS: the TLS chain's routes
+	fc := l.Select(port, tls)
 	if fc == nil && port == l.Addr.Port() {
 		port = hostPort(host)
-		fc = l.Chain(port)
+		fc = l.Select(port, tls)
 	}
 	if fc == nil || fc.HTTP == nil {
 		return notFound(l, host, port, "no HTTP route table for port")

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -14,9 +15,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/weft-mesh/weft/sidecar/dataplane"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
+	"github.com/weft-mesh/weft/sidecar/mtls"
 	"github.com/weft-mesh/weft/sidecar/overload"
 	"github.com/weft-mesh/weft/sidecar/tcpproxy"
 )
@@ -65,6 +68,14 @@ type Config struct {
 	// meanwhile) before every connection is closed. 0 means DefaultDrainTimeout;
 	// at most MaxDrainTimeout.
 	DrainTimeout time.Duration
+	// MTLS terminates the mutual TLS of chains that carry a DownstreamTlsContext;
+	// nil: this sidecar has no identity and connections to such chains are
+	// closed (never served in plaintext).
+	MTLS *mtls.Manager
+	// SniffTimeout bounds the wait for a connection's first byte on a port
+	// whose chains are chosen by transport (TLS or plaintext). 0 means
+	// DefaultSniffTimeout; at most MaxSniffTimeout.
+	SniffTimeout time.Duration
 }
 
 // Defaults of Config.
@@ -74,6 +85,9 @@ const (
 	// DefaultDrainTimeout is Istio's default termination drain duration.
 	DefaultDrainTimeout = 5 * time.Second
 	MaxDrainTimeout     = 10 * time.Minute
+	// DefaultSniffTimeout is Envoy's listener_filters_timeout (tls_inspector).
+	DefaultSniffTimeout = 15 * time.Second
+	MaxSniffTimeout     = time.Minute
 )
 
 // Reasons a connection is refused (label values of the refusal metric).
@@ -81,6 +95,12 @@ const (
 	RefusedListener = "listener_max_connections" // this listener's MaxConnections
 	RefusedSidecar  = "sidecar_max_connections"  // the shared Connections bound
 )
+
+// tlsRecordHandshake is the first byte of a TLS connection (a handshake record),
+// what Envoy's tls_inspector looks for.
+const tlsRecordHandshake = 0x16
+
+var errEOF = errors.New("connection closed before its first byte")
 
 // Server is one accepting listener.
 type Server struct {
@@ -91,6 +111,11 @@ type Server struct {
 
 	refusedListener atomic.Uint64
 	refusedSidecar  atomic.Uint64
+	// Connections no chain of their port takes: plaintext to an mTLS-only
+	// (STRICT) port, TLS to a plaintext-only one; and failed mTLS handshakes.
+	refusedPlaintext atomic.Uint64
+	refusedTLS       atomic.Uint64
+	failedHandshakes atomic.Uint64
 
 	drain context.Context // ends when shutdown starts; set by Serve before any handler
 
@@ -109,6 +134,9 @@ type Stats struct {
 	RefusedListener    uint64 // connections refused by MaxConnections
 	RefusedSidecar     uint64 // connections refused by the shared bound
 	RequestsOverflowed uint64 // requests answered 503 by MaxRequests
+	RefusedPlaintext   uint64 // plaintext connections to a port that takes only mTLS (closed)
+	RefusedTLS         uint64 // TLS connections to a port that takes only plaintext (closed)
+	FailedHandshakes   uint64 // mTLS server handshakes refused or failed (closed)
 }
 
 // Stats reads the listener's counters (atomics: cheap, never blocks the accept loop).
@@ -116,7 +144,8 @@ func (s *Server) Stats() Stats {
 	return Stats{Name: s.cfg.Name, Connections: s.conns.Current(), MaxConnections: s.conns.Max(),
 		Requests: s.requests.Current(), MaxRequests: s.requests.Max(),
 		RefusedListener: s.refusedListener.Load(), RefusedSidecar: s.refusedSidecar.Load(),
-		RequestsOverflowed: s.requests.Refused()}
+		RequestsOverflowed: s.requests.Refused(), RefusedPlaintext: s.refusedPlaintext.Load(), RefusedTLS: s.refusedTLS.Load(),
+		FailedHandshakes: s.failedHandshakes.Load()}
 }
 
 // New checks cfg.
@@ -136,6 +165,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("listener: MaxRequests must not be negative")
 	case cfg.DrainTimeout < 0 || cfg.DrainTimeout > MaxDrainTimeout:
 		return nil, fmt.Errorf("listener: DrainTimeout %s outside 0..%s", cfg.DrainTimeout, MaxDrainTimeout)
+	case cfg.SniffTimeout < 0 || cfg.SniffTimeout > MaxSniffTimeout:
+		return nil, fmt.Errorf("listener: SniffTimeout %s outside 0..%s", cfg.SniffTimeout, MaxSniffTimeout)
+	}
+	if cfg.SniffTimeout == 0 {
+		cfg.SniffTimeout = DefaultSniffTimeout
 	}
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
@@ -268,9 +302,17 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 	// config per request, TCP streams keep the snapshot they started with.
 	cfg := s.cfg.Snapshot.Load()
 	var fc *dataplane.FilterChain
+	var peer spiffeid.ID
 	if cfg != nil {
 		if l := cfg.Listener(s.cfg.Name); l != nil {
-			fc = l.Chain(dst.Port())
+			if !l.Sniff(dst.Port()) {
+				fc = l.Chain(dst.Port()) // no mTLS on this port: nothing is read first
+			} else {
+				var ok bool
+				if c, fc, peer, ok = s.terminate(ctx, c, l, dst); !ok {
+					return
+				}
+			}
 		}
 	}
 	if fc != nil && fc.TCP != nil {
@@ -283,5 +325,78 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 	// ServeConn returns when the connection has closed, HTTP/2 ones included, so
 	// the connection stays counted and is drained and closed on shutdown.
 	s.cfg.HTTP.ServeConn(ctx, c, httpproxy.Target{Snapshot: s.cfg.Snapshot, Listener: s.cfg.Name, Dest: dst, Source: src,
-		Requests: s.requests, Drain: s.drain})
+		Requests: s.requests, Drain: s.drain, Peer: peer})
+}
+
+// terminate chooses the chain of a port whose chains include mTLS by the
+// connection's first byte (0x16: a TLS handshake, as Envoy's tls_inspector),
+// and for an mTLS chain runs the server handshake: the decrypted, verified
+// connection and its peer go on to the chain's HTTP or TCP handling. A
+// connection no chain takes is closed and counted: plaintext to a STRICT port,
+// TLS to a DISABLE one. ok=false: c was closed.
+func (s *Server) terminate(ctx context.Context, c net.Conn, l *dataplane.Listener, dst netip.AddrPort) (net.Conn, *dataplane.FilterChain, spiffeid.ID, bool) {
+	_ = c.SetReadDeadline(time.Now().Add(s.cfg.SniffTimeout))
+	b, peeked, err := peekByte(c)
+	if !peeked && err == nil {
+		// Not a socket (tests over pipes): read the byte and replay it.
+		var buf [1]byte
+		if _, err = io.ReadFull(c, buf[:]); err == nil {
+			b, c = buf[0], &replayConn{Conn: c, first: buf[:]}
+		}
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if err != nil {
+		s.log.Debug("no first byte", "remote", c.RemoteAddr(), "error", err)
+		c.Close()
+		return nil, nil, spiffeid.ID{}, false
+	}
+	isTLS := b == tlsRecordHandshake
+	fc := l.Select(dst.Port(), isTLS)
+	switch {
+	case fc == nil && !isTLS:
+		s.refusedPlaintext.Add(1)
+		if s.cfg.MTLS != nil {
+			s.cfg.MTLS.CountPlaintextRefused()
+		}
+		s.log.Debug("plaintext connection refused: the port takes only mTLS", "port", dst.Port(), "remote", c.RemoteAddr())
+		c.Close()
+		return nil, nil, spiffeid.ID{}, false
+	case fc == nil:
+		s.refusedTLS.Add(1)
+		s.log.Debug("TLS connection refused: the port takes only plaintext", "port", dst.Port(), "remote", c.RemoteAddr())
+		c.Close()
+		return nil, nil, spiffeid.ID{}, false
+	case !fc.MTLS:
+		if s.cfg.MTLS != nil {
+			s.cfg.MTLS.CountPlaintextAccepted() // PERMISSIVE
+		}
+		return c, fc, spiffeid.ID{}, true
+	case s.cfg.MTLS == nil:
+		s.failedHandshakes.Add(1)
+		s.log.Warn("mTLS connection refused: this sidecar has no workload identity", "port", dst.Port(), "remote", c.RemoteAddr())
+		c.Close()
+		return nil, nil, spiffeid.ID{}, false
+	}
+	tc, err := s.cfg.MTLS.Server(ctx, c)
+	if err != nil {
+		s.failedHandshakes.Add(1)
+		s.log.Info("mTLS handshake refused", "port", dst.Port(), "remote", c.RemoteAddr(), "error", err)
+		return nil, nil, spiffeid.ID{}, false
+	}
+	return tc, fc, tc.Peer().ID, true
+}
+
+// replayConn gives back the byte read to choose a chain.
+type replayConn struct {
+	net.Conn
+	first []byte
+}
+
+func (r *replayConn) Read(p []byte) (int, error) {
+	if len(r.first) > 0 && len(p) > 0 {
+		n := copy(p, r.first)
+		r.first = r.first[n:]
+		return n, nil
+	}
+	return r.Conn.Read(p)
 }

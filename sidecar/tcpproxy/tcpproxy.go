@@ -18,6 +18,7 @@ import (
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
+	"github.com/weft-mesh/weft/sidecar/mtls"
 	"github.com/weft-mesh/weft/sidecar/outlier"
 )
 
@@ -33,6 +34,10 @@ type Config struct {
 	// AuthzExpired, when set and reporting true, refuses every connection on a
 	// chain under authorization (authz.go): its state is past staleness expiry.
 	AuthzExpired func() (reason string, expired bool)
+	// MTLS makes the mTLS connections to endpoints that need them
+	// (cluster.DialEndpoint); nil: this sidecar has no identity and such
+	// endpoints are refused, never reached in plaintext.
+	MTLS *mtls.Manager
 }
 
 // Observer receives one call per proxied connection, when it ends.
@@ -98,7 +103,7 @@ func (p *Proxy) Serve(ctx context.Context, client net.Conn, route *dataplane.TCP
 	e.Begin()
 	defer e.End()
 	dctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)
-	up, err := p.cfg.Dial(dctx, e.Address())
+	up, err := cluster.DialEndpoint(dctx, p.cfg.Dial, p.cfg.MTLS, e)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil { // not the host's doing when the listener is stopping

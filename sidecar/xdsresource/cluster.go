@@ -26,7 +26,14 @@ const (
 	endpointMetadataKey = "weft"
 	peerField           = "peer"
 	peerSidecar         = "sidecar"
+	// mtlsField "true": the endpoint's sidecar has an identity and takes mTLS
+	// (auto-mTLS: used when the cluster has a transport socket).
+	mtlsField = "mtls"
 )
+
+func isMTLS(lb *endpointv3.LbEndpoint) bool {
+	return lb.GetMetadata().GetFilterMetadata()[endpointMetadataKey].GetFields()[mtlsField].GetStringValue() == "true"
+}
 
 func isPeer(lb *endpointv3.LbEndpoint) bool {
 	return lb.GetMetadata().GetFilterMetadata()[endpointMetadataKey].GetFields()[peerField].GetStringValue() == peerSidecar
@@ -174,8 +181,15 @@ func decodeCluster(m *clusterv3.Cluster) (*Cluster, error) {
 			}
 		}
 	}
-	if m.GetTransportSocket() != nil {
-		return nil, e.at("transport_socket", "TLS is not supported yet")
+	if ts := m.GetTransportSocket(); ts != nil {
+		t, err := decodeUpstreamTLS(e, "transport_socket", ts)
+		if err != nil {
+			return nil, err
+		}
+		c.TLS = t
+	}
+	if len(m.GetTransportSocketMatches()) > 0 {
+		return nil, e.at("transport_socket_matches", "not supported: endpoints say mtls in their metadata (filter_metadata[%q].%s)", endpointMetadataKey, mtlsField)
 	}
 	return c, nil
 }
@@ -237,6 +251,7 @@ func decodeAssignment(e errs, prefix string, m *endpointv3.ClusterLoadAssignment
 				Priority: le.GetPriority(),
 				Locality: loc,
 				Peer:     isPeer(lb),
+				MTLS:     isMTLS(lb),
 			})
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -53,7 +54,7 @@ func (e errs) at(field, format string, args ...any) error {
 const MaxResourceBytes = 4 << 20
 
 // Decode turns one xDS resource into its Weft type: *Listener, *RouteConfig, *Cluster,
-// *Endpoints or *Staleness. It returns the resource name (also when validation fails and the name
+// *Endpoints, *Secret or *Staleness. It returns the resource name (also when validation fails and the name
 // could be read) so the xDS client can NACK by name.
 func Decode(typeURL string, a *anypb.Any) (string, any, error) {
 	if a == nil {
@@ -106,6 +107,16 @@ func Decode(typeURL string, a *anypb.Any) (string, any, error) {
 			return m.GetClusterName(), nil, err // an untyped nil, never a typed nil pointer
 		}
 		return m.GetClusterName(), v, nil
+	case SecretType:
+		m := &tlsv3.Secret{}
+		if err := unmarshal(a, m, "secret"); err != nil {
+			return "", nil, err
+		}
+		v, err := decodeSecret(m)
+		if err != nil {
+			return m.GetName(), nil, err // an untyped nil, never a typed nil pointer
+		}
+		return m.GetName(), v, nil
 	case StalenessType:
 		m := &stalenesspb.Policy{}
 		if err := unmarshal(a, m, "staleness"); err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
 )
 
-var fuzzTypes = []string{xdsresource.ListenerType, xdsresource.RouteType, xdsresource.ClusterType, xdsresource.EndpointType}
+var fuzzTypes = []string{xdsresource.ListenerType, xdsresource.RouteType, xdsresource.ClusterType, xdsresource.EndpointType, xdsresource.SecretType}
 
 // FuzzDecode feeds arbitrary bytes as each resource type: Decode must never panic, and
 // a success must yield the type's Go value with the name it reports.
@@ -32,6 +32,11 @@ func FuzzDecode(f *testing.F) {
 	seed(0, inboundWithRBAC())
 	peer := dt.MustAddr("10.0.0.2:15006")
 	seed(3, dt.MarkPeer(dt.Endpoints("c", dt.MustAddr("10.0.0.1:8080"), peer), peer))
+	seed(4, dt.RootCA([]byte("bundle"), []byte("crl")))
+	tc := dt.EDSCluster("t", dt.ClusterOpts{})
+	tc.TransportSocket = dt.UpstreamTLS("t", []string{"h2"}, "spiffe://cluster.local/ns/a/sa/b")
+	seed(2, tc)
+	seed(0, dt.Listener("inbound", dt.MustAddr("10.0.0.1:15006"), dt.WithTransport(dt.HTTPChain(15006, "r"), "tls"), dt.WithTransport(dt.HTTPChain(15006, "r"), "raw_buffer")))
 	seed(1, dt.RouteConfig("r", dt.VirtualHost("v", []string{"*.shop", "a:80"}, regexRoute("/v[0-9]+/.*"))))
 	f.Fuzz(func(t *testing.T, k uint8, b []byte) {
 		tu := fuzzTypes[int(k)%len(fuzzTypes)]
@@ -58,6 +63,10 @@ func FuzzDecode(f *testing.F) {
 		case *xdsresource.Endpoints:
 			if x.Name != name {
 				t.Fatalf("endpoints name %q != %q", x.Name, name)
+			}
+		case *xdsresource.Secret:
+			if x.Name != name || len(x.TrustedCA) == 0 || len(x.CRL) == 0 {
+				t.Fatalf("secret %q: %+v", name, x)
 			}
 		default:
 			t.Fatalf("unexpected value %T", v)

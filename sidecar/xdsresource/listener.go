@@ -41,7 +41,11 @@ func decodeListener(m *listenerv3.Listener) (*Listener, error) {
 	if n > MaxFilterChains {
 		return nil, e.at("filter_chains", "%d chains, limit %d", n, MaxFilterChains)
 	}
-	seen := make(map[uint32]int, n)
+	type match struct {
+		port      uint32
+		transport string
+	}
+	seen := make(map[match]int, n)
 	l.FilterChains = make([]FilterChain, 0, n)
 	for i, fc := range m.GetFilterChains() {
 		field := fmt.Sprintf("filter_chains[%d]", i)
@@ -49,10 +53,11 @@ func decodeListener(m *listenerv3.Listener) (*Listener, error) {
 		if err != nil {
 			return nil, err
 		}
-		if j, dup := seen[c.DestinationPort]; dup {
+		k := match{c.DestinationPort, c.TransportProtocol}
+		if j, dup := seen[k]; dup {
 			return nil, e.at(field+".filter_chain_match", "same match as filter_chains[%d]", j)
 		}
-		seen[c.DestinationPort] = i
+		seen[k] = i
 		l.FilterChains = append(l.FilterChains, c)
 	}
 	if d := m.GetDefaultFilterChain(); d != nil {
@@ -103,12 +108,28 @@ func decodeFilterChain(e errs, field string, fc *listenerv3.FilterChain) (Filter
 		}
 		// Matches we cannot evaluate would silently widen the chain; refuse them.
 		if len(mt.GetPrefixRanges()) > 0 || len(mt.GetServerNames()) > 0 || len(mt.GetSourcePrefixRanges()) > 0 ||
-			len(mt.GetSourcePorts()) > 0 || len(mt.GetApplicationProtocols()) > 0 {
-			return c, e.at(field+".filter_chain_match", "only destination_port is supported")
+			len(mt.GetSourcePorts()) > 0 || len(mt.GetApplicationProtocols()) > 0 || len(mt.GetDirectSourcePrefixRanges()) > 0 ||
+			mt.GetSourceType() != listenerv3.FilterChainMatch_ANY {
+			return c, e.at(field+".filter_chain_match", "only destination_port and transport_protocol are supported")
+		}
+		switch tp := mt.GetTransportProtocol(); tp {
+		case TransportAny, TransportTLS, TransportRaw:
+			c.TransportProtocol = tp
+		default:
+			return c, e.at(field+".filter_chain_match.transport_protocol", "%q: only %q and %q are detected", tp, TransportTLS, TransportRaw)
 		}
 	}
-	if fc.GetTransportSocket() != nil {
-		return c, e.at(field+".transport_socket", "TLS is not supported yet")
+	if ts := fc.GetTransportSocket(); ts != nil {
+		t, err := decodeDownstreamTLS(e, field+".transport_socket", ts)
+		if err != nil {
+			return c, err
+		}
+		if c.TransportProtocol != TransportTLS {
+			return c, e.at(field+".filter_chain_match.transport_protocol", "a chain with a TLS transport socket must match transport_protocol %q", TransportTLS)
+		}
+		c.TLS = t
+	} else if c.TransportProtocol == TransportTLS {
+		return c, e.at(field+".transport_socket", "required for transport_protocol %q: TLS passthrough is not supported", TransportTLS)
 	}
 	fs := fc.GetFilters()
 	if len(fs) == 0 || len(fs) > 1+authz.MaxFilters {

@@ -11,6 +11,7 @@ import (
 	"math"
 	"net/netip"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/weft-mesh/weft/sidecar/authz"
@@ -69,6 +70,23 @@ type Listener struct {
 	Overrides []authz.Override
 }
 
+// AllReferences adds the validation secret the listener's TLS chains name.
+func (l *Listener) AllReferences() map[string][]string {
+	var names []string
+	for i := range l.FilterChains {
+		if t := l.FilterChains[i].TLS; t != nil && !slices.Contains(names, t.ValidationSecret) {
+			names = append(names, t.ValidationSecret)
+		}
+	}
+	if l.Default != nil && l.Default.TLS != nil && !slices.Contains(names, l.Default.TLS.ValidationSecret) {
+		names = append(names, l.Default.TLS.ValidationSecret)
+	}
+	if names == nil {
+		return nil
+	}
+	return map[string][]string{SecretType: names}
+}
+
 // References lists the RDS route configurations this listener's chains name.
 func (l *Listener) References() (string, []string) {
 	var names []string
@@ -84,13 +102,19 @@ func (l *Listener) References() (string, []string) {
 	return RouteType, names
 }
 
-// FilterChain is one chain: a match on the destination port and exactly one terminal
-// network filter (HTTP connection manager or TCP proxy).
+// FilterChain is one chain: a match on the destination port and the transport
+// protocol, and exactly one terminal network filter (HTTP connection manager or
+// TCP proxy).
 type FilterChain struct {
 	Name            string
 	DestinationPort uint32 // 0: any port
-	HTTP            *HTTPManager
-	TCP             *TCPProxy
+	// TransportProtocol is TransportAny, TransportTLS or TransportRaw (what the
+	// first byte of the connection says, as Envoy's tls_inspector). A chain with
+	// TLS matches TransportTLS only.
+	TransportProtocol string
+	TLS               *DownstreamTLS // terminate mTLS; nil: plaintext
+	HTTP              *HTTPManager
+	TCP               *TCPProxy
 	// RBAC are the chain's RBAC filters in order (rbac.go): HTTP filters of
 	// the connection manager, or network filters before the tcp_proxy.
 	RBAC []authz.Filter
@@ -341,6 +365,17 @@ type Cluster struct {
 	// default 50): below this share of healthy hosts the picker ignores health and
 	// ejections. 0 disables panic mode.
 	PanicThreshold float64
+	// TLS is the transport socket's UpstreamTlsContext: endpoints marked MTLS are
+	// dialled with mTLS (auto-mTLS). nil: plaintext to every endpoint.
+	TLS *UpstreamTLS
+}
+
+// AllReferences adds the validation secret a TLS cluster names.
+func (c *Cluster) AllReferences() map[string][]string {
+	if c.TLS == nil {
+		return nil
+	}
+	return map[string][]string{SecretType: {c.TLS.ValidationSecret}}
 }
 
 // References names the cluster's EDS resource, if any.
@@ -368,4 +403,7 @@ type Endpoint struct {
 	// "weft", field "peer" = "sidecar"): HTTP goes to it over h2c, multiplexed,
 	// whatever the cluster's protocol. Otherwise it is the application itself.
 	Peer bool
+	// MTLS: the endpoint's sidecar has a mesh identity (filter_metadata "weft",
+	// field "mtls" = "true"); with a TLS cluster it is dialled with mTLS.
+	MTLS bool
 }
