@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/weft-mesh/weft/sidecar/cluster"
+	"github.com/weft-mesh/weft/sidecar/mtls"
 	"github.com/weft-mesh/weft/sidecar/runtime"
 	"github.com/weft-mesh/weft/sidecar/xdsclient"
 )
@@ -74,6 +75,9 @@ type Config struct {
 	// Outliers, when set, serves /outliers: current ejections and recent outlier
 	// events (JSON).
 	Outliers *cluster.Registry
+	// MTLS, when set, adds the certificate and CRL lines to /healthz/ready, which
+	// is 503 while mTLS is needed and cannot be done (see mtls.Status).
+	MTLS *mtls.Manager
 }
 
 // Admin holds the handlers.
@@ -124,6 +128,11 @@ func (a *Admin) ReadyHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz/ready", func(w http.ResponseWriter, _ *http.Request) {
 		ok, body := a.cfg.Runtime.Ready()
+		if a.cfg.MTLS != nil {
+			st := a.cfg.MTLS.Status(a.cfg.Now())
+			ok = ok && st.Ready
+			body += "\n" + st.Lines()
+		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		if !ok {

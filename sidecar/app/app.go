@@ -38,6 +38,7 @@ import (
 	"github.com/weft-mesh/weft/sidecar/ejectreport"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/sidecar/listener"
+	"github.com/weft-mesh/weft/sidecar/mtls"
 	"github.com/weft-mesh/weft/sidecar/outlier"
 	"github.com/weft-mesh/weft/sidecar/overload"
 	"github.com/weft-mesh/weft/sidecar/runtime"
@@ -179,6 +180,17 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	if copts.DefaultRouteTimeout == 0 {
 		copts.DefaultRouteTimeout = -1
 	}
+	// The workload certificate (empty without --token-file); mTLS reads it on
+	// every handshake. Every activation hands mTLS the configuration's trust.
+	holder := &svid.Holder{}
+	var mt *mtls.Manager
+	if s.Identity() {
+		var err error
+		if mt, err = mtls.New(mtls.Config{SVID: holder, Logger: log.Named("mtls")}); err != nil {
+			return fmt.Errorf("sidecar: %w", err)
+		}
+		copts.MTLS = mt
+	}
 	rcfg.Compile = func(st map[string]map[string]any) (*dataplane.Config, error) { return dataplane.CompileWith(st, copts) }
 	if s.PublisherKey != "" {
 		pub, err := manifest.LoadPublicKey(s.PublisherKey)
@@ -228,8 +240,6 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	// pending signal is enough; the stream never waits on it).
 	activated := make(chan struct{}, 1)
 	initial, _ := rt.LoadLastKnownGood() // a refusal is logged and shown by the runtime
-	// The workload certificate (empty without --token-file); mTLS reads it.
-	holder := &svid.Holder{}
 	ident, err := newIdentity(s, holder, log, reg, nil)
 	if err != nil {
 		return fmt.Errorf("sidecar: identity: %w", err)
@@ -246,7 +256,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
-	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 256, IdleTimeout: cluster.DefaultIdleTimeout, BufferSize: 16 << 10})
+	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 256, IdleTimeout: cluster.DefaultIdleTimeout, BufferSize: 16 << 10, MTLS: mt})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
@@ -281,12 +291,12 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		BufferSize: lim.BufferSize, MaxHeaderBytes: lim.MaxHeaderBytes, MaxHeaderFields: lim.MaxHeaderFields,
 		IdleTimeout: lim.IdleTimeout, ReadHeaderTimeout: lim.ReadHeaderTimeout, MaxConcurrentStreams: lim.MaxConcurrentStreams,
 		H2StreamBuffer: lim.H2StreamBuffer, H2ConnBuffer: lim.H2ConnBuffer, H2MaxFrameSize: lim.H2MaxFrameSize, Memory: mem,
-		MaxRetryBodyBytes: lim.MaxRetryBody})
+		MaxRetryBodyBytes: lim.MaxRetryBody, MTLS: mt})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	defer hp.Close()
-	tp, err := tcpproxy.New(tcpproxy.Config{Logger: plog, Observer: reqs})
+	tp, err := tcpproxy.New(tcpproxy.Config{Logger: plog, Observer: reqs, MTLS: mt})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
@@ -294,7 +304,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	for _, name := range []string{OutboundListener, InboundListener} {
 		srv, err := listener.New(listener.Config{Name: name, Logger: log.Named(name), Snapshot: rt, HTTP: hp, TCP: tp,
 			MaxConnections: lim.MaxConnectionsPerListener, Connections: conns, MaxRequests: lim.MaxRequestsPerListener,
-			DrainTimeout: lim.DrainTimeout})
+			DrainTimeout: lim.DrainTimeout, MTLS: mt})
 		if err != nil {
 			return fmt.Errorf("sidecar: %s listener: %w", name, err)
 		}
@@ -337,8 +347,15 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
+	if mt != nil {
+		mc, err := admin.NewMTLSCollector(mt, nil)
+		if err != nil {
+			return fmt.Errorf("sidecar: %w", err)
+		}
+		reg.MustRegister(mc)
+	}
 	adm, err := admin.New(admin.Config{Logger: log.Named("admin"), Runtime: rt, XDS: client.Status, Gatherer: reg, Requests: reqs, Pprof: s.Pprof,
-		Outliers: registry})
+		Outliers: registry, MTLS: mt})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
@@ -410,6 +427,9 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 					pollC = nil // pilot delivered
 				}
 			case now := <-tick.C:
+				if mt != nil {
+					mt.Sweep(now) // past a NotAfter, mTLS connections stop
+				}
 				tick.Reset(nextTick(now, rt.Tick(now, client.LastConfirmed(now)), o.TickInterval))
 			}
 		}

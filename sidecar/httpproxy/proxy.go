@@ -129,6 +129,9 @@ type Config struct {
 	// fallbacks; a longer body is sent once (counted). 0 means
 	// DefaultMaxRetryBodyBytes; MinMaxRetryBodyBytes..MaxMaxRetryBodyBytes.
 	MaxRetryBodyBytes int
+	// MTLS dials the mTLS connections to peer sidecars that need them (the H2
+	// pool's; Pool has its own); nil: this sidecar has no identity.
+	MTLS *mtls.Manager
 }
 
 // Defaults and bounds of Config.
@@ -319,8 +322,8 @@ func New(cfg Config) (*Proxy, error) {
 	p.bodies.New = func() any { b := make([]byte, 0, cfg.MaxRetryBodyBytes); return &b }
 	dialer := &net.Dialer{}
 	var h2c http.Protocols
-	h2c.SetUnencryptedHTTP2(true) // prior-knowledge h2c only: plaintext until mTLS
-	h2, err := cluster.NewH2Pool(cluster.H2Config{IdleTimeout: h2IdleTimeout, PingTimeout: h2PingTimeout})
+	h2c.SetUnencryptedHTTP2(true) // prior knowledge: to peers inside mTLS (the pool's TLS), h2c otherwise
+	h2, err := cluster.NewH2Pool(cluster.H2Config{IdleTimeout: h2IdleTimeout, PingTimeout: h2PingTimeout, MTLS: cfg.MTLS})
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("httpproxy: %w", err)

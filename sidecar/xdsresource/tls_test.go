@@ -111,6 +111,7 @@ func TestUpstreamTLSRefusals(t *testing.T) {
 		}, "combined_validation_context"},
 		{"proxyless provider validation", func(u *tlsv3.UpstreamTlsContext, _ *corev3.TransportSocket) {
 			u.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContextCertificateProviderInstance{
+				//lint:ignore SA1019 the proxyless form pilot sends grpc-go; a sidecar refuses it
 				ValidationContextCertificateProviderInstance: &tlsv3.CommonTlsContext_CertificateProviderInstance{InstanceName: "default", CertificateName: "ROOTCA"}}
 		}, "validation_context_certificate_provider_instance"},
 		{"SANs at bound + 1", func(u *tlsv3.UpstreamTlsContext, ts *corev3.TransportSocket) {
