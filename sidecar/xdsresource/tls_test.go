@@ -149,7 +149,7 @@ func TestEndpointMTLSMark(t *testing.T) {
 	}
 }
 
-func decodeListener(l *listenerv3.Listener) (*xdsresource.Listener, error) {
+func decodeTLSListener(l *listenerv3.Listener) (*xdsresource.Listener, error) {
 	_, v, err := xdsresource.Decode(xdsresource.ListenerType, dt.Any(l))
 	if err != nil {
 		return nil, err
@@ -159,7 +159,7 @@ func decodeListener(l *listenerv3.Listener) (*xdsresource.Listener, error) {
 
 func TestDownstreamTLSChains(t *testing.T) {
 	addr := dt.MustAddr("0.0.0.0:15006")
-	l, err := decodeListener(dt.Listener("inbound", addr,
+	l, err := decodeTLSListener(dt.Listener("inbound", addr,
 		dt.WithTransport(dt.HTTPChain(15006, "r"), xdsresource.TransportTLS),
 		dt.WithTransport(dt.HTTPChain(15006, "r"), xdsresource.TransportRaw)))
 	if err != nil {
@@ -223,7 +223,7 @@ func TestDownstreamTLSChains(t *testing.T) {
 			} else {
 				chains = []*listenerv3.FilterChain{tc.chain()}
 			}
-			_, err := decodeListener(dt.Listener("inbound", addr, chains...))
+			_, err := decodeTLSListener(dt.Listener("inbound", addr, chains...))
 			if !errors.Is(err, xdsresource.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
 				t.Fatalf("err %v, want invalid naming %s", err, tc.field)
 			}
