@@ -9,10 +9,14 @@
 //	root.pem      the trust bundle (every trusted root, PEM); sidecars' --ca-root
 //	root-key.pem  the signing root's private key (0600); the root in root.pem whose
 //	              public key matches it is the one that signs
+//	cross.pem     during a rotation: the new root cross-signed by the old root's key
 //
-// A rotation writes root.pem (old+new) first, then root-key.pem (new), each
-// atomically: a crash between them leaves an extra trusted root that nothing
-// signs with, which FinishRotation drops. In plugged-in mode root.pem is written
+// A rotation writes cross.pem, then root.pem (old+new), then root-key.pem (new),
+// each atomically: a crash between them leaves an extra trusted root that
+// nothing signs with, which FinishRotation drops. During a rotation every chain
+// carries the cross certificate after the leaf, so a peer (or a sidecar's
+// --ca-root) that still trusts only the old root verifies certificates from the
+// new one: no handshake depends on the new bundle having arrived first. In plugged-in mode root.pem is written
 // from the files (so sidecars point --ca-root at the same place) and the given
 // key never leaves its file.
 //
@@ -55,6 +59,7 @@ import (
 const (
 	RootFile    = "root.pem"
 	RootKeyFile = "root-key.pem"
+	CrossFile   = "cross.pem"
 )
 
 // Defaults and bounds.
@@ -199,6 +204,12 @@ func (c *CA) loadOrCreate() (*state, error) {
 	for _, r := range b.Roots() {
 		if r != st.signer {
 			st.previous = r // a rotation in progress (the newest other root)
+		}
+	}
+	if st.previous != nil {
+		if cross, err := readCerts(filepath.Join(c.cfg.Dir, CrossFile)); err == nil && len(cross) == 1 &&
+			samePublic(cross[0].PublicKey, key.Public()) && cross[0].CheckSignatureFrom(st.previous) == nil {
+			st.chain = cross
 		}
 	}
 	return st, nil
@@ -422,6 +433,17 @@ func (c *CA) StartRotation() error {
 	if err != nil {
 		return fmt.Errorf("ca: start rotation: %w", err)
 	}
+	var chain []*x509.Certificate
+	if cross, err := crossSign(cert, old.signer, old.key); err != nil {
+		return fmt.Errorf("ca: start rotation: %w", err)
+	} else if cross != nil {
+		if err := atomicfile.Write(filepath.Join(c.cfg.Dir, CrossFile), EncodeChain([]*x509.Certificate{cross}), 0o644); err != nil {
+			return fmt.Errorf("ca: start rotation: %w", err)
+		}
+		chain = []*x509.Certificate{cross}
+	} else {
+		c.log.Warn("the old root allows no intermediate (path length 0): certificates from the new root verify only where the new bundle has arrived")
+	}
 	// Trust first, then sign: a crash between leaves an unused trusted root.
 	if err := atomicfile.Write(filepath.Join(c.cfg.Dir, RootFile), b.PEM(), 0o644); err != nil {
 		return fmt.Errorf("ca: start rotation: %w", err)
@@ -429,7 +451,7 @@ func (c *CA) StartRotation() error {
 	if err := writeKey(filepath.Join(c.cfg.Dir, RootKeyFile), key); err != nil {
 		return fmt.Errorf("ca: start rotation: %w", err)
 	}
-	c.st.Store(&state{bundle: b, signer: cert, key: key, previous: old.signer})
+	c.st.Store(&state{bundle: b, signer: cert, key: key, previous: old.signer, chain: chain})
 	c.log.Info("root rotation started", "old_serial", fmt.Sprintf("%x", old.signer.SerialNumber), "new_serial", fmt.Sprintf("%x", cert.SerialNumber))
 	return nil
 }
@@ -454,6 +476,9 @@ func (c *CA) FinishRotation() error {
 	if err := atomicfile.Write(filepath.Join(c.cfg.Dir, RootFile), b.PEM(), 0o644); err != nil {
 		return fmt.Errorf("ca: finish rotation: %w", err)
 	}
+	if err := os.Remove(filepath.Join(c.cfg.Dir, CrossFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		c.log.Warn("removing the cross certificate", "error", err) // unused once the bundle has one root
+	}
 	c.st.Store(&state{bundle: b, signer: old.signer, key: old.key})
 	c.log.Info("root rotation finished", "root_serial", fmt.Sprintf("%x", old.signer.SerialNumber))
 	return nil
@@ -475,9 +500,9 @@ func newRoot(td spiffeid.TrustDomain, now time.Time, ttl time.Duration) (*x509.C
 		NotAfter:              now.Add(ttl),
 		IsCA:                  true,
 		BasicConstraintsValid: true,
-		MaxPathLen:            0,
-		MaxPathLenZero:        true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		// One intermediate below: the next root, cross-signed during a rotation.
+		MaxPathLen: 1,
+		KeyUsage:   x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		URIs:                  []*url.URL{spiffeid.RequireFromPath(td, "").URL()},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
@@ -489,6 +514,39 @@ func newRoot(td spiffeid.TrustDomain, now time.Time, ttl time.Duration) (*x509.C
 		return nil, nil, fmt.Errorf("ca: root: %w", err)
 	}
 	return cert, key, nil
+}
+
+// crossSign issues next (a new root) as an intermediate of old: same subject,
+// key and key ID, signing leaves only. nil when old allows no intermediate.
+func crossSign(next, old *x509.Certificate, oldKey crypto.Signer) (*x509.Certificate, error) {
+	if old.MaxPathLenZero || (old.MaxPathLen == 0 && old.BasicConstraintsValid) {
+		return nil, nil
+	}
+	serial, err := Serial()
+	if err != nil {
+		return nil, err
+	}
+	notAfter := next.NotAfter
+	if notAfter.After(old.NotAfter) {
+		notAfter = old.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               next.Subject,
+		NotBefore:             next.NotBefore,
+		NotAfter:              notAfter,
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		MaxPathLenZero:        true,
+		KeyUsage:              next.KeyUsage,
+		SubjectKeyId:          next.SubjectKeyId,
+		URIs:                  next.URIs,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, old, next.PublicKey, oldKey)
+	if err != nil {
+		return nil, fmt.Errorf("cross-sign the new root: %w", err)
+	}
+	return x509.ParseCertificate(der)
 }
 
 func writeKey(path string, key crypto.Signer) error {

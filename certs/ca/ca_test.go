@@ -19,6 +19,8 @@ import (
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"go.uber.org/goleak"
+
+	"github.com/weft-mesh/weft/certs/bundle"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -345,10 +347,28 @@ func TestRotation(t *testing.T) {
 	if err := newLeaf[0].CheckSignatureFrom(c.Signer()); err != nil {
 		t.Fatal("new leaf not signed by the new root")
 	}
+	// The new leaf carries the new root cross-signed by the old: a peer that
+	// trusts only the old root, or only the new one, verifies it.
+	if len(newLeaf) != 2 || !newLeaf[1].IsCA || newLeaf[1].CheckSignatureFrom(oldRoot) != nil {
+		t.Fatalf("during rotation the chain is %d certificates, want leaf + cross-signed new root", len(newLeaf))
+	}
+	oldOnly, _ := bundle.New(oldRoot)
+	newOnly, _ := bundle.New(c.Signer())
+	for name, b := range map[string]*bundle.Bundle{"old root only": oldOnly, "new root only": newOnly} {
+		if _, err := b.Verify(newLeaf, now); err != nil {
+			t.Fatalf("new leaf against the %s: %v", name, err)
+		}
+	}
+	if _, err := newOnly.Verify(oldLeaf, now); err == nil {
+		t.Fatal("an old leaf verifies against the new root alone")
+	}
 	// A restart in the middle keeps the rotation.
 	r := openCA(t, dir, &now)
 	if !r.Bundle().Equal(c.Bundle()) || !r.Signer().Equal(c.Signer()) || r.Rotating() == nil {
 		t.Fatal("restart lost the rotation state")
+	}
+	if again, err := r.Sign(csr, id, time.Hour); err != nil || len(again) != 2 {
+		t.Fatalf("after a restart in the rotation: chain of %d, %v; want the cross certificate kept", len(again), err)
 	}
 	if err := r.FinishRotation(); err != nil {
 		t.Fatal(err)
@@ -361,6 +381,12 @@ func TestRotation(t *testing.T) {
 	}
 	if _, err := r.Bundle().Verify(newLeaf, now); err != nil {
 		t.Fatal(err)
+	}
+	if after, err := r.Sign(csr, id, time.Hour); err != nil || len(after) != 1 {
+		t.Fatalf("after the rotation: chain of %d, %v; want the leaf alone", len(after), err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, CrossFile)); !os.IsNotExist(err) {
+		t.Fatalf("cross.pem left after the rotation: %v", err)
 	}
 	again := openCA(t, dir, &now)
 	if !again.Bundle().Equal(r.Bundle()) || again.Rotating() != nil {

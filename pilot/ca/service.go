@@ -413,9 +413,11 @@ func (s *Service) issue(sign func() ([]*x509.Certificate, error), node string, i
 	return chain, nil
 }
 
-// findIssuer is the certificate in chain or the bundle that signed chain[0].
+// findIssuer is the certificate of the bundle, else of the chain, that signed
+// chain[0] (the bundle first: during a rotation the chain's cross certificate
+// has the new root's key too, and the registry counts leaves by root).
 func findIssuer(chain []*x509.Certificate, b *bundle.Bundle) *x509.Certificate {
-	for _, c := range append(chain[1:], b.Roots()...) {
+	for _, c := range append(b.Roots(), chain[1:]...) {
 		if chain[0].CheckSignatureFrom(c) == nil {
 			return c
 		}

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/weft-mesh/weft/certs/bundle"
 	certca "github.com/weft-mesh/weft/certs/ca"
 	"github.com/weft-mesh/weft/certs/csrrpc"
 	"github.com/weft-mesh/weft/certs/revoke"
@@ -383,6 +384,7 @@ func TestRotation(t *testing.T) {
 	}
 	old := sign()
 	oldServing := servingLeaf(s)
+	oldRoot := s.CA().Signer()
 	if err := s.FinishRotation(false); err == nil || !strings.Contains(err.Error(), "no rotation in progress") {
 		t.Fatalf("finish without start: %v", err)
 	}
@@ -399,6 +401,17 @@ func TestRotation(t *testing.T) {
 	if _, pubChain := s.Publisher(); pubChain[0].CheckSignatureFrom(s.CA().Signer()) != nil {
 		t.Fatal("the publisher certificate was not reissued from the new root")
 	}
+	// A sidecar whose --ca-root is still the old root alone verifies pilot.
+	serving, _ := s.ServingCert(nil)
+	var servingChain []*x509.Certificate
+	for _, der := range serving.Certificate {
+		c, _ := x509.ParseCertificate(der)
+		servingChain = append(servingChain, c)
+	}
+	oldOnly, _ := bundle.New(oldRoot)
+	if got, err := oldOnly.Verify(servingChain, clk.Now()); err != nil || got.String() != "spiffe://cluster.local/weft/pilot" {
+		t.Fatalf("pilot's new serving certificate against the old root alone: %v %v", got, err)
+	}
 	err := s.FinishRotation(false)
 	if err == nil || !strings.Contains(err.Error(), "1 unexpired certificates from the old root") {
 		t.Fatalf("finish with a live old certificate: %v", err)
@@ -407,8 +420,15 @@ func TestRotation(t *testing.T) {
 	if !st.Rotating || st.OldRootCertificates != 1 {
 		t.Fatalf("status %+v", st)
 	}
-	// Reissued from the new root, and the old one expired: finish is allowed.
-	sign()
+	// Reissued from the new root (counted by root, not by the cross
+	// certificate it carries), and the old one expired: finish is allowed.
+	renewed := sign()
+	s.mu.Lock()
+	issuer := s.reg.issued[serialKey(renewed[0].SerialNumber)].Issuer
+	s.mu.Unlock()
+	if issuer != serialKey(s.CA().Signer().SerialNumber) {
+		t.Fatalf("issuer recorded %s, want the new root %s", issuer, serialKey(s.CA().Signer().SerialNumber))
+	}
 	clk.Add(time.Hour + time.Second)
 	if err := s.FinishRotation(false); err != nil {
 		t.Fatal(err)
