@@ -503,7 +503,7 @@ func newRoot(td spiffeid.TrustDomain, now time.Time, ttl time.Duration) (*x509.C
 		// One intermediate below: the next root, cross-signed during a rotation.
 		MaxPathLen: 1,
 		KeyUsage:   x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		URIs:                  []*url.URL{spiffeid.RequireFromPath(td, "").URL()},
+		URIs:       []*url.URL{spiffeid.RequireFromPath(td, "").URL()},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
