@@ -535,6 +535,9 @@ func (c *compiler) workloadCandidates(servers map[string][]string) (map[string][
 		for _, id := range servers[s.Address] {
 			mtls = mtls || c.takesMTLS(id, ns, sa, o.Metadata.Labels)
 		}
+		if mode, _ := c.mesh.MTLSMode(ns, o.Metadata.Labels); mtls && mode == ir.MTLSPermissive {
+			c.warnf("%s: PERMISSIVE: its proxyless gRPC server cannot accept plaintext and mTLS on one port; it requires mTLS (as STRICT)", o)
+		}
 		out[ns] = append(out[ns], candidate{
 			source:         o.Key().String(),
 			namespace:      ns,

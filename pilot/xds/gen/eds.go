@@ -24,6 +24,12 @@ const (
 	EndpointPeerSidecar = "sidecar"
 )
 
+// EndpointMTLSField set to "true" in an endpoint's "weft" metadata says the
+// endpoint takes mTLS (ir.Endpoint.MTLS). A client sidecar uses TLS to an
+// endpoint iff its cluster has a transport socket and the endpoint says so
+// (Istio's auto-mTLS); absent means plaintext.
+const EndpointMTLSField = "mtls"
+
 // loadAssignment renders a cluster's endpoints grouped by locality (the ir keeps
 // them sorted by locality). Every group has a Locality message and a non-zero
 // load_balancing_weight (the sum of its endpoints' weights): grpc-go NACKs a
@@ -51,6 +57,9 @@ func loadAssignment(c *ir.Cluster) *endpointv3.ClusterLoadAssignment {
 		}
 		if ep.Sidecar {
 			fields[EndpointPeerField] = structpb.NewStringValue(EndpointPeerSidecar)
+		}
+		if ep.MTLS {
+			fields[EndpointMTLSField] = structpb.NewStringValue("true")
 		}
 		cur.LbEndpoints = append(cur.LbEndpoints, lbEndpoint(ep.Address, ep.Port, w, health(ep.Health), &corev3.Metadata{
 			FilterMetadata: map[string]*structpb.Struct{EndpointMetadataKey: {Fields: fields}},

@@ -32,6 +32,8 @@ import (
 	"strconv"
 	"strings"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/pilot/ir"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
@@ -70,14 +72,22 @@ func Proxy(mesh *ir.Mesh, n *node.Node) (*snapshot.Snapshot, error) {
 		return nil, errors.New("gen: node is nil")
 	}
 	if !n.Registers() {
-		// Every such client gets the same snapshot: build it once per mesh.
-		snap, err := derive(mesh, meshSnapKey{}, func() (*snapshot.Snapshot, error) {
-			b, err := derive(mesh, meshKey{}, func() (*bundle, error) { return wholeMesh(mesh) })
+		// Every such client gets the same snapshot: build it once per mesh
+		// (and variant); a proxyless server adds its own listeners (server.go).
+		v := proxylessPlain
+		if n.Identity != "" {
+			v = proxylessTLSCerts
+		}
+		snap, err := derive(mesh, meshSnapKey{v}, func() (*snapshot.Snapshot, error) {
+			b, err := derive(mesh, meshKey{v}, func() (*bundle, error) { return wholeMesh(mesh, v) })
 			if err != nil {
 				return nil, err
 			}
 			return snapshot.FromSets(mesh.Revision, b.sets()), nil
 		})
+		if err == nil && n.Address != "" {
+			snap, err = withServerListeners(mesh, n, v, snap)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("gen: node %s: %w", n.ID, err)
 		}
@@ -97,17 +107,23 @@ func Proxy(mesh *ir.Mesh, n *node.Node) (*snapshot.Snapshot, error) {
 // ScopeKey returns a key such that, for any one mesh, nodes with equal keys get
 // the same snapshot from Proxy: it is everything of the node Proxy reads. A
 // node that does not register reads nothing (every such node shares one key);
-// a sidecar reads its namespace, labels and inbound port, not its ID, address,
-// service account or locality. Callers may generate once per key.
+// a sidecar reads its namespace, labels, inbound port and whether it has an
+// identity, not its ID, address, service account, locality or which identity.
+// A proxyless node reads whether it has an identity, and its address (server
+// listeners). Callers may generate once per key.
 func ScopeKey(n *node.Node) string {
+	tls := "plain"
+	if n.Identity != "" {
+		tls = "tls"
+	}
 	if !n.Registers() {
-		return "proxyless"
+		return "proxyless\x00" + tls + "\x00" + n.Address
 	}
 	port := n.InboundPort
 	if port == 0 {
 		port = InboundPort
 	}
-	return "sidecar\x00" + n.Namespace + "\x00" + strconv.FormatUint(uint64(port), 10) + "\x00" + node.LabelString(n.Labels)
+	return "sidecar\x00" + tls + "\x00" + n.Namespace + "\x00" + strconv.FormatUint(uint64(port), 10) + "\x00" + node.LabelString(n.Labels)
 }
 
 // class is what a sidecar's snapshot depends on.
@@ -116,13 +132,23 @@ type class struct {
 	inboundPort uint32
 	backs       []*ir.Service // services of its namespace whose selector matches it, sorted
 	staleness   stalenessPick // the StalenessPolicies that select it
+	// tls: the node has a verified identity (node.Identity): its inbound
+	// gets TLS chains by mode and its outbound clusters transport sockets.
+	tls   bool
+	mode  string    // its resolved mTLS mode (ir.Mesh.MTLSMode)
+	authz authzPick // the authorization policies and overrides that apply to it
 }
+
+// tlsChains reports whether the inbound listener has TLS chains.
+func (c class) tlsChains() bool { return c.tls && c.mode != ir.MTLSDisable }
 
 // classKey is the memo key of a class: namespace, port and backed services.
 type classKey string
 
 func workloadClass(mesh *ir.Mesh, n *node.Node) class {
-	c := class{namespace: n.Namespace, inboundPort: n.InboundPort, staleness: pickStaleness(mesh, n)}
+	c := class{namespace: n.Namespace, inboundPort: n.InboundPort, staleness: pickStaleness(mesh, n),
+		tls: n.Identity != "", authz: pickAuthz(mesh, n.Namespace, n.Labels)}
+	c.mode, _ = mesh.MTLSMode(n.Namespace, n.Labels)
 	if c.inboundPort == 0 {
 		c.inboundPort = InboundPort
 	}
@@ -175,15 +201,27 @@ func (c class) key() classKey {
 		b.WriteByte(1) // names never hold \x01: the staleness pick cannot run into them
 		b.WriteString(c.staleness.key())
 	}
+	if c.tls {
+		b.WriteByte(2)
+		b.WriteString(c.mode)
+	}
+	if len(c.authz.policies) > 0 {
+		b.WriteByte(3)
+		b.WriteString(c.authz.key())
+	}
 	return classKey(b.String())
 }
 
 func sidecarSnapshot(mesh *ir.Mesh, c class) (*snapshot.Snapshot, error) {
-	b, err := derive(mesh, nsKey(c.namespace), func() (*bundle, error) { return namespaceBundle(mesh, c.namespace) })
+	v := plainClusters
+	if c.tls {
+		v = sidecarTLS
+	}
+	b, err := derive(mesh, nsKey{c.namespace, v}, func() (*bundle, error) { return namespaceBundle(mesh, c.namespace, v) })
 	if err != nil {
 		return nil, err
 	}
-	in, err := inbound(c)
+	in, err := inbound(mesh, c)
 	if err != nil {
 		return nil, err
 	}
@@ -199,6 +237,7 @@ func sidecarSnapshot(mesh *ir.Mesh, c class) (*snapshot.Snapshot, error) {
 		names := ir.SortedKeys(in.clusters)
 		var sig strings.Builder
 		sig.WriteString(c.namespace)
+		sig.WriteByte(byte(v))
 		for _, n := range names {
 			sig.WriteByte(0)
 			sig.WriteString(n)
@@ -219,11 +258,24 @@ func sidecarSnapshot(mesh *ir.Mesh, c class) (*snapshot.Snapshot, error) {
 
 // Memo keys, one type per kind of derived value.
 type (
-	meshKey       struct{}
-	meshSnapKey   struct{}
-	nsKey         string
-	allKey        struct{}
-	clusterSetKey string // namespace and inbound clusters (name, version)
+	meshKey       struct{ v clusterVariant }
+	meshSnapKey   struct{ v clusterVariant }
+	nsKey         struct {
+		ns string
+		v  clusterVariant
+	}
+	allKey        struct{ v clusterVariant }
+	clusterSetKey string // namespace, variant and inbound clusters (name, version)
+)
+
+// clusterVariant is which form of the outbound clusters a node gets.
+type clusterVariant uint8
+
+const (
+	plainClusters     clusterVariant = iota // no TLS (a node without identity)
+	sidecarTLS                              // Weft sidecar with identity: SDS roots, typed SANs
+	proxylessPlain                          // grpc-go without identity: RANDOM as ROUND_ROBIN
+	proxylessTLSCerts                       // grpc-go with identity: certificate-provider roots
 )
 
 func derive[T any](mesh *ir.Mesh, key any, build func() (T, error)) (T, error) {
@@ -295,11 +347,11 @@ type shared struct {
 	endpoints map[string]snapshot.Resource
 }
 
-func sharedClusters(mesh *ir.Mesh) (*shared, error) {
-	return derive(mesh, allKey{}, func() (*shared, error) {
+func sharedClusters(mesh *ir.Mesh, v clusterVariant) (*shared, error) {
+	return derive(mesh, allKey{v}, func() (*shared, error) {
 		s := &shared{clusters: make(map[string]snapshot.Resource, len(mesh.Clusters)), endpoints: make(map[string]snapshot.Resource, len(mesh.Clusters))}
 		for _, c := range mesh.Clusters {
-			w, err := clusterWireOf(c)
+			w, err := clusterWireOf(c, v)
 			if err != nil {
 				return nil, err
 			}
@@ -312,13 +364,34 @@ func sharedClusters(mesh *ir.Mesh) (*shared, error) {
 // clusterWire is one cluster's marshalled Cluster and ClusterLoadAssignment.
 type clusterWire struct{ cluster, endpoints snapshot.Resource }
 
-type clusterWireKey struct{}
+type clusterWireKey struct{ v clusterVariant }
 
-// clusterWireOf marshals c once per *ir.Cluster: they depend on c alone, and
-// compile carries unchanged clusters (and so this cache) from one mesh to the
-// next.
-func clusterWireOf(c *ir.Cluster) (clusterWire, error) {
-	v, err := c.Derive(clusterWireKey{}, func() (any, error) {
+// clusterWireOf marshals c once per *ir.Cluster and variant: they depend on c
+// alone, and compile carries unchanged clusters (and so this cache) from one
+// mesh to the next. A variant whose cluster is the plain one shares its bytes.
+func clusterWireOf(c *ir.Cluster, v clusterVariant) (clusterWire, error) {
+	if v != plainClusters {
+		cl := variantCluster(c, v)
+		if cl == nil {
+			return clusterWireOf(c, plainClusters)
+		}
+		plain, err := clusterWireOf(c, plainClusters)
+		if err != nil {
+			return clusterWire{}, err
+		}
+		w, err := c.Derive(clusterWireKey{v}, func() (any, error) {
+			cr, err := snapshot.NewResource(snapshot.ClusterType, c.Name, cl)
+			if err != nil {
+				return nil, err
+			}
+			return clusterWire{cluster: cr, endpoints: plain.endpoints}, nil
+		})
+		if err != nil {
+			return clusterWire{}, err
+		}
+		return w.(clusterWire), nil
+	}
+	w, err := c.Derive(clusterWireKey{plainClusters}, func() (any, error) {
 		cr, err := snapshot.NewResource(snapshot.ClusterType, c.Name, outboundCluster(c, false))
 		if err != nil {
 			return nil, err
@@ -332,29 +405,39 @@ func clusterWireOf(c *ir.Cluster) (clusterWire, error) {
 	if err != nil {
 		return clusterWire{}, err
 	}
-	return v.(clusterWire), nil
+	return w.(clusterWire), nil
+}
+
+// variantCluster is c in variant v, or nil when that is the plain cluster.
+func variantCluster(c *ir.Cluster, v clusterVariant) *clusterv3.Cluster {
+	proxyless := v == proxylessPlain || v == proxylessTLSCerts
+	var ts *corev3.TransportSocket
+	switch v {
+	case sidecarTLS:
+		ts = sidecarUpstreamTLS(c)
+	case proxylessTLSCerts:
+		ts = proxylessUpstreamTLS(c)
+	}
+	if ts == nil && !(proxyless && c.Policy.LB == ir.LBRandom) {
+		return nil
+	}
+	out := outboundCluster(c, proxyless)
+	out.TransportSocket = ts
+	return out
 }
 
 // wholeMesh is what a client without Weft metadata can subscribe to: every
 // cluster and assignment, and an api_listener plus route configuration per
 // HTTP-family service port.
-func wholeMesh(mesh *ir.Mesh) (*bundle, error) {
-	sh, err := sharedClusters(mesh)
+func wholeMesh(mesh *ir.Mesh, v clusterVariant) (*bundle, error) {
+	// grpc-go NACKs RANDOM; proxyless clients get ROUND_ROBIN instead.
+	sh, err := sharedClusters(mesh, v)
 	if err != nil {
 		return nil, err
 	}
 	b := newBuilder()
 	maps.Copy(b[snapshot.EndpointType], sh.endpoints)
-	for _, c := range mesh.Clusters {
-		if c.Policy.LB == ir.LBRandom {
-			// grpc-go NACKs RANDOM; proxyless clients get ROUND_ROBIN instead.
-			if err := b.add(snapshot.ClusterType, c.Name, outboundCluster(c, true)); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		b[snapshot.ClusterType][c.Name] = sh.clusters[c.Name]
-	}
+	maps.Copy(b[snapshot.ClusterType], sh.clusters)
 	for _, svc := range mesh.Services {
 		for _, p := range svc.Ports {
 			if !p.Protocol.IsHTTP() {
@@ -376,8 +459,8 @@ func wholeMesh(mesh *ir.Mesh) (*bundle, error) {
 // namespaceBundle is everything a sidecar of namespace ns shares with the other
 // sidecars of ns: its scope's clusters and assignments, the outbound listener
 // and its route configurations.
-func namespaceBundle(mesh *ir.Mesh, ns string) (*bundle, error) {
-	sh, err := sharedClusters(mesh)
+func namespaceBundle(mesh *ir.Mesh, ns string, v clusterVariant) (*bundle, error) {
+	sh, err := sharedClusters(mesh, v)
 	if err != nil {
 		return nil, err
 	}

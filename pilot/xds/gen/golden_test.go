@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/weft-mesh/weft/bootstrap/node"
@@ -25,6 +26,11 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden.yaml from the
 // proxy rather than a resource. The harness splits them off before handing the
 // rest to resource.Decode.
 const testProxyKind = "TestProxy"
+
+// testStoreKind marks a document saying when the store wrote the input's
+// revision ({kind: TestStore, writtenAt: RFC 3339}), as a watch event would
+// tell pilot; without one the write time is unknown.
+const testStoreKind = "TestStore"
 
 // testProxy is a proxy connected to pilot. Every proxy's snapshot is rendered;
 // those with namespace and address also register their workload (node.Registers).
@@ -51,12 +57,24 @@ func loadInput(t testing.TB, path string) (compile.Input, []*node.Node) {
 	}
 	var resources []string
 	var proxies []*node.Node
+	var writeTimes map[int64]time.Time
 	for i, doc := range strings.Split(string(data), "\n---\n") {
 		var head struct {
 			Kind string `json:"kind"`
 		}
 		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
 			t.Fatalf("%s: document %d: %v", path, i+1, err)
+		}
+		if head.Kind == testStoreKind {
+			var st struct {
+				Kind      string    `json:"kind"`
+				WrittenAt time.Time `json:"writtenAt"`
+			}
+			if err := yaml.UnmarshalStrict([]byte(doc), &st); err != nil {
+				t.Fatalf("%s: document %d: %v", path, i+1, err)
+			}
+			writeTimes = map[int64]time.Time{1: st.WrittenAt}
+			continue
 		}
 		if head.Kind != testProxyKind {
 			resources = append(resources, doc)
@@ -77,7 +95,10 @@ func loadInput(t testing.TB, path string) (compile.Input, []*node.Node) {
 	if err != nil {
 		t.Fatalf("decode %s: %v", path, err)
 	}
-	return compile.Input{Revision: 1, Objects: objs, Proxies: proxies}, proxies
+	for _, o := range objs {
+		o.Metadata.Revision = 1 // as the store would: every object written at the input's revision
+	}
+	return compile.Input{Revision: 1, Objects: objs, Proxies: proxies, WriteTimes: writeTimes}, proxies
 }
 
 // renderSnapshot renders a snapshot as plain data: per type, the set version

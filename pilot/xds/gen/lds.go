@@ -26,9 +26,11 @@ const (
 	origDstFilterName = "envoy.filters.listener.original_dst"
 )
 
+// mustAny packs m deterministically: an RBAC filter's policies are a map, and
+// the bytes must be the same on every build for versions to be stable.
 func mustAny(m proto.Message) *anypb.Any {
-	a, err := anypb.New(m)
-	if err != nil {
+	a := &anypb.Any{}
+	if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
 		panic(err) // only messages built here, which always marshal
 	}
 	return a
@@ -156,7 +158,7 @@ type inboundSet struct {
 // registered sidecar is address:inboundPort), so the original destination port
 // is the listener's own: the default_filter_chain serves those connections,
 // see inboundDirect. A node that backs no Service gets no inbound listener.
-func inbound(c class) (*inboundSet, error) {
+func inbound(mesh *ir.Mesh, c class) (*inboundSet, error) {
 	seen := map[uint32]bool{}
 	var ports []*ir.Port
 	for _, svc := range c.backs {
@@ -172,21 +174,34 @@ func inbound(c class) (*inboundSet, error) {
 		return set, nil
 	}
 	slices.SortFunc(ports, func(a, b *ir.Port) int { return int(a.TargetPort) - int(b.TargetPort) })
+	td := mesh.TrustDomain
+	httpFilters, tcpFilters := httpRBACFilters(td, c.authz), tcpRBACFilters(td, c.authz)
 	lis := &listenerv3.Listener{
-		Name:               InboundListenerName,
-		Address:            socketAddress(InboundAddress, c.inboundPort),
-		ListenerFilters:    []*listenerv3.ListenerFilter{originalDst},
-		DefaultFilterChain: inboundDirect(c),
+		Name:            InboundListenerName,
+		Address:         socketAddress(InboundAddress, c.inboundPort),
+		ListenerFilters: []*listenerv3.ListenerFilter{originalDst},
+		Metadata:        overridesMetadata(c.authz),
+	}
+	direct := inboundDirect(c, httpFilters, tcpFilters)
+	if c.tlsChains() {
+		// Peer sidecars dial the listener's own port: explicit chains for it
+		// (by transport), and no default chain a plaintext connection to any
+		// other port could fall into.
+		if direct != nil {
+			lis.FilterChains = append(lis.FilterChains, c.byTransport(direct, c.inboundPort)...)
+		}
+	} else {
+		lis.DefaultFilterChain = direct
 	}
 	for _, p := range ports {
 		cl := ir.InboundClusterName(p.TargetPort)
 		chain := &listenerv3.FilterChain{Name: cl, FilterChainMatch: portMatch(p.TargetPort)}
 		if p.Protocol.IsHTTP() {
-			chain.Filters = []*listenerv3.Filter{inboundHCM(cl, []*routev3.VirtualHost{inboundVhost(cl, []string{"*"}, cl)})}
+			chain.Filters = []*listenerv3.Filter{inboundHCM(cl, []*routev3.VirtualHost{inboundVhost(cl, []string{"*"}, cl)}, httpFilters)}
 		} else {
-			chain.Filters = []*listenerv3.Filter{tcpProxy(cl, cl)}
+			chain.Filters = append(slices.Clone(tcpFilters), tcpProxy(cl, cl))
 		}
-		lis.FilterChains = append(lis.FilterChains, chain)
+		lis.FilterChains = append(lis.FilterChains, c.byTransport(chain, p.TargetPort)...)
 		ic := inboundCluster(p)
 		ic.Metadata = rateLimitMetadata(inboundRateLimit(c, p.TargetPort))
 		r, err := snapshot.NewResource(snapshot.ClusterType, cl, ic)
@@ -212,7 +227,7 @@ func inbound(c class) (*inboundSet, error) {
 //   - no HTTP port and exactly one TCP target port: tcp_proxy to it.
 //   - no HTTP port and several TCP ports: nil (ambiguous; only intercepted
 //     connections, matched by port, reach them).
-func inboundDirect(c class) *listenerv3.FilterChain {
+func inboundDirect(c class, httpFilters []*hcmv3.HttpFilter, tcpFilters []*listenerv3.Filter) *listenerv3.FilterChain {
 	type httpPort struct {
 		svc   *ir.Service
 		port  *ir.Port
@@ -241,12 +256,12 @@ func inboundDirect(c class) *listenerv3.FilterChain {
 	switch {
 	case len(https) == 0 && len(tcps) == 1:
 		cl := ir.InboundClusterName(tcps[0])
-		return &listenerv3.FilterChain{Name: name, Filters: []*listenerv3.Filter{tcpProxy(cl, cl)}}
+		return &listenerv3.FilterChain{Name: name, Filters: append(slices.Clone(tcpFilters), tcpProxy(cl, cl))}
 	case len(https) == 0:
 		return nil
 	case len(targets) == 1:
 		cl := ir.InboundClusterName(https[0].port.TargetPort)
-		return &listenerv3.FilterChain{Name: name, Filters: []*listenerv3.Filter{inboundHCM(name, []*routev3.VirtualHost{inboundVhost(name, []string{"*"}, cl)})}}
+		return &listenerv3.FilterChain{Name: name, Filters: []*listenerv3.Filter{inboundHCM(name, []*routev3.VirtualHost{inboundVhost(name, []string{"*"}, cl)}, httpFilters)}}
 	}
 	vhosts := make([]*routev3.VirtualHost, 0, len(https))
 	for _, h := range https {
@@ -259,14 +274,48 @@ func inboundDirect(c class) *listenerv3.FilterChain {
 		}
 		vhosts = append(vhosts, inboundVhost(APIListenerName(h.svc.Host, h.port.Port), ds, ir.InboundClusterName(h.port.TargetPort)))
 	}
-	return &listenerv3.FilterChain{Name: name, Filters: []*listenerv3.Filter{inboundHCM(name, vhosts)}}
+	return &listenerv3.FilterChain{Name: name, Filters: []*listenerv3.Filter{inboundHCM(name, vhosts, httpFilters)}}
 }
 
-func inboundHCM(name string, vhosts []*routev3.VirtualHost) *listenerv3.Filter {
+// byTransport returns chain as the inbound listener serves it on port for the
+// class's mTLS mode: with TLS chains (the node has an identity and its mode
+// is not DISABLE) STRICT is one chain for "tls" with the DownstreamTlsContext,
+// PERMISSIVE that and one for "raw_buffer"; otherwise the chain as it is,
+// matched by port alone.
+func (c class) byTransport(chain *listenerv3.FilterChain, port uint32) []*listenerv3.FilterChain {
+	chain.FilterChainMatch = portMatch(port)
+	if !c.tlsChains() {
+		return []*listenerv3.FilterChain{chain}
+	}
+	tls := &listenerv3.FilterChain{
+		Name:             chain.Name + "|tls",
+		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port), TransportProtocol: TransportProtocolTLS},
+		TransportSocket:  sidecarDownstreamTLS(),
+		Filters:          chain.Filters,
+	}
+	if c.mode != ir.MTLSPermissive {
+		return []*listenerv3.FilterChain{tls}
+	}
+	raw := &listenerv3.FilterChain{
+		Name:             chain.Name + "|raw",
+		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port), TransportProtocol: TransportProtocolRaw},
+		Filters:          chain.Filters,
+	}
+	return []*listenerv3.FilterChain{tls, raw}
+}
+
+// inboundHCM is an inbound connection manager with an inline route
+// configuration; filters (RBAC, see rbac.go) go before the router.
+//
+// A port permission of those filters (destination_port) names the workload's
+// target port: on an intercepted connection that is the original destination
+// port; on the inbound listener's own port, where peer sidecars connect, it
+// is the target port of the inbound cluster the request is routed to.
+func inboundHCM(name string, vhosts []*routev3.VirtualHost, filters []*hcmv3.HttpFilter) *listenerv3.Filter {
 	return networkFilter(hcmFilterName, &hcmv3.HttpConnectionManager{
 		StatPrefix:     name,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{Name: name, VirtualHosts: vhosts}},
-		HttpFilters:    []*hcmv3.HttpFilter{routerFilter},
+		HttpFilters:    append(slices.Clone(filters), routerFilter),
 	})
 }
 
