@@ -258,9 +258,9 @@ func sidecarSnapshot(mesh *ir.Mesh, c class) (*snapshot.Snapshot, error) {
 
 // Memo keys, one type per kind of derived value.
 type (
-	meshKey       struct{ v clusterVariant }
-	meshSnapKey   struct{ v clusterVariant }
-	nsKey         struct {
+	meshKey     struct{ v clusterVariant }
+	meshSnapKey struct{ v clusterVariant }
+	nsKey       struct {
 		ns string
 		v  clusterVariant
 	}
