@@ -41,7 +41,14 @@ type Node struct {
 	// before generation; never read from or written to metadata, so a node cannot
 	// claim one.
 	Identity string
+	// Proxyless: the node is a gRPC library (its user_agent_name starts with
+	// "gRPC ", as grpc-go's "gRPC Go"), not a Weft sidecar.
+	Proxyless bool
 }
+
+// IsProxylessAgent reports whether a node's user_agent_name is a gRPC
+// library's ("gRPC Go", "gRPC Java", "gRPC C++"...).
+func IsProxylessAgent(userAgent string) bool { return strings.HasPrefix(userAgent, "gRPC ") }
 
 // Bounds on what a node may present. FromProto refuses anything past them, so one
 // stream's first request cannot make pilot hold megabytes (a 1 MiB node id, 50,000
@@ -105,18 +112,23 @@ func (l Locality) String() string {
 
 // Registers reports whether the node carries a workload registration (a Weft
 // sidecar) rather than being a plain xDS client.
-func (n *Node) Registers() bool { return n.Namespace != "" && n.Address != "" }
+// A proxyless gRPC node never does: pilot fills its namespace in from its
+// certificate, and its address names the Workload it serves (gen's server
+// listeners), not a sidecar inbound listener.
+func (n *Node) Registers() bool { return n.Namespace != "" && n.Address != "" && !n.Proxyless }
 
 // Validate checks what a registering sidecar presents.
 func (n *Node) Validate() error {
 	if n.ID == "" {
 		return fmt.Errorf("node: id: required")
 	}
+	if n.Address != "" && (n.Registers() || n.Proxyless) { // a proxyless server's address names its Workload
+		if _, err := netip.ParseAddr(n.Address); err != nil {
+			return fmt.Errorf("node %s: address: %q is not an IP literal", n.ID, n.Address)
+		}
+	}
 	if !n.Registers() {
 		return nil
-	}
-	if _, err := netip.ParseAddr(n.Address); err != nil {
-		return fmt.Errorf("node %s: address: %q is not an IP literal", n.ID, n.Address)
 	}
 	if n.InboundPort > 65535 {
 		return fmt.Errorf("node %s: inboundPort: %d out of range", n.ID, n.InboundPort)
@@ -166,7 +178,7 @@ func FromProto(p *corev3.Node) (*Node, error) {
 	if id := p.GetId(); len(id) > MaxIDBytes {
 		return nil, fmt.Errorf("node id %q...: %d bytes, limit %d", id[:32], len(id), MaxIDBytes)
 	}
-	n := &Node{ID: p.GetId()}
+	n := &Node{ID: p.GetId(), Proxyless: IsProxylessAgent(p.GetUserAgentName())}
 	if sz := proto.Size(p.GetMetadata()); sz > MaxMetadataBytes {
 		return nil, fmt.Errorf("node %s: metadata: %d bytes, limit %d", n.ID, sz, MaxMetadataBytes)
 	}

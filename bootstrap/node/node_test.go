@@ -107,3 +107,36 @@ func TestIdentityNotInMetadata(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyless: a gRPC library's node never registers as a sidecar, even
+// with a namespace (pilot fills it in from its certificate) and an address
+// (the Workload it serves), and that address must still be an IP literal.
+func TestProxyless(t *testing.T) {
+	grpcNode := func(addr string) *corev3.Node {
+		p := registering(func(n *Node) { n.Address = addr })
+		p.UserAgentName = "gRPC Go"
+		return p
+	}
+	n, err := FromProto(grpcNode("10.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !n.Proxyless || n.Registers() {
+		t.Errorf("gRPC Go node: Proxyless=%v Registers=%v, want true, false", n.Proxyless, n.Registers())
+	}
+	if _, err := FromProto(grpcNode("not-an-ip")); err == nil || !strings.Contains(err.Error(), `address: "not-an-ip" is not an IP literal`) {
+		t.Errorf("bad proxyless address: err = %v", err)
+	}
+	s, err := FromProto(registering(func(*Node) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Proxyless || !s.Registers() {
+		t.Errorf("Weft sidecar: Proxyless=%v Registers=%v, want false, true", s.Proxyless, s.Registers())
+	}
+	for agent, want := range map[string]bool{"gRPC Go": true, "gRPC Java": true, "gRPC C++": true, "weft-sidecar": false, "": false, "gRPCfoo": false} {
+		if got := IsProxylessAgent(agent); got != want {
+			t.Errorf("IsProxylessAgent(%q) = %v, want %v", agent, got, want)
+		}
+	}
+}
