@@ -6,10 +6,13 @@ import "fmt"
 // yet, each with why: applying one answers a warning, so no policy is accepted and
 // silently left unenforced. Remove an entry when sidecars enforce the kind.
 var notEnforcedKinds = map[string]string{
-	KindPeerAuthentication:  "sidecars do not speak mTLS yet (issue #9); traffic stays plaintext whatever spec.mtls says",
-	KindAuthorizationPolicy: "sidecars do not authorize requests yet (issue #9); every request is allowed",
-	KindOverride:            "sidecars do not apply emergency Overrides yet (issue #9); nothing is blocked",
+	KindPeerAuthentication: "sidecars do not speak mTLS yet (issue #9); traffic stays plaintext whatever spec.mtls says",
 }
+
+// overrideActionWhy is why an Override whose action is ALLOW is not enforced:
+// pilot sends overrides as one RBAC DENY filter before every other policy
+// (issue #9's wire), and an emergency allow has no place in it.
+const overrideActionWhy = "only DENY overrides are sent to sidecars; an ALLOW override blocks and allows nothing"
 
 // notEnforcedMeshFields are MeshConfig fields stored but not acted on yet.
 var notEnforcedMeshFields = []struct {
@@ -45,6 +48,10 @@ func unenforcedKindWarnings(o *Object) []string {
 			if s != nil && f.set(s) {
 				out = append(out, w(f.field, f.why))
 			}
+		}
+	case *OverrideSpec:
+		if s != nil && s.Action == "ALLOW" {
+			out = append(out, w("spec.action", overrideActionWhy))
 		}
 	case *StalenessPolicySpec:
 		if s == nil {
