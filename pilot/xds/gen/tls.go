@@ -126,7 +126,7 @@ func proxylessUpstreamTLS(c *ir.Cluster) *corev3.TransportSocket {
 		TlsCertificateProviderInstance: ownCertificate(),
 		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
 			CaCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: CertProviderInstance, CertificateName: RootCASecretName},
-			MatchSubjectAltNames:          sans,
+			MatchSubjectAltNames:          sans, //lint:ignore SA1019 grpc-go reads only this (deprecated) field, not match_typed_subject_alt_names
 		}},
 	}})
 }
