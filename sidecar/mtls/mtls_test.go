@@ -48,7 +48,7 @@ type side struct {
 	m *mtls.Manager
 }
 
-func newSide(t *testing.T, s *svid.SVID, clk *clock, trust *mtls.Trust) *side {
+func newSide(t testing.TB, s *svid.SVID, clk *clock, trust *mtls.Trust) *side {
 	t.Helper()
 	h := &svid.Holder{}
 	if s != nil {

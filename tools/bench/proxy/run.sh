@@ -11,7 +11,10 @@
 #   benchproxy* a STAND-IN, not the product: tools/bench/proxy/benchproxy, the
 #               sidecar's request path with a fixed Go-built config and no metrics
 #               Observer (benchproxy2: two of them chained over HTTP/1.1,
-#               benchproxy2h2: the hop between them over h2c).
+#               benchproxy2h2: the hop between them over h2c; benchproxy2mtls: the
+#               same pair with the hop over mTLS (issue #9: TLS 1.3, ALPN h2, SVIDs
+#               from a certs/ca mesh CA, bundle+CRL+SAN checks, the server port
+#               STRICT), the row to read against benchproxy2h2 for mTLS's cost).
 # Fairness: both proxies may use both cores. nginx has 2 worker processes; the real
 # sidecar runs as shipped, with its default --concurrency 1 (one worker thread,
 # GOMAXPROCS=1: it could use both cores with --concurrency 2, measured as
@@ -42,7 +45,7 @@ DURATION=${DURATION:-10s}
 CONNS=${CONNS:-32}
 WRK_CONNS=${WRK_CONNS:-64}
 QPS=${QPS:-2000}
-TARGETS=${TARGETS:-direct sidecar sidecar-policy nginx benchproxy benchproxy2 benchproxy2h2}
+TARGETS=${TARGETS:-direct sidecar sidecar-policy nginx benchproxy benchproxy2 benchproxy2h2 benchproxy2mtls}
 PPROF_SECONDS=${PPROF_SECONDS:-8}
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 RUN=$(mktemp -d /tmp/weft-bench.XXXXXX)
@@ -78,6 +81,8 @@ APP=127.0.0.1:19100
 BP1=127.0.0.1:19101   # benchproxy in front of the app (also the 2nd hop of the chain)
 BP2=127.0.0.1:19102   # first benchproxy of the chain, HTTP/1.1 to BP1 (plain endpoint)
 BP3=127.0.0.1:19104   # first benchproxy of the chain, BP1 marked a peer sidecar: h2c to it
+BP4=127.0.0.1:19105   # benchproxy in front of the app taking mTLS only (2nd hop of the mTLS chain)
+BP5=127.0.0.1:19106   # first benchproxy of the mTLS chain: BP4 an mTLS peer sidecar, h2 inside TLS
 NGX=127.0.0.1:19103
 # The real sidecar and its pilot on loopback addresses of their own (n from the
 # shell's pid, so concurrent runs do not collide).
@@ -97,6 +102,9 @@ start "$RUN/benchapp" -listen $APP -size 1024
 start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/benchproxy" -listen $BP1 -upstream $APP; PID_BP1=$!
 start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/benchproxy" -listen $BP2 -upstream $BP1; PID_BP2=$!
 start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/benchproxy" -listen $BP3 -upstream $BP1 -peer; PID_BP3=$!
+"$RUN/benchproxy" -mtls-gen "$RUN/mtls"
+start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/benchproxy" -listen $BP4 -upstream $APP -mtls "$RUN/mtls" -mtls-as server; PID_BP4=$!
+start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/benchproxy" -listen $BP5 -upstream $BP4 -peer -mtls "$RUN/mtls" -mtls-as client; PID_BP5=$!
 mkdir -p "$RUN/nginx"
 cat >"$RUN/nginx/nginx.conf" <<NGX
 worker_processes 2;
@@ -245,9 +253,9 @@ rss_kb() { local t=0; for p in "$@"; do for c in $p $(pgrep -P "$p" || true); do
 HZ=$(getconf CLK_TCK)
 
 declare -A TARGET=([direct]=$APP [sidecar]=$SCR [sidecar-alt]=$SCA [sidecar-policy]=$SCR [nginx]=$NGX [benchproxy]=$BP1
-	[benchproxy2]=$BP2 [benchproxy2h2]=$BP3)
+	[benchproxy2]=$BP2 [benchproxy2h2]=$BP3 [benchproxy2mtls]=$BP5)
 declare -A PROCS=([direct]="" [sidecar]="$PID_SCR" [sidecar-alt]="$PID_SCA" [sidecar-policy]="$PID_SCR" [nginx]="$PID_NGX"
-	[benchproxy]="$PID_BP1" [benchproxy2]="$PID_BP2 $PID_BP1" [benchproxy2h2]="$PID_BP3 $PID_BP1")
+	[benchproxy]="$PID_BP1" [benchproxy2]="$PID_BP2 $PID_BP1" [benchproxy2h2]="$PID_BP3 $PID_BP1" [benchproxy2mtls]="$PID_BP5 $PID_BP4")
 # Every target gets Host: $HOST but sidecar-policy, whose Service is bench-policy.
 declare -A HOSTS=([sidecar-policy]=$POLICY_HOST)
 read -r -a ORDER <<<"$TARGETS"
