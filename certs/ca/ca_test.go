@@ -397,3 +397,16 @@ func TestRotation(t *testing.T) {
 		t.Fatalf("root.pem is not the bundle: %v", err)
 	}
 }
+
+func BenchmarkSign(b *testing.B) {
+	now := t0
+	c := openCA(b, b.TempDir(), &now)
+	id := spiffeid.RequireFromString("spiffe://cluster.local/ns/shop/sa/reviews")
+	_, csr := csrFor(b, id.String())
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Sign(csr, id, 24*time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -84,6 +85,8 @@ type ServiceConfig struct {
 	ServingIPs []net.IP
 	Now        func() time.Time // time.Now when nil
 	Logger     hclog.Logger     // required
+	// Registerer, when set, gets the CA's metrics (weft_pilot_ca_*).
+	Registerer prometheus.Registerer
 }
 
 // Trust is what sidecars are sent as the ROOTCA Secret: the bundle and the CRL
@@ -130,6 +133,7 @@ type Service struct {
 	crlSoon   chan struct{} // cap 1: ask Run to recompute its timers
 	dirty     chan struct{} // cap 1: the registry changed, flush it
 	crlDue    atomic.Int64  // unix nanos when the current CRL is re-signed
+	metrics   *metrics
 }
 
 // New opens the CA in cfg.DataDir/ca (creating the root and the token key on
@@ -186,6 +190,9 @@ func New(cfg ServiceConfig) (*Service, error) {
 		return nil, err
 	}
 	if err := s.publishCRL(); err != nil {
+		return nil, err
+	}
+	if err := s.register(cfg.Registerer); err != nil {
 		return nil, err
 	}
 	s.log.Info("mesh CA service ready", "trust_domain", s.td.String(), "issued", len(s.reg.issued), "revoked", len(s.reg.revoked), "crl_number", s.crlNumber)
@@ -279,6 +286,12 @@ func (s *Service) crlValidity() time.Duration {
 
 // Sign is the CSR RPC (csrrpc.Server).
 func (s *Service) Sign(ctx context.Context, req *wrapperspb.BytesValue) (*wrapperspb.BytesValue, error) {
+	out, err := s.sign(ctx, req)
+	s.metrics.csr.WithLabelValues(resultOf(err)).Inc()
+	return out, err
+}
+
+func (s *Service) sign(ctx context.Context, req *wrapperspb.BytesValue) (*wrapperspb.BytesValue, error) {
 	der := req.GetValue()
 	if len(der) > csrrpc.MaxCSRBytes {
 		return nil, status.Errorf(codes.InvalidArgument, "csr: %d bytes, over the bound of %d", len(der), csrrpc.MaxCSRBytes)

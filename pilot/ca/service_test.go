@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -169,6 +170,8 @@ func TestEnrollRenewAndRefusals(t *testing.T) {
 	}
 	foreign := dial(t, s, addr, otherChain, w.key)
 	expiring, _, _ := s.IssueToken("shop", "reviews", time.Minute)
+	pilotCert, _ := s.ServingCert(nil)
+	asPilot := dial(t, s, addr, []*x509.Certificate{pilotCert.Leaf}, pilotCert.PrivateKey)
 
 	for _, tc := range []struct {
 		name string
@@ -190,6 +193,7 @@ func TestEnrollRenewAndRefusals(t *testing.T) {
 		{"expired client certificate", mtls, w.csr(t, reviews), "", codes.Unauthenticated, "expired or is not yet valid", 25 * time.Hour},
 		{"CSR over MaxCSRBytes", anon, make([]byte, csrrpc.MaxCSRBytes), tok, codes.InvalidArgument, "csr:", 0},
 		{"CSR with DNS SANs", anon, dnsCSR(t, w), tok, codes.PermissionDenied, "CSR has DNS SANs", 0},
+		{"pilot's own certificate renewing as a workload", asPilot, w.csr(t, reviews), "", codes.PermissionDenied, "spiffe://cluster.local/weft/pilot: not a workload ID", 0},
 		{"bad authorization", anon, w.csr(t, reviews), " ", codes.Unauthenticated, "not \"Bearer <token>\"", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -463,3 +467,43 @@ func servingLeaf(s *Service) *x509.Certificate {
 
 // Service is what pilot/server runs as its mesh CA.
 var _ server.Authority = (*Service)(nil)
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := newService(t, t.TempDir(), func(c *ServiceConfig) { c.Registerer = reg })
+	addr := serveTLS(t, s)
+	cc := dial(t, s, addr, nil, nil)
+	w := newWorkload(t)
+	tok, _, _ := s.IssueToken("shop", "reviews", time.Hour)
+	if _, err := csrrpc.Sign(ctx(t), cc, w.csr(t, reviews), tok); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = csrrpc.Sign(ctx(t), cc, w.csr(t, reviews), "")
+	_, _ = csrrpc.Sign(ctx(t), cc, w.csr(t, "spiffe://cluster.local/ns/shop/sa/x"), tok)
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += "{" + l.GetName() + "=" + l.GetValue() + "}"
+			}
+			got[name] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	for name, want := range map[string]float64{
+		"weft_pilot_ca_csr_total{result=issued}": 1, "weft_pilot_ca_csr_total{result=unauthenticated}": 1,
+		"weft_pilot_ca_csr_total{result=denied}": 1, "weft_pilot_ca_csr_total{result=invalid}": 0,
+		"weft_pilot_ca_issued_entries": 3, "weft_pilot_ca_rotating": 0, "weft_pilot_ca_revoked_serials": 0,
+		"weft_pilot_ca_crl_number":                         float64(s.CRL().Number()),
+		"weft_pilot_ca_crl_next_update_timestamp_seconds":  float64(s.CRL().NextUpdate().Unix()),
+		"weft_pilot_ca_signer_not_after_timestamp_seconds": float64(s.CA().Signer().NotAfter.Unix()),
+	} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
+		}
+	}
+}

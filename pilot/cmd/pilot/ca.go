@@ -26,7 +26,7 @@ func (f *caFlags) open(_ context.Context, env server.AuthorityEnv) (server.Autho
 		RootCertFile: f.rootCert, RootKeyFile: f.rootKey, ChainFile: f.chain,
 		CertTTL: certTTL, CRLValidity: crlValidity, MaxIssued: f.maxIssued,
 		ServingDNS: f.sans.dns, ServingIPs: f.sans.ips,
-		Logger: env.Logger,
+		Logger: env.Logger, Registerer: env.Registry,
 	})
 }
 
