@@ -33,6 +33,7 @@ import (
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/internal/outlierreport"
 	"github.com/weft-mesh/weft/sidecar/admin"
+	"github.com/weft-mesh/weft/sidecar/authz"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
 	"github.com/weft-mesh/weft/sidecar/ejectreport"
@@ -175,8 +176,10 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	// One registry for the sidecar's life: breaker counts and per-host state carry
 	// over every configuration swap (the runtime calls Config.Activate).
 	registry := cluster.NewRegistry()
+	// Likewise authorization's Override sightings and counters (authz.go).
+	authzState := authz.NewState()
 	copts := dataplane.Options{DefaultRouteTimeout: s.Limits.DefaultRouteTimeout, Registry: registry,
-		QueueTimeout: s.Limits.PendingTimeout}
+		QueueTimeout: s.Limits.PendingTimeout, Authz: authzState}
 	if copts.DefaultRouteTimeout == 0 {
 		copts.DefaultRouteTimeout = -1
 	}
@@ -204,6 +207,9 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	if err := os.MkdirAll(s.StateDir, 0o700); err != nil {
 		return fmt.Errorf("sidecar: state dir: %w", err)
+	}
+	if err := restoreSightings(s.StateDir, authzState, time.Now()); err != nil {
+		return fmt.Errorf("sidecar: %w", err)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -287,7 +293,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	if err != nil {
 		return fmt.Errorf("sidecar: max-connections: %w", err)
 	}
-	hp, err := httpproxy.New(httpproxy.Config{Logger: plog, Pool: pool, Degraded: rt.Degraded, Observer: reqs,
+	hp, err := httpproxy.New(httpproxy.Config{Logger: plog, Pool: pool, Degraded: rt.Degraded, AuthzExpired: rt.AuthzExpired, Observer: reqs,
 		BufferSize: lim.BufferSize, MaxHeaderBytes: lim.MaxHeaderBytes, MaxHeaderFields: lim.MaxHeaderFields,
 		IdleTimeout: lim.IdleTimeout, ReadHeaderTimeout: lim.ReadHeaderTimeout, MaxConcurrentStreams: lim.MaxConcurrentStreams,
 		H2StreamBuffer: lim.H2StreamBuffer, H2ConnBuffer: lim.H2ConnBuffer, H2MaxFrameSize: lim.H2MaxFrameSize, Memory: mem,
@@ -296,7 +302,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	defer hp.Close()
-	tp, err := tcpproxy.New(tcpproxy.Config{Logger: plog, Observer: reqs, MTLS: mt})
+	tp, err := tcpproxy.New(tcpproxy.Config{Logger: plog, Observer: reqs, MTLS: mt, AuthzExpired: rt.AuthzExpired})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
@@ -343,6 +349,11 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	reg.MustRegister(rlc)
+	azc, err := admin.NewAuthzCollector(authzState, nil)
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	reg.MustRegister(azc)
 	reports, err := newReporter(s.Node.ID, log, client, mem, reg, registry.Ejections)
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
@@ -385,6 +396,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	run("outlier-report", func() error { reports.Run(ctx); return nil })
 	run("outlier", func() error { runOutliers(ctx, registry, log.Named("outlier")); return nil })
+	run("authz-sightings", func() error { persistSightings(ctx, s.StateDir, authzState, log.Named("authz")); return nil })
 	if ident != nil {
 		run("certclient", func() error { _ = ident.client.Run(ctx); return nil })
 	}

@@ -551,3 +551,28 @@ func TestDecideAllocs(t *testing.T) {
 		t.Errorf("Decide+Count allocates %v per call", n)
 	}
 }
+
+// TestChanged: a Commit that adds a sighting closes Changed; one that changes
+// nothing does not.
+func TestChanged(t *testing.T) {
+	st := NewState()
+	o := Override{Name: blockBot.Name, TTL: time.Minute, Revision: 1}
+	e, err := New(Config{Filters: []Filter{overrideFilter(blockBot)}, Overrides: []Override{o}}, st, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := st.Changed()
+	st.Commit(t0, e)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("a new sighting did not close Changed")
+	}
+	ch = st.Changed()
+	st.Commit(t0.Add(time.Second), e)
+	select {
+	case <-ch:
+		t.Fatal("an unchanged commit closed Changed")
+	default:
+	}
+}

@@ -37,6 +37,9 @@ type State struct {
 	stats map[string]*policyStats // by policy name, at most MaxPolicyNames
 	other *policyStats
 	none  *policyStats
+	// changed is closed (and replaced) by a Commit that changed the sightings;
+	// guarded by mu.
+	changed chan struct{}
 }
 
 type seenKey struct {
@@ -56,7 +59,7 @@ type Sighting struct {
 
 // NewState returns an empty State.
 func NewState() *State {
-	return &State{seen: map[seenKey]*Sighting{}, stats: map[string]*policyStats{}, other: &policyStats{}, none: &policyStats{}}
+	return &State{seen: map[seenKey]*Sighting{}, stats: map[string]*policyStats{}, other: &policyStats{}, none: &policyStats{}, changed: make(chan struct{})}
 }
 
 func (s *State) firstSeen(o Override, now time.Time) time.Time {
@@ -77,6 +80,8 @@ func (s *State) firstSeen(o Override, now time.Time) time.Time {
 func (s *State) Commit(now time.Time, engines ...*Engine) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	before := len(s.seen)
+	added := false
 	for _, e := range s.seen {
 		e.Live = false
 	}
@@ -90,6 +95,7 @@ func (s *State) Commit(now time.Time, engines ...*Engine) {
 			if e == nil {
 				e = &Sighting{Name: g.Name, Revision: g.Revision, FirstSeen: g.FirstSeen}
 				s.seen[k] = e
+				added = true
 			}
 			e.Deadline, e.Live = g.Deadline, true
 		}
@@ -110,6 +116,18 @@ func (s *State) Commit(now time.Time, engines ...*Engine) {
 			delete(s.seen, seenKey{e.Name, e.Revision})
 		}
 	}
+	if added || len(s.seen) != before {
+		close(s.changed) // never blocks: watchers persist the sightings
+		s.changed = make(chan struct{})
+	}
+}
+
+// Changed is closed when a Commit adds or forgets a sighting (then replaced):
+// the sidecar persists Sightings after it, off the request path.
+func (s *State) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
 }
 
 // Sightings lists what the State remembers, by name then revision: for

@@ -97,6 +97,8 @@ type Runtime struct {
 	active   atomic.Pointer[dataplane.Config]
 	dump     atomic.Pointer[Dump]
 	degraded atomic.Pointer[string] // reason when routing fails closed; nil otherwise
+	// authzExpired: reason when authorization fails closed; nil otherwise.
+	authzExpired atomic.Pointer[string]
 	// confirmedNs is lastConfirmed (UnixNano, 0 for never) as of the latest Tick or
 	// publish: Dump computes ages from it without a publish per tick.
 	confirmedNs atomic.Int64

@@ -263,3 +263,73 @@ func TestExpiredEndpointsFailClosedOrDrop(t *testing.T) {
 		})
 	}
 }
+
+// TestAuthorizationFailsClosed: past authorization's expireAfter every inbound
+// request must be denied (AuthzExpired); routing goes on; serveStale keeps
+// enforcing the last policies; drop fails closed too; a confirmation restores.
+func TestAuthorizationFailsClosed(t *testing.T) {
+	for _, tc := range []struct {
+		rule    string
+		expired bool
+	}{
+		{"authorization=1s/3s/failClosed", true},
+		{"authorization=1s/3s/drop", true},
+		{"authorization=1s/3s/serveStale", false},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			e := newEnv(t)
+			r := e.runtime(func(c *Config) { c.Overrides = overrides(t, tc.rule, "routes=1m/1h") })
+			res := mesh("127.0.0.1:9001")
+			if err := r.Apply(context.Background(), e.update(r, res, "v1", e.sign(res, signOpts{}))); err != nil {
+				t.Fatal(err)
+			}
+			r.Tick(t0.Add(2*time.Second), time.Time{})
+			if _, bad := r.AuthzExpired(); bad {
+				t.Fatal("expired at warn")
+			}
+			r.Tick(t0.Add(3*time.Second), time.Time{})
+			reason, bad := r.AuthzExpired()
+			if bad != tc.expired {
+				t.Fatalf("AuthzExpired = %q %v at expireAfter, want %v", reason, bad, tc.expired)
+			}
+			if bad && reason != "authorization expired (age 3s > expireAfter 3s)" {
+				t.Errorf("reason %q", reason)
+			}
+			if _, routing := r.Degraded(); routing {
+				t.Error("authorization expiry failed routing closed")
+			}
+			r.Tick(t0.Add(4*time.Second), t0.Add(4*time.Second))
+			if _, bad := r.AuthzExpired(); bad {
+				t.Error("still expired after a confirmation")
+			}
+		})
+	}
+}
+
+// TestAuthorizationDefault: with no rule, authorization warns at 5m and fails
+// closed by 24h (jitter shortens it by at most 10%).
+func TestAuthorizationDefault(t *testing.T) {
+	e := newEnv(t)
+	r := e.runtime(func(*Config) {})
+	res := mesh("127.0.0.1:9001")
+	if err := r.Apply(context.Background(), e.update(r, res, "v1", e.sign(res, signOpts{}))); err != nil {
+		t.Fatal(err)
+	}
+	r.Tick(t0.Add(21*time.Hour), t0.Add(21*time.Hour)) // routing stays confirmed
+	if _, bad := r.AuthzExpired(); bad {
+		t.Fatal("expired while confirmed")
+	}
+	st := r.Tick(t0.Add(21*time.Hour+21*time.Hour+36*time.Minute), time.Time{}) // 21h36m unconfirmed: 90% of 24h
+	for _, s := range st {
+		if s.Class == staleness.Authorization && s.Level != staleness.Warn {
+			t.Errorf("authorization at 90%% of 24h: %s", s.Level)
+		}
+	}
+	if _, bad := r.AuthzExpired(); bad {
+		t.Error("expired before 90% of 24h")
+	}
+	r.Tick(t0.Add(21*time.Hour+24*time.Hour), time.Time{})
+	if _, bad := r.AuthzExpired(); !bad {
+		t.Error("not expired at 24h")
+	}
+}

@@ -218,6 +218,7 @@ func (r *Runtime) evaluateLocked(now time.Time) {
 	if r.cur == nil {
 		r.states = nil
 		r.degraded.Store(nil)
+		r.authzExpired.Store(nil)
 		return
 	}
 	set := r.cur.policy.set
@@ -238,6 +239,7 @@ func (r *Runtime) evaluateLocked(now time.Time) {
 		}
 	}
 	r.degraded.Store(reason)
+	r.evaluateAuthzLocked(set)
 	if m := r.cfg.Metrics; m != nil {
 		for _, s := range r.states {
 			m.age.WithLabelValues(string(s.Class)).Set(s.Age.Seconds())
@@ -338,4 +340,36 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m.activations.WithLabelValues(SourceXDS)
 	m.activations.WithLabelValues(SourceLKG)
 	return m, nil
+}
+
+// evaluateAuthzLocked publishes authorization's verdict for the request path:
+// past its expiry, unless it serves stale, every inbound request is denied
+// (AuthzExpired). drop fails closed too: dropping authorization state must
+// never leave a workload open.
+func (r *Runtime) evaluateAuthzLocked(set staleness.Set) {
+	var reason *string
+	for _, s := range r.states {
+		if s.Class == staleness.Authorization && s.Level == staleness.Expired && s.Action != staleness.ServeStale {
+			why := DegradedReason(s, set[s.Class].EffectiveExpireAfter(r.seed))
+			reason = &why
+		}
+	}
+	if old := r.authzExpired.Load(); (old == nil) != (reason == nil) {
+		if reason != nil {
+			r.log.Warn("authorization fails closed: every inbound request is denied", "reason", *reason)
+		} else {
+			r.log.Info("authorization restored")
+		}
+	}
+	r.authzExpired.Store(reason)
+}
+
+// AuthzExpired reports whether authorization state is past its staleness
+// expiry and why (one atomic load): the request path's
+// httpproxy.Config.AuthzExpired and tcpproxy.Config.AuthzExpired.
+func (r *Runtime) AuthzExpired() (string, bool) {
+	if p := r.authzExpired.Load(); p != nil {
+		return *p, true
+	}
+	return "", false
 }
