@@ -246,7 +246,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	// pending signal is enough; the stream never waits on it).
 	activated := make(chan struct{}, 1)
 	initial, _ := rt.LoadLastKnownGood() // a refusal is logged and shown by the runtime
-	ident, err := newIdentity(s, holder, log, reg, nil)
+	ident, err := newIdentity(s, holder, log, reg, deliveredBundle(mt))
 	if err != nil {
 		return fmt.Errorf("sidecar: identity: %w", err)
 	}

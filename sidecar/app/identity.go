@@ -13,6 +13,7 @@ import (
 	"github.com/weft-mesh/weft/certs/bundle"
 	"github.com/weft-mesh/weft/certs/spiffe"
 	"github.com/weft-mesh/weft/sidecar/certclient"
+	"github.com/weft-mesh/weft/sidecar/mtls"
 	"github.com/weft-mesh/weft/sidecar/svid"
 )
 
@@ -72,4 +73,19 @@ func identityLog(s *render.Settings) string {
 		return "none (plaintext xDS, no mTLS)"
 	}
 	return fmt.Sprintf("spiffe://%s/ns/%s/sa/%s (mTLS to pilot)", s.TrustDomain, s.Node.Namespace, s.Node.ServiceAccount)
+}
+
+// deliveredBundle is the trust bundle of the active configuration's ROOTCA
+// (nil while none, or without mTLS): pilot is verified against --ca-root and
+// it, so a root pilot rotated to is trusted from its next push.
+func deliveredBundle(mt *mtls.Manager) func() *bundle.Bundle {
+	if mt == nil {
+		return nil
+	}
+	return func() *bundle.Bundle {
+		if t := mt.Trust(); t != nil {
+			return t.Bundle()
+		}
+		return nil
+	}
 }

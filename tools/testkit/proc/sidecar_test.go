@@ -1,0 +1,67 @@
+package proc
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-mesh/weft/tools/testkit"
+)
+
+// A sidecar started with an identity from a secure pilot (no plaintext
+// registration) gets its certificate with the minted token, renews nothing yet
+// (24h), and holds an xDS stream over mTLS on pilot's TLS port.
+func TestStartSidecarWithIdentity(t *testing.T) {
+	p := StartPilot(t, "127.81.0.254", filepath.Join(t.TempDir(), "pilot"), Secure())
+	s := StartSidecar(t, SidecarConfig{NodeID: "reviews-a", Namespace: "shop", ServiceAccount: "reviews",
+		Labels: map[string]string{"app": "reviews"}, IP: "127.81.0.2", Pilot: p, TokenTTL: 10 * time.Minute})
+	for _, want := range []string{
+		`weft_sidecar_certificate_requests_total{credential="token",result="ok"} 1`,
+		"weft_sidecar_xds_connected 1",
+	} {
+		name := want[:strings.LastIndexByte(want, ' ')]
+		testkit.Wait(t, 30*time.Second, func() error {
+			select {
+			case <-s.Exited():
+				t.Fatalf("sidecar exited: %v", s.Err())
+			default:
+			}
+			got, err := s.Metric(name)
+			if err != nil {
+				return err
+			}
+			if got != want {
+				return fmt.Errorf("%s, want %s", got, want)
+			}
+			return nil
+		})
+	}
+	if !strings.Contains(s.Logs.String(), "credential=token") || !strings.Contains(s.Logs.String(), "spiffe://cluster.local/ns/shop/sa/reviews") {
+		t.Fatalf("sidecar log does not show the certificate it got:\n%s", s.Logs.String())
+	}
+}
+
+// A token for another service account is refused by pilot: the sidecar keeps
+// retrying and never connects.
+func TestStartSidecarWrongToken(t *testing.T) {
+	p := StartPilot(t, "127.81.1.254", filepath.Join(t.TempDir(), "pilot"), Secure())
+	flags := IdentityFlags(t, p, t.TempDir(), "shop", "ratings", 0)
+	s := StartSidecar(t, SidecarConfig{NodeID: "reviews-a", Namespace: "shop", ServiceAccount: "reviews",
+		Labels: map[string]string{"app": "reviews"}, IP: "127.81.1.2", PlainPilot: p.XDSTLSAddr(), Extra: append(flags,
+			"--publisher-key", p.KeyFile())})
+	testkit.Wait(t, 30*time.Second, func() error {
+		got, err := s.Metric(`weft_sidecar_certificate_requests_total{credential="token",result="error"}`)
+		if err != nil || strings.HasSuffix(got, " 0") {
+			return fmt.Errorf("no refused CSR yet: %q %v", got, err)
+		}
+		return nil
+	})
+	if !strings.Contains(s.Logs.String(), "spiffe://cluster.local/ns/shop/sa/ratings") {
+		t.Fatalf("the refusal does not name the granted ID:\n%s", s.Logs.String())
+	}
+	if got, _ := s.Metric("weft_sidecar_xds_connected"); got != "weft_sidecar_xds_connected 0" {
+		t.Fatalf("xDS connected without a certificate: %s", got)
+	}
+}
