@@ -27,8 +27,11 @@ type CA struct {
 	*ca.CA
 	Dir string
 	// RootFile holds the trust bundle (PEM).
-	RootFile    string
-	TrustDomain string
+	RootFile string
+	// RootCertFile and RootKeyFile are the CA's root and its key: what pilot's
+	// --ca-root-cert/--ca-root-key (a plugged-in CA) take.
+	RootCertFile, RootKeyFile string
+	TrustDomain               string
 }
 
 // NewCA opens a fresh CA for trustDomain and writes its bundle to RootFile.
@@ -39,7 +42,8 @@ func NewCA(t testing.TB, trustDomain string) *CA {
 	if err != nil {
 		t.Fatalf("certfiles: open CA: %v", err)
 	}
-	out := &CA{CA: c, Dir: dir, RootFile: filepath.Join(dir, "root.pem"), TrustDomain: trustDomain}
+	out := &CA{CA: c, Dir: dir, RootFile: filepath.Join(dir, "root.pem"), TrustDomain: trustDomain,
+		RootCertFile: filepath.Join(dir, "ca", ca.RootFile), RootKeyFile: filepath.Join(dir, "ca", ca.RootKeyFile)}
 	if err := os.WriteFile(out.RootFile, c.Bundle().PEM(), 0o644); err != nil {
 		t.Fatal(err)
 	}
