@@ -26,9 +26,8 @@ var notEnforcedMeshFields = []struct {
 // notEnforcedStalenessClasses are StalenessPolicy resources whose state sidecars
 // do not hold yet, so a rule for them bounds nothing.
 var notEnforcedStalenessClasses = map[string]string{
-	"secrets":       "sidecars hold no certificates yet (issue #9)",
-	"revocation":    "sidecars check no revocation lists yet (issue #9)",
-	"authorization": "sidecars enforce no authorization yet (issue #9)",
+	"secrets":    "sidecars hold no certificates yet (issue #9)",
+	"revocation": "sidecars check no revocation lists yet (issue #9)",
 }
 
 // unenforcedKindWarnings are o's warnings for a kind, field or staleness class no
