@@ -38,6 +38,7 @@ type workload struct {
 	cmd                    *exec.Cmd
 	exited                 chan error
 	logPath                string
+	token                  string // bootstrap token file
 }
 
 const meshYAML = `apiVersion: mesh.weft.dev/v1alpha1
@@ -116,7 +117,8 @@ func runMesh(ctx context.Context, bin string) (err error) {
 		fmt.Printf("\nStopped every process of the mesh demo and removed %s.\n", tmp)
 	}()
 
-	say("12. Part two, a real mesh: start a fresh pilot that also serves xDS on %s:15010", pilotIP)
+	say("12. Part two, a real mesh: start a fresh pilot with its mesh CA, serving xDS and CSRs over TLS on %s:15012\n"+
+		"    (the plaintext %s:15010 only serves readers)", pilotIP, pilotIP)
 	if err := m.startPilot(); err != nil {
 		return err
 	}
@@ -130,9 +132,16 @@ func runMesh(ctx context.Context, bin string) (err error) {
 		return err
 	}
 
-	say("14. Start three workloads, each an application and a sidecar on its own loopback address")
+	say("14. Start three workloads, each an application and a sidecar on its own loopback address. Each sidecar gets a\n" +
+		"    bootstrap token for its service account, makes its key in memory, asks pilot's CA for its certificate\n" +
+		"    (spiffe://cluster.local/ns/demo/sa/<app>) and then talks to pilot over mTLS on 15012")
 	for i := range workloads {
-		if err := m.startWorkload(&workloads[i]); err != nil {
+		w := &workloads[i]
+		var err error
+		if w.token, err = m.mintToken(w); err != nil {
+			return err
+		}
+		if err := m.startWorkload(w); err != nil {
 			return err
 		}
 	}
@@ -146,6 +155,9 @@ func runMesh(ctx context.Context, bin string) (err error) {
 			w.name, w.ip, appPort(w), w.ip, w.ip, took.Round(time.Millisecond))
 	}
 
+	if err := m.showCertificates(); err != nil {
+		return err
+	}
 	fmt.Println("Wait until pilot's latest revision is effective on every sidecar (ACKed and activated):")
 	if err := m.d.step(0, "rollout", "status", "--wait", "--timeout", "20s"); err != nil {
 		return err
@@ -235,10 +247,11 @@ func (m *mesh) startPilot() error {
 		return err
 	}
 	defer logf.Close()
-	fmt.Printf("$ pilot --data-dir %s --admin-addr %s:15014 --xds-addr %s:15010 --insecure-plaintext-registration\n", m.dataDir, pilotIP, pilotIP)
-	// The demo's sidecars register over plaintext until they get certificates.
+	fmt.Printf("$ pilot --data-dir %s --admin-addr %s:15014 --xds-addr %s:15010 --xds-tls-addr %s:15012\n", m.dataDir, pilotIP, pilotIP, pilotIP)
+	// Sidecars register over mTLS on 15012 with certificates from pilot's CA;
+	// the plaintext port only serves readers.
 	cmd := exec.Command(filepath.Join(m.bin, "pilot"), "--data-dir", m.dataDir, "--admin-addr", pilotIP+":15014", "--xds-addr", pilotIP+":15010",
-		"--insecure-plaintext-registration")
+		"--xds-tls-addr", pilotIP+":15012")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting pilot: %w", err)
@@ -248,17 +261,38 @@ func (m *mesh) startPilot() error {
 	if err := waitHealthy(m.ctx, "http://"+pilotIP+":15014", m.exited); err != nil {
 		return err
 	}
-	// Sidecars trust the publisher key pilot writes next to its store.
-	key := filepath.Join(m.dataDir, "publisher.pub")
-	for deadline := time.Now().Add(healthTimeout); ; {
-		if _, err := os.Stat(key); err == nil {
-			return nil
+	// Sidecars trust the publisher key pilot writes next to its store, and
+	// verify pilot with the CA root it writes under ca/.
+	for _, f := range []string{filepath.Join(m.dataDir, "publisher.pub"), m.caRoot()} {
+		for deadline := time.Now().Add(healthTimeout); ; {
+			if _, err := os.Stat(f); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("pilot wrote no %s within %s", f, healthTimeout)
+			}
+			time.Sleep(20 * time.Millisecond) // polling with a deadline
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("pilot wrote no %s within %s", key, healthTimeout)
-		}
-		time.Sleep(20 * time.Millisecond) // polling with a deadline
 	}
+	return nil
+}
+
+// caRoot is the mesh CA's root pilot writes; sidecars verify pilot with it.
+func (m *mesh) caRoot() string { return filepath.Join(m.dataDir, "ca", "root.pem") }
+
+// mintToken asks pilot's CA (meshctl token create) for a bootstrap token naming
+// the workload's namespace and service account, into a file only its sidecar reads.
+func (m *mesh) mintToken(w *workload) (string, error) {
+	args := []string{"--pilot", m.d.pilot, "token", "create", "--namespace", meshNamespace, "--service-account", w.app, "--ttl", "1h"}
+	f := filepath.Join(m.tmp, "token-"+w.name)
+	fmt.Printf("$ meshctl %s > %s\n", strings.Join(args, " "), f)
+	cmd := exec.CommandContext(m.ctx, m.d.meshctl, args...)
+	cmd.Stderr = os.Stdout
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("meshctl token create for %s: %w", w.name, err)
+	}
+	return f, os.WriteFile(f, out, 0o600)
 }
 
 func (m *mesh) killPilot() error {
@@ -291,7 +325,8 @@ func (m *mesh) startWorkload(w *workload) error {
 	defer logf.Close()
 	args := []string{"--node-id", w.name, "--namespace", meshNamespace, "--service-account", w.app,
 		"--labels", "app=" + w.app + ",version=" + w.version, "--address", w.ip, "--app-address", w.ip,
-		"--pilot", pilotIP + ":15010", "--publisher-key", filepath.Join(m.dataDir, "publisher.pub"),
+		"--pilot", pilotIP + ":15012", "--token-file", w.token, "--ca-root", m.caRoot(),
+		"--publisher-key", filepath.Join(m.dataDir, "publisher.pub"),
 		"--state-dir", filepath.Join(m.tmp, "state-"+w.name), "--admin-addr", w.ip + ":15000", "--outbound-addr", w.ip + ":15001"}
 	fmt.Printf("$ sidecar %s\n", strings.Join(args, " "))
 	w.cmd = exec.Command(filepath.Join(m.bin, "sidecar"), args...)
@@ -526,4 +561,39 @@ func workloadLogs() []string {
 
 func jsonDecode(r io.Reader, v any) error {
 	return json.NewDecoder(io.LimitReader(r, 8<<20)).Decode(v)
+}
+
+// showCertificates lists what pilot's CA issued and checks every workload has
+// a valid certificate.
+func (m *mesh) showCertificates() error {
+	fmt.Println("Each sidecar got its certificate from pilot's CA (and pilot has its own serving and publisher certificates):")
+	if err := m.d.step(0, "cert", "list"); err != nil {
+		return err
+	}
+	resp, err := m.hc.Get(m.d.pilot + "/apis/ca/v1/certificates")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Certificates []struct {
+			SPIFFEID string `json:"spiffeId"`
+			State    string `json:"state"`
+		} `json:"certificates"`
+	}
+	if err := jsonDecode(resp.Body, &list); err != nil {
+		return fmt.Errorf("certificates: %w", err)
+	}
+	valid := map[string]bool{}
+	for _, c := range list.Certificates {
+		if c.State == "VALID" {
+			valid[c.SPIFFEID] = true
+		}
+	}
+	for _, w := range workloads {
+		if id := "spiffe://cluster.local/ns/" + meshNamespace + "/sa/" + w.app; !valid[id] {
+			return fmt.Errorf("pilot lists no valid certificate for %s (%s)", id, w.name)
+		}
+	}
+	return nil
 }
