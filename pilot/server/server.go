@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
+	"github.com/weft-mesh/weft/certs/revoke"
 	"github.com/weft-mesh/weft/pilot/api"
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/status/outlieragg"
@@ -53,6 +54,9 @@ type Authority interface {
 	// ClientCAs is the current trust bundle that client certificates are
 	// verified against (during a root rotation, old and new roots).
 	ClientCAs() *x509.CertPool
+	// CRL is the current revocation list; a client certificate it lists is
+	// refused at pilot's TLS handshake.
+	CRL() *revoke.CRL
 	// Register registers the CSR service on the TLS gRPC server.
 	Register(*grpc.Server)
 	// Handler serves the CA's admin API, mounted at /apis/ca/v1/.

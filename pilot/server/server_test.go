@@ -139,7 +139,7 @@ func TestXDSFailureStopsPilot(t *testing.T) {
 	defer cancel()
 	boom := errors.New("boom")
 	err := server.Run(ctx, server.Config{
-		DataDir: t.TempDir(), AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", Logger: hclog.NewNullLogger(),
+		DataDir: t.TempDir(), AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", XDSTLSAddr: "127.0.0.1:0", Logger: hclog.NewNullLogger(),
 		XDS: func(_ context.Context, env server.XDSEnv) error {
 			env.Listener.Close()
 			return boom

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/weft-mesh/weft/certs/manifest"
+	"github.com/weft-mesh/weft/certs/revoke"
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/store"
 	"github.com/weft-mesh/weft/pilot/xds/ads"
@@ -33,8 +34,9 @@ import (
 type XDSEnv struct {
 	Store    store.Store
 	Listener net.Listener // plaintext
-	// TLSListener and Authority are both set or both nil: xDS and the CSR
-	// service over TLS with Authority's serving certificate and trust bundle.
+	// TLSListener and Authority are both set or both nil (a test's plaintext
+	// hook): xDS and the CSR service over TLS with Authority's serving
+	// certificate, trust bundle and CRL.
 	TLSListener           net.Listener
 	Authority             Authority
 	TrustDomain           string
@@ -63,7 +65,10 @@ type XDSLimits struct {
 	SendTimeout      time.Duration // one Send; a proxy that does not read is cut
 	RecvQueue        int           // requests waiting for a stream's owner
 	MaxSubscriptions int           // explicit names per stream, over all types
-	DiffCacheEntries int           // shared snapshot-diff cache
+	// MaxReadOnlySubscriptions is MaxSubscriptions for a stream that may not
+	// register (no certificate, no plaintext registration).
+	MaxReadOnlySubscriptions int
+	DiffCacheEntries         int // shared snapshot-diff cache
 	// MaxResourceNameBytes bounds each subscribed name.
 	MaxResourceNameBytes int
 	// MaxStreamsPerIdentity bounds the open ADS streams of one SPIFFE ID from
@@ -87,7 +92,7 @@ type XDSLimits struct {
 func DefaultXDSLimits() XDSLimits {
 	return XDSLimits{
 		Debounce: 100 * time.Millisecond, MaxDelay: time.Second, GenWorkers: 4, CurrentWait: meshcache.DefaultCurrentWait,
-		MaxUnacked: 64, SendTimeout: 30 * time.Second, RecvQueue: 16, MaxSubscriptions: ads.DefaultMaxSubscriptions, DiffCacheEntries: 4096,
+		MaxUnacked: 64, SendTimeout: 30 * time.Second, RecvQueue: 16, MaxSubscriptions: ads.DefaultMaxSubscriptions, MaxReadOnlySubscriptions: ads.DefaultMaxReadOnlySubscriptions, DiffCacheEntries: 4096,
 		MaxResourceNameBytes: ads.DefaultMaxResourceNameBytes, MaxStreamsPerIdentity: ads.DefaultMaxStreamsPerIdentity,
 		MaxRecvMsgBytes: 4 << 20, MaxConcurrentStreams: 16,
 		ManifestValidity:     sign.DefaultValidity,
@@ -110,7 +115,7 @@ func (l XDSLimits) check() error {
 		v    int
 	}{{"GenWorkers", l.GenWorkers}, {"MaxUnacked", l.MaxUnacked}, {"RecvQueue", l.RecvQueue}, {"MaxSubscriptions", l.MaxSubscriptions},
 		{"DiffCacheEntries", l.DiffCacheEntries}, {"MaxRecvMsgBytes", l.MaxRecvMsgBytes}, {"MaxConcurrentStreams", int(l.MaxConcurrentStreams)},
-		{"MaxConcurrentReports", l.MaxConcurrentReports}, {"MaxResourceNameBytes", l.MaxResourceNameBytes}, {"MaxStreamsPerIdentity", l.MaxStreamsPerIdentity}} {
+		{"MaxConcurrentReports", l.MaxConcurrentReports}, {"MaxResourceNameBytes", l.MaxResourceNameBytes}, {"MaxReadOnlySubscriptions", l.MaxReadOnlySubscriptions}, {"MaxStreamsPerIdentity", l.MaxStreamsPerIdentity}} {
 		if n.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be > 0, got %d", n.name, n.v))
 		}
@@ -176,7 +181,7 @@ func ServeADS(lim XDSLimits) XDSFunc {
 		srv, err := ads.New(ads.Config{
 			Logger: log.Named("ads"), Source: src, Status: env.Status,
 			MaxUnacked: lim.MaxUnacked, SendTimeout: lim.SendTimeout, RecvQueue: lim.RecvQueue,
-			MaxSubscriptions: lim.MaxSubscriptions, DiffCacheEntries: lim.DiffCacheEntries,
+			MaxSubscriptions: lim.MaxSubscriptions, MaxReadOnlySubscriptions: lim.MaxReadOnlySubscriptions, DiffCacheEntries: lim.DiffCacheEntries,
 			TrustDomain: td, PlaintextRegistration: env.PlaintextRegistration,
 			MaxStreamsPerIdentity: lim.MaxStreamsPerIdentity, MaxResourceNameBytes: lim.MaxResourceNameBytes,
 		})
@@ -252,17 +257,30 @@ func ServeADS(lim XDSLimits) XDSFunc {
 
 // serverTLS is the TLS listener's configuration: TLS 1.3, pilot's serving
 // certificate, and a client certificate verified against the current trust
-// bundle when one is given (a client without one may read, never register).
+// bundle and CRL when one is given (a client without one may read, never
+// register). All are read per handshake, so a renewal, a root rotation or a
+// revocation applies to the next connection.
 func serverTLS(a Authority) *tls.Config {
-	base := &tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: a.ServingCert, ClientAuth: tls.VerifyClientCertIfGiven, NextProtos: []string{"h2"}}
+	base := &tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: a.ServingCert, ClientAuth: tls.VerifyClientCertIfGiven,
+		NextProtos: []string{"h2"}, VerifyConnection: func(cs tls.ConnectionState) error { return checkRevoked(a.CRL(), cs) }}
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS13,
 		GetCertificate: a.ServingCert,
-		// Per handshake, so a rotated bundle applies to the next client.
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			c := base.Clone()
 			c.ClientCAs = a.ClientCAs()
 			return c, nil
 		},
 	}
+}
+
+// checkRevoked refuses a client certificate crl lists.
+func checkRevoked(crl *revoke.CRL, cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 || crl == nil {
+		return nil
+	}
+	if leaf := cs.PeerCertificates[0]; crl.Revoked(leaf.SerialNumber) {
+		return fmt.Errorf("client certificate serial %x (%v) is revoked (CRL %d)", leaf.SerialNumber, leaf.URIs, crl.Number())
+	}
+	return nil
 }

@@ -173,7 +173,7 @@ func TestServeADSLimits(t *testing.T) {
 			tt.edit(&lim)
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
-			err := server.Run(ctx, server.Config{DataDir: t.TempDir(), AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0",
+			err := server.Run(ctx, server.Config{DataDir: t.TempDir(), AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", XDSTLSAddr: "127.0.0.1:0",
 				Logger: hclog.NewNullLogger(), XDS: server.ServeADS(lim)})
 			if err == nil || err.Error() != "xDS: "+tt.wantErr {
 				t.Errorf("Run error %v, want xDS: %s", err, tt.wantErr)

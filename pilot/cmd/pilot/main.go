@@ -52,6 +52,8 @@ func run() int {
 	fs.DurationVar(&lim.SendTimeout, "xds-send-timeout", lim.SendTimeout, "a proxy that does not read a response within this is cut")
 	fs.IntVar(&lim.MaxSubscriptions, "xds-max-subscriptions", lim.MaxSubscriptions,
 		"resource names one ADS stream may subscribe to, over all types (each costs pilot ~200 bytes plus its length)")
+	fs.IntVar(&lim.MaxReadOnlySubscriptions, "xds-max-read-only-subscriptions", lim.MaxReadOnlySubscriptions,
+		"--xds-max-subscriptions for a stream that may not register (no client certificate)")
 	fs.IntVar(&lim.MaxResourceNameBytes, "xds-max-resource-name-bytes", lim.MaxResourceNameBytes, "bytes of one subscribed resource name")
 	fs.IntVar(&lim.MaxStreamsPerIdentity, "xds-max-streams-per-identity", lim.MaxStreamsPerIdentity,
 		"open ADS streams per SPIFFE ID and source address (without a certificate: per source address; IPv6 per /64); one more is refused")

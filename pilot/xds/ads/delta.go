@@ -47,9 +47,9 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) error {
 	}
 	// Counted before anything is built from the names: a request past the
 	// bound costs only its decoding.
-	lim := st.s.cfg.MaxSubscriptions
+	lim := st.maxSubscriptions()
 	if n := len(req.GetResourceNamesSubscribe()); n > lim {
-		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: node %s: %s subscribes to %d resource names, limit %d over all types", st.nodeID, status.TypeName(typ), n, lim)
+		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: node %s: %s subscribes to %d resource names, limit %d over all types%s", st.nodeID, status.TypeName(typ), n, lim, st.readOnlyNote())
 	}
 	if n := len(req.GetInitialResourceVersions()); n > lim {
 		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: node %s: %s sends %d initial_resource_versions, limit %d", st.nodeID, status.TypeName(typ), n, lim)

@@ -105,7 +105,7 @@ type env struct {
 }
 
 func testConfig() Config {
-	return Config{Logger: hclog.NewNullLogger(), MaxUnacked: 64, SendTimeout: 5 * time.Second, RecvQueue: 8, MaxSubscriptions: 100, DiffCacheEntries: 64,
+	return Config{Logger: hclog.NewNullLogger(), MaxUnacked: 64, SendTimeout: 5 * time.Second, RecvQueue: 8, MaxSubscriptions: 100, MaxReadOnlySubscriptions: 100, DiffCacheEntries: 64,
 		TrustDomain: "cluster.local", PlaintextRegistration: true, MaxStreamsPerIdentity: 100, MaxResourceNameBytes: 512}
 }
 

@@ -350,3 +350,27 @@ func TestHostileNodesRefused(t *testing.T) {
 		}
 	}
 }
+
+// A stream that may not register has MaxReadOnlySubscriptions; one with a
+// certificate MaxSubscriptions. Both at the bound and one past it.
+func TestReadOnlySubscriptionBound(t *testing.T) {
+	e := startTLS(t, func(c *Config) { c.MaxSubscriptions = 10; c.MaxReadOnlySubscriptions = 3 })
+	e.src.publish(mkSnap(t, 1, res{eds: {"e0": "1"}}))
+	for _, tc := range []struct {
+		id    string
+		limit int
+		want  string
+	}{
+		{"", 3, "ResourceExhausted: ads: node n: EDS requests 4 resource names, limit 3 over all types (a stream that may not register; with a client certificate the limit is 10)"},
+		{reviewsID, 10, "ResourceExhausted: ads: node n: EDS requests 11 resource names, limit 10 over all types"},
+	} {
+		ok := sotwOn(t, e.as(t, tc.id))
+		ok.send(&discoveryv3.DiscoveryRequest{Node: nodeProto(fmt.Sprint("ok", tc.limit)), TypeUrl: eds, ResourceNames: names(tc.limit, "e")})
+		ok.recv()
+		over := sotwOn(t, e.as(t, tc.id))
+		over.send(&discoveryv3.DiscoveryRequest{Node: nodeProto("n"), TypeUrl: eds, ResourceNames: names(tc.limit+1, "e")})
+		if got := codeMsg(over.endErr()); got != tc.want {
+			t.Errorf("got  %s\nwant %s", got, tc.want)
+		}
+	}
+}

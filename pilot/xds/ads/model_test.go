@@ -16,6 +16,7 @@ import (
 
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/pilot/status"
+	"github.com/weft-mesh/weft/pilot/xds/authn"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
 
@@ -76,7 +77,7 @@ func newModelStream(t *testing.T, src *fakeSource) (*stream, *capture) {
 	n := &node.Node{ID: "m"}
 	w, _ := src.Connect(n)
 	c := &capture{}
-	return &stream{s: s, ctx: context.Background(), log: hclog.NewNullLogger(), nodeID: n.ID, watch: w, send: c.send,
+	return &stream{s: s, ctx: context.Background(), log: hclog.NewNullLogger(), nodeID: n.ID, watch: w, send: c.send, peer: authn.Peer{MayRegister: true},
 		conn: tr.Connect(n, time.Now()), outstanding: map[string][]uint64{}}, c
 }
 

@@ -73,6 +73,16 @@ const (
 	// 4,096 covers a sidecar routing to ~4,000 clusters; beyond that a mesh
 	// scopes its sidecars.
 	DefaultMaxSubscriptions = 4096
+	// DefaultMaxReadOnlySubscriptions is MaxSubscriptions for a stream that
+	// may not register (no client certificate, and no plaintext registration):
+	// a debugging tool or a proxyless gRPC client without a certificate names
+	// a listener, a route, a cluster and its endpoints per target, so 128
+	// serves ~30 targets, while thousands of such streams from anywhere stay
+	// within a known memory: at the bound with names of the longest size a
+	// stream costs pilot ~155 KiB of RSS, ~29 KiB of it the stream itself
+	// (conformance/attacker TestHostileStreamsRSS: 2,000 of them ~310 MiB,
+	// bound 400 MiB).
+	DefaultMaxReadOnlySubscriptions = 128
 	// DefaultMaxResourceNameBytes bounds one subscribed name. Weft's longest
 	// names are outbound cluster names, "outbound|<port>|<subset>|<host>":
 	// at most 5+1+63+1+253 plus the prefix, about 330 bytes.
@@ -112,8 +122,11 @@ type Config struct {
 	// RecvQueue is how many received requests may wait for the stream owner.
 	RecvQueue int
 	// MaxSubscriptions bounds the explicitly subscribed resource names of one
-	// stream, over all types (the wildcard does not count).
-	MaxSubscriptions int
+	// stream, over all types (the wildcard does not count);
+	// MaxReadOnlySubscriptions is the bound for a stream whose peer may not
+	// register.
+	MaxSubscriptions         int
+	MaxReadOnlySubscriptions int
 	// DiffCacheEntries bounds the shared caches of snapshot-to-snapshot diffs
 	// and of delta resource wrappers (each).
 	DiffCacheEntries int
@@ -138,6 +151,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("ads: Config.MaxSubscriptions must be > 0, got %d", c.MaxSubscriptions)
 	case c.DiffCacheEntries <= 0:
 		return fmt.Errorf("ads: Config.DiffCacheEntries must be > 0, got %d", c.DiffCacheEntries)
+	case c.MaxReadOnlySubscriptions <= 0:
+		return fmt.Errorf("ads: Config.MaxReadOnlySubscriptions must be > 0, got %d", c.MaxReadOnlySubscriptions)
 	case c.TrustDomain == "":
 		return errors.New("ads: Config.TrustDomain is required")
 	case c.MaxStreamsPerIdentity <= 0:
@@ -537,6 +552,22 @@ func (st *stream) sendMsg(m proto.Message) error {
 	}
 }
 
+// maxSubscriptions is the stream's bound on subscribed names.
+func (st *stream) maxSubscriptions() int {
+	if st.peer.MayRegister {
+		return st.s.cfg.MaxSubscriptions
+	}
+	return st.s.cfg.MaxReadOnlySubscriptions
+}
+
+// readOnlyNote says, in an error, why a read-only stream's bound is lower.
+func (st *stream) readOnlyNote() string {
+	if st.peer.MayRegister {
+		return ""
+	}
+	return " (a stream that may not register; with a client certificate the limit is " + strconv.Itoa(st.s.cfg.MaxSubscriptions) + ")"
+}
+
 // checkNames enforces MaxResourceNameBytes on the names of one request.
 func (st *stream) checkNames(typ string, lists ...[]string) error {
 	lim := st.s.cfg.MaxResourceNameBytes
@@ -560,9 +591,9 @@ func (st *stream) subscribed(typ string, n int) error {
 			total += c
 		}
 	}
-	if total > st.s.cfg.MaxSubscriptions {
-		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: node %s: %s subscription would bring the stream to %d resource names, limit %d over all types",
-			st.nodeID, status.TypeName(typ), total, st.s.cfg.MaxSubscriptions)
+	if lim := st.maxSubscriptions(); total > lim {
+		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: node %s: %s subscription would bring the stream to %d resource names, limit %d over all types%s",
+			st.nodeID, status.TypeName(typ), total, lim, st.readOnlyNote())
 	}
 	if st.subs == nil {
 		st.subs = map[string]int{}

@@ -46,8 +46,8 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 	}
 	// Counted before anything is built from the names: a request past the
 	// bound costs only its decoding.
-	if n := len(req.GetResourceNames()); n > st.s.cfg.MaxSubscriptions {
-		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: node %s: %s requests %d resource names, limit %d over all types", st.nodeID, status.TypeName(typ), n, st.s.cfg.MaxSubscriptions)
+	if n, lim := len(req.GetResourceNames()), st.maxSubscriptions(); n > lim {
+		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: node %s: %s requests %d resource names, limit %d over all types%s", st.nodeID, status.TypeName(typ), n, lim, st.readOnlyNote())
 	}
 	if err := st.checkNames(typ, req.GetResourceNames()); err != nil {
 		return err

@@ -46,7 +46,7 @@ func runRealPilot(cfg pilotConfig) error {
 	adminc, xdsc := make(chan net.Addr, 1), make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- server.Run(ctx, server.Config{DataDir: dir, AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", Logger: log, InsecurePlaintextRegistration: true,
+		done <- server.Run(ctx, server.Config{DataDir: dir, AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", XDSTLSAddr: "127.0.0.1:0", Logger: log, InsecurePlaintextRegistration: true,
 			XDS: server.ServeADS(lim), OnReady: func(a net.Addr) { adminc <- a }, OnXDSReady: func(a net.Addr) { xdsc <- a },
 			Status: server.StatusLimits{Retention: time.Minute, MaxDisconnected: 100_000, MaxRevisions: 64}})
 	}()
