@@ -17,6 +17,7 @@ package dataplane
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/weft-mesh/weft/sidecar/authz"
@@ -69,4 +70,48 @@ func compileTime(o Options) time.Time {
 		return o.Now()
 	}
 	return time.Now()
+}
+
+// InboundPort is the target port of the inbound cluster r sends to
+// ("inbound|<port>||", its first destination): the destination port
+// authorization judges a request by on the inbound listener's own port, where
+// peer sidecars connect (pilot's gen: a port permission names the workload's
+// target port). false: r does not go to an inbound cluster.
+func (r *Route) InboundPort() (uint16, bool) {
+	if len(r.targets) == 0 {
+		return 0, false
+	}
+	return inboundPort(r.targets[0].c.Name)
+}
+
+// InboundPort is TCPRoute's (Route.InboundPort).
+func (t *TCPRoute) InboundPort() (uint16, bool) {
+	if len(t.targets) == 0 {
+		return 0, false
+	}
+	return inboundPort(t.targets[0].c.Name)
+}
+
+// inboundPort parses "inbound|<port>||" without allocating.
+func inboundPort(name string) (uint16, bool) {
+	const pre = "inbound|"
+	if !strings.HasPrefix(name, pre) {
+		return 0, false
+	}
+	rest := name[len(pre):]
+	i := strings.IndexByte(rest, '|')
+	if i <= 0 || i > 5 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range rest[:i] {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	if n == 0 || n > 65535 {
+		return 0, false
+	}
+	return uint16(n), true
 }

@@ -1,11 +1,13 @@
 package dataplane_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	"github.com/weft-mesh/weft/sidecar/authz"
 	"github.com/weft-mesh/weft/sidecar/cluster"
@@ -121,5 +123,30 @@ func TestCompileAuthzRefuses(t *testing.T) {
 	_, err = dataplane.Compile(st)
 	if err == nil || !strings.Contains(err.Error(), `listener "inbound": filter_chains[0]: invalid authorization configuration: filter "weft.override": override policy "shop/block" has no TTL`) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestInboundPort(t *testing.T) {
+	r := dt.Resources{}
+	names := []string{"inbound|1||", "inbound|65535||", "inbound|65536||", "inbound|0||", "inbound|80x||", "inbound|||", "outbound|80||a.b.svc.cluster.local", "inbound|123456||"}
+	var vhs []*routev3.VirtualHost
+	for i, n := range names {
+		vhs = append(vhs, dt.VirtualHost(n, []string{fmt.Sprint("h", i)}, dt.PrefixRoute("/", n, 0)))
+		r.Add(xdsresource.ClusterType, dt.EDSCluster(n, dt.ClusterOpts{}))
+		r.Add(xdsresource.EndpointType, dt.Endpoints(n, dt.MustAddr("127.0.0.1:9")))
+	}
+	r.Add(xdsresource.RouteType, dt.RouteConfig("routes", vhs...))
+	r.Add(xdsresource.ListenerType, dt.HTTPListener("inbound", dt.MustAddr("127.0.0.1:15006"), "routes"))
+	cfg, err := r.Compile(dataplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint16{"inbound|1||": 1, "inbound|65535||": 65535}
+	for i, n := range names {
+		rt := cfg.RouteTable("routes").Lookup(fmt.Sprint("h", i)).Match("/", nil)
+		p, ok := rt.InboundPort()
+		if w, wok := want[n]; p != w || ok != wok {
+			t.Errorf("%s: InboundPort = %d %v, want %d %v", n, p, ok, w, wok)
+		}
 	}
 }

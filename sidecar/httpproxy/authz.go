@@ -38,6 +38,26 @@ type authzLog struct {
 	dropped atomic.Uint64
 }
 
+// routeThenAuthorize serves the inbound listener's own port, where peer
+// sidecars connect and pilot routes by Host: the destination port
+// authorization judges is the target port of the inbound cluster the request
+// is routed to (pilot's gen says so), so routing comes first. A request that
+// routes nowhere is still authorized (on the listener's port) before its 404,
+// so a denied caller learns nothing of the routes.
+func (p *Proxy) routeThenAuthorize(l *dataplane.Listener, fc *dataplane.FilterChain, t *Target, host string, port uint16, path string, h dataplane.Headers, now time.Time) routeResult {
+	rr := p.route(l, fc, host, port, path, h)
+	aport := port
+	if rr.route != nil {
+		if tp, ok := rr.route.InboundPort(); ok {
+			aport = tp
+		}
+	}
+	if deny, ok := p.authorize(fc, t, aport, path, h, now); !ok {
+		return deny
+	}
+	return rr
+}
+
 // authorize decides a request on fc; ok false means answer rr.
 func (p *Proxy) authorize(fc *dataplane.FilterChain, t *Target, port uint16, path string, h dataplane.Headers, now time.Time) (routeResult, bool) {
 	e := fc.Authz

@@ -299,3 +299,39 @@ func BenchmarkHTTP1ProxyAuthz(b *testing.B) {
 	}})
 	benchClients(b, s.Addr.String(), nil)
 }
+
+// TestAuthzOwnPortJudgesTargetPort: on the inbound listener's own port (where
+// peer sidecars connect and pilot routes by Host) the destination port
+// authorization judges is the target port of the inbound cluster the request
+// is routed to; a request that routes nowhere is still denied before its 404.
+func TestAuthzOwnPortJudgesTargetPort(t *testing.T) {
+	app := startApp(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "app") })
+	ln := listen(t)
+	l := dt.HTTPListener("inbound", addrOf(ln), "routes")
+	dt.WithHTTPFilters(l, dt.HTTPRBAC("envoy.filters.http.rbac", dt.Rules(rbacv3.RBAC_ALLOW, rbacPolicies{
+		"shop/port-8080": dt.Policy([]*rbacv3.Permission{dt.Port(8080)}, []*rbacv3.Principal{dt.AnyPrincipal()})}), nil))
+	r := dt.Resources{}
+	r.Add(xdsresource.ListenerType, l)
+	r.Add(xdsresource.RouteType, dt.RouteConfig("routes",
+		dt.VirtualHost("a", []string{"a"}, dt.PrefixRoute("/", "inbound|8080||", 0)),
+		dt.VirtualHost("b", []string{"b"}, dt.PrefixRoute("/", "inbound|9090||", 0))))
+	r.Add(xdsresource.ClusterType, dt.EDSCluster("inbound|8080||", dt.ClusterOpts{}), dt.EDSCluster("inbound|9090||", dt.ClusterOpts{}))
+	r.Add(xdsresource.EndpointType, dt.Endpoints("inbound|8080||", app.ap()), dt.Endpoints("inbound|9090||", app.ap()))
+	s := startSidecar(t, ln, r, sidecarOpts{name: "inbound"})
+	c := client(t)
+	for _, tc := range []struct {
+		host string
+		want int
+	}{{"a", 200}, {"b", 403}, {"nowhere", 403}} {
+		req, _ := http.NewRequest("GET", "http://"+s.Addr.String()+"/x", nil)
+		req.Host = tc.host
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("host %s: %d, want %d", tc.host, resp.StatusCode, tc.want)
+		}
+	}
+}

@@ -620,9 +620,17 @@ func (p *Proxy) resolve(cfg *dataplane.Config, t *Target, host, path string, h d
 	if fc == nil || fc.HTTP == nil {
 		return notFound(l, host, port, "no HTTP route table for port")
 	}
+	if fc.Authz != nil && port == l.Addr.Port() {
+		return p.routeThenAuthorize(l, fc, t, host, port, path, h, now)
+	}
 	if rr, ok := p.authorize(fc, t, port, path, h, now); !ok {
 		return rr
 	}
+	return p.route(l, fc, host, port, path, h)
+}
+
+// route finds the virtual host and route on fc.
+func (p *Proxy) route(l *dataplane.Listener, fc *dataplane.FilterChain, host string, port uint16, path string, h dataplane.Headers) routeResult {
 	vh := fc.HTTP.Lookup(host)
 	if vh == nil {
 		return notFound(l, host, port, "no virtual host for host")

@@ -16,9 +16,7 @@ import (
 var ErrDenied = errors.New("denied by authorization")
 
 // authorize decides a connection on route's engine (nil: allowed) from the
-// verified peer and the destination port. The destination is the connection's
-// local address: the listener's explicit mode (listener.LocalAddr); with
-// interception the listener will have to pass the original destination.
+// verified peer and the destination port.
 func (p *Proxy) authorize(client net.Conn, route *dataplane.TCPRoute, now time.Time) error {
 	e := route.Authz
 	if e == nil {
@@ -35,9 +33,14 @@ func (p *Proxy) authorize(client net.Conn, route *dataplane.TCPRoute, now time.T
 			return fmt.Errorf("%w: authorization state expired (%s), peer %q", ErrDenied, reason, principal)
 		}
 	}
-	var port uint16
-	if a, ok := client.LocalAddr().(*net.TCPAddr); ok {
-		port = uint16(a.Port)
+	// The destination port judged is the target port of the inbound cluster
+	// the chain proxies to (pilot's gen: peer sidecars connect to the inbound
+	// listener's own port); otherwise the connection's local port.
+	port, ok := route.InboundPort()
+	if !ok {
+		if a, isTCP := client.LocalAddr().(*net.TCPAddr); isTCP {
+			port = uint16(a.Port)
+		}
 	}
 	d := e.Decide(authz.Request{Principal: principal, Port: port, TCP: true}, now)
 	d.Count()

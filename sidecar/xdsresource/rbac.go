@@ -281,12 +281,9 @@ func decodePrincipal(e errs, f string, m *rbacconfigv3.Principal, depth int) (au
 			// Envoy: any peer with a verified certificate.
 			return authz.Principal{Kind: authz.PrincipalAuthenticated, AnyName: true}, nil
 		}
-		x, err := stringMatch(e, f+".authenticated.principal_name", sm, false)
+		x, err := stringMatch(e, f+".authenticated.principal_name", sm, true)
 		if err != nil {
 			return authz.Principal{}, err
-		}
-		if x.Kind == authz.Suffix {
-			return authz.Principal{}, e.at(f+".authenticated.principal_name.suffix", "not supported (pilot emits exact or prefix)")
 		}
 		return authz.Principal{Kind: authz.PrincipalAuthenticated, Name: x}, nil
 	case nil:
