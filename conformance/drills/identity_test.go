@@ -1,0 +1,107 @@
+package drills
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-mesh/weft/sidecar/admin"
+	"github.com/weft-mesh/weft/tools/testkit"
+	"github.com/weft-mesh/weft/tools/testkit/proc"
+)
+
+// Identity drills (issue #9) against a real pilot (its CA, TLS xDS on
+// :15012, no plaintext registration) and sidecars with identities.
+
+// metricValue is the value of the first sample starting with prefix, 0 if none.
+func metricValue(s *proc.SidecarProcess, prefix string) float64 {
+	l, err := s.Metric(prefix)
+	if err != nil {
+		return 0
+	}
+	var v float64
+	fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v)
+	return v
+}
+
+func dumpOf(t *testing.T, s *proc.SidecarProcess) string {
+	t.Helper()
+	resp, err := hc.Get(s.AdminURL() + "/config_dump")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// Restarted while pilot is down, a sidecar with an identity has no
+// certificate (its key never left the old process) and cannot get one: the
+// signed last-known-good activates anyway and routing serves (here to a
+// plaintext Workload), while it keeps asking for the certificate; once pilot
+// is back it gets one with its token and reconnects over mTLS.
+func TestDrillRestartWithoutPilotBeforeCertificate(t *testing.T) {
+	base := "127.79.5"
+	p := startPilot(t, base+".254", proc.Secure())
+	p.apply(meshYAML(base + ".2"))
+	startApp(t, base+".2:8080", "v1")
+	flags := append(proc.IdentityFlags(t, p.PilotProcess, t.TempDir(), "shop", "productpage", time.Hour), "--publisher-key", p.KeyFile())
+	cfg := proc.SidecarConfig{NodeID: "productpage-a", Namespace: "shop", ServiceAccount: "productpage",
+		Labels: map[string]string{"app": "productpage"}, IP: base + ".1", StateDir: t.TempDir(), PlainPilot: p.XDSTLSAddr(),
+		Extra: append(flags, "--xds-mode", "sotw")}
+	front := ws{ip: base + ".1"}
+	call := func() error {
+		code, body, _, err := get(hc, front, "reviews:9080", "/lkg")
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK || body != "v1 /lkg" {
+			return fmt.Errorf("answer %d %q", code, body)
+		}
+		return nil
+	}
+	s := proc.StartSidecar(t, cfg)
+	testkit.Wait(t, 30*time.Second, call)
+	testkit.Wait(t, 10*time.Second, func() error {
+		var cd admin.ConfigDump
+		if err := json.Unmarshal([]byte(dumpOf(t, s)), &cd); err != nil {
+			return err
+		}
+		if cd.LastKnownGood.SavedAt.IsZero() {
+			return fmt.Errorf("last-known-good not saved yet")
+		}
+		return nil
+	})
+	_ = s.Stop(s.Grace)
+	p.down()
+
+	s = proc.StartSidecar(t, cfg)
+	start := time.Now()
+	testkit.Wait(t, 10*time.Second, call)
+	t.Logf("routing served from the last-known-good %s after the restart, without a certificate", time.Since(start).Round(time.Millisecond))
+	if v := metricValue(s, `weft_sidecar_certificate_requests_total{credential="token",result="ok"}`); v != 0 {
+		t.Fatalf("got a certificate with pilot down (%v)", v)
+	}
+	testkit.Wait(t, 10*time.Second, func() error {
+		if v := metricValue(s, `weft_sidecar_certificate_requests_total{credential="token",result="error"}`); v == 0 {
+			return fmt.Errorf("no failed CSR counted yet")
+		}
+		return nil
+	})
+	p.up()
+	back := time.Now()
+	testkit.Wait(t, 30*time.Second, func() error {
+		if v := metricValue(s, "weft_sidecar_xds_connected"); v != 1 {
+			return fmt.Errorf("not reconnected")
+		}
+		return nil
+	})
+	t.Logf("certificate and mTLS xDS stream %s after pilot returned", time.Since(back).Round(time.Millisecond))
+	if err := call(); err != nil {
+		t.Fatal(err)
+	}
+}
