@@ -62,6 +62,9 @@ const (
 	UnknownSerialTTL = certca.MaxTTL
 	// MinCRLValidity bounds how often the CRL is re-signed (at half of it).
 	MinCRLValidity = 2 * time.Second
+	// ConfigPoll is how often at most Run looks again at CRLValidity (a
+	// MeshConfig change reschedules the CRL within it).
+	ConfigPoll = time.Second
 )
 
 // ServiceConfig configures New. DataDir is required; keyed literals.
@@ -574,7 +577,8 @@ func (s *Service) Run(ctx context.Context) error {
 				next = flushAt
 			}
 		}
-		timer.Reset(max(next.Sub(now), 10*time.Millisecond))
+		// At most ConfigPoll: CertTTL and CRLValidity may change at any time.
+		timer.Reset(min(max(next.Sub(now), 10*time.Millisecond), ConfigPoll))
 		select {
 		case <-ctx.Done():
 			if err := s.flushIssued(); err != nil {
@@ -593,6 +597,11 @@ func (s *Service) Run(ctx context.Context) error {
 func (s *Service) step(now time.Time) time.Time {
 	retry := now.Add(time.Second)
 	next := time.Unix(0, s.crlDue.Load())
+	// A shorter crlValidity in MeshConfig applies from now, not after the
+	// current CRL's own half-life.
+	if due := s.crl.Load().ThisUpdate().Add(s.crlValidity() / 2); due.Before(next) {
+		next = due
+	}
 	if !now.Before(next) {
 		if err := s.publishCRL(); err != nil {
 			s.log.Error("re-signing the CRL", "error", err)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -506,4 +507,23 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
 		}
 	}
+}
+
+// A shorter CRLValidity (a MeshConfig change) reschedules the re-signing.
+func TestCRLValidityChangeApplies(t *testing.T) {
+	var validity atomic.Int64
+	validity.Store(int64(time.Hour))
+	s := newService(t, t.TempDir(), func(c *ServiceConfig) {
+		c.CRLValidity = func() time.Duration { return time.Duration(validity.Load()) }
+	})
+	first := s.CRL()
+	c, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(c) }()
+	defer func() { cancel(); <-done }()
+	validity.Store(int64(MinCRLValidity))
+	testkit.Eventually(t, 5*time.Second, "a CRL signed with the new validity", func() bool {
+		crl := s.CRL()
+		return crl.Number() > first.Number() && crl.NextUpdate().Sub(crl.ThisUpdate()) == MinCRLValidity
+	})
 }
