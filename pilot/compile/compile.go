@@ -67,6 +67,11 @@ type Input struct {
 	// revisions pilot saw written (watch events; optional, may be partial).
 	// An Override's expiry reads its revision's time (ir.Override.WrittenAt).
 	WriteTimes map[int64]time.Time
+	// Now, when set, is the time of the compile: an Override whose expiry is
+	// known (its write time + TTL) and past is left out. Sidecars stop
+	// enforcing it then by themselves; a proxyless gRPC server cannot, and
+	// stops with this compile. ir.Mesh.NextExpiry says when the next one is due.
+	Now time.Time
 	// Previous, if set, is the mesh compiled before this one. Clusters whose
 	// contents did not change are carried over from it (same pointer), with
 	// their cached wire form, so a one-endpoint change re-marshals one cluster.
@@ -99,7 +104,7 @@ func Compile(in Input) (*ir.Mesh, error) {
 		c.meshConfig,
 		c.services,
 		c.policies,
-		func() error { return c.security(in.WriteTimes) },
+		func() error { return c.security(in.WriteTimes, in.Now) },
 		func() error { return c.endpoints(in.Proxies) },
 		c.routes,
 	}

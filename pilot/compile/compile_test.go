@@ -741,3 +741,42 @@ func TestOverrideWrittenAt(t *testing.T) {
 		t.Errorf("WrittenAt (-want +got):\n%s", diff)
 	}
 }
+
+// TestOverrideExpiry: with the compile's time, an Override past its known
+// expiry is left out, the earliest expiry still ahead is NextExpiry, and one
+// whose write time is unknown stays (the sidecar times it from its sighting).
+func TestOverrideExpiry(t *testing.T) {
+	at := time.Date(2026, 12, 1, 14, 0, 0, 0, time.UTC)
+	ov := func(name string, rev int64, ttl string) *resource.Object {
+		return &resource.Object{APIVersion: resource.APIVersion, Kind: resource.KindOverride, Metadata: resource.Metadata{Name: name, Namespace: "shop", Revision: rev},
+			Spec: &resource.OverrideSpec{TTL: resource.Duration(ttl), Action: "DENY", Match: resource.OverrideMatch{Paths: []string{"/x"}}}}
+	}
+	objs := []*resource.Object{ov("short", 1, "2s"), ov("long", 2, "10s"), ov("longer", 3, "20s"), ov("unknown", 4, "1s")}
+	times := map[int64]time.Time{1: at, 2: at, 3: at}
+	for _, tc := range []struct {
+		name string
+		now  time.Time
+		kept []string
+		next time.Time
+	}{
+		{"no clock: all kept, no expiry", time.Time{}, []string{"long", "longer", "short", "unknown"}, time.Time{}},
+		{"before every expiry", at.Add(time.Second), []string{"long", "longer", "short", "unknown"}, at.Add(2 * time.Second)},
+		{"at the first expiry", at.Add(2 * time.Second), []string{"long", "longer", "unknown"}, at.Add(10 * time.Second)},
+		{"one past the second", at.Add(10*time.Second + time.Nanosecond), []string{"longer", "unknown"}, at.Add(20 * time.Second)},
+		{"all known ones expired", at.Add(time.Hour), []string{"unknown"}, time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := mustCompile(t, Input{Objects: objs, WriteTimes: times, Now: tc.now})
+			var kept []string
+			for _, o := range m.Overrides {
+				kept = append(kept, o.Name)
+			}
+			if diff := cmp.Diff(tc.kept, kept); diff != "" {
+				t.Errorf("kept overrides (-want +got):\n%s", diff)
+			}
+			if !m.NextExpiry.Equal(tc.next) {
+				t.Errorf("NextExpiry = %v, want %v", m.NextExpiry, tc.next)
+			}
+		})
+	}
+}

@@ -13,7 +13,7 @@ import (
 // security copies the policies sidecars enforce themselves (peer authentication,
 // authorization, staleness, overrides) into the mesh with durations parsed. It
 // runs before endpoints, which resolve each workload's mTLS mode.
-func (c *compiler) security(writeTimes map[int64]time.Time) error {
+func (c *compiler) security(writeTimes map[int64]time.Time, now time.Time) error {
 	wide := map[string]string{} // namespace -> its first namespace-wide PeerAuthentication
 	for _, o := range c.byKind[resource.KindPeerAuthentication] {
 		s, err := specOf[resource.PeerAuthenticationSpec](o)
@@ -101,9 +101,19 @@ func (c *compiler) security(writeTimes map[int64]time.Time) error {
 		if ttl <= 0 {
 			return fmt.Errorf("%s: spec.ttl: required and must be > 0", o)
 		}
+		writtenAt := writeTimes[o.Metadata.Revision]
+		if !writtenAt.IsZero() && !now.IsZero() {
+			expiry := writtenAt.Add(ttl)
+			if !expiry.After(now) {
+				continue // expired: it blocks nothing anywhere
+			}
+			if c.mesh.NextExpiry.IsZero() || expiry.Before(c.mesh.NextExpiry) {
+				c.mesh.NextExpiry = expiry
+			}
+		}
 		c.mesh.Overrides = append(c.mesh.Overrides, &ir.Override{
 			Namespace: o.Metadata.Namespace, Name: o.Metadata.Name, Revision: o.Metadata.Revision,
-			WrittenAt: writeTimes[o.Metadata.Revision],
+			WrittenAt: writtenAt,
 			TTL:       ttl, Reason: s.Reason, Action: s.Action,
 			Principals: slices.Clone(s.Match.Principals), Paths: slices.Clone(s.Match.Paths), Methods: slices.Clone(s.Match.Methods),
 		})

@@ -40,6 +40,10 @@ type Mesh struct {
 	TrustDomain string // from MeshConfig, DefaultTrustDomain when unset
 	DefaultMTLS string // STRICT | PERMISSIVE | DISABLE
 	CertTTL     time.Duration
+	// NextExpiry is the earliest expiry (WrittenAt+TTL) still ahead of the
+	// compile's Input.Now among Overrides, zero when none: pilot compiles
+	// again then, so an expired Override leaves every snapshot.
+	NextExpiry time.Time
 
 	// Services sorted by (Namespace, Name).
 	Services []*Service

@@ -59,7 +59,9 @@ const (
 // Override policy's expiry: {"<ns>/<name>": {"ttl": "2s", "revision": N,
 // "expiresAt": RFC 3339}} (expiresAt only when pilot saw the store write). The
 // sidecar enforces an override until min(expiresAt, first seen locally + ttl)
-// on its own clock, whether pilot is reachable or not.
+// on its own clock, whether pilot is reachable or not. grpc-go reads no such
+// metadata: a proxyless server stops enforcing an Override when pilot, at its
+// expiry, compiles it out (compile.Input.Now) and pushes the listener again.
 const OverridesMetadataKey = "weft.overrides"
 
 // authzPick is what a workload's authorization depends on: the policies of

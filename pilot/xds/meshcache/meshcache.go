@@ -377,21 +377,39 @@ func (c *Cache) follow(ctx context.Context) error {
 	}
 	writtenAt := time.Now() // unknown for a listed revision: treat the list as the write
 	// putAt is when each object's current revision was written, for the
-	// objects written while pilot watched (listed ones have no time): an
-	// Override's expiry reads it (compile.Input.WriteTimes).
-	putAt := map[resource.Key]time.Time{}
-	c.build(objects, int64(rev), writtenAt, putAt)
+	// objects written while pilot watched and the Overrides listed (from their
+	// history): an Override's expiry reads it (compile.Input.WriteTimes).
+	putAt := c.listedOverrideTimes(ctx, objects)
 
 	var (
 		timer   *time.Timer
 		fire    <-chan time.Time
 		firstAt time.Time
+		// expiry fires at the next Override expiry (ir.Mesh.NextExpiry):
+		// compiling again then takes the expired Override out.
+		expiry   *time.Timer
+		expireAt <-chan time.Time
 	)
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
+		if expiry != nil {
+			expiry.Stop()
+		}
 	}()
+	build := func() {
+		next := c.build(objects, int64(rev), writtenAt, putAt)
+		if expiry != nil {
+			expiry.Stop()
+			expiry, expireAt = nil, nil
+		}
+		if !next.IsZero() {
+			expiry = time.NewTimer(time.Until(next))
+			expireAt = expiry.C
+		}
+	}
+	build()
 	// schedule arms the debounce: fire Debounce after the latest change, but no
 	// later than MaxDelay after the first change of the burst.
 	schedule := func() {
@@ -452,15 +470,42 @@ func (c *Cache) follow(ctx context.Context) error {
 					break drain
 				}
 			}
-			c.build(objects, int64(rev), writtenAt, putAt)
+			build()
+		case <-expireAt:
+			expiry, expireAt = nil, nil
+			schedule()
 		}
 	}
+}
+
+// listedOverrideTimes finds when each listed Override's current revision was
+// written, from its store history; one whose history is gone stays unknown
+// (the sidecar then times it from when it first sees it).
+func (c *Cache) listedOverrideTimes(ctx context.Context, objects map[resource.Key]*resource.Object) map[resource.Key]time.Time {
+	out := map[resource.Key]time.Time{}
+	for k, o := range objects {
+		if o.Kind != resource.KindOverride {
+			continue
+		}
+		h, err := c.cfg.Store.History(ctx, k)
+		if err != nil {
+			c.log.Warn("no write time for an Override: its expiry is timed by sidecars alone", "override", k.String(), "error", err)
+			continue
+		}
+		for _, ev := range h {
+			if int64(ev.Revision) == o.Metadata.Revision && ev.Op == store.OpPut {
+				out[k] = ev.Time
+			}
+		}
+	}
+	return out
 }
 
 // build compiles objects at rev with the registering proxies and publishes a
 // snapshot to every connected proxy. On a compile error the previous snapshots
 // stay in place.
-func (c *Cache) build(objects map[resource.Key]*resource.Object, rev int64, writtenAt time.Time, putAt map[resource.Key]time.Time) {
+// It returns the next Override expiry of the compiled mesh (zero: none).
+func (c *Cache) build(objects map[resource.Key]*resource.Object, rev int64, writtenAt time.Time, putAt map[resource.Key]time.Time) time.Time {
 	objs := make([]*resource.Object, 0, len(objects))
 	var writeTimes map[int64]time.Time
 	for k, o := range objects {
@@ -474,10 +519,10 @@ func (c *Cache) build(objects map[resource.Key]*resource.Object, rev int64, writ
 	}
 	sort.Slice(objs, func(i, j int) bool { return lessKey(objs[i].Key(), objs[j].Key()) })
 	proxies, listed := c.connected()
-	mesh, err := c.cfg.Compile(compile.Input{Revision: rev, Objects: objs, Proxies: registering(proxies), WriteTimes: writeTimes})
+	mesh, err := c.cfg.Compile(compile.Input{Revision: rev, Objects: objs, Proxies: registering(proxies), WriteTimes: writeTimes, Now: time.Now()})
 	if err != nil {
 		c.log.Error("compile failed; proxies keep their snapshots", "revision", rev, "error", err)
-		return
+		return time.Time{}
 	}
 	g := &generation{seq: c.gens.Add(1), mesh: mesh, rev: rev, listed: listed, writtenAt: writtenAt, byScope: map[string]*scoped{}}
 	if c.cfg.OnCompiled != nil {
@@ -521,6 +566,7 @@ func (c *Cache) build(objects map[resource.Key]*resource.Object, rev int64, writ
 	close(work)
 	wg.Wait()
 	c.log.Debug("published", "revision", rev, "proxies", len(proxies), "scopes", len(keys))
+	return mesh.NextExpiry
 }
 
 // connected lists the connected proxies and the latest connection's seq.

@@ -528,3 +528,91 @@ func TestProxylessServerIsCompiled(t *testing.T) {
 		t.Fatalf("compiled proxies = %v, want [srv]", ids)
 	}
 }
+
+// meshes records what a real compile made, for tests of what compile reads.
+type meshes struct {
+	mu  sync.Mutex
+	ins []compile.Input
+	out []*ir.Mesh
+}
+
+func (r *meshes) compile(in compile.Input) (*ir.Mesh, error) {
+	m, err := compile.Compile(in)
+	if err == nil {
+		r.mu.Lock()
+		r.ins, r.out = append(r.ins, in), append(r.out, m)
+		r.mu.Unlock()
+	}
+	return m, err
+}
+
+func (r *meshes) last() (compile.Input, *ir.Mesh, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.out) == 0 {
+		return compile.Input{}, nil, 0
+	}
+	return r.ins[len(r.ins)-1], r.out[len(r.out)-1], len(r.out)
+}
+
+func overrideObj(name, ttl string) *resource.Object {
+	return &resource.Object{APIVersion: resource.APIVersion, Kind: resource.KindOverride,
+		Metadata: resource.Metadata{Name: name, Namespace: "shop"},
+		Spec:     &resource.OverrideSpec{TTL: resource.Duration(ttl), Action: "DENY", Match: resource.OverrideMatch{Paths: []string{"/x"}}}}
+}
+
+// TestOverrideExpiryRecompiles: at an Override's expiry pilot compiles again,
+// with no store write, and the expired Override is gone from the mesh (a
+// proxyless gRPC server cannot expire it itself).
+func TestOverrideExpiryRecompiles(t *testing.T) {
+	r := &meshes{}
+	f := start(t, func(c *Config) { c.Compile = r.compile })
+	p, _ := f.cache.Connect(&node.Node{ID: "plain"})
+	defer p.Close()
+	rev := f.put(t, overrideObj("short", "300ms"))
+	waitRev(t, p, rev)
+	testkit.Wait(t, 5*time.Second, func() error {
+		in, m, n := r.last()
+		if m == nil || in.Revision != rev {
+			return fmt.Errorf("no compile of revision %d yet", rev)
+		}
+		if len(m.Overrides) != 0 {
+			return fmt.Errorf("compile %d at %v still has %d overrides (next expiry %v)", n, in.Now, len(m.Overrides), m.NextExpiry)
+		}
+		return nil
+	})
+	in, m, _ := r.last()
+	if in.Revision != rev || !m.NextExpiry.IsZero() {
+		t.Errorf("last compile: revision %d (want %d, no store write), next expiry %v (want none)", in.Revision, rev, m.NextExpiry)
+	}
+}
+
+// TestListedOverrideWriteTime: an Override written before pilot started gets
+// its write time from the store's history.
+func TestListedOverrideWriteTime(t *testing.T) {
+	r := &meshes{}
+	var rev int64
+	before := time.Now()
+	start(t, func(c *Config) {
+		c.Compile = r.compile
+		res, err := c.Store.Apply(context.Background(), []store.Mutation{{Op: store.OpPut, Object: overrideObj("listed", "1h")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = int64(res.Revision)
+	})
+	testkit.Wait(t, 5*time.Second, func() error {
+		if _, m, _ := r.last(); m == nil {
+			return fmt.Errorf("no compile yet")
+		}
+		return nil
+	})
+	in, m, _ := r.last()
+	at, ok := in.WriteTimes[rev]
+	if !ok || at.Before(before.Add(-time.Second)) || at.After(time.Now()) {
+		t.Fatalf("WriteTimes[%d] = %v, %v: want the listed Override's write time", rev, at, ok)
+	}
+	if len(m.Overrides) != 1 || !m.Overrides[0].WrittenAt.Equal(at) || !m.NextExpiry.Equal(at.Add(time.Hour)) {
+		t.Errorf("overrides %+v, next expiry %v", m.Overrides, m.NextExpiry)
+	}
+}
