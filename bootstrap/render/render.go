@@ -342,8 +342,10 @@ func (f File) Settings() (*Settings, error) {
 	if s.Pilot, err = checkPilots(f.Pilot); err != nil {
 		return nil, err
 	}
-	if f.PublisherKey == "" && !f.InsecureSkipManifest {
-		return nil, errors.New("publisher-key: required")
+	// With ca-root, manifests are trusted from publishers the mesh CA certifies;
+	// publisher-key is then an optional pin.
+	if f.PublisherKey == "" && f.CARoot == "" && !f.InsecureSkipManifest {
+		return nil, errors.New("publisher-key or ca-root: required (whom manifests are trusted from)")
 	}
 	if f.StateDir == "" {
 		return nil, errors.New("state-dir: required")

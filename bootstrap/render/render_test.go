@@ -163,7 +163,7 @@ func TestParse(t *testing.T) {
 		{"pilot empty item", without("--pilot", "--pilot", "a:1,"), nil, `sidecar settings: pilot[1]: "" is not HOST:PORT with a port in 1..65535`},
 		{"pilot twice", without("--pilot", "--pilot", "a:1,a:1"), nil, "sidecar settings: pilot[1]: a:1 listed twice"},
 		{"too many pilots", without("--pilot", "--pilot", strings.TrimSuffix(strings.Repeat("a:1,", 17), ",")), nil, "sidecar settings: pilot: 17 addresses, limit 16"},
-		{"missing publisher key", without("--publisher-key"), nil, "sidecar settings: publisher-key: required"},
+		{"missing publisher key", without("--publisher-key"), nil, "sidecar settings: publisher-key or ca-root: required (whom manifests are trusted from)"},
 		{"missing state dir", without("--state-dir"), nil, "sidecar settings: state-dir: required"},
 		{"bad admin addr", with("--admin-addr", "127.0.0.1"), nil, `sidecar settings: admin-addr: "127.0.0.1" is not IP:PORT with a port in 1..65535`},
 		{"port zero", with("--ready-addr", "127.0.0.1:0"), nil, `sidecar settings: ready-addr: "127.0.0.1:0" is not IP:PORT with a port in 1..65535`},

@@ -18,7 +18,7 @@ func TestParseRuntimeFlags(t *testing.T) {
 	}{
 		{"insecure without key", without("--publisher-key", "--insecure-skip-manifest"),
 			want(func(s *Settings) { s.PublisherKey, s.InsecureSkipManifest = "", true }), ""},
-		{"no key, not insecure", without("--publisher-key"), nil, "sidecar settings: publisher-key: required"},
+		{"no key, not insecure", without("--publisher-key"), nil, "sidecar settings: publisher-key or ca-root: required (whom manifests are trusted from)"},
 		{"staleness overrides", with("--staleness", "routes=1s/3s", "--staleness", "clusters=1s/3s/failClosed"),
 			want(func(s *Settings) { s.Staleness = []string{"routes=1s/3s", "clusters=1s/3s/failClosed"} }), ""},
 		{"too many overrides", with("--staleness", "a", "--staleness", "a", "--staleness", "a", "--staleness", "a", "--staleness", "a",

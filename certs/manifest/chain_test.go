@@ -355,3 +355,25 @@ func TestMaxValidity(t *testing.T) {
 		t.Fatalf("short root CA hash: %v", err)
 	}
 }
+
+func TestVerifyEndorsement(t *testing.T) {
+	root := newRoot(t, "root")
+	priv := newKey(t)
+	trust := Trust{Roots: root.bundle(t), TrustDomain: td}
+	cert := root.leaf(t, priv.Public(), publisherID(t), t0.Add(-time.Hour), t0.Add(time.Hour))
+	sm := chained(t, priv, sampleContent(t, "s"), binding("n", "s"), cert)
+	year := t0.Add(365 * 24 * time.Hour)
+	if _, err := trust.VerifyStored(sm, "n", year); !errors.Is(err, ErrExpired) {
+		t.Fatalf("VerifyStored a year on: %v", err)
+	}
+	if _, err := trust.VerifyEndorsement(sm, "n", year); err != nil {
+		t.Fatalf("VerifyEndorsement a year on: %v", err)
+	}
+	// Everything else still holds: another node's, another CA's.
+	if _, err := trust.VerifyEndorsement(sm, "m", year); !errors.Is(err, ErrNode) {
+		t.Fatalf("another node's endorsement: %v", err)
+	}
+	if _, err := (Trust{Roots: newRoot(t, "x").bundle(t), TrustDomain: td}).VerifyEndorsement(sm, "n", year); !errors.Is(err, ErrChain) {
+		t.Fatalf("another CA's endorsement: %v", err)
+	}
+}

@@ -405,8 +405,18 @@ func Verify(pub ed25519.PublicKey, sm *manifestpb.SignedManifest, nodeID string,
 // manifest. The error wraps the sentinel of the first check that failed. Match
 // then checks a candidate's resources against the digest.
 func (t Trust) Verify(sm *manifestpb.SignedManifest, nodeID string, now time.Time) (*Manifest, error) {
-	return t.verify(sm, nodeID, now, false)
+	return t.verify(sm, nodeID, now, live)
 }
+
+// How verify judges time: live (just arrived), stored (a last-known-good) or
+// history (an endorsement of a trust bundle).
+type mode int
+
+const (
+	live mode = iota
+	stored
+	history
+)
 
 // VerifyStored checks a persisted manifest (a last-known-good) as Verify does,
 // except that the publisher chain is checked at the time the manifest was
@@ -417,10 +427,20 @@ func (t Trust) Verify(sm *manifestpb.SignedManifest, nodeID string, now time.Tim
 // while pilot is away (seed 002). A manifest signed outside its certificate's
 // validity, by an untrusted chain or by another identity is refused all the same.
 func (t Trust) VerifyStored(sm *manifestpb.SignedManifest, nodeID string, now time.Time) (*Manifest, error) {
-	return t.verify(sm, nodeID, now, true)
+	return t.verify(sm, nodeID, now, stored)
 }
 
-func (t Trust) verify(sm *manifestpb.SignedManifest, nodeID string, now time.Time, stored bool) (*Manifest, error) {
+// VerifyEndorsement checks a manifest kept as the proof that a trust bundle
+// (the ROOTCA Secret whose hash its content commits to) came from a trusted
+// publisher: as VerifyStored, the chain judged at signing time, but past its
+// valid_until too. It says where a root came from, not that the snapshot it
+// covered may still be served. (A publisher key that leaked can sign such
+// proofs backdated into its certificate's validity; the CRL is the remedy.)
+func (t Trust) VerifyEndorsement(sm *manifestpb.SignedManifest, nodeID string, now time.Time) (*Manifest, error) {
+	return t.verify(sm, nodeID, now, history)
+}
+
+func (t Trust) verify(sm *manifestpb.SignedManifest, nodeID string, now time.Time, md mode) (*Manifest, error) {
 	switch {
 	case sm == nil:
 		return nil, fmt.Errorf("%w: empty", ErrMalformed)
@@ -433,7 +453,7 @@ func (t Trust) verify(sm *manifestpb.SignedManifest, nodeID string, now time.Tim
 		return nil, fmt.Errorf("%w: %d bytes exceeds %d", ErrMalformed, n, MaxBytes)
 	}
 	at := now
-	if stored {
+	if md != live {
 		// The chain is judged at the signing time, read before the signatures
 		// are checked: if it was altered, they fail below.
 		c, b, err := parts(sm)
@@ -446,7 +466,7 @@ func (t Trust) verify(sm *manifestpb.SignedManifest, nodeID string, now time.Tim
 		}
 		at = m.issued()
 	}
-	pub, leaf, err := t.publisher(sm, at, stored)
+	pub, leaf, err := t.publisher(sm, at, md != live)
 	if err != nil {
 		return nil, err
 	}
@@ -479,7 +499,7 @@ func (t Trust) verify(sm *manifestpb.SignedManifest, nodeID string, now time.Tim
 	if now.Before(issued.Add(-maxClockSkew)) {
 		return nil, fmt.Errorf("%w: issued %s, now %s", ErrNotYet, issued.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
-	if !now.Before(m.ValidUntil) {
+	if md != history && !now.Before(m.ValidUntil) {
 		return nil, fmt.Errorf("%w: valid until %s, now %s", ErrExpired, m.ValidUntil.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
 	for _, p := range []struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -150,16 +151,31 @@ func ServeADS(lim XDSLimits) XDSFunc {
 			return errors.New("xDS: TLSListener and Authority go together")
 		}
 		log := env.Logger
-		priv, err := manifest.LoadOrCreateKey(env.DataDir)
-		if err != nil {
-			return fmt.Errorf("publisher key in %s: %w", env.DataDir, err)
+		pcfg := publish.Config{Logger: log.Named("source"), Validity: lim.ManifestValidity,
+			ReportGenError: env.Status.GenError, ReportCurrency: env.Status.Currency}
+		// With the mesh CA (pilot/ca.Service), manifests are signed by its
+		// certified publisher (key in the data directory, chain renewed by the CA)
+		// and sidecars get its trust bundle and CRL as the ROOTCA Secret; without
+		// it, by the bare key (only sidecars pinning it accept them).
+		if p, ok := env.Authority.(interface {
+			Publisher() (ed25519.PrivateKey, []*x509.Certificate)
+		}); ok {
+			pcfg.Publisher = p.Publisher
+			priv, chain := p.Publisher()
+			log.Info("publisher certified by the mesh CA", "key_id", manifest.KeyID(priv.Public().(ed25519.PublicKey)),
+				"serial", chain[0].SerialNumber.Text(16), "not_after", chain[0].NotAfter)
+		} else {
+			priv, err := manifest.LoadOrCreateKey(env.DataDir)
+			if err != nil {
+				return fmt.Errorf("publisher key in %s: %w", env.DataDir, err)
+			}
+			pcfg.Key = priv
+			log.Info("publisher key loaded", "key_id", manifest.KeyID(priv.Public().(ed25519.PublicKey)))
 		}
-		log.Info("publisher key loaded", "key_id", manifest.KeyID(priv.Public().(ed25519.PublicKey)))
-
-		src, err := publish.New(publish.Config{
-			Logger: log.Named("source"), Key: priv, Validity: lim.ManifestValidity,
-			ReportGenError: env.Status.GenError, ReportCurrency: env.Status.Currency,
-		})
+		if t, ok := env.Authority.(publish.TrustSource); ok {
+			pcfg.Trust = t
+		}
+		src, err := publish.New(pcfg)
 		if err != nil {
 			return err
 		}

@@ -34,6 +34,7 @@ import (
 	"github.com/weft-mesh/weft/internal/outlierreport"
 	"github.com/weft-mesh/weft/sidecar/admin"
 	"github.com/weft-mesh/weft/sidecar/authz"
+	"github.com/weft-mesh/weft/sidecar/certclient"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
 	"github.com/weft-mesh/weft/sidecar/ejectreport"
@@ -201,6 +202,18 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 			return fmt.Errorf("sidecar: publisher key: %w", err)
 		}
 		rcfg.PublisherKey = pub
+	}
+	// --ca-root also decides whom manifests are trusted from: publishers the
+	// mesh CA certifies (the runtime follows the bundles pilot delivers since).
+	if s.CARoot != "" {
+		roots, err := certclient.LoadRootFile(s.CARoot)
+		if err != nil {
+			return fmt.Errorf("sidecar: identity: %w", err)
+		}
+		if rcfg.TrustRoots, err = roots.Load(); err != nil {
+			return fmt.Errorf("sidecar: identity: %w", err)
+		}
+		rcfg.TrustDomain = s.TrustDomain
 	}
 	if s.InsecureSkipManifest {
 		log.Warn("manifests are not checked (--insecure-skip-manifest): any complete xDS state is activated and nothing is persisted")

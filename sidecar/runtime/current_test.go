@@ -39,7 +39,7 @@ func TestNotCurrentServedNotReady(t *testing.T) {
 		t.Fatalf("active = %+v manifest %+v, want not current at stream revision 7", d.Active, d.Active.Manifest)
 	}
 	e.flush()
-	if _, _, err := lkg.Load(e.dir, e.pub, nodeID, t0); !errors.Is(err, lkg.ErrNoSnapshot) {
+	if _, _, err := lkg.Load(e.dir, manifest.Trust{Pin: e.pub}, nodeID, t0); !errors.Is(err, lkg.ErrNoSnapshot) {
 		t.Fatalf("a configuration not confirmed current was persisted: %v", err)
 	}
 
@@ -51,7 +51,7 @@ func TestNotCurrentServedNotReady(t *testing.T) {
 		t.Fatalf("Ready after the current manifest = %v %q", ok, body)
 	}
 	e.flush()
-	if _, m, err := lkg.Load(e.dir, e.pub, nodeID, t0); err != nil || !m.Current {
+	if _, m, err := lkg.Load(e.dir, manifest.Trust{Pin: e.pub}, nodeID, t0); err != nil || !m.Current {
 		t.Fatalf("current configuration not persisted: %v %v", m, err)
 	}
 
@@ -149,7 +149,7 @@ func TestSlowDiskDoesNotBlockActivation(t *testing.T) {
 	if len(revs) != 2 || revs[0] != 1 || revs[1] != 3 {
 		t.Fatalf("written revisions %v, want [1 3]: the newest wins, nothing older after it", revs)
 	}
-	if _, m, err := lkg.Load(e.dir, e.pub, nodeID, t0); err != nil || m.Revision != 3 {
+	if _, m, err := lkg.Load(e.dir, manifest.Trust{Pin: e.pub}, nodeID, t0); err != nil || m.Revision != 3 {
 		t.Fatalf("file after Flush: %v %v, want revision 3", m, err)
 	}
 	if d := r.Dump(); d.LastKnownGood.SavedAt.IsZero() || d.LastKnownGood.LastError != "" {

@@ -3,6 +3,7 @@ package runtime
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/x509"
 	"net/netip"
 	"strings"
 	"sync"
@@ -170,6 +171,11 @@ type signOpts struct {
 	// compile of streamRev and sent older content.
 	notCurrent bool
 	streamRev  int64
+	// chain is the publisher's certificate chain (a publisher under the CA).
+	chain []*x509.Certificate
+	// rootCA is a ROOTCA Secret's Any.value the snapshot carries: covered by
+	// the digest and committed apart in the content.
+	rootCA []byte
 }
 
 // sign signs a manifest covering res.
@@ -204,12 +210,19 @@ func (e *env) sign(res dt.Resources, o signOpts) *anypb.Any {
 			entries = append(entries, manifest.Entry{TypeURL: typ, Name: name, SHA256: manifest.Hash(a.GetValue())})
 		}
 	}
+	if o.rootCA != nil {
+		entries = append(entries, manifest.Entry{TypeURL: manifest.SecretTypeURL, Name: manifest.RootCAName, SHA256: manifest.Hash(o.rootCA)})
+	}
 	d, err := manifest.Digest(entries)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	c, err := manifest.SignContent(o.priv, manifest.Content{Scope: o.scope, Revision: o.revision, Digest: d, Count: len(entries),
-		IssuedAt: o.issued, ValidUntil: o.issued.Add(o.validity)})
+	content := manifest.Content{Scope: o.scope, Revision: o.revision, Digest: d, Count: len(entries),
+		IssuedAt: o.issued, ValidUntil: o.issued.Add(o.validity)}
+	if o.rootCA != nil {
+		content.RootCA, content.HasRootCA = manifest.Hash(o.rootCA), true
+	}
+	c, err := manifest.SignContent(o.priv, content)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -218,7 +231,7 @@ func (e *env) sign(res dt.Resources, o signOpts) *anypb.Any {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	sm, err := manifest.Assemble(c, bd)
+	sm, err := manifest.Assemble(c, bd, o.chain...)
 	if err != nil {
 		e.t.Fatal(err)
 	}

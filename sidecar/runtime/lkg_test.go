@@ -198,7 +198,7 @@ func TestLastConfirmedPersisted(t *testing.T) {
 		e.clock.Set(tc.now)
 		r.Tick(tc.now, tc.confirmed)
 		e.flush()
-		s, _, err := lkg.Load(e.dir, e.pub, nodeID, tc.now)
+		s, _, err := lkg.Load(e.dir, manifest.Trust{Pin: e.pub}, nodeID, tc.now)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,8 +29,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/weft-mesh/weft/certs/bundle"
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
+	"github.com/weft-mesh/weft/certs/spiffe"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
 	"github.com/weft-mesh/weft/sidecar/runtime/lkg"
 	"github.com/weft-mesh/weft/sidecar/runtime/staleness"
@@ -41,6 +43,7 @@ import (
 // Defaults.
 const (
 	DefaultPersistEvery = 30 * time.Second
+	DefaultTrustDomain  = "cluster.local"
 )
 
 // Sources of an active configuration.
@@ -55,7 +58,18 @@ var ErrConfig = errors.New("runtime: invalid config")
 // Config of a Runtime; checked by New.
 type Config struct {
 	NodeID string
-	// PublisherKey verifies manifests; required unless InsecureSkipManifest.
+	// TrustRoots are the --ca-root roots: a manifest is trusted when its
+	// publisher certificate (spiffe://<TrustDomain>/weft/publisher) verifies
+	// under them united with the last trust bundle pilot delivered (the ROOTCA
+	// Secret), so publisher keys rotate without touching sidecars and a root
+	// rotation reaches them over xDS (sidecar/runtime/lkg/trust.go).
+	TrustRoots *bundle.Bundle
+	// TrustDomain is the mesh's (--trust-domain); DefaultTrustDomain when empty.
+	TrustDomain string
+	// PublisherKey pins the publisher key (--publisher-key): with TrustRoots the
+	// certified key must also be this one; alone it verifies manifests with or
+	// without a chain (publishers before the CA). One of TrustRoots and
+	// PublisherKey is required unless InsecureSkipManifest.
 	PublisherKey ed25519.PublicKey
 	// InsecureSkipManifest activates every complete candidate without a signed
 	// manifest (interop with plain xDS servers). Nothing is persisted then: an
@@ -102,6 +116,10 @@ type Runtime struct {
 	// confirmedNs is lastConfirmed (UnixNano, 0 for never) as of the latest Tick or
 	// publish: Dump computes ages from it without a publish per tick.
 	confirmedNs atomic.Int64
+	// trust verifies manifests from pilot: the --ca-root roots united with the
+	// last delivered bundle its path proves, and the pin. Written under mu (on
+	// activation and start), read by Decode on the stream goroutine.
+	trust atomic.Pointer[manifest.Trust]
 	// tickSkew is the latest Tick's now minus the clock's (0 in production), so
 	// Dump judges at the time Tick was told plus what has passed since.
 	tickSkew atomic.Int64
@@ -122,8 +140,12 @@ type Runtime struct {
 	saveSeq       uint64        // saves handed to the writer so far
 	savedSeq      uint64        // newest save whose outcome lkgInfo shows
 	toSave        *pendingSave  // built under mu, handed to the writer after unlock
-	states        []staleness.State
-	counters      Counters
+	// trustPath leads from the --ca-root roots to trust (Follow(base, trustPath)
+	// is *trust): the active manifest's path plus its own bundle when it
+	// delivered one.
+	trustPath []lkg.Endorsement
+	states    []staleness.State
+	counters  Counters
 
 	saver saver // writes last-known-good files off mu
 }
@@ -136,7 +158,8 @@ type activeState struct {
 	resources []lkg.Resource
 	signed    *manifestpb.SignedManifest // nil in insecure mode
 	m         *manifest.Manifest
-	policy    *policy // staleness policy in force with this configuration
+	path      []lkg.Endorsement // trust path of signed, persisted with it
+	policy    *policy           // staleness policy in force with this configuration
 	source    string
 	at        time.Time
 	// current: pilot confirmed this content current for its stream (the
@@ -159,8 +182,10 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("%w: Logger required", ErrConfig)
 	case cfg.StateDir == "":
 		return nil, fmt.Errorf("%w: StateDir required", ErrConfig)
-	case !cfg.InsecureSkipManifest && len(cfg.PublisherKey) != ed25519.PublicKeySize:
-		return nil, fmt.Errorf("%w: PublisherKey: %d bytes, want %d (or InsecureSkipManifest)", ErrConfig, len(cfg.PublisherKey), ed25519.PublicKeySize)
+	case cfg.PublisherKey != nil && len(cfg.PublisherKey) != ed25519.PublicKeySize:
+		return nil, fmt.Errorf("%w: PublisherKey: %d bytes, want %d", ErrConfig, len(cfg.PublisherKey), ed25519.PublicKeySize)
+	case !cfg.InsecureSkipManifest && cfg.PublisherKey == nil && cfg.TrustRoots == nil:
+		return nil, fmt.Errorf("%w: TrustRoots (--ca-root) or PublisherKey (--publisher-key) required to verify manifests (or InsecureSkipManifest)", ErrConfig)
 	case cfg.PersistEvery < 0:
 		return nil, fmt.Errorf("%w: PersistEvery %s is negative", ErrConfig, cfg.PersistEvery)
 	}
@@ -171,6 +196,12 @@ func New(cfg Config) (*Runtime, error) {
 		if err := p.Check(); err != nil {
 			return nil, fmt.Errorf("%w: Overrides[%s]: %v", ErrConfig, c, err)
 		}
+	}
+	if cfg.TrustDomain == "" {
+		cfg.TrustDomain = DefaultTrustDomain
+	}
+	if _, err := spiffe.Publisher(cfg.TrustDomain); err != nil {
+		return nil, fmt.Errorf("%w: TrustDomain: %v", ErrConfig, err)
 	}
 	if cfg.PersistEvery == 0 {
 		cfg.PersistEvery = DefaultPersistEvery
@@ -187,6 +218,8 @@ func New(cfg Config) (*Runtime, error) {
 	r := &Runtime{cfg: cfg, log: cfg.Logger, seed: staleness.Seed(cfg.NodeID),
 		notReady: "no configuration yet: waiting for pilot"}
 	r.saver.r = r
+	base := r.baseTrust()
+	r.trust.Store(&base)
 	r.lkgInfo.Path = lkgPath(cfg.StateDir)
 	r.publishLocked()
 	return r, nil
@@ -205,12 +238,32 @@ func (r *Runtime) Degraded() (string, bool) {
 	return "", false
 }
 
+// baseTrust is what the sidecar trusts by its own configuration: --ca-root and
+// the pin.
+func (r *Runtime) baseTrust() manifest.Trust {
+	return manifest.Trust{Roots: r.cfg.TrustRoots, TrustDomain: r.cfg.TrustDomain, Pin: r.cfg.PublisherKey}
+}
+
+// DeliveredRoots is the trust bundle pilot last delivered that the sidecar
+// accepted (through a manifest it trusts), united with --ca-root; nil before
+// any, or without --ca-root. The xDS client's TLS to pilot trusts it too, so a
+// rotated root is followed without a restart.
+func (r *Runtime) DeliveredRoots() *bundle.Bundle {
+	t := r.trust.Load()
+	if t == nil || t.Roots == r.cfg.TrustRoots {
+		return nil
+	}
+	return t.Roots
+}
+
 // Types lists the xDS types the sidecar subscribes to, in push order: the four
-// Envoy types, then, unless manifests are skipped (a plain xDS server), the
-// StalenessPolicy pilot delivers (wildcard: one per sidecar; without it the
-// defaults apply) and the manifest last.
+// Envoy types and SDS Secrets (by name: ROOTCA, which every manifest
+// references, and what listeners and clusters reference), then, unless
+// manifests are skipped (a plain xDS server), the StalenessPolicy pilot
+// delivers (wildcard: one per sidecar; without it the defaults apply) and the
+// manifest last.
 func (r *Runtime) Types() []string {
-	ts := []string{xdsclient.TypeCluster, xdsclient.TypeEndpoint, xdsclient.TypeListener, xdsclient.TypeRoute}
+	ts := []string{xdsclient.TypeCluster, xdsclient.TypeEndpoint, xdsclient.TypeListener, xdsclient.TypeRoute, xdsclient.TypeSecret}
 	if !r.cfg.InsecureSkipManifest {
 		ts = append(ts, xdsresource.StalenessType, manifest.TypeURL)
 	}
@@ -223,10 +276,20 @@ type Manifest struct {
 	Verified *manifest.Manifest // nil in insecure mode
 }
 
+// References names the ROOTCA Secret: SDS is subscribed by name, and every
+// manifest may cover the trust bundle whether or not a listener or cluster
+// references it (a sidecar without mTLS still trusts publishers through it).
+func (m *Manifest) References() (string, []string) {
+	return xdsclient.TypeSecret, []string{manifest.RootCAName}
+}
+
 // Decode is the xDS client's DecodeFunc: Envoy types through xdsresource, the
-// manifest verified against the publisher key, node and validity (a failure is a
-// NACK naming the check).
+// ROOTCA Secret's bundle checked, the manifest verified against the trusted
+// publishers (trust), node and validity (a failure is a NACK naming the check).
 func (r *Runtime) Decode(typeURL string, a *anypb.Any) (string, any, error) {
+	if typeURL == xdsclient.TypeSecret {
+		return DecodeSecret(a)
+	}
 	if typeURL != manifest.TypeURL {
 		name, v, err := xdsresource.Decode(typeURL, a)
 		if c, ok := v.(*xdsresource.Cluster); ok && err == nil {
@@ -241,7 +304,7 @@ func (r *Runtime) Decode(typeURL string, a *anypb.Any) (string, any, error) {
 	if r.cfg.InsecureSkipManifest {
 		return manifest.Name, &Manifest{Signed: sm}, nil
 	}
-	m, err := manifest.Verify(r.cfg.PublisherKey, sm, r.cfg.NodeID, r.cfg.Now())
+	m, err := r.trust.Load().Verify(sm, r.cfg.NodeID, r.cfg.Now())
 	if err != nil {
 		return manifest.Name, nil, fmt.Errorf("manifest refused (%s): %w", Check(err), err)
 	}
@@ -323,12 +386,22 @@ func (r *Runtime) applyLocked(u *xdsclient.Update) error {
 			r.publishLocked()
 			return nil
 		}
-		// Same resources, re-signed manifest (new validity, or a new stream's
-		// binding): keep the compiled config, record and persist the new
-		// manifest. Content once confirmed current stays so: a new stream whose
-		// wait timed out offering the same content says nothing older.
+		// Same resources, re-signed manifest (new validity, a new stream's
+		// binding, or another publisher: a new key, a renewed certificate):
+		// keep the compiled config, record and persist the new manifest.
+		// Content once confirmed current stays so: a new stream whose wait
+		// timed out offering the same content says nothing older.
+		step, err := r.trustStepLocked(u, mv, now)
+		if err != nil {
+			r.log.Warn("manifest refused, previous configuration keeps serving", "error", err)
+			return fmt.Errorf("manifest refused (%s): %w", Check(err), err)
+		}
+		r.applyTrustLocked(step)
 		next := *cur
 		next.signed, next.m, next.versions, next.resources = mv.Signed, mv.Verified, copyVersions(u.Versions), raw
+		if step != nil {
+			next.path = step.path
+		}
 		next.current = cur.current || current
 		r.cur, r.lastConfirmed, r.pending = &next, now, ""
 		r.counters.NoOps++
@@ -346,6 +419,14 @@ func (r *Runtime) applyLocked(u *xdsclient.Update) error {
 			m[n] = res.Value
 		}
 		state[typ] = m
+	}
+	step, err := r.trustStepLocked(u, mv, now)
+	if err != nil {
+		r.counters.Rejected++
+		r.log.Warn("manifest refused, previous configuration keeps serving", "error", err)
+		r.pending = "latest candidate refused: " + err.Error()
+		r.publishLocked()
+		return fmt.Errorf("manifest refused (%s): %w", Check(err), err)
 	}
 	cfg, err := r.cfg.Compile(state)
 	if err != nil {
@@ -365,6 +446,10 @@ func (r *Runtime) applyLocked(u *xdsclient.Update) error {
 	if mv != nil {
 		st.signed, st.m = mv.Signed, mv.Verified
 	}
+	if step != nil {
+		st.path = step.path
+	}
+	r.applyTrustLocked(step)
 	r.activateLocked(st, now)
 	took := time.Since(began)
 	r.lastActivation.Store(int64(took))
@@ -433,7 +518,7 @@ func (r *Runtime) persistLocked(now time.Time) {
 	}
 	r.saveSeq++
 	r.toSave = &pendingSave{seq: r.saveSeq, at: now,
-		snap: &lkg.Snapshot{NodeID: r.cfg.NodeID, Resources: r.cur.resources, Manifest: r.cur.signed, LastConfirmed: r.lastConfirmed}}
+		snap: &lkg.Snapshot{NodeID: r.cfg.NodeID, Resources: r.cur.resources, Manifest: r.cur.signed, LastConfirmed: r.lastConfirmed, Trust: r.cur.path}}
 	r.savedConfirm = r.lastConfirmed
 }
 
@@ -537,6 +622,14 @@ func Check(err error) string {
 	switch {
 	case errors.Is(err, lkg.ErrNoSnapshot):
 		return "no snapshot"
+	case errors.Is(err, lkg.ErrTrustPath):
+		return "trust path"
+	case errors.Is(err, manifest.ErrNoChain), errors.Is(err, manifest.ErrChain):
+		return "publisher chain"
+	case errors.Is(err, manifest.ErrPublisherID):
+		return "publisher identity"
+	case errors.Is(err, manifest.ErrPublisherExpired):
+		return "publisher certificate validity"
 	case errors.Is(err, manifest.ErrKey):
 		return "publisher key"
 	case errors.Is(err, manifest.ErrSignature):

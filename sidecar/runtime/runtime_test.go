@@ -32,7 +32,11 @@ func TestNewChecksConfig(t *testing.T) {
 		{"no node", func(c *Config) { c.NodeID = "" }, "runtime: invalid config: NodeID required"},
 		{"no logger", func(c *Config) { c.Logger = nil }, "runtime: invalid config: Logger required"},
 		{"no state dir", func(c *Config) { c.StateDir = "" }, "runtime: invalid config: StateDir required"},
-		{"no key", func(c *Config) { c.PublisherKey = nil }, "runtime: invalid config: PublisherKey: 0 bytes, want 32 (or InsecureSkipManifest)"},
+		{"no key, no roots", func(c *Config) { c.PublisherKey = nil },
+			"runtime: invalid config: TrustRoots (--ca-root) or PublisherKey (--publisher-key) required to verify manifests (or InsecureSkipManifest)"},
+		{"short key", func(c *Config) { c.PublisherKey = c.PublisherKey[:31] }, "runtime: invalid config: PublisherKey: 31 bytes, want 32"},
+		{"bad trust domain", func(c *Config) { c.TrustDomain = "Not A Domain" },
+			`runtime: invalid config: TrustDomain: `},
 		{"negative persist", func(c *Config) { c.PersistEvery = -time.Second }, "runtime: invalid config: PersistEvery -1s is negative"},
 	}
 	for _, tc := range tests {
@@ -40,7 +44,7 @@ func TestNewChecksConfig(t *testing.T) {
 			cfg := e.config()
 			tc.mod(&cfg)
 			_, err := New(cfg)
-			if err == nil || err.Error() != tc.want || !errors.Is(err, ErrConfig) {
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) || !errors.Is(err, ErrConfig) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
 		})
@@ -97,7 +101,7 @@ func TestActivationWaitsForMatchingManifest(t *testing.T) {
 	}
 	// Persisted as last-known-good.
 	e.flush()
-	if _, m, err := lkg.Load(e.dir, e.pub, nodeID, t0); err != nil || m.Revision != 3 {
+	if _, m, err := lkg.Load(e.dir, manifest.Trust{Pin: e.pub}, nodeID, t0); err != nil || m.Revision != 3 {
 		t.Fatalf("lkg.Load = %v, %v", m, err)
 	}
 	if d := r.Dump(); d.LastKnownGood.SavedAt.IsZero() || d.LastKnownGood.Path != filepath.Join(e.dir, lkg.FileName) {
@@ -136,7 +140,7 @@ func TestSameContentIsNoOpAndResignExtendsValidity(t *testing.T) {
 		t.Fatalf("re-signed apply recompiled: same pointer %v, compiles %d", r.Load() == first, compiles)
 	}
 	e.flush()
-	if _, m, err := lkg.Load(e.dir, e.pub, nodeID, t0.Add(24*time.Hour+time.Minute)); err != nil || !m.ValidUntil.Equal(t0.Add(25*time.Hour)) {
+	if _, m, err := lkg.Load(e.dir, manifest.Trust{Pin: e.pub}, nodeID, t0.Add(24*time.Hour+time.Minute)); err != nil || !m.ValidUntil.Equal(t0.Add(25*time.Hour)) {
 		t.Fatalf("lkg after re-sign = %v, %v", m, err)
 	}
 	// And a restart can use it: the file's manifest and its manifest resource agree.
@@ -180,7 +184,7 @@ func TestCompileFailureNACKsAndKeepsOld(t *testing.T) {
 		t.Fatalf("old config not kept: dump %+v", r.Dump().Active)
 	}
 	e.flush()
-	if _, m, err := lkg.Load(e.dir, e.pub, nodeID, t0); err != nil || m.Revision != 1 {
+	if _, m, err := lkg.Load(e.dir, manifest.Trust{Pin: e.pub}, nodeID, t0); err != nil || m.Revision != 1 {
 		t.Fatalf("lkg changed by a refused candidate: %v %v", m, err)
 	}
 	// The next good version recovers.
@@ -250,8 +254,8 @@ func flipContent(t *testing.T, a *anypb.Any) *anypb.Any {
 func TestInsecureSkipManifest(t *testing.T) {
 	e := newEnv(t)
 	r := e.runtime(func(c *Config) { c.PublisherKey, c.InsecureSkipManifest = nil, true })
-	if got := r.Types(); len(got) != 4 {
-		t.Fatalf("Types = %v, want the four Envoy types", got)
+	if got := r.Types(); len(got) != 5 || got[4] != "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret" {
+		t.Fatalf("Types = %v, want the four Envoy types and SDS", got)
 	}
 	res := mesh("127.0.0.1:9001")
 	u := e.update(r, res, "v1")

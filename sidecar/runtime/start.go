@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/sidecar/runtime/lkg"
 	"github.com/weft-mesh/weft/sidecar/runtime/staleness"
@@ -42,6 +44,17 @@ func (r *Runtime) LoadLastKnownGood() (*xdsclient.Update, error) {
 		r.publishLocked()
 		return nil, err
 	}
+	if err := r.trustFromLKGLocked(u, st, r.cfg.Now()); err != nil {
+		// Cannot happen for a file lkg.Load verified; refuse it all the same.
+		r.trustPath = nil
+		base := r.baseTrust()
+		r.trust.Store(&base)
+		r.lkgInfo.Loaded = "refused (" + Check(err) + "): " + err.Error()
+		r.notReady = fmt.Sprintf("last-known-good refused (%s check failed): %v; waiting for pilot", Check(err), err)
+		r.log.Error("last-known-good refused", "check", Check(err), "path", r.lkgInfo.Path, "error", err)
+		r.publishLocked()
+		return nil, err
+	}
 	r.lkgInfo.Loaded = "verified"
 	r.lkgCand = &lkgCandidate{state: st, update: u}
 	r.notReady = "last-known-good verified, not yet active: waiting briefly for pilot"
@@ -53,14 +66,23 @@ func (r *Runtime) loadLKG(now time.Time) (*xdsclient.Update, *activeState, error
 	if r.cfg.InsecureSkipManifest {
 		return nil, nil, fmt.Errorf("%w: manifests are skipped (--insecure-skip-manifest), nothing is persisted", lkg.ErrNoSnapshot)
 	}
-	snap, m, err := lkg.Load(r.cfg.StateDir, r.cfg.PublisherKey, r.cfg.NodeID, now)
+	snap, m, err := lkg.Load(r.cfg.StateDir, r.baseTrust(), r.cfg.NodeID, now)
 	if err != nil {
 		return nil, nil, err
 	}
 	u := &xdsclient.Update{Resources: map[string]map[string]xdsclient.Resource{}, Versions: map[string]string{}}
 	versions := map[string]map[string]bool{}
 	for _, res := range snap.Resources {
-		name, v, err := r.Decode(res.TypeURL, res.Any())
+		var name string
+		var v any
+		var err error
+		if res.TypeURL == manifest.TypeURL {
+			// Verified by lkg.Load as a stored manifest (its publisher judged when
+			// it signed); Decode would judge it as one just arriving.
+			name, v, err = r.storedManifest(res, snap, m)
+		} else {
+			name, v, err = r.Decode(res.TypeURL, res.Any())
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("last-known-good: %s %q: %w", res.TypeURL, res.Name, err)
 		}
@@ -111,10 +133,46 @@ func (r *Runtime) loadLKG(now time.Time) (*xdsclient.Update, *activeState, error
 	if err != nil {
 		return nil, nil, fmt.Errorf("last-known-good: %w", err)
 	}
-	st := &activeState{cfg: cfg, digest: digest, versions: u.Versions, resources: raw, signed: snap.Manifest, m: m, source: SourceLKG, policy: pol}
+	st := &activeState{cfg: cfg, digest: digest, versions: u.Versions, resources: raw, signed: snap.Manifest, m: m, source: SourceLKG, policy: pol,
+		path: snap.Trust}
 	// lastConfirmed travels in at (overwritten with the activation time later).
 	st.at = snap.LastConfirmed
 	return u, st, nil
+}
+
+// storedManifest is the manifest resource of a last-known-good file: it must be
+// the file's manifest, which lkg.Load verified as m.
+func (r *Runtime) storedManifest(res lkg.Resource, snap *lkg.Snapshot, m *manifest.Manifest) (string, any, error) {
+	if res.Name != manifest.Name {
+		return res.Name, nil, fmt.Errorf("%w: manifest resource named %q", manifest.ErrMalformed, res.Name)
+	}
+	sm, err := manifest.Decode(res.Value)
+	if err != nil {
+		return res.Name, nil, err
+	}
+	if !proto.Equal(sm, snap.Manifest) {
+		return res.Name, nil, fmt.Errorf("%w: manifest resource differs from the file's manifest", manifest.ErrMismatch)
+	}
+	return res.Name, &Manifest{Signed: sm, Verified: m}, nil
+}
+
+// trustFromLKGLocked adopts the trust a verified last-known-good proves: its
+// path, and its own delivered bundle when its manifest commits to it. Pilot's
+// next manifests may be signed under a root only that bundle holds (a rotation
+// finished while the sidecar was down), whether or not the file's routing
+// state is activated.
+func (r *Runtime) trustFromLKGLocked(u *xdsclient.Update, st *activeState, now time.Time) error {
+	if r.cfg.TrustRoots == nil {
+		return nil
+	}
+	r.trustPath = st.path
+	mres := u.Resources[manifest.TypeURL][manifest.Name]
+	step, err := r.trustStepLocked(u, mres.Value.(*Manifest), now)
+	if err != nil {
+		return err
+	}
+	r.applyTrustLocked(step)
+	return nil
 }
 
 // LastKnownGoodConfirmed is when the snapshot LoadLastKnownGood verified was last

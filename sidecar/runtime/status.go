@@ -60,6 +60,14 @@ type ManifestInfo struct {
 	// content current, and the store revision when the stream opened.
 	Current        bool  `json:"current"`
 	StreamRevision int64 `json:"streamRevision"`
+	// Publisher is the verified publisher certificate (SPIFFE ID, serial,
+	// NotAfter); empty when the manifest was accepted by the pinned key alone.
+	Publisher         string    `json:"publisher,omitempty"`
+	PublisherSerial   string    `json:"publisherSerial,omitempty"`
+	PublisherNotAfter time.Time `json:"publisherNotAfter,omitzero"`
+	// TrustPath is how many delivered bundles (root rotations) lie between the
+	// sidecar's --ca-root and the root the publisher is certified under.
+	TrustPath int `json:"trustPath,omitempty"`
 }
 
 // LKGInfo describes the persisted last-known-good snapshot.
@@ -278,7 +286,13 @@ func (r *Runtime) publishLocked() {
 			a.Revision = c.m.Revision
 			a.Manifest = &ManifestInfo{Revision: c.m.Revision, IssuedAt: c.m.IssuedAt, ValidUntil: c.m.ValidUntil,
 				KeyID: c.m.KeyID, Resources: c.m.Count, Scope: c.m.Scope, Digest: hex.EncodeToString(c.m.Digest[:]),
-				Current: c.m.Current, StreamRevision: c.m.StreamRevision}
+				Current: c.m.Current, StreamRevision: c.m.StreamRevision, TrustPath: len(c.path)}
+			if p := c.m.Publisher; p != nil {
+				a.Manifest.PublisherSerial, a.Manifest.PublisherNotAfter = p.SerialNumber.Text(16), p.NotAfter
+				if len(p.URIs) == 1 {
+					a.Manifest.Publisher = p.URIs[0].String()
+				}
+			}
 		}
 		d.Active = a
 	}

@@ -5,9 +5,12 @@ import (
 	"strings"
 	"sync"
 
+	"google.golang.org/protobuf/types/known/anypb"
+
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
+	"github.com/weft-mesh/weft/sidecar/runtime"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
 )
 
@@ -58,16 +61,20 @@ func contentKey(snap *snapshot.Snapshot) string {
 	return b.String()
 }
 
-var checkedTypes = []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.ListenerType, snapshot.RouteType, snapshot.StalenessType}
+var checkedTypes = []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.ListenerType, snapshot.RouteType, snapshot.SecretType, snapshot.StalenessType}
 
 // checkSidecar runs a snapshot through exactly what a Weft sidecar runs before
-// activating it.
+// activating it (Secrets through the runtime, which checks ROOTCA's bundle).
 func checkSidecar(snap *snapshot.Snapshot) error {
 	state := map[string]map[string]any{}
 	for _, typ := range checkedTypes {
 		byName := map[string]any{}
+		decode := xdsresource.Decode
+		if typ == snapshot.SecretType {
+			decode = func(_ string, a *anypb.Any) (string, any, error) { return runtime.DecodeSecret(a) }
+		}
 		for name, r := range snap.Resources[typ] {
-			got, v, err := xdsresource.Decode(typ, r.Any)
+			got, v, err := decode(typ, r.Any)
 			if err != nil {
 				return fmt.Errorf("%s %q: %w", status.TypeName(typ), name, err)
 			}
@@ -77,6 +84,14 @@ func checkSidecar(snap *snapshot.Snapshot) error {
 	}
 	if _, err := dataplane.Compile(state); err != nil {
 		return fmt.Errorf("compile: %w", err)
+	}
+	return nil
+}
+
+// checkRootCA runs a ROOTCA resource through the sidecar's Secret decoding.
+func checkRootCA(r snapshot.Resource) error {
+	if _, _, err := runtime.DecodeSecret(r.Any); err != nil {
+		return fmt.Errorf("SDS %q: %w", r.Name, err)
 	}
 	return nil
 }

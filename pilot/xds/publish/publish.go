@@ -39,8 +39,12 @@ type Config struct {
 	Publisher func() (ed25519.PrivateKey, []*x509.Certificate)
 	// Key and Chain are a fixed signer, used when Publisher is nil (a key
 	// without a certificate: only sidecars that pin it accept its manifests).
-	Key      ed25519.PrivateKey
-	Chain    []*x509.Certificate
+	Key   ed25519.PrivateKey
+	Chain []*x509.Certificate
+	// Trust, when set, is sent to every Weft sidecar as the SDS Secret ROOTCA
+	// (covered by its manifest like everything else); a change is pushed to
+	// every stream at once.
+	Trust    TrustSource
 	Validity time.Duration    // manifest validity; re-signed at half of it
 	Clock    func() time.Time // nil = time.Now
 	// ReportGenError shows a proxy's failed (msg != "") or recovered (msg == "")
@@ -77,6 +81,7 @@ type Source struct {
 	cache    *meshcache.Cache // set once by Use, before the first Connect
 	checked  checkCache
 	contents *contentCache
+	rootCAs  rootCACache
 
 	mu     sync.Mutex                     // guards scopes and errs
 	scopes map[string]map[*watch]struct{} // scope key -> open watches
@@ -101,7 +106,23 @@ func newSource(cfg Config) *Source {
 		cfg.Clock = time.Now
 	}
 	return &Source{cfg: cfg, scopes: map[string]map[*watch]struct{}{}, errs: map[string]scopeErr{}, checked: checkCache{max: maxCheckEntries, run: checkSidecar},
-		contents: newContentCache(cfg.Validity)}
+		contents: newContentCache(cfg.Validity), rootCAs: rootCACache{src: cfg.Trust}}
+}
+
+// rootCA is the current ROOTCA; a failure to build it is logged once per
+// Trust version and sidecars keep the one they have.
+func (s *Source) rootCA() *rootCA {
+	rc := s.rootCAs.get()
+	if rc != nil && rc.err != nil {
+		s.rootCAs.mu.Lock()
+		logged := s.rootCAs.logged == rc
+		s.rootCAs.logged = rc
+		s.rootCAs.mu.Unlock()
+		if !logged {
+			s.cfg.Logger.Error("trust bundle not sent: ROOTCA fails sidecar validation", "version", rc.version, "error", rc.err)
+		}
+	}
+	return rc
 }
 
 // publisher is the signer to use now.
@@ -140,7 +161,8 @@ func (s *Source) Generate(g func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, erro
 	return func(m *ir.Mesh, n *node.Node) (*snapshot.Snapshot, error) {
 		snap, err := g(m, n)
 		if err == nil && n.Registers() {
-			if verr := s.checked.check(snap); verr != nil {
+			// Checked with the ROOTCA streams add to it (gen does not see it).
+			if verr := s.checked.check(withRootCA(snap, s.rootCA())); verr != nil {
 				err = fmt.Errorf("snapshot for %s at revision %d fails sidecar validation, not sent: %w", n.ID, m.Revision, verr)
 			}
 		}
@@ -229,11 +251,14 @@ type watch struct {
 
 	mu       sync.Mutex // guards the fields below (Snapshot runs on the stream's owner goroutine, timers elsewhere)
 	base     *snapshot.Snapshot
-	content  *manifest.Signed // content part in signed
-	binding  *manifest.Signed // this node's binding, signed at the stream's first snapshot, at half its validity and when current turns true
-	bindAt   time.Time        // binding's issue time
-	bindCur  bool             // what binding says of the snapshot's currency
-	chain    string           // chainID of the publisher chain in signed
+	content  *manifest.Signed   // content part in signed
+	binding  *manifest.Signed   // this node's binding, signed at the stream's first snapshot, at half its validity and when current turns true
+	bindAt   time.Time          // binding's issue time
+	bindCur  bool               // what binding says of the snapshot's currency
+	chain    string             // chainID of the publisher chain in signed
+	rawBase  *snapshot.Snapshot // meshcache's offer aug was built from
+	rootCA   *rootCA            // the ROOTCA aug carries
+	aug      *snapshot.Snapshot // rawBase with rootCA
 	signed   *snapshot.Snapshot
 	timer    *time.Timer
 	reported string // generation error last reported to status
@@ -243,9 +268,17 @@ type watch struct {
 
 func (w *watch) forward() {
 	defer close(w.done)
+	var trust <-chan struct{} // nil (never ready) without a TrustSource
+	if w.s.cfg.Trust != nil && w.scope != "" {
+		trust = w.s.cfg.Trust.TrustChanged()
+	}
 	for {
 		select {
 		case <-w.p.Changed():
+			w.poke()
+		case <-trust:
+			// A new bundle or CRL: every sidecar gets it now.
+			trust = w.s.cfg.Trust.TrustChanged()
 			w.poke()
 		case <-w.stop:
 			return
@@ -282,6 +315,7 @@ func (w *watch) Snapshot() *snapshot.Snapshot {
 	if base == nil || w.scope == "" {
 		return base
 	}
+	base = w.withRootCA(base)
 	now := w.s.cfg.Clock()
 	half := w.s.cfg.Validity / 2
 	pub, err := w.s.publisher()
@@ -329,6 +363,22 @@ func (w *watch) Snapshot() *snapshot.Snapshot {
 		snapshot.ManifestType: snapshot.NewSet(map[string]snapshot.Resource{r.Name: r})}))
 	w.armLocked(now, ce.issued, pub.Chain)
 	return w.signed
+}
+
+// withRootCA adds the current ROOTCA to meshcache's offer raw: the same
+// snapshot value while neither changes, so the content statement's cache
+// recognises it.
+func (w *watch) withRootCA(raw *snapshot.Snapshot) *snapshot.Snapshot {
+	rc := w.s.rootCA()
+	if rc != nil && rc.err != nil {
+		rc = w.rootCA // keep sending the last good one
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if raw != w.rawBase || rc != w.rootCA || w.aug == nil {
+		w.rawBase, w.rootCA, w.aug = raw, rc, withRootCA(raw, rc)
+	}
+	return w.aug
 }
 
 // armLocked sets the stream's wake-up at the earlier half-life of the two parts

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -17,10 +18,12 @@ import (
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
 	"github.com/weft-mesh/weft/certs/spiffe"
+	pilotca "github.com/weft-mesh/weft/pilot/ca"
 	"github.com/weft-mesh/weft/pilot/ir"
 	"github.com/weft-mesh/weft/pilot/store/boltstore"
 	"github.com/weft-mesh/weft/pilot/xds/meshcache"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
+	"github.com/weft-mesh/weft/sidecar/runtime"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -184,5 +187,76 @@ func TestPublisherRecheck(t *testing.T) {
 	}
 	if took := time.Since(start); took > 1500*time.Millisecond {
 		t.Fatalf("woke after %s, want about half the certificate's remaining 2s", took)
+	}
+}
+
+// TestRootCAPushed: with pilot/ca as TrustSource and publisher, every Weft
+// sidecar's snapshot carries the ROOTCA Secret (bundle and CRL, the Wire shape)
+// covered by its manifest and committed apart; a revocation (a new CRL) wakes
+// the stream and the next snapshot carries the new CRL, signed anew. The
+// sidecar's runtime accepts the ROOTCA it is sent.
+func TestRootCAPushed(t *testing.T) {
+	svc, err := pilotca.New(pilotca.ServiceConfig{DataDir: t.TempDir(), Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := connected(t, Config{Publisher: svc.Publisher, Trust: svc})
+	var s *snapshot.Snapshot
+	testkit.Eventually(t, 5*time.Second, "first snapshot", func() bool { s = w.Snapshot(); return s != nil })
+	check := func(s *snapshot.Snapshot) (*manifest.Manifest, []byte) {
+		t.Helper()
+		r, ok := s.Resources[snapshot.SecretType][manifest.RootCAName]
+		if !ok {
+			t.Fatal("no ROOTCA in the snapshot")
+		}
+		var sec tlsv3.Secret
+		if err := r.Any.UnmarshalTo(&sec); err != nil {
+			t.Fatal(err)
+		}
+		vc := sec.GetValidationContext()
+		if string(vc.GetTrustedCa().GetInlineBytes()) != string(svc.Bundle().PEM()) || len(vc.GetCrl().GetInlineBytes()) == 0 {
+			t.Fatalf("ROOTCA %v", &sec)
+		}
+		if _, _, err := runtime.DecodeSecret(r.Any); err != nil {
+			t.Fatalf("the sidecar refuses the ROOTCA: %v", err)
+		}
+		m, err := manifest.Trust{Roots: svc.Bundle(), TrustDomain: "cluster.local"}.Verify(manifestOf(t, s), sidecar.ID, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]map[string][32]byte{}
+		for typ, byName := range s.Resources {
+			have[typ] = map[string][32]byte{}
+			for n, r := range byName {
+				have[typ][n] = manifest.Hash(r.Any.GetValue())
+			}
+		}
+		if err := m.Match(have, manifest.TypeURL); err != nil {
+			t.Fatal(err)
+		}
+		if !m.HasRootCA || m.RootCA != manifest.Hash(r.Any.GetValue()) {
+			t.Fatal("content does not commit to the ROOTCA apart")
+		}
+		return m, vc.GetCrl().GetInlineBytes()
+	}
+	m1, crl1 := check(s)
+	for len(w.Changed()) > 0 {
+		<-w.Changed()
+	}
+	id, err := spiffe.Workload("cluster.local", "shop", "reviews")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.Revoke("", id.String(), ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.Changed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a new CRL did not wake the stream")
+	}
+	m2, crl2 := check(w.Snapshot())
+	if string(crl1) == string(crl2) || m1.Digest == m2.Digest {
+		t.Fatal("the new CRL was not sent, or not signed")
 	}
 }

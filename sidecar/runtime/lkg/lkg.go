@@ -1,12 +1,13 @@
 // Package lkg persists and reloads a sidecar's last-known-good snapshot: the raw xDS
-// resources it activated plus the manifest pilot signed for them. A reloaded
-// snapshot is trusted only after both signatures, the node binding, the scope, the
-// validity window and the digest over every resource check out; each refusal
-// names the check that failed.
+// resources it activated plus the manifest pilot signed for them, and the trust
+// path that proves the manifest's publisher from the sidecar's --ca-root (see
+// trust.go). A reloaded snapshot is trusted only after the path, the publisher
+// (its certificate judged at signing time: manifest.Trust.VerifyStored), both
+// signatures, the node binding, the scope, the validity window and the digest
+// over every resource check out; each refusal names the check that failed.
 package lkg
 
 import (
-	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,8 @@ const MaxFileBytes = 64 << 20
 // formatVersion is bumped on incompatible changes to the file layout or to what it
 // holds: 2 carries the two-part manifest (content digest + node binding); a
 // format-1 file (per-entry manifest) is refused and the sidecar waits for pilot.
+// The trust path was added to format 2 compatibly: a file without one has an
+// empty path (its manifest must verify under --ca-root or the pinned key).
 const formatVersion = 2
 
 // ErrNoSnapshot means the state directory holds no snapshot (first start).
@@ -54,14 +57,23 @@ type Snapshot struct {
 	Resources     []Resource
 	Manifest      *manifestpb.SignedManifest
 	LastConfirmed time.Time
+	// Trust is the path from the --ca-root roots to those Manifest is signed
+	// under (empty: under --ca-root itself, or a pinned key).
+	Trust []Endorsement
 }
 
 type fileV2 struct {
-	Format        int        `json:"format"`
-	NodeID        string     `json:"nodeId"`
-	LastConfirmed time.Time  `json:"lastConfirmed"`
-	Manifest      []byte     `json:"manifest"` // proto-encoded SignedManifest
-	Resources     []Resource `json:"resources"`
+	Format        int          `json:"format"`
+	NodeID        string       `json:"nodeId"`
+	LastConfirmed time.Time    `json:"lastConfirmed"`
+	Manifest      []byte       `json:"manifest"` // proto-encoded SignedManifest
+	Resources     []Resource   `json:"resources"`
+	Trust         []fileEndors `json:"trust,omitempty"`
+}
+
+type fileEndors struct {
+	Manifest []byte `json:"manifest"` // proto-encoded SignedManifest
+	RootCA   []byte `json:"rootCA"`   // the ROOTCA Secret's Any.value
 }
 
 // Save writes s atomically (temp file, fsync, rename, fsync dir) to dir/FileName.
@@ -80,7 +92,18 @@ func Save(dir string, s *Snapshot) error {
 		}
 		return res[i].Name < res[j].Name
 	})
-	b, err := json.Marshal(fileV2{Format: formatVersion, NodeID: s.NodeID, LastConfirmed: s.LastConfirmed.UTC(), Manifest: mb, Resources: res})
+	if len(s.Trust) > MaxPath {
+		return fmt.Errorf("save last-known-good: trust path of %d endorsements, limit %d", len(s.Trust), MaxPath)
+	}
+	var trust []fileEndors
+	for i, e := range s.Trust {
+		b, err := proto.Marshal(e.Manifest)
+		if err != nil {
+			return fmt.Errorf("save last-known-good: trust[%d]: %w", i, err)
+		}
+		trust = append(trust, fileEndors{Manifest: b, RootCA: e.RootCA})
+	}
+	b, err := json.Marshal(fileV2{Format: formatVersion, NodeID: s.NodeID, LastConfirmed: s.LastConfirmed.UTC(), Manifest: mb, Resources: res, Trust: trust})
 	if err != nil {
 		return fmt.Errorf("save last-known-good: %w", err)
 	}
@@ -90,11 +113,12 @@ func Save(dir string, s *Snapshot) error {
 	return atomicfile.Write(filepath.Join(dir, FileName), b, 0o600)
 }
 
-// Load reads dir/FileName and verifies it against the trusted publisher key for
-// nodeID at now. It returns the snapshot and its verified manifest, or an error
-// wrapping ErrNoSnapshot, a manifest sentinel (manifest.ErrSignature, ErrNode,
-// ErrExpired, ErrMismatch, ...) or a decode error.
-func Load(dir string, pub ed25519.PublicKey, nodeID string, now time.Time) (*Snapshot, *manifest.Manifest, error) {
+// Load reads dir/FileName and verifies it for nodeID at now, starting from
+// trust (the --ca-root roots, the pinned key). It returns the snapshot and its
+// verified manifest, or an error wrapping ErrNoSnapshot, ErrTrustPath, a
+// manifest sentinel (manifest.ErrSignature, ErrNode, ErrExpired, ErrMismatch,
+// ErrChain, ...) or a decode error.
+func Load(dir string, trust manifest.Trust, nodeID string, now time.Time) (*Snapshot, *manifest.Manifest, error) {
 	path := filepath.Join(dir, FileName)
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -111,11 +135,11 @@ func Load(dir string, pub ed25519.PublicKey, nodeID string, now time.Time) (*Sna
 	if len(b) > MaxFileBytes {
 		return nil, nil, fmt.Errorf("last-known-good %s: larger than %d bytes", path, MaxFileBytes)
 	}
-	return Decode(b, pub, nodeID, now)
+	return Decode(b, trust, nodeID, now)
 }
 
 // Decode verifies file content; Load's checks without the file system.
-func Decode(b []byte, pub ed25519.PublicKey, nodeID string, now time.Time) (*Snapshot, *manifest.Manifest, error) {
+func Decode(b []byte, trust manifest.Trust, nodeID string, now time.Time) (*Snapshot, *manifest.Manifest, error) {
 	var fv fileV2
 	if err := json.Unmarshal(b, &fv); err != nil {
 		return nil, nil, fmt.Errorf("last-known-good: decode: %w", err)
@@ -127,7 +151,24 @@ func Decode(b []byte, pub ed25519.PublicKey, nodeID string, now time.Time) (*Sna
 	if err != nil {
 		return nil, nil, fmt.Errorf("last-known-good: manifest: %w", err)
 	}
-	m, err := manifest.Verify(pub, sm, nodeID, now)
+	if len(fv.Trust) > MaxPath {
+		return nil, nil, fmt.Errorf("last-known-good: %w: %d endorsements, limit %d: update --ca-root", ErrTrustPath, len(fv.Trust), MaxPath)
+	}
+	path := make([]Endorsement, 0, len(fv.Trust))
+	for i, e := range fv.Trust {
+		esm, err := manifest.Decode(e.Manifest)
+		if err != nil {
+			return nil, nil, fmt.Errorf("last-known-good: %w: trust[%d]: %w", ErrTrustPath, i, err)
+		}
+		path = append(path, Endorsement{Manifest: esm, RootCA: e.RootCA})
+	}
+	signer, err := Follow(trust, path, nodeID, now)
+	if err != nil {
+		return nil, nil, fmt.Errorf("last-known-good: %w", err)
+	}
+	// The publisher certificate is judged when it signed: one that expired
+	// since does not void the snapshot (manifest.Trust.VerifyStored).
+	m, err := signer.VerifyStored(sm, nodeID, now)
 	if err != nil {
 		return nil, nil, fmt.Errorf("last-known-good: %w", err)
 	}
@@ -156,7 +197,10 @@ func Decode(b []byte, pub ed25519.PublicKey, nodeID string, now time.Time) (*Sna
 	if last.IsZero() {
 		last = m.IssuedAt
 	}
-	return &Snapshot{NodeID: fv.NodeID, Resources: fv.Resources, Manifest: sm, LastConfirmed: last}, m, nil
+	if len(path) == 0 {
+		path = nil
+	}
+	return &Snapshot{NodeID: fv.NodeID, Resources: fv.Resources, Manifest: sm, LastConfirmed: last, Trust: path}, m, nil
 }
 
 // Any returns the resource as an Any.

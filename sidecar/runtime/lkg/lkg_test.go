@@ -58,7 +58,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	if err := Save(dir, s); err != nil {
 		t.Fatal(err)
 	}
-	got, m, err := Load(dir, priv.Public().(ed25519.PublicKey), "reviews-1", t0.Add(time.Hour))
+	got, m, err := Load(dir, manifest.Trust{Pin: priv.Public().(ed25519.PublicKey)}, "reviews-1", t0.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestLoadRefusals(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			_, _, err := Load(dir, pub, tc.node, tc.now)
+			_, _, err := Load(dir, manifest.Trust{Pin: pub}, tc.node, tc.now)
 			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) || (tc.wantMsg != "" && err.Error() != tc.wantMsg) {
 				t.Fatalf("err = %v, want %v %q", err, tc.want, tc.wantMsg)
 			}
@@ -134,7 +134,7 @@ func TestEveryByteFlipIsRefused(t *testing.T) {
 	for i := range orig {
 		b := append([]byte(nil), orig...)
 		b[i] ^= 0x01
-		got, _, err := Decode(b, pub, "reviews-1", t0.Add(time.Hour))
+		got, _, err := Decode(b, manifest.Trust{Pin: pub}, "reviews-1", t0.Add(time.Hour))
 		if err != nil {
 			continue
 		}
@@ -147,7 +147,7 @@ func TestEveryByteFlipIsRefused(t *testing.T) {
 }
 
 func TestNoSnapshot(t *testing.T) {
-	_, _, err := Load(t.TempDir(), nil, "x", t0)
+	_, _, err := Load(t.TempDir(), manifest.Trust{}, "x", t0)
 	if !errors.Is(err, ErrNoSnapshot) {
 		t.Fatalf("err = %v", err)
 	}
@@ -180,7 +180,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s, m, err := Decode(b, priv.Public().(ed25519.PublicKey), "reviews-1", t0)
+		s, m, err := Decode(b, manifest.Trust{Pin: priv.Public().(ed25519.PublicKey)}, "reviews-1", t0)
 		if err == nil && (s == nil || m == nil || m.NodeID != "reviews-1") {
 			t.Fatalf("accepted without a verified manifest for this node")
 		}
