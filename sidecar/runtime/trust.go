@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -14,13 +13,6 @@ import (
 	"github.com/weft-mesh/weft/sidecar/xdsclient"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
 )
-
-// RootCASecret is the ROOTCA Secret as decoded while sidecar/xdsresource does
-// not decode Secrets itself (the mTLS layer's decoder, sidecar/xdsresource
-// tls.go, replaces it): the runtime only needs its bundle, and checks it here.
-type RootCASecret struct {
-	Name string
-}
 
 // DecodeSecret decodes an SDS Secret as the sidecar does (Decode calls it;
 // pilot runs it on what it sends). ROOTCA's trust bundle is checked here
@@ -42,19 +34,7 @@ func DecodeSecret(a *anypb.Any) (string, any, error) {
 			return name, nil, fmt.Errorf("%w: %v", xdsresource.ErrInvalid, err)
 		}
 	}
-	n, v, err := xdsresource.Decode(xdsclient.TypeSecret, a)
-	if err == nil {
-		return n, v, nil
-	}
-	if !strings.Contains(err.Error(), "unsupported type") {
-		return name, nil, err
-	}
-	// xdsresource does not decode Secrets yet: accept ROOTCA (checked above),
-	// refuse what nothing would read.
-	if name != manifest.RootCAName {
-		return name, nil, fmt.Errorf("%w: secret %q: only %s is decoded", xdsresource.ErrInvalid, name, manifest.RootCAName)
-	}
-	return name, &RootCASecret{Name: name}, nil
+	return xdsresource.Decode(xdsclient.TypeSecret, a)
 }
 
 // trustStep is what activating a manifest does to trust: the path to persist

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/weft-mesh/weft/certs/ca"
 	"github.com/weft-mesh/weft/certs/manifest"
+	"github.com/weft-mesh/weft/certs/revoke"
 	"github.com/weft-mesh/weft/certs/spiffe"
 	"github.com/weft-mesh/weft/sidecar/runtime/lkg"
 	"github.com/weft-mesh/weft/sidecar/xdsclient"
@@ -24,8 +26,9 @@ import (
 
 // meshCA is the mesh CA on the test clock, and publishers it certifies.
 type meshCA struct {
-	t  *testing.T
-	ca *ca.CA
+	t      *testing.T
+	ca     *ca.CA
+	secret map[string]*anypb.Any // ROOTCA by bundle PEM: one CRL per bundle, as pilot re-signs it only when due
 }
 
 func newMeshCA(t *testing.T, e *env) *meshCA {
@@ -34,7 +37,7 @@ func newMeshCA(t *testing.T, e *env) *meshCA {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &meshCA{t: t, ca: c}
+	return &meshCA{t: t, ca: c, secret: map[string]*anypb.Any{}}
 }
 
 // publisher is a new key certified for ttl from now by the CA's current signer.
@@ -58,13 +61,24 @@ func (m *meshCA) publisher(ttl time.Duration) (ed25519.PrivateKey, []*x509.Certi
 // rootCA is the ROOTCA Secret carrying the CA's current bundle, as pilot sends it.
 func (m *meshCA) rootCA() *anypb.Any {
 	m.t.Helper()
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&tlsv3.Secret{Name: manifest.RootCAName,
-		Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-			TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: m.ca.Bundle().PEM()}}}}})
+	if a, ok := m.secret[string(m.ca.Bundle().PEM())]; ok {
+		return a
+	}
+	issuer, key := m.ca.CRLSigner()
+	crl, err := revoke.Build(issuer, key, 1, nil, m.ca.Signer().NotBefore, time.Hour)
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	return &anypb.Any{TypeUrl: xdsclient.TypeSecret, Value: b}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&tlsv3.Secret{Name: manifest.RootCAName,
+		Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+			TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: m.ca.Bundle().PEM()}},
+			Crl:       &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: crl})}}}}})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	a := &anypb.Any{TypeUrl: xdsclient.TypeSecret, Value: b}
+	m.secret[string(m.ca.Bundle().PEM())] = a
+	return a
 }
 
 // caRuntime is a runtime trusting roots (the sidecar's --ca-root), no pin.
@@ -255,9 +269,14 @@ func TestRootRotation(t *testing.T) {
 	if err := e.push(r, m, k1, c1, 2); err != nil { // ROOTCA {old, new}, signed under the old root
 		t.Fatalf("overlap bundle: %v", err)
 	}
-	k2, c2 := m.publisher(24 * time.Hour) // under the new root
 	if err := m.ca.FinishRotation(); err != nil {
 		t.Fatal(err)
+	}
+	// Under the new root only (during the overlap certs/ca adds the new root
+	// cross-signed by the old, which the old root alone verifies).
+	k2, c2 := m.publisher(24 * time.Hour)
+	if len(c2) != 1 {
+		t.Fatalf("publisher chain after the rotation: %d certificates", len(c2))
 	}
 	fresh := e.runtime(func(c *Config) { c.PublisherKey, c.TrustRoots, c.StateDir = nil, oldRoots, t.TempDir() })
 	if err := e.push(fresh, m, k2, c2, 3); err == nil || !strings.Contains(err.Error(), "(publisher chain)") {

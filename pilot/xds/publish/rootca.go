@@ -62,13 +62,11 @@ func (c *rootCACache) get() *rootCA {
 // validation_context{trusted_ca{inline_bytes: bundle PEM}, crl{inline_bytes:
 // CRL PEM}}}.
 func rootCAResource(t *ca.Trust) (snapshot.Resource, error) {
-	if len(t.BundlePEM) == 0 {
-		return snapshot.Resource{}, fmt.Errorf("trust version %q: no bundle", t.Version)
+	if len(t.BundlePEM) == 0 || len(t.CRLPEM) == 0 {
+		return snapshot.Resource{}, fmt.Errorf("trust version %q: bundle and CRL required", t.Version)
 	}
-	vc := &tlsv3.CertificateValidationContext{TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: t.BundlePEM}}}
-	if len(t.CRLPEM) > 0 {
-		vc.Crl = &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: t.CRLPEM}}
-	}
+	vc := &tlsv3.CertificateValidationContext{TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: t.BundlePEM}},
+		Crl: &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: t.CRLPEM}}}
 	s := &tlsv3.Secret{Name: manifest.RootCAName, Type: &tlsv3.Secret_ValidationContext{ValidationContext: vc}}
 	r, err := snapshot.NewResource(snapshot.SecretType, manifest.RootCAName, s)
 	if err != nil {
