@@ -233,8 +233,7 @@ func (s *Service) Register(g *grpc.Server) { g.RegisterService(&csrrpc.ServiceDe
 // It has tls.Config.GetCertificate's signature: each handshake gets the current
 // certificate, so a renewal applies to new connections. hello may be nil.
 func (s *Service) ServingCert(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	c := s.serving.Load().tls
-	return &c, nil
+	return &s.serving.Load().tls, nil // immutable: a renewal stores a new leafCert
 }
 
 // ClientCAs is the current trust bundle as a pool (during a rotation old and
