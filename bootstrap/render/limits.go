@@ -37,6 +37,9 @@ const (
 	// upstream connection (maxPendingRequests' queue) before it overflows with
 	// maxConnections.
 	DefaultPendingTimeout = time.Second
+	// DefaultCRLGrace is how long past its NextUpdate the sidecar still uses a
+	// CRL (revoke.DefaultGrace); after it, new mTLS handshakes are refused.
+	DefaultCRLGrace = time.Hour
 )
 
 // Bounds of the overload flags (the packages that apply them check the same).
@@ -62,6 +65,7 @@ const (
 	MinMaxRetryBody      = 1 << 10
 	MaxMaxRetryBody      = 16 << 20
 	MaxPendingTimeout    = time.Minute
+	MaxCRLGrace          = 24 * time.Hour // sidecar/mtls.MaxCRLGrace
 )
 
 // Limits are the sidecar's own overload bounds, validated, defaults applied.
@@ -90,6 +94,8 @@ type Limits struct {
 	MaxRetryBody int
 	// PendingTimeout bounds a pending request's wait for an upstream connection.
 	PendingTimeout time.Duration
+	// CRLGrace is how long past NextUpdate a CRL is still used (mTLS).
+	CRLGrace time.Duration
 }
 
 // DefaultLimits are the bounds with no flag given.
@@ -101,7 +107,7 @@ func DefaultLimits() Limits {
 		ReadHeaderTimeout: DefaultReadHeaderTimeout, IdleTimeout: DefaultIdleTimeout, DefaultRouteTimeout: DefaultRouteTimeout,
 		DrainTimeout: DefaultDrainTimeout,
 		MemoryLimit:  DefaultMemoryLimit, MemoryHighWater: DefaultMemoryHighWater, MaxRetryBody: DefaultMaxRetryBody,
-		PendingTimeout: DefaultPendingTimeout}
+		PendingTimeout: DefaultPendingTimeout, CRLGrace: DefaultCRLGrace}
 }
 
 // FileLimits are the overload keys of the bootstrap file (and the flags' raw
@@ -126,6 +132,7 @@ type FileLimits struct {
 	MemoryHighWater           float64 `json:"memory-high-water,omitempty"`
 	MaxRetryBody              string  `json:"max-retry-body,omitempty"`
 	PendingTimeout            string  `json:"pending-timeout,omitempty"`
+	CRLGrace                  string  `json:"crl-grace,omitempty"`
 }
 
 // limitFlags registers the overload flags on fs, writing into l.
@@ -145,6 +152,7 @@ func limitFlags(fs *flag.FlagSet, l *FileLimits) {
 	fs.StringVar(&l.DefaultRouteTimeout, "default-route-timeout", "", "timeout of routes that set none; 0s disables (default 15s, Envoy's)")
 	fs.StringVar(&l.DrainTimeout, "drain-timeout", "", "on shutdown, time HTTP/2 streams get to finish after GOAWAY before connections are closed (default 5s)")
 	fs.StringVar(&l.MemoryLimit, "memory-limit", "", "memory ceiling: the Go soft limit and the base of --memory-high-water (default 256MiB)")
+	fs.StringVar(&l.CRLGrace, "crl-grace", "", "how long past its NextUpdate the revocation list is still used; after it new mTLS handshakes are refused (default 1h, at most 24h)")
 	fs.StringVar(&l.PendingTimeout, "pending-timeout", "", "longest a request waits for an upstream connection when a Service's maxConnections is reached (one of its maxPendingRequests) before a 503 maxConnections overflow (default 1s)")
 	fs.StringVar(&l.MaxRetryBody, "max-retry-body", "", "longest request body kept for replay by retries and fallbacks; a longer one is sent once, not retried (default 64KiB)")
 	fs.Float64Var(&l.MemoryHighWater, "memory-high-water", 0, fmt.Sprintf("fraction of --memory-limit at which new requests are shed with 503 (default %v)", DefaultMemoryHighWater))
@@ -169,7 +177,7 @@ func (l *FileLimits) override(cmd FileLimits, set map[string]bool) {
 		"read-header-timeout": {&l.ReadHeaderTimeout, &cmd.ReadHeaderTimeout}, "idle-timeout": {&l.IdleTimeout, &cmd.IdleTimeout},
 		"default-route-timeout": {&l.DefaultRouteTimeout, &cmd.DefaultRouteTimeout}, "memory-limit": {&l.MemoryLimit, &cmd.MemoryLimit},
 		"drain-timeout": {&l.DrainTimeout, &cmd.DrainTimeout}, "max-retry-body": {&l.MaxRetryBody, &cmd.MaxRetryBody},
-		"pending-timeout": {&l.PendingTimeout, &cmd.PendingTimeout},
+		"pending-timeout": {&l.PendingTimeout, &cmd.PendingTimeout}, "crl-grace": {&l.CRLGrace, &cmd.CRLGrace},
 	}
 	for name, v := range strs {
 		if set[name] {
@@ -245,6 +253,7 @@ func (l FileLimits) Limits() (Limits, error) {
 		size("memory-limit", l.MemoryLimit, MinMemoryLimit, MaxMemoryLimit, func(n int64) { out.MemoryLimit = n }),
 		size("max-retry-body", l.MaxRetryBody, MinMaxRetryBody, MaxMaxRetryBody, toInt(&out.MaxRetryBody)),
 		dur("pending-timeout", l.PendingTimeout, false, MaxPendingTimeout, &out.PendingTimeout),
+		dur("crl-grace", l.CRLGrace, false, MaxCRLGrace, &out.CRLGrace),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Limits{}, err

@@ -50,6 +50,8 @@ func TestLimitFlagsAtBoundsAndOnePast(t *testing.T) {
 		{"max-retry-body", "16MiB", "16385KiB", func(l Limits) bool { return l.MaxRetryBody == 16<<20 }},
 		{"pending-timeout", "1m", "1m0.000000001s", func(l Limits) bool { return l.PendingTimeout == time.Minute }},
 		{"pending-timeout", "1ns", "0s", func(l Limits) bool { return l.PendingTimeout == 1 }},
+		{"crl-grace", "24h", "24h0m0.000000001s", func(l Limits) bool { return l.CRLGrace == 24*time.Hour }},
+		{"crl-grace", "1ns", "0s", func(l Limits) bool { return l.CRLGrace == 1 }},
 		{"memory-high-water", "0.1", "0.09", func(l Limits) bool { return l.MemoryHighWater == 0.1 }},
 		{"memory-high-water", "1", "1.01", func(l Limits) bool { return l.MemoryHighWater == 1 }},
 	}

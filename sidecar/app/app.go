@@ -190,7 +190,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	var mt *mtls.Manager
 	if s.Identity() {
 		var err error
-		if mt, err = mtls.New(mtls.Config{SVID: holder, Logger: log.Named("mtls")}); err != nil {
+		if mt, err = mtls.New(mtls.Config{SVID: holder, Logger: log.Named("mtls"), CRLGrace: s.Limits.CRLGrace}); err != nil {
 			return fmt.Errorf("sidecar: %w", err)
 		}
 		copts.MTLS = mt
@@ -598,5 +598,6 @@ func limitGauges(l render.Limits) map[string]float64 {
 		"memory_high_water_fraction":    l.MemoryHighWater,
 		"max_retry_body_bytes":          float64(l.MaxRetryBody),
 		"pending_timeout_seconds":       l.PendingTimeout.Seconds(),
+		"crl_grace_seconds":             l.CRLGrace.Seconds(),
 	}
 }
