@@ -32,7 +32,6 @@ import (
 	"github.com/weft-mesh/weft/certs/revoke"
 	"github.com/weft-mesh/weft/certs/token"
 	"github.com/weft-mesh/weft/pilot/resource"
-	"github.com/weft-mesh/weft/pilot/server"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -465,9 +464,6 @@ func servingLeaf(s *Service) *x509.Certificate {
 	c, _ := s.ServingCert(nil)
 	return c.Leaf
 }
-
-// Service is what pilot/server runs as its mesh CA.
-var _ server.Authority = (*Service)(nil)
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
