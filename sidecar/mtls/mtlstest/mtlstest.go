@@ -8,7 +8,6 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -21,63 +20,43 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/weft-mesh/weft/certs/bundle"
+	"github.com/weft-mesh/weft/certs/ca"
 	"github.com/weft-mesh/weft/certs/revoke"
 	"github.com/weft-mesh/weft/sidecar/svid"
 )
 
-// CA is a self-signed test root that issues SVIDs and signs CRLs.
+// CA is a mesh CA for tests: certs/ca's (a self-signed root in a temp dir, as
+// pilot's), which issues workload SVIDs and signs CRLs.
 type CA struct {
-	Cert *x509.Certificate
+	CA   *ca.CA
+	Cert *x509.Certificate // the root (CRL signer)
 	Key  crypto.Signer
 }
 
-// NewCA makes a root valid from an hour before now to a year after.
+// NewCA opens a fresh certs/ca CA for trust domain cluster.local.
 func NewCA(t testing.TB, name string) *CA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, err := ca.Open(ca.Config{Dir: filepath.Join(t.TempDir(), "ca-"+name), TrustDomain: "cluster.local"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(t),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(365 * 24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &CA{Cert: c, Key: key}
+	cert, key := c.CRLSigner()
+	return &CA{CA: c, Cert: cert, Key: key}
 }
 
 func serial(t testing.TB) *big.Int {
-	s, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	s, err := ca.Serial()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.Add(s, big.NewInt(1))
+	return s
 }
 
-// Bundle is a trust bundle of this root alone.
-func (ca *CA) Bundle(t testing.TB) *bundle.Bundle {
-	t.Helper()
-	b, err := bundle.New(ca.Cert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+// Bundle is the CA's trust bundle.
+func (c *CA) Bundle(t testing.TB) *bundle.Bundle { return c.CA.Bundle() }
 
-// Issue makes an SVID for id valid from notBefore to notAfter.
+// Issue makes an SVID for id valid from notBefore to notAfter, signed by the
+// root (certs/ca signs with now as NotBefore; tests of expiry need both ends).
 func (ca *CA) Issue(t testing.TB, id string, notBefore, notAfter time.Time) *svid.SVID {
 	t.Helper()
 	sid, err := spiffeid.FromString(id)
@@ -112,10 +91,27 @@ func (ca *CA) Issue(t testing.TB, id string, notBefore, notAfter time.Time) *svi
 	return s
 }
 
-// Workload issues a day-long SVID spiffe://<td>/ns/<ns>/sa/<sa>.
-func (ca *CA) Workload(t testing.TB, td, ns, sa string) *svid.SVID {
-	now := time.Now()
-	return ca.Issue(t, fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", td, ns, sa), now.Add(-time.Minute), now.Add(24*time.Hour))
+// Workload issues a day-long SVID spiffe://<td>/ns/<ns>/sa/<sa> with certs/ca's
+// Sign path (what pilot issues).
+func (c *CA) Workload(t testing.TB, td, ns, sa string) *svid.SVID {
+	t.Helper()
+	id, err := spiffeid.FromString(fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", td, ns, sa))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, err := c.CA.SignKey(key.Public(), id, nil, nil, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := svid.New(chain, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // CRLPEM signs a CRL (number, thisUpdate, validity) revoking serials, as PEM.
@@ -142,10 +138,8 @@ func (ca *CA) CRL(t testing.TB, number int64, thisUpdate time.Time, validity tim
 	return c
 }
 
-// RootPEM is the root certificate as PEM (a bundle of one).
-func (ca *CA) RootPEM() []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw})
-}
+// RootPEM is the trust bundle as PEM (root.pem).
+func (c *CA) RootPEM() []byte { return c.CA.Bundle().PEM() }
 
 // WriteSVID writes s's chain and key as PEM files cert.pem and key.pem in dir
 // and returns their paths.
