@@ -66,7 +66,7 @@ func newService(t testing.TB, dir string, mod func(*ServiceConfig)) *Service {
 // serveTLS serves s's CSR service on a real TLS listener that asks for (but
 // does not itself verify) client certificates, so the service's own check is
 // what is tested.
-func serveTLS(t *testing.T, s *Service) string {
+func serveTLS(t testing.TB, s *Service) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -102,7 +102,7 @@ func (w *workload) csr(t testing.TB, id string) []byte {
 	return der
 }
 
-func dial(t *testing.T, s *Service, addr string, client []*x509.Certificate, key any) *grpc.ClientConn {
+func dial(t testing.TB, s *Service, addr string, client []*x509.Certificate, key any) *grpc.ClientConn {
 	t.Helper()
 	cfg := &tls.Config{RootCAs: s.Bundle().Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
 	if client != nil {
