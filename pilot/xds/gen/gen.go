@@ -139,13 +139,6 @@ type class struct {
 	authz authzPick // the authorization policies and overrides that apply to it
 }
 
-// sidecarTLSDecoded is false until the sidecar decodes TLS transport sockets
-// (sidecar/xdsresource tls.go, the mtls work of issue #9): pilot checks every
-// sidecar snapshot with the sidecar's decoder, which refuses them today, so
-// Weft sidecars get no TLS chains or transport sockets yet. Proxyless nodes
-// do. Removed (with this constant) when the decoder lands.
-const sidecarTLSDecoded = false
-
 // tlsChains reports whether the inbound listener has TLS chains.
 func (c class) tlsChains() bool { return c.tls && c.mode != ir.MTLSDisable }
 
@@ -154,7 +147,7 @@ type classKey string
 
 func workloadClass(mesh *ir.Mesh, n *node.Node) class {
 	c := class{namespace: n.Namespace, inboundPort: n.InboundPort, staleness: pickStaleness(mesh, n),
-		tls: sidecarTLSDecoded && n.Identity != "", authz: pickAuthz(mesh, n.Namespace, n.Labels)}
+		tls: n.Identity != "", authz: pickAuthz(mesh, n.Namespace, n.Labels)}
 	c.mode, _ = mesh.MTLSMode(n.Namespace, n.Labels)
 	if c.inboundPort == 0 {
 		c.inboundPort = InboundPort
