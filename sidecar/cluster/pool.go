@@ -409,23 +409,34 @@ func (c *Conn) quiet() bool {
 	if err := c.rc.Control(c.peekFn); err != nil {
 		return false
 	}
-	if c.peekBad && c.tls {
-		return c.quietTLS()
+	if c.tls {
+		return c.quietTLS(c.peekBad)
 	}
 	return !c.peekBad
 }
 
-// longAgo is a read deadline already passed: a read returns what has arrived
-// and never waits.
+// longAgo is a read deadline already passed: a read returns only what crypto/tls
+// has buffered and never touches the socket.
 var longAgo = time.Unix(1, 0)
 
-// quietTLS lets crypto/tls read, without waiting, the records that arrived on an
-// idle mTLS connection: a server's session tickets (TLS 1.3 sends them after
-// the handshake) are consumed and the connection stays usable; application data,
-// an alert or the peer's close mean it must not carry another request. A read
-// deadline's timeout is not sticky in crypto/tls, and the next user sets its own.
-func (c *Conn) quietTLS() bool {
-	_ = c.Conn.SetReadDeadline(longAgo)
+// TLSPeekWait bounds how long the idle check of an mTLS connection with bytes
+// waiting in its socket lets crypto/tls read them (a record in flight).
+const TLSPeekWait = time.Millisecond
+
+// quietTLS is the idle check of an mTLS connection. crypto/tls may hold records
+// it read ahead (raw, undecrypted), and the socket may hold records that are
+// not data (a session ticket, a key update): a read that cannot wait lets
+// crypto/tls process both. Application data, an alert or the peer's close mean
+// the connection must not carry another request; a timeout means quiet. With
+// nothing in the socket (waiting false) the read never reaches it; otherwise it
+// may wait TLSPeekWait. A read deadline's timeout is not sticky in crypto/tls,
+// and the next user sets its own deadline.
+func (c *Conn) quietTLS(waiting bool) bool {
+	d := longAgo
+	if waiting {
+		d = time.Now().Add(TLSPeekWait)
+	}
+	_ = c.Conn.SetReadDeadline(d)
 	_, err := c.R.Peek(1)
 	if c.R.Buffered() > 0 {
 		return false
