@@ -523,3 +523,27 @@ func TestCRLValidityChangeApplies(t *testing.T) {
 		return crl.Number() > first.Number() && crl.NextUpdate().Sub(crl.ThisUpdate()) == MinCRLValidity
 	})
 }
+
+// pilot's own certificates are renewed at half their life by Run.
+func TestOwnCertificatesRenewedAtHalfLife(t *testing.T) {
+	s := newService(t, t.TempDir(), func(c *ServiceConfig) { c.CertTTL = func() time.Duration { return 4 * time.Second } })
+	serving := servingLeaf(s)
+	_, pub := s.Publisher()
+	c, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(c) }()
+	defer func() { cancel(); <-done }()
+	testkit.Eventually(t, 10*time.Second, "serving and publisher certificates renewed", func() bool {
+		_, p := s.Publisher()
+		return !servingLeaf(s).Equal(serving) && !p[0].Equal(pub[0])
+	})
+	renewedAt := time.Now()
+	// Not before half of the old one's life (issued at most 1s before its
+	// NotAfter-4s, as X.509 times are whole seconds).
+	if half := serving.NotAfter.Add(-2*time.Second - time.Second); renewedAt.Before(half) {
+		t.Fatalf("renewed at %v, before half life %v", renewedAt, half)
+	}
+	if !servingLeaf(s).NotAfter.After(serving.NotAfter) {
+		t.Fatal("the renewed certificate does not outlive the old one")
+	}
+}
