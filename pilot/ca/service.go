@@ -311,12 +311,25 @@ func (s *Service) sign(ctx context.Context, req *wrapperspb.BytesValue) (*wrappe
 		s.log.Warn("CSR refused", "granted", grant.String(), "node", node, "error", err)
 		return nil, status.Error(codes.PermissionDenied, err.Error())
 	}
-	chain, err := s.issue(func() ([]*x509.Certificate, error) { return s.ca.Sign(csr, grant, s.certTTL()) }, node, false)
+	if pub, ok := csr.PublicKey.(*ecdsa.PublicKey); !ok || pub.Curve != elliptic.P256() {
+		return nil, status.Errorf(codes.InvalidArgument, "csr for %s: key is %T, want ECDSA P-256", grant, csr.PublicKey)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "csr for %s: signature: %v", grant, err)
+	}
+	ttl := s.certTTL()
+	if ttl > certca.MaxTTL {
+		return nil, status.Errorf(codes.FailedPrecondition, "certificateTTL %v is over the CA's bound of %v", ttl, certca.MaxTTL)
+	}
+	chain, err := s.issue(func() ([]*x509.Certificate, error) { return s.ca.Sign(csr, grant, ttl) }, node, false)
 	if err != nil {
 		if errors.Is(err, ErrRegistryFull) {
 			return nil, status.Error(codes.ResourceExhausted, err.Error())
 		}
-		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+		// What the CSR could get wrong is checked above: this is the CA's own
+		// failure (an expired signer, a broken key).
+		s.log.Error("signing a CSR", "spiffe_id", grant.String(), "error", err)
+		return nil, status.Errorf(codes.Internal, "sign %s: %v", grant, err)
 	}
 	s.log.Info("certificate issued", "spiffe_id", grant.String(), "serial", serialKey(chain[0].SerialNumber), "not_after", chain[0].NotAfter, "node", node)
 	return wrapperspb.Bytes(certca.EncodeChain(chain)), nil

@@ -193,6 +193,8 @@ func TestEnrollRenewAndRefusals(t *testing.T) {
 		{"expired client certificate", mtls, w.csr(t, reviews), "", codes.Unauthenticated, "expired or is not yet valid", 25 * time.Hour},
 		{"CSR over MaxCSRBytes", anon, make([]byte, csrrpc.MaxCSRBytes), tok, codes.InvalidArgument, "csr:", 0},
 		{"CSR with DNS SANs", anon, dnsCSR(t, w), tok, codes.PermissionDenied, "CSR has DNS SANs", 0},
+		{"CSR on P-384", anon, p384CSR(t), tok, codes.InvalidArgument, "key is *ecdsa.PublicKey, want ECDSA P-256", 0},
+		{"CSR with a bad signature", anon, tamper(w.csr(t, reviews)), tok, codes.InvalidArgument, "csr", 0},
 		{"pilot's own certificate renewing as a workload", asPilot, w.csr(t, reviews), "", codes.PermissionDenied, "spiffe://cluster.local/weft/pilot: not a workload ID", 0},
 		{"bad authorization", anon, w.csr(t, reviews), " ", codes.Unauthenticated, "not \"Bearer <token>\"", 0},
 	} {
@@ -546,4 +548,21 @@ func TestOwnCertificatesRenewedAtHalfLife(t *testing.T) {
 	if !servingLeaf(s).NotAfter.After(serving.NotAfter) {
 		t.Fatal("the renewed certificate does not outlive the old one")
 	}
+}
+
+func p384CSR(t testing.TB) []byte {
+	k, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	u, _ := url.Parse(reviews)
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{URIs: []*url.URL{u}}, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
+}
+
+// tamper flips the last byte (inside the signature).
+func tamper(der []byte) []byte {
+	out := append([]byte(nil), der...)
+	out[len(out)-1] ^= 1
+	return out
 }
