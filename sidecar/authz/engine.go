@@ -29,6 +29,7 @@ type Engine struct {
 	overrides []string // names of the Override policies, sorted
 	sightings []Sighting
 	none      *policyStats // counts Expired decisions
+	paths     bool         // a policy has a path permission (UsesPaths)
 }
 
 type filter struct {
@@ -108,6 +109,9 @@ func New(cfg Config, st *State, now time.Time) (*Engine, error) {
 						e.sightings = append(e.sightings, Sighting{Name: name, Revision: o.Revision, FirstSeen: seen, Deadline: r.policies[j].deadline})
 					}
 				}
+			}
+			for j := range r.policies {
+				e.paths = e.paths || permissionsUsePaths(r.policies[j].p.Permissions)
 			}
 			*rs.out = r
 		}

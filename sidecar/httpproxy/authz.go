@@ -10,7 +10,10 @@ package httpproxy
 // CA); a plaintext caller is an outsider and gets no name: denials are logged,
 // at most one line per AuthzLogInterval, with the count of those left out.
 // Past authorization's staleness expiry (Config.AuthzExpired) every request on
-// such a chain is denied with reason "authorization state expired".
+// such a chain is denied with reason "authorization state expired". On a chain
+// whose policies name paths, a path not in normal form (authz.NormalPath) is
+// answered 400: Envoy as Istio configures it would normalize it; refusing
+// leaves no spelling of a path that reaches the application unjudged.
 
 import (
 	"net/http"
@@ -27,6 +30,9 @@ const (
 	AuthzPolicyHeader = "x-weft-authz-policy"
 	AuthzDeniedBody   = "RBAC: access denied"
 	AuthzExpiredBody  = "RBAC: access denied: authorization state expired"
+	// AuthzPathBody answers 400 a path not in normal form on a chain whose
+	// policies name paths ("//a", "/a/../b", "/%61"): refused, not rewritten.
+	AuthzPathBody = "RBAC: path not in normal form (empty, dot or percent-encoded unreserved segments)"
 	// AuthzLogInterval bounds denial logging to one line per interval.
 	AuthzLogInterval = time.Second
 )
@@ -72,6 +78,11 @@ func (p *Proxy) authorize(fc *dataplane.FilterChain, t *Target, port uint16, pat
 			p.logDenial(&d, t, path, now, reason)
 			return routeResult{status: http.StatusForbidden, local: LocalAuthz, reason: AuthzExpiredBody}, false
 		}
+	}
+	if e.UsesPaths() && !authz.NormalPath(path) {
+		// Refused rather than normalized (authz.NormalPath says why).
+		p.logDenial(&d, t, path, now, "path not in normal form")
+		return routeResult{status: http.StatusBadRequest, local: LocalAuthz, reason: AuthzPathBody}, false
 	}
 	method, _ := h.Get(":method")
 	d = e.Decide(authz.Request{Principal: t.Peer.String(), Method: method, Path: path, Port: port}, now)
