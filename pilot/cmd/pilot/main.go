@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/internal/version"
 	"github.com/weft-mesh/weft/pilot/ca"
 	"github.com/weft-mesh/weft/pilot/server"
@@ -29,7 +30,7 @@ func run() int {
 	fs.StringVar(&cfg.XDSAddr, "xds-addr", server.DefaultXDSAddr,
 		"plaintext xDS (ADS) gRPC address: clients may read, not register (unless --insecure-plaintext-registration); loopback by default")
 	fs.StringVar(&cfg.XDSTLSAddr, "xds-tls-addr", server.DefaultXDSTLSAddr,
-		"xDS and the CA's CSR service over TLS (TLS 1.3; client certificates verified against the mesh trust bundle); needs the mesh CA")
+		"xDS and the CA's CSR service over TLS (TLS 1.3; client certificates verified against the mesh trust bundle and CRL; without one a client may read, not register)")
 	fs.BoolVar(&cfg.InsecurePlaintextRegistration, "insecure-plaintext-registration", false,
 		"INSECURE: let any client of --xds-addr register as any workload (namespace and labels from its own metadata); for local development and tests only")
 	fs.StringVar(&cfg.TrustDomain, "trust-domain", server.DefaultTrustDomain, "the mesh's SPIFFE trust domain")
@@ -51,7 +52,7 @@ func run() int {
 	fs.IntVar(&lim.MaxUnacked, "xds-max-unacked", lim.MaxUnacked, "responses a proxy may leave unanswered before its stream is cut")
 	fs.DurationVar(&lim.SendTimeout, "xds-send-timeout", lim.SendTimeout, "a proxy that does not read a response within this is cut")
 	fs.IntVar(&lim.MaxSubscriptions, "xds-max-subscriptions", lim.MaxSubscriptions,
-		"resource names one ADS stream may subscribe to, over all types (each costs pilot ~200 bytes plus its length)")
+		"resource names one ADS stream with a client certificate (or plaintext registration) may subscribe to, over all types (each costs pilot about twice its length)")
 	fs.IntVar(&lim.MaxReadOnlySubscriptions, "xds-max-read-only-subscriptions", lim.MaxReadOnlySubscriptions,
 		"--xds-max-subscriptions for a stream that may not register (no client certificate)")
 	fs.IntVar(&lim.MaxResourceNameBytes, "xds-max-resource-name-bytes", lim.MaxResourceNameBytes, "bytes of one subscribed resource name")
@@ -66,6 +67,13 @@ func run() int {
 	cfg.Status = server.DefaultStatusLimits()
 	fs.IntVar(&cfg.Status.MaxOutlierEntries, "outlier-max-entries", cfg.Status.MaxOutlierEntries,
 		"ejection entries pilot holds from outlier reports over all proxies; a report past it is refused")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage of pilot:\n")
+		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "\nFixed bounds on what an xDS client presents (refused past them): node id %d bytes, %d labels, label key %d bytes and value %d bytes,\n"+
+			"other node fields %d bytes, node metadata %d bytes.\n", node.MaxIDBytes, node.MaxLabels, node.MaxLabelKeyBytes, node.MaxLabelValueBytes,
+			node.MaxFieldBytes, node.MaxMetadataBytes)
+	}
 	level := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	jsonLogs := fs.Bool("log-json", false, "log as JSON")
 	showVersion := fs.Bool("version", false, "print the version and exit")

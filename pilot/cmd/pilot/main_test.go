@@ -21,6 +21,14 @@ func TestVersionAndHelp(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "-data-dir") || !strings.Contains(string(out), "-version") {
 			t.Errorf("pilot %s: %v, output %q: want exit 0 and the flags", arg, err, out)
 		}
+		// Identity (issue #9): the listeners, the insecure mode and every xDS bound.
+		for _, f := range []string{"-xds-tls-addr", "-insecure-plaintext-registration", "-trust-domain", "-xds-max-subscriptions",
+			"-xds-max-read-only-subscriptions", "-xds-max-resource-name-bytes", "-xds-max-streams-per-identity", "-xds-max-streams-per-connection",
+			"-xds-max-recv-bytes", "node id 256 bytes, 64 labels", "default \"127.0.0.1:15010\"", "default \":15012\""} {
+			if !strings.Contains(string(out), f) {
+				t.Errorf("pilot %s: usage does not show %s", arg, f)
+			}
+		}
 	}
 	out, err := exec.Command(bin, "--no-such-flag").CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {

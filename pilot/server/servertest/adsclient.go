@@ -13,6 +13,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -74,12 +75,19 @@ type ClientOptions struct {
 	Initial map[string]map[string]string
 	// Silent records responses and never answers them (a proxy stuck applying).
 	Silent bool
+	// Creds are the transport's (TLS with a client certificate for pilot's
+	// TLS listener); nil is plaintext.
+	Creds credentials.TransportCredentials
 }
 
 // Dial opens one ADS stream to addr and subscribes; Close is registered with t.Cleanup.
 func Dial(t testing.TB, addr string, o ClientOptions) *Client {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := o.Creds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}

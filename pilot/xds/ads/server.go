@@ -65,13 +65,15 @@ func (f SourceFunc) Connect(n *node.Node) (Watch, error) { return f(n) }
 // Defaults of the bounds on what one peer may make pilot hold.
 const (
 	// DefaultMaxSubscriptions bounds the explicitly subscribed names of one
-	// stream over all types. A subscribed name costs pilot about 200 bytes
-	// beyond its own length (the subscription set, the classification's sorted
-	// lists, the request it came in; measured by TestSubscriptionMemory), so a
-	// stream at the bound holds about 1.5 MiB. A Weft sidecar names one EDS
-	// resource per cluster it routes to and one RDS resource per HTTP port:
-	// 4,096 covers a sidecar routing to ~4,000 clusters; beyond that a mesh
-	// scopes its sidecars.
+	// stream over all types. A subscribed name of L bytes costs pilot about
+	// 2L bytes of RSS (the subscription set and the request it came in, and
+	// the Go heap's headroom; conformance/attacker measured 127 names of 512
+	// bytes at ~126 KiB), so a stream at the bound with Weft's longest names
+	// holds ~3 MiB, and MaxStreamsPerIdentity bounds how many one identity
+	// opens from one address. A Weft sidecar names one EDS resource per
+	// cluster it routes to and one RDS resource per HTTP port: 4,096 covers a
+	// sidecar routing to ~4,000 clusters; beyond that a mesh scopes its
+	// sidecars.
 	DefaultMaxSubscriptions = 4096
 	// DefaultMaxReadOnlySubscriptions is MaxSubscriptions for a stream that
 	// may not register (no client certificate, and no plaintext registration):

@@ -10,15 +10,19 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/internal/outlierreport"
+	"github.com/weft-mesh/weft/pilot/ca"
 	"github.com/weft-mesh/weft/pilot/server"
 	"github.com/weft-mesh/weft/pilot/server/servertest"
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	"github.com/weft-mesh/weft/tools/testkit"
+	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -194,6 +198,52 @@ func TestEntriesBoundOverGRPC(t *testing.T) {
 	wantCode(t, "one past", send(b.Conn(), ejecting("web-b", "10.0.0.3:9080", "10.0.0.4:9080")), codes.ResourceExhausted,
 		"pilot's outlier entries are full: its 2 entries would make 4, at most 3")
 	if v := p.Outliers(t); v.Entries != 3 || v.MaxEntries != 3 {
+		t.Errorf("view: %+v", v)
+	}
+}
+
+// Over pilot's TLS listener a report is trusted by the SPIFFE ID of its
+// sender: the node's own identity is accepted from any of its connections,
+// another identity and a plaintext sender are refused.
+func TestReportsTrustedByIdentity(t *testing.T) {
+	var svc *ca.Service
+	p := servertest.Start(t, servertest.Options{Secure: true, CA: func(_ context.Context, env server.AuthorityEnv) (server.Authority, error) {
+		var err error
+		svc, err = ca.New(ca.ServiceConfig{DataDir: env.DataDir, TrustDomain: env.TrustDomain, Logger: env.Logger})
+		return svc, err
+	}})
+	rev := p.Apply(t, mesh)
+	svid := func(sa string) credentials.TransportCredentials {
+		tok, _, err := svc.IssueToken("shop", sa, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := proc.RequestSVID(t, p.XDSTLSAddr, svc.Bundle(), tok, "cluster.local", "shop", sa)
+		return proc.ClientTLS(t, svc.Bundle(), "cluster.local", &c)
+	}
+	n := &node.Node{ID: "web-0", Namespace: "shop", ServiceAccount: "web", Labels: map[string]string{"app": "web"}, Address: "127.0.1.1", InboundPort: 15006}
+	own := servertest.Dial(t, p.XDSTLSAddr, servertest.ClientOptions{Delta: true, Node: n.ToProto(), Types: snapshot.PushOrder, Creds: svid("web")})
+	p.WaitProxy(t, 10*time.Second, "web-0", "synced", func(ps status.ProxyStatus) bool { return ps.EffectiveRevision >= rev && ps.Status == status.Synced })
+	if err := send(own.Conn(), ejecting("web-0", "10.0.0.3:9080")); err != nil {
+		t.Fatalf("on its own stream's connection: %v", err)
+	}
+	dial := func(addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return cc
+	}
+	// Another connection, a new certificate, the same identity: accepted.
+	if err := send(dial(p.XDSTLSAddr, svid("web")), ejecting("web-0", "10.0.0.3:9080")); err != nil {
+		t.Fatalf("same identity, other connection: %v", err)
+	}
+	wantCode(t, "another identity", send(dial(p.XDSTLSAddr, svid("ratings")), ejecting("web-0", "10.0.0.4:9080")), codes.FailedPrecondition,
+		"outlier report of node web-0 from spiffe://cluster.local/ns/shop/sa/ratings: no ADS stream of this node from this peer")
+	wantCode(t, "plaintext", send(dial(p.XDSAddr, insecure.NewCredentials()), ejecting("web-0", "10.0.0.4:9080")), codes.FailedPrecondition,
+		"no ADS stream of this node from this peer")
+	if v := p.Outliers(t); v.Entries != 1 || v.Endpoints[0].Endpoint != "10.0.0.3:9080" {
 		t.Errorf("view: %+v", v)
 	}
 }
