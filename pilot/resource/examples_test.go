@@ -8,8 +8,8 @@ import (
 )
 
 // The examples directory is the API.md examples as one self-consistent set: it
-// must decode, and ValidateSet must find nothing but the warnings that say a kind
-// or field is not enforced by sidecars yet (issue #9's mTLS), and exactly those.
+// must decode, and ValidateSet must find nothing at all (not even a warning that
+// something is not enforced).
 func TestExamples(t *testing.T) {
 	objs, err := DecodePath("../../examples")
 	if err != nil {
@@ -31,17 +31,9 @@ func TestExamples(t *testing.T) {
 	if len(errs) != 0 {
 		t.Errorf("ValidateSet: errors %v", errs)
 	}
-	want := []string{
-		"MeshConfig/default: spec.defaultMtls:",
-		"PeerAuthentication/shop/default: kind:",
-	}
-	if len(warnings) != len(want) {
-		t.Fatalf("ValidateSet: warnings %q, want %d not-enforced ones", warnings, len(want))
-	}
-	for i, w := range warnings {
-		if !strings.HasPrefix(w, want[i]) || !strings.Contains(w, "accepted but not enforced") {
-			t.Errorf("warning %d: %q, want %q... accepted but not enforced", i, w, want[i])
-		}
+	// Since issue #9 every kind and field the examples use is enforced.
+	if len(warnings) != 0 {
+		t.Errorf("ValidateSet: warnings %q, want none", warnings)
 	}
 }
 

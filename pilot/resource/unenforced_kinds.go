@@ -5,9 +5,10 @@ import "fmt"
 // notEnforcedKinds are kinds pilot stores and compiles that no Weft sidecar acts on
 // yet, each with why: applying one answers a warning, so no policy is accepted and
 // silently left unenforced. Remove an entry when sidecars enforce the kind.
-var notEnforcedKinds = map[string]string{
-	KindPeerAuthentication: "sidecars do not speak mTLS yet (issue #9); traffic stays plaintext whatever spec.mtls says",
-}
+// Empty since issue #9: PeerAuthentication (mTLS chains by mode for sidecars
+// with an identity, auto-mTLS to their endpoints), AuthorizationPolicy and
+// Override (RBAC filters) are all enforced.
+var notEnforcedKinds = map[string]string{}
 
 // overrideActionWhy is why an Override whose action is ALLOW is not enforced:
 // pilot sends overrides as one RBAC DENY filter before every other policy
@@ -20,7 +21,8 @@ var notEnforcedMeshFields = []struct {
 	set   func(*MeshConfigSpec) bool
 	why   string
 }{
-	{"spec.defaultMtls", func(s *MeshConfigSpec) bool { return s.DefaultMTLS != "" }, "sidecars do not speak mTLS yet (issue #9)"},
+	// Empty: defaultMtls is enforced (the mode of workloads no
+	// PeerAuthentication selects), certificateTTL is the CA's lifetime.
 }
 
 // notEnforcedStalenessClasses are StalenessPolicy resources whose state sidecars

@@ -16,15 +16,13 @@ func TestUnenforcedKindWarnings(t *testing.T) {
 		o    *Object
 		want []string // substrings, one per warning, in order
 	}{
-		{"peer authentication", obj(KindPeerAuthentication, "shop", &PeerAuthenticationSpec{MTLS: "STRICT"}),
-			[]string{"PeerAuthentication/shop/x: kind: accepted but not enforced by Weft sidecars yet: sidecars do not speak mTLS"}},
+		{"peer authentication", obj(KindPeerAuthentication, "shop", &PeerAuthenticationSpec{MTLS: "STRICT"}), nil},
 		{"authorization policy", obj(KindAuthorizationPolicy, "shop", &AuthorizationPolicySpec{}), nil},
 		{"deny override", obj(KindOverride, "shop", &OverrideSpec{TTL: "1m", Action: "DENY"}), nil},
 		{"allow override", obj(KindOverride, "shop", &OverrideSpec{TTL: "1m", Action: "ALLOW"}),
 			[]string{"Override/shop/x: spec.action: accepted but not enforced by Weft sidecars yet: only DENY overrides"}},
 		{"mesh config trust domain only", obj(KindMeshConfig, "", &MeshConfigSpec{TrustDomain: "example.org"}), nil},
-		{"mesh config mtls and ttl", obj(KindMeshConfig, "", &MeshConfigSpec{DefaultMTLS: "STRICT", CertificateTTL: "24h"}),
-			[]string{"spec.defaultMtls: accepted but not enforced"}},
+		{"mesh config mtls and ttl", obj(KindMeshConfig, "", &MeshConfigSpec{DefaultMTLS: "STRICT", CertificateTTL: "24h"}), nil},
 		{"staleness for routing classes", obj(KindStalenessPolicy, "shop", &StalenessPolicySpec{Rules: []StalenessRule{
 			{Resource: "routes"}, {Resource: "endpoints"}}}), nil},
 		{"staleness for secrets and authorization", obj(KindStalenessPolicy, "shop", &StalenessPolicySpec{Rules: []StalenessRule{
