@@ -33,6 +33,13 @@
 # environment and ALT_FLAGS, for an A/B of a setting in the same interleaved run;
 # ALT_BIN=PATH runs that binary as sidecar-alt instead, for an A/B of two builds,
 # e.g. main's: CGO_ENABLED=0 go build -tags grpcnotrace -o /tmp/a/sidecar ./sidecar/cmd/sidecar;
+# targets sidecar-pair and sidecar-pair-mtls (issue #9) are the REAL sidecar pair:
+# client sidecar (with an identity: a token from meshctl, a certificate from pilot's
+# CA) -> server sidecar -> app, the hop between them pooled HTTP/2; in sidecar-pair
+# the server sidecar has no identity (h2c, plaintext), in sidecar-pair-mtls it has one
+# and its inbound is STRICT (mTLS 1.3, ALPN h2, SPIFFE IDs checked both ways, CRL on
+# every handshake). Both rows count both sidecars' CPU (per sidecar: half):
+# TARGETS="sidecar-pair sidecar-pair-mtls nginx" tools/bench/proxy/run.sh 3.
 # target sidecar-policy (issue #8) is the same real sidecar process as "sidecar" sent
 # "Host: bench-policy:9080": a second Service on the same app whose DestinationPolicy
 # sets circuit breaking (with a retry budget), every outlier detector and a local rate
@@ -45,7 +52,7 @@ DURATION=${DURATION:-10s}
 CONNS=${CONNS:-32}
 WRK_CONNS=${WRK_CONNS:-64}
 QPS=${QPS:-2000}
-TARGETS=${TARGETS:-direct sidecar sidecar-policy nginx benchproxy benchproxy2 benchproxy2h2 benchproxy2mtls}
+TARGETS=${TARGETS:-direct sidecar sidecar-policy sidecar-pair sidecar-pair-mtls nginx benchproxy benchproxy2 benchproxy2h2 benchproxy2mtls}
 PPROF_SECONDS=${PPROF_SECONDS:-8}
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 RUN=$(mktemp -d /tmp/weft-bench.XXXXXX)
@@ -207,6 +214,42 @@ spec:
   localRateLimit: {requestsPerSecond: 10000000, burst: 10000000}
 MESH
 fi
+PAIR=0
+[[ " $TARGETS " == *" sidecar-pair"* ]] && PAIR=1
+if [ "$PAIR" = 1 ]; then
+	for svc in pair pair-mtls; do
+		cat >>"$RUN/mesh.yaml" <<MESH
+---
+apiVersion: mesh.weft.dev/v1alpha1
+kind: Service
+metadata: {name: $svc, namespace: bench}
+spec:
+  selector: {app: $svc}
+  ports: [{name: http, port: 9080, targetPort: ${APP##*:}, protocol: HTTP}]
+---
+apiVersion: mesh.weft.dev/v1alpha1
+kind: Route
+metadata: {name: $svc, namespace: bench}
+spec:
+  hosts: [$svc]
+  http:
+  - name: all
+    match: [{path: {prefix: /}}]
+    route:
+    - destination: {service: $svc, port: 9080}
+      weight: 100
+MESH
+	done
+	cat >>"$RUN/mesh.yaml" <<MESH
+---
+apiVersion: mesh.weft.dev/v1alpha1
+kind: PeerAuthentication
+metadata: {name: pair-mtls, namespace: bench}
+spec:
+  selector: {app: pair-mtls}
+  mtls: STRICT
+MESH
+fi
 "$RUN/bin/meshctl" --pilot "http://$PILOT_IP:15014" apply -f "$RUN/mesh.yaml" >"$RUN/apply.log" 2>&1 || fail "meshctl apply failed"
 SIDECAR_FLAGS=${SIDECAR_FLAGS:-}  # with PPROF set: built with the profiler, --pprof added
 # shellcheck disable=SC2086 # SIDECAR_FLAGS is a word list
@@ -224,6 +267,35 @@ if [[ " $TARGETS " == *" sidecar-alt "* ]]; then
 		--state-dir "$RUN/state-alt" --admin-addr "$SCA_IP:15000" --outbound-addr "$SCA" ${ALT_FLAGS:-} >"$RUN/sidecar-alt.log" 2>&1
 	PID_SCA=$!
 fi
+PC_IP=$IP_PREFIX.15  # the pair's client sidecar (identity)
+SP_IP=$IP_PREFIX.13  # the plain pair's server sidecar (no identity: h2c)
+SM_IP=$IP_PREFIX.14  # the mTLS pair's server sidecar (identity, STRICT)
+PC=$PC_IP:15001
+PID_PC= PID_SP= PID_SM=
+if [ "$PAIR" = 1 ]; then
+	# ident NAME SA: the flags giving a sidecar an identity from pilot's CA.
+	ident() {
+		"$RUN/bin/meshctl" --pilot "http://$PILOT_IP:15014" token create --namespace bench --service-account "$2" --ttl 1h >"$RUN/$1.token" ||
+			fail "meshctl token create for $1"
+		echo --token-file "$RUN/$1.token" --ca-root "$RUN/pilot/ca/root.pem" --pilot "$PILOT_IP:15012"
+	}
+	# shellcheck disable=SC2046,SC2086 # word lists
+	start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/bin/sidecar" --node-id pair-plain --namespace bench --service-account pair \
+		--labels app=pair --address "$SP_IP" --pilot "$PILOT_IP:15010" --publisher-key "$RUN/pilot/publisher.pub" \
+		--state-dir "$RUN/state-sp" --admin-addr "$SP_IP:15000" --outbound-addr "$SP_IP:15001" $SIDECAR_FLAGS >"$RUN/sidecar-sp.log" 2>&1
+	PID_SP=$!
+	# shellcheck disable=SC2046,SC2086
+	start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/bin/sidecar" --node-id pair-mtls --namespace bench --service-account pair-mtls \
+		--labels app=pair-mtls --address "$SM_IP" $(ident sm pair-mtls) \
+		--state-dir "$RUN/state-sm" --admin-addr "$SM_IP:15000" --outbound-addr "$SM_IP:15001" $SIDECAR_FLAGS >"$RUN/sidecar-sm.log" 2>&1
+	PID_SM=$!
+	# shellcheck disable=SC2046,SC2086
+	start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/bin/sidecar" --node-id pair-client --namespace bench --service-account client \
+		--labels app=client --address "$PC_IP" $(ident pc client) \
+		--state-dir "$RUN/state-pc" --admin-addr "$PC_IP:15000" --outbound-addr "$PC" $SIDECAR_FLAGS >"$RUN/sidecar-pc.log" 2>&1
+	PID_PC=$!
+	for ip in $SP_IP $SM_IP $PC_IP; do until_ok 20 sidecar_ready "$ip" || fail "sidecar $ip not ready"; done
+fi
 until_ok 20 sidecar_ready "$SCR_IP" || fail "real sidecar not ready"
 "$RUN/bin/meshctl" --pilot "http://$PILOT_IP:15014" rollout status --wait --timeout 20s >"$RUN/rollout.log" 2>&1 ||
 	fail "pilot's latest revision not effective on the real sidecar"
@@ -233,6 +305,14 @@ ok200() { [ "$(curl -s -o /dev/null -w '%{http_code} %{size_download}' -H "Host:
 for u in $APP $BP1 $BP2 $BP3 $NGX $SCR ${PID_SCA:+$SCA}; do
 	until_ok 10 ok200 "$u" || fail "$u does not answer 200 with 1024 bytes"
 done
+if [ "$PAIR" = 1 ]; then
+	for h in pair:9080 pair-mtls:9080; do
+		until_ok 20 ok200 "$PC" "$h" || fail "$PC does not answer $h with 200 and 1024 bytes"
+	done
+	# The mTLS row must be mTLS: the server sidecar's handshakes say so.
+	curl -s "http://$SM_IP:15000/metrics" | grep -q '^weft_sidecar_mtls_handshakes_total{result="ok",side="server"} [1-9]' ||
+		fail "sidecar-pair-mtls: no mTLS handshake on the server sidecar"
+fi
 if [[ " $TARGETS " == *" sidecar-policy "* ]]; then
 	until_ok 10 ok200 "$SCR" "$POLICY_HOST" || fail "$SCR does not answer $POLICY_HOST with 200 and 1024 bytes"
 fi
@@ -253,11 +333,12 @@ rss_kb() { local t=0; for p in "$@"; do for c in $p $(pgrep -P "$p" || true); do
 HZ=$(getconf CLK_TCK)
 
 declare -A TARGET=([direct]=$APP [sidecar]=$SCR [sidecar-alt]=$SCA [sidecar-policy]=$SCR [nginx]=$NGX [benchproxy]=$BP1
-	[benchproxy2]=$BP2 [benchproxy2h2]=$BP3 [benchproxy2mtls]=$BP5)
+	[benchproxy2]=$BP2 [benchproxy2h2]=$BP3 [benchproxy2mtls]=$BP5 [sidecar-pair]=$PC [sidecar-pair-mtls]=$PC)
 declare -A PROCS=([direct]="" [sidecar]="$PID_SCR" [sidecar-alt]="$PID_SCA" [sidecar-policy]="$PID_SCR" [nginx]="$PID_NGX"
-	[benchproxy]="$PID_BP1" [benchproxy2]="$PID_BP2 $PID_BP1" [benchproxy2h2]="$PID_BP3 $PID_BP1" [benchproxy2mtls]="$PID_BP5 $PID_BP4")
+	[benchproxy]="$PID_BP1" [benchproxy2]="$PID_BP2 $PID_BP1" [benchproxy2h2]="$PID_BP3 $PID_BP1" [benchproxy2mtls]="$PID_BP5 $PID_BP4"
+	[sidecar-pair]="$PID_PC $PID_SP" [sidecar-pair-mtls]="$PID_PC $PID_SM")
 # Every target gets Host: $HOST but sidecar-policy, whose Service is bench-policy.
-declare -A HOSTS=([sidecar-policy]=$POLICY_HOST)
+declare -A HOSTS=([sidecar-policy]=$POLICY_HOST [sidecar-pair]=pair:9080 [sidecar-pair-mtls]=pair-mtls:9080)
 read -r -a ORDER <<<"$TARGETS"
 for n in "${ORDER[@]}"; do [ -n "${TARGET[$n]:-}" ] || fail "unknown target $n (TARGETS)"; done
 sleep "${SETTLE:-2}" # the real sidecar idle after activation
