@@ -42,7 +42,8 @@ func TestParseIdentity(t *testing.T) {
 		"tok-empty": " \n",
 		"root.pem":  root,
 		"junk.pem":  "not pem",
-		"big.pem":   root + strings.Repeat(" ", MaxCARootBytes+1-len(root)),
+		"max.pem":   root + strings.Repeat("\n", MaxCARootBytes-len(root)),
+		"big.pem":   root + strings.Repeat("\n", MaxCARootBytes+1-len(root)),
 		"boot.yaml": "token-file: tok\nca-root: root.pem\ntrust-domain: example.org\n",
 	}
 	read := func(name string) ([]byte, error) {
@@ -87,6 +88,7 @@ func TestParseIdentity(t *testing.T) {
 			"sidecar settings: ca-root: set without token-file (without a token the sidecar has no identity and dials pilot in plaintext)"},
 		{"ca-root missing", with("--token-file", "tok", "--ca-root", "nope.pem"), nil, "sidecar settings: ca-root: open nope.pem: file does not exist"},
 		{"ca-root not a bundle", with("--token-file", "tok", "--ca-root", "junk.pem"), nil, "sidecar settings: ca-root junk.pem: "},
+		{"ca-root at the limit", with("--token-file", "tok", "--ca-root", "max.pem"), ident("tok", "max.pem", "cluster.local"), ""},
 		{"ca-root one past the limit", with("--token-file", "tok", "--ca-root", "big.pem"), nil,
 			fmt.Sprintf("sidecar settings: ca-root big.pem: %d bytes, limit %d", MaxCARootBytes+1, MaxCARootBytes)},
 		{"trust domain uppercase", with("--trust-domain", "Cluster.local"), nil,

@@ -43,6 +43,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/certs/bundle"
 )
 
 // Defaults from issue #4.
@@ -63,8 +64,8 @@ const (
 	MaxLabelBytes    = 256 // per key and per value
 	MaxIDBytes       = 253
 	MaxBootstrapSize = 64 << 10
-	// MaxCARootBytes bounds the --ca-root file.
-	MaxCARootBytes = 256 << 10
+	// MaxCARootBytes bounds the --ca-root file: what bundle.Parse reads.
+	MaxCARootBytes = bundle.MaxPEMBytes
 )
 
 // Settings is everything a sidecar needs to start.

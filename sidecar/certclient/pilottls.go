@@ -65,8 +65,8 @@ type RootFile struct {
 	b   *bundle.Bundle
 }
 
-// MaxRootFileBytes bounds the --ca-root file.
-const MaxRootFileBytes = 256 << 10
+// MaxRootFileBytes bounds the --ca-root file: what bundle.Parse reads.
+const MaxRootFileBytes = bundle.MaxPEMBytes
 
 // LoadRootFile reads and parses path once, so a bad --ca-root fails the start.
 func LoadRootFile(path string) (*RootFile, error) {
