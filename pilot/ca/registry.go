@@ -200,13 +200,18 @@ func (r *registry) sortedIssued() []*Issued {
 	for _, e := range r.issued {
 		out = append(out, e)
 	}
+	sortIssued(out)
+	return out
+}
+
+// sortIssued orders oldest NotBefore first, then by serial.
+func sortIssued(out []*Issued) {
 	slices.SortFunc(out, func(a, b *Issued) int {
 		if c := a.NotBefore.Compare(b.NotBefore); c != 0 {
 			return c
 		}
 		return a.Serial.Cmp(b.Serial)
 	})
-	return out
 }
 
 func (r *registry) sortedRevoked() []Revocation {

@@ -555,8 +555,12 @@ func (s *Service) flushIssued() error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
 	s.mu.Lock()
-	entries := s.reg.sortedIssued()
+	entries := make([]*Issued, 0, len(s.reg.issued))
+	for _, e := range s.reg.issued {
+		entries = append(entries, e) // immutable: shared, sorted outside the lock
+	}
 	s.mu.Unlock()
+	sortIssued(entries)
 	b, err := encodeIssued(entries)
 	if err != nil {
 		return fmt.Errorf("pilot ca: %w", err)
