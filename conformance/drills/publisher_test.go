@@ -56,9 +56,15 @@ spec:
 // accepts the next push, signed by the new key, without a restart, and one
 // restarted meanwhile with pilot down boots from its last-known-good (signed
 // by the old key, still certified). Then, pilot down again, a sidecar
-// restarted boots from the last-known-good the new key signed.
+// restarted boots from the last-known-good the new key signed. In both xDS
+// modes (SDS ROOTCA is subscribed by name through the manifest).
 func TestDrillNewPublisherKey(t *testing.T) {
-	base := "127.79.6"
+	for i, mode := range []string{"sotw", "delta"} {
+		t.Run(mode, func(t *testing.T) { newPublisherKey(t, fmt.Sprintf("127.79.6%d", i), mode) })
+	}
+}
+
+func newPublisherKey(t *testing.T, base, mode string) {
 	p := startPilot(t, base+".254", proc.Secure())
 	p.apply(meshYAML(base + ".2"))
 	startApp(t, base+".2:8080", "v1")
@@ -69,7 +75,7 @@ func TestDrillNewPublisherKey(t *testing.T) {
 		flags := proc.IdentityFlags(t, p.PilotProcess, t.TempDir(), "shop", "productpage", time.Hour)
 		return proc.SidecarConfig{NodeID: node, Namespace: "shop", ServiceAccount: "productpage",
 			Labels: map[string]string{"app": "productpage"}, IP: ip, StateDir: t.TempDir(), PlainPilot: p.XDSTLSAddr(),
-			Extra: append(flags, "--xds-mode", "sotw")}
+			Extra: append(flags, "--xds-mode", mode)}
 	}
 	cfgA, cfgB := newSidecar("productpage-a", base+".1"), newSidecar("productpage-b", base+".3")
 	serves := func(ip, host, want string) func() error {
