@@ -16,6 +16,7 @@ import (
 
 	"github.com/weft-mesh/weft/certs/bundle"
 	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
+	"github.com/weft-mesh/weft/certs/revoke"
 	"github.com/weft-mesh/weft/certs/spiffe"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -232,6 +233,14 @@ func TestChainRefusals(t *testing.T) {
 	pinOther.Pin = otherKey.Public().(ed25519.PublicKey)
 	otherTD := trust
 	otherTD.TrustDomain = "other.example"
+	revoking := trust
+	der, err := revoke.Build(root.cert, root.key, 7, []revoke.Entry{{Serial: good.SerialNumber, RevokedAt: t0}}, t0.Add(-time.Hour), 48*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if revoking.CRL, err = revoke.Parse(der, root.bundle(t)); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name  string
 		trust Trust
@@ -248,6 +257,7 @@ func TestChainRefusals(t *testing.T) {
 		{"another trust domain's publisher", otherTD, withChain(good), t0, ErrPublisherID, "want spiffe://other.example/weft/publisher"},
 		{"one second past NotAfter", trust, withChain(good), na.Add(time.Second), ErrPublisherExpired, "expired at " + na.Format(time.RFC3339)},
 		{"one second before NotBefore", trust, withChain(good), nb.Add(-time.Second), ErrPublisherExpired, "not valid before " + nb.Format(time.RFC3339)},
+		{"listed in the CRL", revoking, withChain(good), t0, ErrPublisherRevoked, "is listed in CRL number 7"},
 		{"not the pinned key", pinOther, withChain(good), t0, ErrKey, "the pinned key is " + KeyID(pinOther.Pin)},
 		{"leaf holds another key", trust, swapped, t0, ErrKey, `publisher key is "` + KeyID(otherKey.Public().(ed25519.PublicKey))},
 		{"leaf not Ed25519", trust, ecManifest, t0, ErrKey, "want Ed25519"},
@@ -267,7 +277,7 @@ func TestChainRefusals(t *testing.T) {
 			t.Fatalf("at %s: %v", at, err)
 		}
 	}
-	all := []error{ErrMalformed, ErrKey, ErrSignature, ErrNode, ErrScope, ErrExpired, ErrNotYet, ErrMismatch, ErrNoChain, ErrChain, ErrPublisherID, ErrPublisherExpired}
+	all := []error{ErrMalformed, ErrKey, ErrSignature, ErrNode, ErrScope, ErrExpired, ErrNotYet, ErrMismatch, ErrNoChain, ErrChain, ErrPublisherID, ErrPublisherExpired, ErrPublisherRevoked}
 	for i, a := range all {
 		for j, b := range all {
 			if i != j && errors.Is(a, b) {

@@ -43,6 +43,7 @@ import (
 
 	"github.com/weft-mesh/weft/certs/bundle"
 	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
+	"github.com/weft-mesh/weft/certs/revoke"
 	"github.com/weft-mesh/weft/certs/spiffe"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -99,6 +100,9 @@ var (
 	// ErrPublisherExpired: the publisher certificate is past its NotAfter (or
 	// before its NotBefore) at the time it is checked.
 	ErrPublisherExpired = errors.New("publisher certificate outside its validity")
+	// ErrPublisherRevoked: the CRL the sidecar holds lists the publisher
+	// certificate's serial.
+	ErrPublisherRevoked = errors.New("publisher certificate revoked")
 )
 
 // Domain-separation prefixes: a signature over one part can never pass as a
@@ -387,6 +391,10 @@ type Trust struct {
 	// chain or without one: alone it keeps accepting publishers that have no
 	// certificate. With Roots, a chain must verify as well as match the pin.
 	Pin ed25519.PublicKey
+	// CRL, when set, is the last revocation list the sidecar accepted (with the
+	// trust bundle): a publisher certificate it lists is refused, whatever its
+	// freshness (serving the last-known-good never depends on it).
+	CRL *revoke.CRL
 }
 
 // Verify checks a manifest trusted by the pinned key pub alone (no CA): Trust{Pin:
@@ -587,6 +595,9 @@ func (t Trust) publisher(sm *manifestpb.SignedManifest, at time.Time, stored boo
 	}
 	if id != want {
 		return nil, nil, fmt.Errorf("%w: publisher certificate serial %x is %s, want %s", ErrPublisherID, leaf.SerialNumber, id, want)
+	}
+	if t.CRL != nil && t.CRL.Revoked(leaf.SerialNumber) {
+		return nil, nil, fmt.Errorf("%w: publisher certificate serial %x is listed in CRL number %d", ErrPublisherRevoked, leaf.SerialNumber, t.CRL.Number())
 	}
 	if t.Pin != nil && !t.Pin.Equal(pub) {
 		return nil, nil, fmt.Errorf("%w: publisher certificate serial %x holds key %s, the pinned key is %s", ErrKey, leaf.SerialNumber, KeyID(pub), KeyID(t.Pin))

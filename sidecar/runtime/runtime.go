@@ -630,6 +630,8 @@ func Check(err error) string {
 		return "publisher identity"
 	case errors.Is(err, manifest.ErrPublisherExpired):
 		return "publisher certificate validity"
+	case errors.Is(err, manifest.ErrPublisherRevoked):
+		return "publisher revocation"
 	case errors.Is(err, manifest.ErrKey):
 		return "publisher key"
 	case errors.Is(err, manifest.ErrSignature):

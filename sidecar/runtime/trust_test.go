@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -64,8 +65,20 @@ func (m *meshCA) rootCA() *anypb.Any {
 	if a, ok := m.secret[string(m.ca.Bundle().PEM())]; ok {
 		return a
 	}
+	a := m.rootCARevoking()
+	m.secret[string(m.ca.Bundle().PEM())] = a
+	return a
+}
+
+// rootCARevoking is the ROOTCA with a CRL listing serials.
+func (m *meshCA) rootCARevoking(serials ...*big.Int) *anypb.Any {
+	m.t.Helper()
 	issuer, key := m.ca.CRLSigner()
-	crl, err := revoke.Build(issuer, key, 1, nil, m.ca.Signer().NotBefore, time.Hour)
+	var es []revoke.Entry
+	for _, s := range serials {
+		es = append(es, revoke.Entry{Serial: s, RevokedAt: m.ca.Signer().NotBefore})
+	}
+	crl, err := revoke.Build(issuer, key, int64(1+len(serials)), es, m.ca.Signer().NotBefore, 48*time.Hour)
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -76,9 +89,7 @@ func (m *meshCA) rootCA() *anypb.Any {
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	a := &anypb.Any{TypeUrl: xdsclient.TypeSecret, Value: b}
-	m.secret[string(m.ca.Bundle().PEM())] = a
-	return a
+	return &anypb.Any{TypeUrl: xdsclient.TypeSecret, Value: b}
 }
 
 // caRuntime is a runtime trusting roots (the sidecar's --ca-root), no pin.
@@ -90,8 +101,13 @@ func (e *env) caRuntime(m *meshCA) *Runtime {
 // push applies res with the CA's ROOTCA, signed by key with chain.
 func (e *env) push(r *Runtime, m *meshCA, key ed25519.PrivateKey, chain []*x509.Certificate, rev int64) error {
 	e.t.Helper()
+	return e.pushSecret(r, m.rootCA(), key, chain, rev)
+}
+
+// pushSecret is push with the given ROOTCA.
+func (e *env) pushSecret(r *Runtime, secret *anypb.Any, key ed25519.PrivateKey, chain []*x509.Certificate, rev int64) error {
+	e.t.Helper()
 	res := mesh("127.0.0.1:9001")
-	secret := m.rootCA()
 	sm := e.sign(res, signOpts{revision: rev, priv: key, chain: chain, rootCA: secret.GetValue()})
 	u, err := e.decoded(r, res, "v1", secret, sm)
 	if err != nil {
@@ -318,5 +334,32 @@ func TestRootRotation(t *testing.T) {
 	r3 := e.runtime(func(c *Config) { c.PublisherKey, c.TrustRoots = nil, oldRoots })
 	if _, err := r3.LoadLastKnownGood(); !errors.Is(err, manifest.ErrChain) {
 		t.Fatalf("file without its trust path: %v", err)
+	}
+}
+
+// TestPublisherRevoked: once a CRL listing a publisher certificate is accepted
+// with the bundle, manifests from that certificate are refused (naming the
+// serial and CRL number); another publisher's are accepted; the last-known-good
+// it signed before still boots (it was trusted when accepted).
+func TestPublisherRevoked(t *testing.T) {
+	e := newEnv(t)
+	m := newMeshCA(t, e)
+	r := e.caRuntime(m)
+	bad, badChain := m.publisher(24 * time.Hour)
+	good, goodChain := m.publisher(24 * time.Hour)
+	if err := e.push(r, m, bad, badChain, 1); err != nil {
+		t.Fatal(err)
+	}
+	// The revocation arrives from the (not yet revoked) publisher itself.
+	revoking := m.rootCARevoking(badChain[0].SerialNumber)
+	if err := e.pushSecret(r, revoking, bad, badChain, 2); err != nil {
+		t.Fatalf("the CRL revoking the publisher: %v", err)
+	}
+	want := "manifest refused (publisher revocation): publisher certificate revoked: publisher certificate serial " + badChain[0].SerialNumber.Text(16) + " is listed in CRL number 2"
+	if err := e.pushSecret(r, revoking, bad, badChain, 3); err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("push from the revoked publisher: %v\nwant %s", err, want)
+	}
+	if err := e.pushSecret(r, revoking, good, goodChain, 3); err != nil {
+		t.Fatalf("push from another publisher: %v", err)
 	}
 }

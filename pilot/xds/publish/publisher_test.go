@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/x509"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,7 +69,10 @@ func connected(t *testing.T, cfg Config) *watch {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Logger, cfg.Validity = hclog.NewNullLogger(), time.Hour
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	cfg.Validity = time.Hour
 	cfg.ReportGenError = func(string, int64, string) {}
 	src := newSource(cfg)
 	// checkSidecar decodes real Envoy types; this test's snapshot holds none it reads.
@@ -259,4 +263,60 @@ func TestRootCAPushed(t *testing.T) {
 	if string(crl1) == string(crl2) || m1.Digest == m2.Digest {
 		t.Fatal("the new CRL was not sent, or not signed")
 	}
+}
+
+// fixedTrust is a TrustSource that never changes (a refusal fixture).
+type fixedTrust struct{ t *pilotca.Trust }
+
+func (f fixedTrust) Trust() *pilotca.Trust         { return f.t }
+func (f fixedTrust) TrustChanged() <-chan struct{} { return nil }
+
+// TestRootCARefused: a trust the sidecar would refuse (no CRL, a bundle that
+// does not parse) is not sent: the snapshot goes without ROOTCA (still signed)
+// and the refusal is logged once, naming the version and the field.
+func TestRootCARefused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		trust *pilotca.Trust
+		want  string
+	}{
+		{"no CRL", &pilotca.Trust{Version: "v1", BundlePEM: []byte("x")}, `version=v1 error="trust version \"v1\": bundle and CRL required"`},
+		{"bundle not PEM", &pilotca.Trust{Version: "v2", BundlePEM: []byte("junk"), CRLPEM: []byte("junk")}, `version=v2 error="trust version \"v2\": SDS \"ROOTCA\": invalid resource: secret ROOTCA: validation_context.trusted_ca: bundle:`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &logBuf{}
+			w := connected(t, Config{Key: testKey(t), Trust: fixedTrust{tc.trust},
+				Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Error})})
+			var s *snapshot.Snapshot
+			testkit.Eventually(t, 5*time.Second, "first snapshot", func() bool { s = w.Snapshot(); return s != nil })
+			w.Snapshot()
+			if _, ok := s.Resources[snapshot.SecretType][manifest.RootCAName]; ok {
+				t.Fatal("a refused ROOTCA was sent")
+			}
+			if _, ok := s.Resources[snapshot.ManifestType][manifest.Name]; !ok {
+				t.Fatal("no manifest")
+			}
+			if n := strings.Count(logs.String(), tc.want); n != 1 {
+				t.Fatalf("%d log lines naming %q:\n%s", n, tc.want, logs.String())
+			}
+		})
+	}
+}
+
+// logBuf collects log output across goroutines.
+type logBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

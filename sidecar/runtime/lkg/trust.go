@@ -11,6 +11,7 @@ import (
 	"github.com/weft-mesh/weft/certs/bundle"
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
+	"github.com/weft-mesh/weft/certs/revoke"
 )
 
 // A sidecar trusts publishers through its --ca-root roots united with the last
@@ -41,44 +42,66 @@ type Endorsement struct {
 }
 
 // RootBundle reads the trust bundle from a ROOTCA Secret's Any.value:
-// validation_context.trusted_ca.inline_bytes, PEM roots (the CRL beside it is
-// the mTLS layer's).
+// validation_context.trusted_ca.inline_bytes, PEM roots.
 func RootBundle(value []byte) (*bundle.Bundle, error) {
+	b, _, err := rootCA(value, false)
+	return b, err
+}
+
+// RootCA reads the trust bundle and the CRL (validation_context.crl, signed by
+// a root of the bundle) from a ROOTCA Secret's Any.value.
+func RootCA(value []byte) (*bundle.Bundle, *revoke.CRL, error) {
+	return rootCA(value, true)
+}
+
+func rootCA(value []byte, withCRL bool) (*bundle.Bundle, *revoke.CRL, error) {
 	var s tlsv3.Secret
 	if err := proto.Unmarshal(value, &s); err != nil {
-		return nil, fmt.Errorf("secret %s: malformed protobuf: %v", manifest.RootCAName, err)
+		return nil, nil, fmt.Errorf("secret %s: malformed protobuf: %v", manifest.RootCAName, err)
 	}
 	if s.GetName() != manifest.RootCAName {
-		return nil, fmt.Errorf("secret %q: name: want %s", s.GetName(), manifest.RootCAName)
+		return nil, nil, fmt.Errorf("secret %q: name: want %s", s.GetName(), manifest.RootCAName)
 	}
 	vc := s.GetValidationContext()
 	if vc == nil {
-		return nil, fmt.Errorf("secret %s: validation_context: required", manifest.RootCAName)
+		return nil, nil, fmt.Errorf("secret %s: validation_context: required", manifest.RootCAName)
 	}
 	pem := vc.GetTrustedCa().GetInlineBytes()
 	if len(pem) == 0 {
-		return nil, fmt.Errorf("secret %s: validation_context.trusted_ca.inline_bytes: required", manifest.RootCAName)
+		return nil, nil, fmt.Errorf("secret %s: validation_context.trusted_ca.inline_bytes: required", manifest.RootCAName)
 	}
 	b, err := bundle.Parse(pem)
 	if err != nil {
-		return nil, fmt.Errorf("secret %s: validation_context.trusted_ca: %w", manifest.RootCAName, err)
+		return nil, nil, fmt.Errorf("secret %s: validation_context.trusted_ca: %w", manifest.RootCAName, err)
 	}
-	return b, nil
+	if !withCRL {
+		return b, nil, nil
+	}
+	crl := vc.GetCrl().GetInlineBytes()
+	if len(crl) == 0 {
+		return nil, nil, fmt.Errorf("secret %s: validation_context.crl.inline_bytes: required", manifest.RootCAName)
+	}
+	c, err := revoke.ParsePEM(crl, b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("secret %s: validation_context.crl: %w", manifest.RootCAName, err)
+	}
+	return b, c, nil
 }
 
 // bundle checks that e's manifest, verified as m, commits to e's bundle, and
 // returns that bundle.
-func (e Endorsement) bundle(m *manifest.Manifest) (*bundle.Bundle, error) {
+func (e Endorsement) bundle(m *manifest.Manifest) (*bundle.Bundle, *revoke.CRL, error) {
 	if !m.HasRootCA || m.RootCA != manifest.Hash(e.RootCA) {
-		return nil, fmt.Errorf("manifest revision %d does not commit to this bundle", m.Revision)
+		return nil, nil, fmt.Errorf("manifest revision %d does not commit to this bundle", m.Revision)
 	}
-	return RootBundle(e.RootCA)
+	return RootCA(e.RootCA)
 }
 
 // Endorsed returns the trust that e adds to base: base's roots united with e's
-// bundle, once e's manifest (m, verified by the caller) commits to it.
+// bundle, and e's CRL, once e's manifest (m, verified by the caller) commits
+// to it.
 func Endorsed(base manifest.Trust, e Endorsement, m *manifest.Manifest) (manifest.Trust, error) {
-	b, err := e.bundle(m)
+	b, crl, err := e.bundle(m)
 	if err != nil {
 		return manifest.Trust{}, err
 	}
@@ -87,7 +110,7 @@ func Endorsed(base manifest.Trust, e Endorsement, m *manifest.Manifest) (manifes
 		return manifest.Trust{}, err
 	}
 	next := base
-	next.Roots = roots
+	next.Roots, next.CRL = roots, crl
 	return next, nil
 }
 

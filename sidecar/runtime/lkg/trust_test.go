@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"errors"
+	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -16,22 +17,44 @@ import (
 	"github.com/weft-mesh/weft/certs/ca"
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
+	"github.com/weft-mesh/weft/certs/revoke"
 	"github.com/weft-mesh/weft/certs/spiffe"
 )
 
 const td = "cluster.local"
 
-// rootCA is a ROOTCA Secret's Any.value carrying pem.
-func rootCA(t testing.TB, pem []byte) []byte {
+// secret is a ROOTCA Secret's Any.value carrying a bundle and a CRL (PEM).
+func secret(t testing.TB, pem, crl []byte) []byte {
 	t.Helper()
+	vc := &tlsv3.CertificateValidationContext{TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: pem}}}
+	if crl != nil {
+		vc.Crl = &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: crl}}
+	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&tlsv3.Secret{Name: manifest.RootCAName,
-		Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-			TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: pem}}}}})
+		Type: &tlsv3.Secret_ValidationContext{ValidationContext: vc}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
 }
+
+// crlOf is a CRL (PEM) from c's current signer listing revoked.
+func crlOf(t testing.TB, c *ca.CA, revoked ...*big.Int) []byte {
+	t.Helper()
+	issuer, key := c.CRLSigner()
+	var es []revoke.Entry
+	for _, s := range revoked {
+		es = append(es, revoke.Entry{Serial: s, RevokedAt: time.Now()})
+	}
+	der, err := revoke.Build(issuer, key, 1, es, time.Now().Add(-time.Minute), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return revoke.PEM(der)
+}
+
+// secretOf is the ROOTCA pilot sends for c now: its bundle and a CRL.
+func secretOf(t testing.TB, c *ca.CA) []byte { return secret(t, c.Bundle().PEM(), crlOf(t, c)) }
 
 // publisher is a key with a publisher certificate from c's current signer.
 type publisher struct {
@@ -101,7 +124,7 @@ func rotations(t testing.TB, c *ca.CA, n int) []Endorsement {
 		if err := c.StartRotation(); err != nil {
 			t.Fatal(err)
 		}
-		secret := rootCA(t, c.Bundle().PEM())
+		secret := secretOf(t, c)
 		sm, _ := old.sign(t, secret, time.Now())
 		path = append(path, Endorsement{Manifest: sm, RootCA: secret})
 		if err := c.FinishRotation(); err != nil {
@@ -127,7 +150,7 @@ func TestRootRotationPath(t *testing.T) {
 	c, base := openCA(t) // base: the sidecar's --ca-root, the first root
 	path := rotations(t, c, 1)
 	pub := newPublisher(t, c) // under the new root
-	final := rootCA(t, c.Bundle().PEM())
+	final := secretOf(t, c)
 	sm, res := pub.sign(t, final, time.Now())
 	now := time.Now()
 
@@ -167,7 +190,7 @@ func TestRootRotationPath(t *testing.T) {
 
 	// A manifest signed under --ca-root's root needs no path.
 	c2, base2 := openCA(t)
-	sm2, _ := newPublisher(t, c2).sign(t, rootCA(t, c2.Bundle().PEM()), now)
+	sm2, _ := newPublisher(t, c2).sign(t, secretOf(t, c2), now)
 	if short, err := Shortest(base2, path, sm2, "n", now); err != nil || len(short) != 0 {
 		t.Fatalf("Shortest under --ca-root, before the path: %d, %v", len(short), err)
 	}
@@ -182,7 +205,7 @@ func TestSelfVouchingRefused(t *testing.T) {
 	_, base := openCA(t)
 	evil, _ := openCA(t)
 	pub := newPublisher(t, evil)
-	secret := rootCA(t, evil.Bundle().PEM())
+	secret := secretOf(t, evil)
 	sm, _ := pub.sign(t, secret, time.Now())
 	if _, err := Follow(base, []Endorsement{{Manifest: sm, RootCA: secret}}, "n", time.Now()); !errors.Is(err, ErrTrustPath) || !errors.Is(err, manifest.ErrChain) {
 		t.Fatalf("self-endorsed path: %v", err)
@@ -200,13 +223,13 @@ func TestEndorsementMustCommit(t *testing.T) {
 	if err := c.StartRotation(); err != nil {
 		t.Fatal(err)
 	}
-	secret := rootCA(t, c.Bundle().PEM())
-	sm, _ := old.sign(t, rootCA(t, base.Roots.PEM()), time.Now()) // commits to another bundle
-	if _, err := Follow(base, []Endorsement{{Manifest: sm, RootCA: secret}}, "n", time.Now()); !errors.Is(err, ErrTrustPath) || !strings.Contains(err.Error(), "does not commit") {
+	overlap := secretOf(t, c)
+	sm, _ := old.sign(t, secret(t, base.Roots.PEM(), crlOf(t, c)), time.Now()) // commits to another bundle
+	if _, err := Follow(base, []Endorsement{{Manifest: sm, RootCA: overlap}}, "n", time.Now()); !errors.Is(err, ErrTrustPath) || !strings.Contains(err.Error(), "does not commit") {
 		t.Fatalf("uncommitted bundle: %v", err)
 	}
 	none, _ := old.sign(t, nil, time.Now()) // commits to no bundle
-	if _, err := Follow(base, []Endorsement{{Manifest: none, RootCA: secret}}, "n", time.Now()); !errors.Is(err, ErrTrustPath) {
+	if _, err := Follow(base, []Endorsement{{Manifest: none, RootCA: overlap}}, "n", time.Now()); !errors.Is(err, ErrTrustPath) {
 		t.Fatalf("manifest without a bundle: %v", err)
 	}
 }
@@ -223,7 +246,7 @@ func TestMaxPath(t *testing.T) {
 	if _, err := Follow(base, path, "n", now); !errors.Is(err, ErrTrustPath) || !strings.Contains(err.Error(), "limit 8: update --ca-root") {
 		t.Fatalf("%d endorsements: %v", MaxPath+1, err)
 	}
-	sm, res := newPublisher(t, c).sign(t, rootCA(t, c.Bundle().PEM()), now)
+	sm, res := newPublisher(t, c).sign(t, secretOf(t, c), now)
 	if _, err := Shortest(base, path, sm, "n", now); !errors.Is(err, ErrTrustPath) || !strings.Contains(err.Error(), "limit 8") {
 		t.Fatalf("Shortest past the bound: %v", err)
 	}
@@ -234,7 +257,7 @@ func TestMaxPath(t *testing.T) {
 
 func TestRootBundle(t *testing.T) {
 	c, _ := openCA(t)
-	good := rootCA(t, c.Bundle().PEM())
+	good := secretOf(t, c)
 	b, err := RootBundle(good)
 	if err != nil || !b.Equal(c.Bundle()) {
 		t.Fatalf("RootBundle = %v, %v", b, err)
@@ -251,10 +274,21 @@ func TestRootBundle(t *testing.T) {
 		{"another secret", other, `secret "default": name: want ROOTCA`},
 		{"no validation context", noVC, "validation_context: required"},
 		{"no trusted CA", noCA, "validation_context.trusted_ca.inline_bytes: required"},
-		{"not PEM", rootCA(t, []byte("junk")), "validation_context.trusted_ca: "},
+		{"not PEM", secret(t, []byte("junk"), nil), "validation_context.trusted_ca: "},
 	} {
 		if _, err := RootBundle(tc.value); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
+	}
+	// RootCA also reads the CRL, which a root of the bundle must have signed.
+	if _, crl, err := RootCA(secret(t, c.Bundle().PEM(), nil)); err == nil || !strings.Contains(err.Error(), "validation_context.crl.inline_bytes: required") {
+		t.Fatalf("a ROOTCA without a CRL: %v %v", crl, err)
+	}
+	if _, crl, err := RootCA(secretOf(t, c)); err != nil || crl == nil {
+		t.Fatalf("RootCA = %v, %v", crl, err)
+	}
+	otherCA, _ := openCA(t)
+	if _, _, err := RootCA(secret(t, c.Bundle().PEM(), crlOf(t, otherCA))); err == nil || !strings.Contains(err.Error(), "validation_context.crl: ") {
+		t.Fatalf("a CRL from another CA: %v", err)
 	}
 }
