@@ -41,15 +41,30 @@ func FuzzCompileGen(f *testing.F) {
 		if err != nil {
 			return
 		}
-		// Proxies: a proxyless client, and per Service a sidecar that backs it.
-		proxies := []*node.Node{{ID: "proxyless"}}
+		// Proxies: proxyless clients with and without an identity, and per
+		// Service a sidecar that backs it (every other one with its identity,
+		// so TLS chains and transport sockets are generated too), and per
+		// Workload a proxyless server at its address with its identity.
+		proxies := []*node.Node{{ID: "proxyless"}, {ID: "proxyless-id", Identity: "spiffe://cluster.local/ns/fuzz/sa/client"}}
 		for i, o := range objs {
-			if s, ok := o.Spec.(*resource.ServiceSpec); ok {
-				proxies = append(proxies, &node.Node{ID: fmt.Sprintf("s%d", i), Namespace: o.Metadata.Namespace,
-					Address: fmt.Sprintf("10.250.%d.%d", i/250%250, i%250+1), Labels: s.Selector})
+			switch s := o.Spec.(type) {
+			case *resource.ServiceSpec:
+				n := &node.Node{ID: fmt.Sprintf("s%d", i), Namespace: o.Metadata.Namespace,
+					Address: fmt.Sprintf("10.250.%d.%d", i/250%250, i%250+1), Labels: s.Selector}
+				if i%2 == 0 {
+					n.Identity = "spiffe://cluster.local/ns/" + n.Namespace + "/sa/default"
+				}
+				proxies = append(proxies, n)
+			case *resource.WorkloadSpec:
+				sa := s.ServiceAccount
+				if sa == "" {
+					sa = "default"
+				}
+				proxies = append(proxies, &node.Node{ID: fmt.Sprintf("w%d", i), Address: s.Address, Proxyless: true,
+					Identity: "spiffe://cluster.local/ns/" + o.Metadata.Namespace + "/sa/" + sa})
 			}
 		}
-		mesh, err := compile.Compile(compile.Input{Revision: 1, Objects: objs, Proxies: proxies[1:]})
+		mesh, err := compile.Compile(compile.Input{Revision: 1, Objects: objs, Proxies: proxies[2:]})
 		if err != nil {
 			t.Fatalf("Decode accepted what compile rejects: %v", err)
 		}
@@ -66,6 +81,13 @@ func FuzzCompileGen(f *testing.F) {
 			for _, r := range s.Resources[snapshot.StalenessType] {
 				if _, _, err := xdsresource.Decode(snapshot.StalenessType, r.Any); err != nil {
 					t.Fatalf("Proxy(%s): sidecar refuses its staleness policy: %v", p.ID, err)
+				}
+			}
+			// And every sidecar snapshot (TLS, RBAC, overrides) is one the
+			// sidecar accepts whole.
+			if p.Registers() {
+				if err := sidecarAccepts(s); err != nil {
+					t.Fatalf("Proxy(%s): the sidecar refuses its snapshot: %v", p.ID, err)
 				}
 			}
 		}

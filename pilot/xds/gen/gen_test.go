@@ -360,6 +360,8 @@ func TestScopeKey(t *testing.T) {
 		{ID: "e", Namespace: "other", Address: "10.1.0.5", Labels: app},
 		{ID: "f", Namespace: "shop", Address: "10.1.0.6", Labels: map[string]string{"app": "x"}},
 		{ID: "g"},
+		{ID: "h", Namespace: "shop", Address: "10.1.0.7", Labels: app, Identity: "spiffe://cluster.local/ns/shop/sa/default"},
+		{ID: "i", Namespace: "shop", Address: "10.1.0.1", Labels: app, Proxyless: true},
 	}
 	want := mustProxy(t, m, base)
 	for _, n := range same {
@@ -380,6 +382,24 @@ func TestScopeKey(t *testing.T) {
 	}
 	if ScopeKey(&node.Node{ID: "x"}) != ScopeKey(&node.Node{ID: "y", Labels: app}) {
 		t.Errorf("non-registering nodes must share a key")
+	}
+	// Sidecars with an identity share a key whichever identity (it decides TLS,
+	// not its contents); proxyless nodes split by identity and by address
+	// (server listeners).
+	idA := &node.Node{ID: "ia", Namespace: "shop", Address: "10.1.0.8", Labels: app, Identity: "spiffe://cluster.local/ns/shop/sa/a"}
+	idB := &node.Node{ID: "ib", Namespace: "shop", Address: "10.1.0.9", Labels: app, Identity: "spiffe://cluster.local/ns/shop/sa/b"}
+	if ScopeKey(idA) != ScopeKey(idB) {
+		t.Errorf("sidecars with identities: keys %q and %q differ", ScopeKey(idA), ScopeKey(idB))
+	}
+	for _, typ := range snapshot.PushOrder {
+		if mustProxy(t, m, idA).Version(typ) != mustProxy(t, m, idB).Version(typ) {
+			t.Errorf("sidecars with identities: same key, different %s", typ)
+		}
+	}
+	plain, tls := &node.Node{ID: "p"}, &node.Node{ID: "q", Identity: "spiffe://cluster.local/ns/shop/sa/c"}
+	srv := &node.Node{ID: "r", Address: "10.0.0.1", Identity: "spiffe://cluster.local/ns/shop/sa/c", Proxyless: true}
+	if ScopeKey(plain) == ScopeKey(tls) || ScopeKey(tls) == ScopeKey(srv) {
+		t.Errorf("proxyless keys: plain %q, identity %q, server %q: want all different", ScopeKey(plain), ScopeKey(tls), ScopeKey(srv))
 	}
 }
 
