@@ -40,6 +40,7 @@ func (r *Runtime) LoadLastKnownGood() (*xdsclient.Update, error) {
 		} else {
 			r.notReady = fmt.Sprintf("last-known-good refused (%s check failed): %v; waiting for pilot", check, err)
 			r.log.Error("last-known-good refused", "check", check, "path", r.lkgInfo.Path, "error", err)
+			r.keepLKGTrustLocked()
 		}
 		r.publishLocked()
 		return nil, err
@@ -154,6 +155,19 @@ func (r *Runtime) storedManifest(res lkg.Resource, snap *lkg.Snapshot, m *manife
 		return res.Name, nil, fmt.Errorf("%w: manifest resource differs from the file's manifest", manifest.ErrMismatch)
 	}
 	return res.Name, &Manifest{Signed: sm, Verified: m}, nil
+}
+
+// keepLKGTrustLocked adopts the trust a refused last-known-good still proves
+// (lkg.LoadTrust): its routing state may be stale or its manifest expired, yet
+// the root rotation it followed stays followed.
+func (r *Runtime) keepLKGTrustLocked() {
+	path, t, err := lkg.LoadTrust(r.cfg.StateDir, r.baseTrust(), r.cfg.NodeID, r.cfg.Now())
+	if err != nil || len(path) == 0 {
+		return
+	}
+	r.trustPath = path
+	r.trust.Store(&t)
+	r.log.Info("trust bundle kept from the refused last-known-good", "endorsements", len(path))
 }
 
 // trustFromLKGLocked adopts the trust a verified last-known-good proves: its

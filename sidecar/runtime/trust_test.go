@@ -363,3 +363,43 @@ func TestPublisherRevoked(t *testing.T) {
 		t.Fatalf("push from another publisher: %v", err)
 	}
 }
+
+// TestRotationOutlivesLKG: a sidecar that followed a root rotation, restarted
+// after its last-known-good expired (pilot away more than the manifest's
+// validity), refuses the file's routing but still trusts the new root's
+// publisher from the file's trust path and delivered bundle.
+func TestRotationOutlivesLKG(t *testing.T) {
+	e := newEnv(t)
+	m := newMeshCA(t, e)
+	oldRoots := m.ca.Bundle()
+	r := e.caRuntime(m)
+	k1, c1 := m.publisher(24 * time.Hour)
+	if err := m.ca.StartRotation(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.push(r, m, k1, c1, 1); err != nil { // the overlap bundle, under the old root
+		t.Fatal(err)
+	}
+	if err := m.ca.FinishRotation(); err != nil {
+		t.Fatal(err)
+	}
+	k2, c2 := m.publisher(24 * time.Hour)
+	if err := e.push(r, m, k2, c2, 2); err != nil {
+		t.Fatal(err)
+	}
+	e.flush()
+	e.clock.Set(t0.Add(48 * time.Hour))
+	r2 := e.runtime(func(c *Config) { c.PublisherKey, c.TrustRoots = nil, oldRoots })
+	if _, err := r2.LoadLastKnownGood(); !errors.Is(err, manifest.ErrExpired) {
+		t.Fatalf("expired last-known-good: %v", err)
+	}
+	k3, c3 := m.publisher(24 * time.Hour) // under the new root, at the new time
+	if err := e.push(r2, m, k3, c3, 3); err != nil {
+		t.Fatalf("new root's publisher after the file expired: %v", err)
+	}
+	// Without the file, the same push is refused: --ca-root alone is the old root.
+	r3 := e.runtime(func(c *Config) { c.PublisherKey, c.TrustRoots, c.StateDir = nil, oldRoots, t.TempDir() })
+	if err := e.push(r3, m, k3, c3, 3); err == nil || !strings.Contains(err.Error(), "(publisher chain)") {
+		t.Fatalf("without the file: %v", err)
+	}
+}

@@ -119,48 +119,78 @@ func Save(dir string, s *Snapshot) error {
 // manifest sentinel (manifest.ErrSignature, ErrNode, ErrExpired, ErrMismatch,
 // ErrChain, ...) or a decode error.
 func Load(dir string, trust manifest.Trust, nodeID string, now time.Time) (*Snapshot, *manifest.Manifest, error) {
-	path := filepath.Join(dir, FileName)
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, fmt.Errorf("%w in %s", ErrNoSnapshot, dir)
-	}
+	b, err := read(dir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("last-known-good %s: %w", path, err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return nil, nil, fmt.Errorf("last-known-good %s: %w", path, err)
-	}
-	if len(b) > MaxFileBytes {
-		return nil, nil, fmt.Errorf("last-known-good %s: larger than %d bytes", path, MaxFileBytes)
+		return nil, nil, err
 	}
 	return Decode(b, trust, nodeID, now)
 }
 
+// read returns dir/FileName's bytes, at most MaxFileBytes.
+func read(dir string) ([]byte, error) {
+	path := filepath.Join(dir, FileName)
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w in %s", ErrNoSnapshot, dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("last-known-good %s: %w", path, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("last-known-good %s: %w", path, err)
+	}
+	if len(b) > MaxFileBytes {
+		return nil, fmt.Errorf("last-known-good %s: larger than %d bytes", path, MaxFileBytes)
+	}
+	return b, nil
+}
+
+// LoadTrust reads from dir/FileName only the trust it proves: its path and,
+// when its manifest commits to the ROOTCA it holds, that bundle (verified as an
+// endorsement: past the manifest's validity too). A sidecar whose snapshot is
+// refused (expired, stale) still follows a root rotation it saw before going
+// down. It returns the path to the end and the trust there.
+func LoadTrust(dir string, base manifest.Trust, nodeID string, now time.Time) ([]Endorsement, manifest.Trust, error) {
+	if base.Roots == nil {
+		return nil, base, nil // a pinned key only: nothing to follow
+	}
+	b, err := read(dir)
+	if err != nil {
+		return nil, manifest.Trust{}, err
+	}
+	fv, sm, path, err := decodeFile(b)
+	if err != nil {
+		return nil, manifest.Trust{}, err
+	}
+	cur, err := Follow(base, path, nodeID, now)
+	if err != nil {
+		return nil, manifest.Trust{}, fmt.Errorf("last-known-good: %w", err)
+	}
+	m, err := cur.VerifyEndorsement(sm, nodeID, now)
+	if err != nil {
+		return nil, manifest.Trust{}, fmt.Errorf("last-known-good: %w: %w", ErrTrustPath, err)
+	}
+	for _, r := range fv.Resources {
+		if r.TypeURL != manifest.SecretTypeURL || r.Name != manifest.RootCAName || !m.HasRootCA || m.RootCA != manifest.Hash(r.Value) {
+			continue
+		}
+		e := Endorsement{Manifest: sm, RootCA: r.Value}
+		next, err := Endorsed(base, e, m)
+		if err != nil {
+			return nil, manifest.Trust{}, fmt.Errorf("last-known-good: %w: %w", ErrTrustPath, err)
+		}
+		return append(path, e), next, nil
+	}
+	return path, cur, nil
+}
+
 // Decode verifies file content; Load's checks without the file system.
 func Decode(b []byte, trust manifest.Trust, nodeID string, now time.Time) (*Snapshot, *manifest.Manifest, error) {
-	var fv fileV2
-	if err := json.Unmarshal(b, &fv); err != nil {
-		return nil, nil, fmt.Errorf("last-known-good: decode: %w", err)
-	}
-	if fv.Format != formatVersion {
-		return nil, nil, fmt.Errorf("last-known-good: format %d, want %d", fv.Format, formatVersion)
-	}
-	sm, err := manifest.Decode(fv.Manifest)
+	fv, sm, path, err := decodeFile(b)
 	if err != nil {
-		return nil, nil, fmt.Errorf("last-known-good: manifest: %w", err)
-	}
-	if len(fv.Trust) > MaxPath {
-		return nil, nil, fmt.Errorf("last-known-good: %w: %d endorsements, limit %d: update --ca-root", ErrTrustPath, len(fv.Trust), MaxPath)
-	}
-	path := make([]Endorsement, 0, len(fv.Trust))
-	for i, e := range fv.Trust {
-		esm, err := manifest.Decode(e.Manifest)
-		if err != nil {
-			return nil, nil, fmt.Errorf("last-known-good: %w: trust[%d]: %w", ErrTrustPath, i, err)
-		}
-		path = append(path, Endorsement{Manifest: esm, RootCA: e.RootCA})
+		return nil, nil, err
 	}
 	signer, err := Follow(trust, path, nodeID, now)
 	if err != nil {
@@ -201,6 +231,33 @@ func Decode(b []byte, trust manifest.Trust, nodeID string, now time.Time) (*Snap
 		path = nil
 	}
 	return &Snapshot{NodeID: fv.NodeID, Resources: fv.Resources, Manifest: sm, LastConfirmed: last, Trust: path}, m, nil
+}
+
+// decodeFile parses the file's layout, its manifest and its trust path.
+func decodeFile(b []byte) (*fileV2, *manifestpb.SignedManifest, []Endorsement, error) {
+	var fv fileV2
+	if err := json.Unmarshal(b, &fv); err != nil {
+		return nil, nil, nil, fmt.Errorf("last-known-good: decode: %w", err)
+	}
+	if fv.Format != formatVersion {
+		return nil, nil, nil, fmt.Errorf("last-known-good: format %d, want %d", fv.Format, formatVersion)
+	}
+	sm, err := manifest.Decode(fv.Manifest)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("last-known-good: manifest: %w", err)
+	}
+	if len(fv.Trust) > MaxPath {
+		return nil, nil, nil, fmt.Errorf("last-known-good: %w: %d endorsements, limit %d: update --ca-root", ErrTrustPath, len(fv.Trust), MaxPath)
+	}
+	path := make([]Endorsement, 0, len(fv.Trust))
+	for i, e := range fv.Trust {
+		esm, err := manifest.Decode(e.Manifest)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("last-known-good: %w: trust[%d]: %w", ErrTrustPath, i, err)
+		}
+		path = append(path, Endorsement{Manifest: esm, RootCA: e.RootCA})
+	}
+	return &fv, sm, path, nil
 }
 
 // Any returns the resource as an Any.

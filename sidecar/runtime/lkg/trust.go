@@ -101,6 +101,9 @@ func (e Endorsement) bundle(m *manifest.Manifest) (*bundle.Bundle, *revoke.CRL, 
 // bundle, and e's CRL, once e's manifest (m, verified by the caller) commits
 // to it.
 func Endorsed(base manifest.Trust, e Endorsement, m *manifest.Manifest) (manifest.Trust, error) {
+	if base.Roots == nil {
+		return manifest.Trust{}, errors.New("no --ca-root roots to add a delivered bundle to")
+	}
 	b, crl, err := e.bundle(m)
 	if err != nil {
 		return manifest.Trust{}, err

@@ -213,6 +213,17 @@ func TestSelfVouchingRefused(t *testing.T) {
 	if _, err := Shortest(base, nil, sm, "n", time.Now()); !errors.Is(err, ErrTrustPath) {
 		t.Fatalf("Shortest: %v", err)
 	}
+	// Nor is the trust of such a file kept (LoadTrust), with or without the path.
+	_, res := pub.sign(t, secret, time.Now())
+	for _, path := range [][]Endorsement{nil, {{Manifest: sm, RootCA: secret}}} {
+		dir := t.TempDir()
+		if err := Save(dir, &Snapshot{NodeID: "n", Resources: res, Manifest: sm, Trust: path}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := LoadTrust(dir, base, "n", time.Now()); !errors.Is(err, ErrTrustPath) {
+			t.Fatalf("LoadTrust of a self-vouching file (path %d): %v", len(path), err)
+		}
+	}
 }
 
 // TestEndorsementMustCommit: an endorsement's manifest must commit to its
