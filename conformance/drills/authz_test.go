@@ -161,8 +161,10 @@ func (d *authzDrill) run(t *testing.T, ov string, wantPolicyHeader bool) {
 	if v := metric(d.reviews, `weft_sidecar_authz_decisions_total{action="OVERRIDE",decision="deny",dry_run="false",policy="shop/block-drill"}`); v < 1 {
 		t.Errorf("no OVERRIDE denial counted for shop/block-drill")
 	}
-	if !strings.Contains(d.reviews.Logs.String(), "request denied by authorization") {
-		t.Error("the denial is not in the reviews sidecar's log")
+	for _, line := range []string{"request denied by authorization", "override enforced"} {
+		if !strings.Contains(d.reviews.Logs.String(), line) {
+			t.Errorf("%q is not in the reviews sidecar's log", line)
+		}
 	}
 }
 

@@ -66,9 +66,23 @@ func restoreSightings(dir string, st *authz.State, now time.Time) error {
 // during a write is written again.
 func persistSightings(ctx context.Context, dir string, st *authz.State, log hclog.Logger) {
 	path := filepath.Join(dir, SightingsFile)
+	logged := map[string]bool{} // name@revision already logged as enforced
 	for {
 		ch := st.Changed()
-		b, err := json.Marshal(st.Sightings())
+		gs := st.Sightings()
+		now := map[string]bool{}
+		for _, g := range gs {
+			if !g.Live {
+				continue
+			}
+			k := fmt.Sprintf("%s@%d", g.Name, g.Revision)
+			now[k] = true
+			if !logged[k] {
+				log.Info("override enforced", "override", g.Name, "revision", g.Revision, "first_seen", g.FirstSeen, "until", g.Deadline)
+			}
+		}
+		logged = now
+		b, err := json.Marshal(gs)
 		if err == nil {
 			err = atomicfile.Write(path, b, 0o600)
 		}

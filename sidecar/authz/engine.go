@@ -295,6 +295,9 @@ type Decision struct {
 	Filter string
 	// Override: the deciding policy is an Override.
 	Override bool
+	// Audit is the first AUDIT (LOG) policy that matched an allowed request,
+	// "" if none: the shell logs it (sampled).
+	Audit string
 
 	hits [maxHits]hit
 	n    uint8
@@ -389,6 +392,9 @@ func (r *rules) eval(req *Request, now time.Time, d *Decision, dry bool) (*polic
 	}
 	if m != nil { // Log
 		d.add(m.stat, r.label, false, dry)
+		if !dry && d.Audit == "" {
+			d.Audit = m.p.Name
+		}
 	}
 	return m, false
 }

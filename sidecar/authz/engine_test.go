@@ -464,6 +464,9 @@ func TestCounts(t *testing.T) {
 	for _, r := range []Request{get("/reviews/1"), get("/admin"), get("/nope"), as(bot, get("/reviews/1"))} {
 		d := e.Decide(r, t0)
 		d.Count()
+		if want := d.Allowed(); (d.Audit == "shop/audit-all") != want {
+			t.Errorf("%+v: Audit = %q, allowed %v", r, d.Audit, want)
+		}
 	}
 	got := map[string]uint64{}
 	for _, c := range st.Counts() {
@@ -574,5 +577,20 @@ func TestChanged(t *testing.T) {
 	case <-ch:
 		t.Fatal("an unchanged commit closed Changed")
 	default:
+	}
+}
+
+func TestSampler(t *testing.T) {
+	var s Sampler
+	if ok, n := s.Take(t0); !ok || n != 0 {
+		t.Fatalf("first Take = %v %d", ok, n)
+	}
+	for i := range 3 {
+		if ok, _ := s.Take(t0.Add(time.Duration(i) * 300 * time.Millisecond)); ok {
+			t.Fatalf("Take %d within the interval let a line through", i)
+		}
+	}
+	if ok, n := s.Take(t0.Add(LogInterval)); !ok || n != 3 {
+		t.Fatalf("Take after the interval = %v %d, want true 3", ok, n)
 	}
 }

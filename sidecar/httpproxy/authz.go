@@ -8,7 +8,8 @@ package httpproxy
 // x-weft-local: authz. The deciding policy's name goes in AuthzPolicyHeader only
 // to authenticated callers (mesh workloads holding a certificate from the mesh
 // CA); a plaintext caller is an outsider and gets no name: denials are logged,
-// at most one line per AuthzLogInterval, with the count of those left out.
+// at most one line per authz.LogInterval, with the count of those left out
+// (AUDIT matches likewise).
 // Past authorization's staleness expiry (Config.AuthzExpired) every request on
 // such a chain is denied with reason "authorization state expired". On a chain
 // whose policies name paths, a path not in normal form (authz.NormalPath) is
@@ -17,7 +18,6 @@ package httpproxy
 
 import (
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/weft-mesh/weft/sidecar/authz"
@@ -33,16 +33,7 @@ const (
 	// AuthzPathBody answers 400 a path not in normal form on a chain whose
 	// policies name paths ("//a", "/a/../b", "/%61"): refused, not rewritten.
 	AuthzPathBody = "RBAC: path not in normal form (empty, dot or percent-encoded unreserved segments)"
-	// AuthzLogInterval bounds denial logging to one line per interval.
-	AuthzLogInterval = time.Second
 )
-
-// authzLog rate-limits denial logs without a lock: the first denial of each
-// interval logs, with how many were left out since the last line.
-type authzLog struct {
-	last    atomic.Int64 // UnixNano of the last line
-	dropped atomic.Uint64
-}
 
 // routeThenAuthorize serves the inbound listener's own port, where peer
 // sidecars connect and pilot routes by Host: the destination port
@@ -88,6 +79,9 @@ func (p *Proxy) authorize(fc *dataplane.FilterChain, t *Target, port uint16, pat
 	d = e.Decide(authz.Request{Principal: t.Peer.String(), Method: method, Path: path, Port: port}, now)
 	d.Count()
 	if d.Allowed() {
+		if d.Audit != "" {
+			p.logAudit(&d, t, path, now)
+		}
 		return routeResult{}, true
 	}
 	p.logDenial(&d, t, path, now, "")
@@ -99,16 +93,25 @@ func (p *Proxy) authorize(fc *dataplane.FilterChain, t *Target, port uint16, pat
 }
 
 func (p *Proxy) logDenial(d *authz.Decision, t *Target, path string, now time.Time, reason string) {
-	l := &p.authzLog
-	last := l.last.Load()
-	if now.UnixNano()-last < int64(AuthzLogInterval) || !l.last.CompareAndSwap(last, now.UnixNano()) {
-		l.dropped.Add(1)
+	ok, leftOut := p.authzLog.Take(now)
+	if !ok {
 		return
 	}
 	kv := []any{"listener", t.Listener, "principal", t.Peer, "source", t.Source, "path", clipStr(path),
-		"filter", d.Filter, "policy", d.Policy, "override", d.Override, "not_logged_since_last", l.dropped.Swap(0)}
+		"filter", d.Filter, "policy", d.Policy, "override", d.Override, "not_logged_since_last", leftOut}
 	if reason != "" {
 		kv = append(kv, "reason", reason)
 	}
 	p.log.Info("request denied by authorization", kv...)
+}
+
+// logAudit logs an allowed request an AUDIT policy matched (sampled as
+// denials are; every one is counted in /metrics).
+func (p *Proxy) logAudit(d *authz.Decision, t *Target, path string, now time.Time) {
+	ok, leftOut := p.auditLog.Take(now)
+	if !ok {
+		return
+	}
+	p.log.Info("request audited", "listener", t.Listener, "principal", t.Peer, "source", t.Source, "path", clipStr(path),
+		"policy", d.Audit, "not_logged_since_last", leftOut)
 }

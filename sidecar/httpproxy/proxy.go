@@ -51,6 +51,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"github.com/weft-mesh/weft/sidecar/authz"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
 	"github.com/weft-mesh/weft/sidecar/mtls"
@@ -206,8 +207,9 @@ type Proxy struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	retries  RetryStats
-	bodies   sync.Pool // *[]byte of cap MaxRetryBodyBytes: request bodies kept for replay
-	authzLog authzLog  // rate-limits denial logs (authz.go)
+	bodies   sync.Pool     // *[]byte of cap MaxRetryBodyBytes: request bodies kept for replay
+	authzLog authz.Sampler // rate-limits denial logs (authz.go)
+	auditLog authz.Sampler // rate-limits AUDIT logs (authz.go)
 }
 
 // HTTP/2 upstream connections idle this long are closed; one silent for

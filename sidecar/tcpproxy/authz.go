@@ -30,6 +30,10 @@ func (p *Proxy) authorize(client net.Conn, route *dataplane.TCPRoute, now time.T
 		if reason, expired := p.cfg.AuthzExpired(); expired {
 			d := e.Expired()
 			d.Count()
+			if ok, leftOut := p.denyLog.Take(now); ok {
+				p.cfg.Logger.Info("connection denied by authorization", "principal", principal, "source", client.RemoteAddr(),
+					"reason", reason, "not_logged_since_last", leftOut)
+			}
 			return fmt.Errorf("%w: authorization state expired (%s), peer %q", ErrDenied, reason, principal)
 		}
 	}
@@ -45,7 +49,17 @@ func (p *Proxy) authorize(client net.Conn, route *dataplane.TCPRoute, now time.T
 	d := e.Decide(authz.Request{Principal: principal, Port: port, TCP: true}, now)
 	d.Count()
 	if d.Allowed() {
+		if d.Audit != "" {
+			if ok, leftOut := p.auditLog.Take(now); ok {
+				p.cfg.Logger.Info("connection audited", "principal", principal, "source", client.RemoteAddr(), "port", port,
+					"policy", d.Audit, "not_logged_since_last", leftOut)
+			}
+		}
 		return nil
+	}
+	if ok, leftOut := p.denyLog.Take(now); ok {
+		p.cfg.Logger.Info("connection denied by authorization", "principal", principal, "source", client.RemoteAddr(), "port", port,
+			"filter", d.Filter, "policy", d.Policy, "override", d.Override, "not_logged_since_last", leftOut)
 	}
 	if d.Policy != "" {
 		return fmt.Errorf("%w: policy %q (filter %s) refused peer %q on port %d", ErrDenied, d.Policy, d.Filter, principal, port)

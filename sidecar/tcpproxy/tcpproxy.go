@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/weft-mesh/weft/sidecar/authz"
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
@@ -53,6 +54,8 @@ var ErrRateLimited = errors.New("local rate limit exceeded")
 // Proxy forwards TCP connections.
 type Proxy struct {
 	cfg Config
+	// Authorization logs, sampled (authz.go).
+	denyLog, auditLog authz.Sampler
 }
 
 // New checks cfg.
