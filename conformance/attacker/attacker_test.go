@@ -353,7 +353,8 @@ func nLabels(n int) map[string]string {
 	return m
 }
 
-// A revoked certificate is refused at pilot's TLS handshake (the CRL is read
+// A revoked certificate's open stream is closed when the CRL changes, and the
+// certificate is refused at pilot's TLS handshake from then on (the CRL is read
 // per handshake), so it can neither register nor read.
 func TestRevokedCertificateRefused(t *testing.T) {
 	p := startPilot(t)
@@ -361,7 +362,6 @@ func TestRevokedCertificateRefused(t *testing.T) {
 	creds := proc.ClientTLS(t, p.CARoot(t), "cluster.local", &c)
 	first := dialStream(t, p.XDSTLSAddr(), creds).open(t, sidecarNode("reviews-1", "shop", "reviews", "10.0.0.3"), sidecarTypes, nil)
 	waitStatus(t, p, "reviews-1", "SYNCED")
-	first.close()
 	body := fmt.Sprintf(`{"serial": %q, "reason": "keyCompromise"}`, fmt.Sprintf("%x", c.Leaf.SerialNumber))
 	resp, err := http.Post(p.URL()+ca.Prefix+"revocations", "application/json", strings.NewReader(body))
 	if err != nil {
@@ -371,6 +371,10 @@ func TestRevokedCertificateRefused(t *testing.T) {
 	if resp.StatusCode/100 != 2 {
 		t.Fatalf("revoke: %s", resp.Status)
 	}
+	// Its open stream is cut at the CRL change...
+	wantEnded(t, first, fmt.Sprintf("PermissionDenied: ads: node reviews-1: client certificate serial %x of spiffe://cluster.local/ns/shop/sa/reviews is revoked", c.Leaf.SerialNumber))
+	waitStatus(t, p, "reviews-1", "DISCONNECTED")
+	// ...and a new connection fails its handshake.
 	st := dialStream(t, p.XDSTLSAddr(), creds).open(t, sidecarNode("reviews-1", "shop", "reviews", "10.0.0.3"), sidecarTypes, nil)
 	if got := st.ended(t); !strings.HasPrefix(got, "Unavailable: ") {
 		t.Fatalf("revoked certificate: stream ended with %s, want Unavailable (handshake refused)", got)

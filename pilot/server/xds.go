@@ -200,6 +200,7 @@ func ServeADS(lim XDSLimits) XDSFunc {
 			MaxSubscriptions: lim.MaxSubscriptions, MaxReadOnlySubscriptions: lim.MaxReadOnlySubscriptions, DiffCacheEntries: lim.DiffCacheEntries,
 			TrustDomain: td, PlaintextRegistration: env.PlaintextRegistration,
 			MaxStreamsPerIdentity: lim.MaxStreamsPerIdentity, MaxResourceNameBytes: lim.MaxResourceNameBytes,
+			Revocations: revocations(env.Authority),
 		})
 		if err != nil {
 			return err
@@ -297,6 +298,14 @@ func checkRevoked(crl *revoke.CRL, cs tls.ConnectionState) error {
 	}
 	if leaf := cs.PeerCertificates[0]; crl.Revoked(leaf.SerialNumber) {
 		return fmt.Errorf("client certificate serial %x (%v) is revoked (CRL %d)", leaf.SerialNumber, leaf.URIs, crl.Number())
+	}
+	return nil
+}
+
+// revocations is a's CRL feed for ads, nil when a has none.
+func revocations(a Authority) ads.Revocations {
+	if r, ok := a.(ads.Revocations); ok {
+		return r
 	}
 	return nil
 }

@@ -1,8 +1,11 @@
 package ads
 
 import (
+	"crypto/tls"
 	"fmt"
+	"math/big"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/bootstrap/render"
+	"github.com/weft-mesh/weft/certs/revoke"
 	"github.com/weft-mesh/weft/pilot/resource"
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/xds/authn/authntest"
@@ -374,5 +378,80 @@ func TestReadOnlySubscriptionBound(t *testing.T) {
 		if got := codeMsg(over.endErr()); got != tc.want {
 			t.Errorf("got  %s\nwant %s", got, tc.want)
 		}
+	}
+}
+
+// fakeRevocations is a CRL feed: revoke publishes a CRL listing serials.
+type fakeRevocations struct {
+	ca *authntest.CA
+	mu sync.Mutex
+	ch chan struct{}
+	cl *revoke.CRL
+	n  int64
+}
+
+func (f *fakeRevocations) TrustChanged() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ch
+}
+
+func (f *fakeRevocations) CRL() *revoke.CRL {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cl
+}
+
+func (f *fakeRevocations) revoke(t *testing.T, serials ...*big.Int) {
+	t.Helper()
+	issuer, key := f.ca.CRLSigner()
+	var es []revoke.Entry
+	for _, s := range serials {
+		es = append(es, revoke.Entry{Serial: s, RevokedAt: time.Now()})
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	der, err := revoke.Build(issuer, key, f.n, es, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.cl, err = revoke.Parse(der, f.ca.Bundle()); err != nil {
+		t.Fatal(err)
+	}
+	close(f.ch)
+	f.ch = make(chan struct{})
+}
+
+// A stream whose certificate the CRL comes to list is cut at the CRL change;
+// others stay; the revoked certificate cannot open a stream again.
+func TestRevokedStreamCut(t *testing.T) {
+	revs := &fakeRevocations{ch: make(chan struct{})}
+	e := startTLS(t, func(c *Config) { c.Revocations = revs })
+	revs.ca = e.ca
+	e.src.publish(mkSnap(t, 1, res{cds: {"c": "1"}}))
+	bad := e.ca.SVID(t, reviewsID)
+	dial := func(c tls.Certificate) discoveryv3.AggregatedDiscoveryServiceClient {
+		return e.dial(t, grpc.WithTransportCredentials(e.ca.ClientCreds(&c)))
+	}
+	victim := sotwOn(t, dial(bad))
+	victim.send(&discoveryv3.DiscoveryRequest{Node: sidecarNode("reviews-1", "shop", "reviews").ToProto(), TypeUrl: cds})
+	victim.ack(victim.recv())
+	other := sotwOn(t, e.as(t, "spiffe://cluster.local/ns/shop/sa/ratings"))
+	other.send(&discoveryv3.DiscoveryRequest{Node: sidecarNode("ratings-1", "shop", "ratings").ToProto(), TypeUrl: cds})
+	other.ack(other.recv())
+
+	revs.revoke(t, big.NewInt(12345)) // a CRL change that does not list it
+	revs.revoke(t, bad.Leaf.SerialNumber)
+	want := fmt.Sprintf("PermissionDenied: ads: node reviews-1: client certificate serial %x of %s is revoked (CRL 2); closing the stream", bad.Leaf.SerialNumber, reviewsID)
+	if got := codeMsg(victim.endErr()); got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	e.src.publish(mkSnap(t, 2, res{cds: {"c": "2"}}))
+	other.ack(other.recv()) // still served
+	again := sotwOn(t, dial(bad))
+	again.send(&discoveryv3.DiscoveryRequest{Node: sidecarNode("reviews-1", "shop", "reviews").ToProto(), TypeUrl: cds})
+	if got := codeMsg(again.endErr()); got != want {
+		t.Fatalf("reopen: got %s", got)
 	}
 }

@@ -38,6 +38,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/certs/revoke"
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/xds/authn"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
@@ -96,6 +97,13 @@ const (
 	DefaultMaxStreamsPerIdentity = 8
 )
 
+// Revocations tells streams when the CRL changes (pilot/ca.Service): an
+// authenticated stream whose certificate the CRL comes to list is cut.
+type Revocations interface {
+	TrustChanged() <-chan struct{} // closed (and replaced) on every change
+	CRL() *revoke.CRL
+}
+
 // Config configures a Server. Every limit is explicit and required.
 type Config struct {
 	Logger hclog.Logger
@@ -115,6 +123,8 @@ type Config struct {
 	// MaxResourceNameBytes bounds each resource name a request subscribes to
 	// (or lists in initial_resource_versions).
 	MaxResourceNameBytes int
+	// Revocations, when set, cuts the streams of revoked certificates.
+	Revocations Revocations
 	// MaxUnacked bounds the responses sent on one stream and not yet answered
 	// (ACK or NACK). Exceeding it cuts the stream with ResourceExhausted.
 	MaxUnacked int
@@ -290,6 +300,9 @@ type stream struct {
 	conn   *status.Conn
 	send   func(proto.Message) error // the raw gRPC Send
 	subs   map[string]int            // type -> explicitly subscribed names (MaxSubscriptions counts their sum)
+	// revoked is signalled when the CRL changes (nil: never, for a stream
+	// without a certificate or a server without Revocations).
+	revoked <-chan struct{}
 
 	nonce       uint64              // last nonce issued on this stream
 	outstanding map[string][]uint64 // type -> nonces sent and not answered, ascending
@@ -366,12 +379,32 @@ func run[R request](st *stream, o owner[R], first R, reqs <-chan R, errc <-chan 
 			if err := o.pushAll(); err != nil {
 				return err
 			}
+		case <-st.revoked:
+			if err := st.checkRevoked(); err != nil {
+				return err
+			}
 		case err := <-errc:
 			return err
 		case <-st.ctx.Done():
 			return context.Cause(st.ctx)
 		}
 	}
+}
+
+// checkRevoked takes the next CRL-change signal, then refuses the stream if
+// the current CRL lists its certificate (in this order, so a change between
+// the two is not missed).
+func (st *stream) checkRevoked() error {
+	rev := st.s.cfg.Revocations
+	if rev == nil || !st.peer.Authenticated || st.peer.Serial == nil {
+		return nil
+	}
+	st.revoked = rev.TrustChanged()
+	if crl := rev.CRL(); crl != nil && crl.Revoked(st.peer.Serial) {
+		return grpcstatus.Errorf(codes.PermissionDenied, "ads: node %s: client certificate serial %x of %s is revoked (CRL %d); closing the stream",
+			st.nodeID, st.peer.Serial, st.peer.ID, crl.Number())
+	}
+	return nil
 }
 
 // recvLoop forwards requests to the owner until the stream ends. It is the only
@@ -430,6 +463,10 @@ func (s *Server) open(ctx context.Context, closeStream context.CancelCauseFunc, 
 	st := &stream{s: s, ctx: ctx, log: s.log.With("node", n.ID, "stream", kind), nodeID: n.ID, peer: p, claim: c, watch: w, send: send,
 		conn: s.cfg.Status.ConnectFrom(n, reporter(p), s.cfg.Clock()), outstanding: map[string][]uint64{}, subs: map[string]int{}}
 	st.log.Debug("stream opened", "peer", p.String())
+	if err := st.checkRevoked(); err != nil {
+		st.close(err)
+		return nil, err
+	}
 	return st, nil
 }
 

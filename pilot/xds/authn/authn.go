@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
 	"net/netip"
 
@@ -48,6 +49,9 @@ type Peer struct {
 	Key string
 	// Addr is the transport address ("" when gRPC gives none).
 	Addr string
+	// Serial is the client certificate's serial (nil when not Authenticated):
+	// a stream is cut when the CRL comes to list it.
+	Serial *big.Int
 }
 
 // String names the peer for errors and logs.
@@ -105,7 +109,7 @@ func Identify(ctx context.Context, trustDomain string, plaintextRegistration boo
 	if err != nil {
 		return Peer{}, fmt.Errorf("authn: client certificate serial %x of %s: %v: %w", leaf.SerialNumber, p.Addr, err, ErrUnauthenticated)
 	}
-	return Peer{Authenticated: true, ID: id, Namespace: ns, ServiceAccount: sa, MayRegister: true, Key: id.String() + "@" + host, Addr: p.Addr}, nil
+	return Peer{Authenticated: true, ID: id, Namespace: ns, ServiceAccount: sa, MayRegister: true, Key: id.String() + "@" + host, Addr: p.Addr, Serial: leaf.SerialNumber}, nil
 }
 
 // addrKey is addr without its port, an IPv6 address reduced to its /64 (addr
