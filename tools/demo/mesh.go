@@ -163,7 +163,7 @@ func runMesh(ctx context.Context, bin string) (err error) {
 		return err
 	}
 
-	say("15. The frontend calls reviews through its sidecar: frontend sidecar (outbound :15001) -> reviews sidecar (inbound :15006) -> reviews app")
+	say("15. The frontend calls reviews through its sidecar: frontend sidecar (outbound :15001) -> mTLS -> reviews sidecar (inbound :15006) -> reviews app")
 	fmt.Printf("$ 200 x curl -H 'Host: reviews:9080' http://%s:15001/\n", workloads[0].ip)
 	counts, failed := m.traffic(200)
 	fmt.Printf("answers: %s; failed: %d\n", counts, failed)
@@ -171,6 +171,9 @@ func runMesh(ctx context.Context, bin string) (err error) {
 		return fmt.Errorf("weighted route 80/20: got %s with %d failures", counts, failed)
 	}
 	fmt.Println("About 80% v1 and 20% v2, as the Route says.")
+	if err := m.showMTLS(); err != nil {
+		return err
+	}
 
 	say("16. Change the Route to send everything to v2, and time how long until the frontend's sidecar follows")
 	routeFile := filepath.Join(tmp, "route-v2.yaml")
@@ -594,6 +597,45 @@ func (m *mesh) showCertificates() error {
 		if id := "spiffe://cluster.local/ns/" + meshNamespace + "/sa/" + w.app; !valid[id] {
 			return fmt.Errorf("pilot lists no valid certificate for %s (%s)", id, w.name)
 		}
+	}
+	return nil
+}
+
+// showMTLS shows that the sidecar-to-sidecar hop was mutual TLS: handshakes
+// the frontend made as a client and the reviews sidecars accepted (pooled:
+// a handshake per connection, not per request), none refused.
+func (m *mesh) showMTLS() error {
+	fmt.Println("The sidecar-to-sidecar hop is mutual TLS with the workload certificates (each side checks the other's SPIFFE ID):")
+	total := map[string]float64{}
+	for _, w := range workloads {
+		side := "server"
+		if w.app == "frontend" {
+			side = "client"
+		}
+		resp, err := m.hc.Get("http://" + w.ip + ":15000/metrics")
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		var line []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "weft_sidecar_mtls_handshakes_total{") && strings.Contains(l, `side="`+side+`"`) && !strings.HasSuffix(l, " 0") {
+				line = append(line, strings.TrimPrefix(l, "weft_sidecar_mtls_handshakes_total"))
+				var v float64
+				fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v)
+				if strings.Contains(l, `result="ok"`) || strings.Contains(l, `result="resumed"`) {
+					total[side] += v
+				}
+			}
+		}
+		fmt.Printf("  %-10s %s handshakes: %s\n", w.name, side, strings.Join(line, " "))
+	}
+	if total["client"] == 0 || total["server"] == 0 {
+		return fmt.Errorf("no mTLS handshake between the sidecars (client %v, server %v)", total["client"], total["server"])
 	}
 	return nil
 }
