@@ -380,7 +380,7 @@ func (s *Server) terminate(ctx context.Context, c net.Conn, l *dataplane.Listene
 	tc, err := s.cfg.MTLS.Server(ctx, c)
 	if err != nil {
 		s.failedHandshakes.Add(1)
-		s.log.Info("mTLS handshake refused", "port", dst.Port(), "remote", c.RemoteAddr(), "error", err)
+		s.log.Debug("mTLS handshake refused", "port", dst.Port(), "remote", c.RemoteAddr(), "error", err) // mtls logs it, sampled
 		return nil, nil, spiffeid.ID{}, false
 	}
 	return tc, fc, tc.Peer().ID, true

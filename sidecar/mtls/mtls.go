@@ -91,6 +91,11 @@ type Manager struct {
 
 	trust  atomic.Pointer[trustState] // set by SetTrust (the runtime's activation)
 	counts [2][len(results)]atomic.Uint64
+	// Refusals are logged at most once per LogEvery per side and result, with
+	// the number left unlogged since: a peer retrying in a loop cannot flood
+	// the log. lastLog is unix nanoseconds; logged counts what was.
+	lastLog [2][len(results)]atomic.Int64
+	logged  [2][len(results)]atomic.Uint64
 
 	plainAccepted atomic.Uint64 // PERMISSIVE plaintext connections (listener counts)
 	plainRefused  atomic.Uint64 // STRICT plaintext connections closed (listener counts)
@@ -361,6 +366,9 @@ func (m *Manager) handshake(ctx context.Context, side string, tc *tls.Conn, expe
 	return c, nil
 }
 
+// LogEvery is the most often one kind of refusal (side and result) is logged.
+const LogEvery = time.Second
+
 func (m *Manager) count(side string, err error, resumed bool) {
 	s := 0
 	if side == SideClient {
@@ -377,7 +385,18 @@ func (m *Manager) count(side string, err error, resumed bool) {
 	default:
 		r = ResultError
 	}
-	m.counts[s][resultIndex(r)].Add(1)
+	i := resultIndex(r)
+	n := m.counts[s][i].Add(1)
+	if err == nil {
+		return
+	}
+	now := m.cfg.Now().UnixNano()
+	last := m.lastLog[s][i].Load()
+	if now-last < int64(LogEvery) || !m.lastLog[s][i].CompareAndSwap(last, now) {
+		return
+	}
+	prev := m.logged[s][i].Swap(n)
+	m.log.Warn("mTLS handshake refused", "side", side, "result", r, "error", err, "unlogged_since_last", n-prev-1)
 }
 
 func (m *Manager) forget(c *Conn) {

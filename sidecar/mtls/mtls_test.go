@@ -397,3 +397,44 @@ func TestNoTrustRefuses(t *testing.T) {
 		t.Fatalf("err %v, want no_certificate", err)
 	}
 }
+
+// TestRefusalLogSampled: a refusal kind is logged at most once per LogEvery,
+// saying how many went unlogged since.
+func TestRefusalLogSampled(t *testing.T) {
+	clk := newClock()
+	var buf strings.Builder
+	var mu sync.Mutex
+	log := hclog.New(&hclog.LoggerOptions{Output: writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })})
+	m, err := mtls.New(mtls.Config{SVID: &svid.Holder{}, Logger: log, Now: clk.Now}) // no certificate: every handshake refused
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := upstream(t, reviews)
+	refuse := func() {
+		a, b := net.Pipe()
+		defer b.Close()
+		if _, err := m.Client(context.Background(), a, "10.0.0.1:15006", up); refusal(err) != mtls.ResultNoCertificate {
+			t.Fatalf("err %v, want no_certificate", err)
+		}
+	}
+	lines := func() int { mu.Lock(); defer mu.Unlock(); return strings.Count(buf.String(), "mTLS handshake refused") }
+	refuse()
+	refuse()
+	clk.Add(mtls.LogEvery - 1)
+	refuse()
+	if n := lines(); n != 1 {
+		t.Fatalf("%d lines within LogEvery, want 1:\n%s", n, buf.String())
+	}
+	clk.Add(1)
+	refuse()
+	if n := lines(); n != 2 || !strings.Contains(buf.String(), "unlogged_since_last=2") {
+		t.Fatalf("after LogEvery: %d lines, want 2 saying 2 unlogged:\n%s", n, buf.String())
+	}
+	if got := m.Counts().Handshakes[mtls.SideClient][mtls.ResultNoCertificate]; got != 4 {
+		t.Errorf("counted %d refusals, want 4", got)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
