@@ -16,6 +16,11 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/weft-mesh/weft/sidecar/authz"
 	"github.com/weft-mesh/weft/sidecar/cluster"
@@ -338,5 +343,40 @@ func TestAuthzOwnPortJudgesTargetPort(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("host %s: %d, want %d", tc.host, resp.StatusCode, tc.want)
 		}
+	}
+}
+
+// TestAuthzGRPC: a gRPC call denied by RBAC on the inbound sidecar ends with
+// PERMISSION_DENIED (not UNAVAILABLE, which a client would retry); an allowed
+// method goes through.
+func TestAuthzGRPC(t *testing.T) {
+	app, _ := startGRPC(t)
+	ln := listen(t)
+	l := dt.Listener("inbound", addrOf(ln), dt.HTTPChain(0, "inbound"))
+	dt.WithHTTPFilters(l, dt.HTTPRBAC("envoy.filters.http.rbac", dt.Rules(rbacv3.RBAC_DENY, rbacPolicies{
+		"shop/no-watch": dt.Policy([]*rbacv3.Permission{dt.PathExact("/grpc.health.v1.Health/Watch")}, []*rbacv3.Principal{dt.AnyPrincipal()})}), nil))
+	r := dt.Resources{}
+	r.Add(xdsresource.ListenerType, l)
+	r.Add(xdsresource.RouteType, dt.RouteConfig("inbound", dt.VirtualHost("in", []string{"*"}, dt.PrefixRoute("/", "inbound|80||", 0))))
+	r.Add(xdsresource.ClusterType, dt.EDSCluster("inbound|80||", dt.ClusterOpts{HTTP2: true}))
+	r.Add(xdsresource.EndpointType, dt.Endpoints("inbound|80||", app))
+	s := startSidecar(t, ln, r, sidecarOpts{name: "inbound"})
+	cc, err := grpc.NewClient(s.Addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hc := healthpb.NewHealthClient(cc)
+	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("allowed Check: %v", err)
+	}
+	w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err == nil {
+		_, err = w.Recv()
+	}
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("denied Watch: %v, want PermissionDenied", err)
 	}
 }

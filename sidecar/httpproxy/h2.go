@@ -552,6 +552,8 @@ func (p *Proxy) errorReply(w http.ResponseWriter, r *http.Request, code int, loc
 			gs = "12" // UNIMPLEMENTED
 		case http.StatusForbidden:
 			gs = "7" // PERMISSION_DENIED
+		case http.StatusBadRequest:
+			gs = "13" // INTERNAL (gRPC's HTTP-to-status mapping)
 		}
 		w.Header().Set("Content-Type", "application/grpc")
 		w.Header().Set("Grpc-Status", gs)
