@@ -387,3 +387,24 @@ func TestVerifyEndorsement(t *testing.T) {
 		t.Fatalf("another CA's endorsement: %v", err)
 	}
 }
+
+// BenchmarkVerify: what a sidecar pays per manifest, pinned key vs the chain
+// checked against the bundle (go-spiffe's X.509-SVID verification).
+func BenchmarkVerify(b *testing.B) {
+	root := newRoot(b, "root")
+	priv := newKey(b)
+	cert := root.leaf(b, priv.Public(), publisherID(b), t0.Add(-time.Hour), t0.Add(time.Hour))
+	sm := chained(b, priv, sampleContent(b, "s"), binding("n", "s"), cert)
+	for _, tc := range []struct {
+		name  string
+		trust Trust
+	}{{"pin", Trust{Pin: priv.Public().(ed25519.PublicKey)}}, {"chain", Trust{Roots: root.bundle(b), TrustDomain: td}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := tc.trust.Verify(sm, "n", t0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
