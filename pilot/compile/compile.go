@@ -586,9 +586,11 @@ func (c *compiler) sidecarCandidates(proxies []*node.Node) map[string][]candidat
 			inbound = DefaultInboundPort
 		}
 		sa := cmp.Or(n.ServiceAccount, "default")
-		if want := ir.WorkloadID(c.mesh.TrustDomain, n.Namespace, sa); n.Identity != "" && n.Identity != want {
-			// pilot/xds/authn refuses such a registration; never trust it here either.
-			c.warnf("sidecar %s: identity %s is not its workload's %s; its endpoint does not take mTLS", n.ID, n.Identity, want)
+		if n.Identity != "" {
+			if want := ir.WorkloadID(c.mesh.TrustDomain, n.Namespace, sa); n.Identity != want {
+				// pilot/xds/authn refuses such a registration; never trust it here either.
+				c.warnf("sidecar %s: identity %s is not its workload's %s; its endpoint does not take mTLS", n.ID, n.Identity, want)
+			}
 		}
 		out[n.Namespace] = append(out[n.Namespace], candidate{
 			source:         "sidecar/" + n.ID,
