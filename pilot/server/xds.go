@@ -75,6 +75,9 @@ type XDSLimits struct {
 	// MaxStreamsPerIdentity bounds the open ADS streams of one SPIFFE ID from
 	// one address, or of one address without a certificate.
 	MaxStreamsPerIdentity int
+	// MaxReadOnlyStreams bounds the open ADS streams that may not register,
+	// over all clients.
+	MaxReadOnlyStreams int
 
 	// gRPC
 	MaxRecvMsgBytes      int    // one request from a proxy
@@ -94,7 +97,7 @@ func DefaultXDSLimits() XDSLimits {
 	return XDSLimits{
 		Debounce: 100 * time.Millisecond, MaxDelay: time.Second, GenWorkers: 4, CurrentWait: meshcache.DefaultCurrentWait,
 		MaxUnacked: 64, SendTimeout: 30 * time.Second, RecvQueue: 16, MaxSubscriptions: ads.DefaultMaxSubscriptions, MaxReadOnlySubscriptions: ads.DefaultMaxReadOnlySubscriptions, DiffCacheEntries: 4096,
-		MaxResourceNameBytes: ads.DefaultMaxResourceNameBytes, MaxStreamsPerIdentity: ads.DefaultMaxStreamsPerIdentity,
+		MaxResourceNameBytes: ads.DefaultMaxResourceNameBytes, MaxStreamsPerIdentity: ads.DefaultMaxStreamsPerIdentity, MaxReadOnlyStreams: ads.DefaultMaxReadOnlyStreams,
 		MaxRecvMsgBytes: 4 << 20, MaxConcurrentStreams: 16,
 		ManifestValidity:     sign.DefaultValidity,
 		MaxConcurrentReports: outlierrpc.DefaultMaxConcurrent,
@@ -116,7 +119,7 @@ func (l XDSLimits) check() error {
 		v    int
 	}{{"GenWorkers", l.GenWorkers}, {"MaxUnacked", l.MaxUnacked}, {"RecvQueue", l.RecvQueue}, {"MaxSubscriptions", l.MaxSubscriptions},
 		{"DiffCacheEntries", l.DiffCacheEntries}, {"MaxRecvMsgBytes", l.MaxRecvMsgBytes}, {"MaxConcurrentStreams", int(l.MaxConcurrentStreams)},
-		{"MaxConcurrentReports", l.MaxConcurrentReports}, {"MaxResourceNameBytes", l.MaxResourceNameBytes}, {"MaxReadOnlySubscriptions", l.MaxReadOnlySubscriptions}, {"MaxStreamsPerIdentity", l.MaxStreamsPerIdentity}} {
+		{"MaxConcurrentReports", l.MaxConcurrentReports}, {"MaxResourceNameBytes", l.MaxResourceNameBytes}, {"MaxReadOnlySubscriptions", l.MaxReadOnlySubscriptions}, {"MaxStreamsPerIdentity", l.MaxStreamsPerIdentity}, {"MaxReadOnlyStreams", l.MaxReadOnlyStreams}} {
 		if n.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be > 0, got %d", n.name, n.v))
 		}
@@ -199,7 +202,7 @@ func ServeADS(lim XDSLimits) XDSFunc {
 			MaxUnacked: lim.MaxUnacked, SendTimeout: lim.SendTimeout, RecvQueue: lim.RecvQueue,
 			MaxSubscriptions: lim.MaxSubscriptions, MaxReadOnlySubscriptions: lim.MaxReadOnlySubscriptions, DiffCacheEntries: lim.DiffCacheEntries,
 			TrustDomain: td, PlaintextRegistration: env.PlaintextRegistration,
-			MaxStreamsPerIdentity: lim.MaxStreamsPerIdentity, MaxResourceNameBytes: lim.MaxResourceNameBytes,
+			MaxStreamsPerIdentity: lim.MaxStreamsPerIdentity, MaxReadOnlyStreams: lim.MaxReadOnlyStreams, MaxResourceNameBytes: lim.MaxResourceNameBytes,
 			Revocations: revocations(env.Authority),
 		})
 		if err != nil {

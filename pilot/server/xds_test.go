@@ -164,6 +164,9 @@ func TestServeADSLimits(t *testing.T) {
 		{"zero current wait", func(l *server.XDSLimits) { l.CurrentWait = 0 }, "xDS limits: CurrentWait must be > 0, got 0s"},
 		{"current wait one past its bound", func(l *server.XDSLimits) { l.CurrentWait = meshcache.MaxCurrentWait + time.Nanosecond },
 			"xDS limits: CurrentWait 1m0.000000001s exceeds 1m0s"},
+		{"identity bounds", func(l *server.XDSLimits) {
+			l.MaxStreamsPerIdentity, l.MaxReadOnlyStreams, l.MaxReadOnlySubscriptions, l.MaxResourceNameBytes = 0, 0, 0, 0
+		}, "xDS limits: MaxResourceNameBytes must be > 0, got 0\nMaxReadOnlySubscriptions must be > 0, got 0\nMaxStreamsPerIdentity must be > 0, got 0\nMaxReadOnlyStreams must be > 0, got 0"},
 		{"two at once", func(l *server.XDSLimits) { l.MaxUnacked, l.RecvQueue = 0, -1 },
 			"xDS limits: MaxUnacked must be > 0, got 0\nRecvQueue must be > 0, got -1"},
 	}

@@ -58,6 +58,8 @@ func run() int {
 	fs.IntVar(&lim.MaxResourceNameBytes, "xds-max-resource-name-bytes", lim.MaxResourceNameBytes, "bytes of one subscribed resource name")
 	fs.IntVar(&lim.MaxStreamsPerIdentity, "xds-max-streams-per-identity", lim.MaxStreamsPerIdentity,
 		"open ADS streams per SPIFFE ID and source address (without a certificate: per source address; IPv6 per /64); one more is refused")
+	fs.IntVar(&lim.MaxReadOnlyStreams, "xds-max-read-only-streams", lim.MaxReadOnlyStreams,
+		"open ADS streams without a client certificate (that may not register), over all clients; one more is refused (sidecars with certificates are not counted)")
 	fs.IntVar(&lim.MaxRecvMsgBytes, "xds-max-recv-bytes", lim.MaxRecvMsgBytes, "bytes of one request from a proxy")
 	var maxStreams uint
 	fs.UintVar(&maxStreams, "xds-max-streams-per-connection", uint(lim.MaxConcurrentStreams), "concurrent gRPC streams on one connection")

@@ -106,7 +106,7 @@ type env struct {
 
 func testConfig() Config {
 	return Config{Logger: hclog.NewNullLogger(), MaxUnacked: 64, SendTimeout: 5 * time.Second, RecvQueue: 8, MaxSubscriptions: 100, MaxReadOnlySubscriptions: 100, DiffCacheEntries: 64,
-		TrustDomain: "cluster.local", PlaintextRegistration: true, MaxStreamsPerIdentity: 100, MaxResourceNameBytes: 512}
+		TrustDomain: "cluster.local", PlaintextRegistration: true, MaxStreamsPerIdentity: 100, MaxReadOnlyStreams: 100, MaxResourceNameBytes: 512}
 }
 
 // start serves ADS on a loopback port and returns a client to it.

@@ -455,3 +455,33 @@ func TestRevokedStreamCut(t *testing.T) {
 		t.Fatalf("reopen: got %s", got)
 	}
 }
+
+// MaxReadOnlyStreams counts the streams that may not register over all peers:
+// at the bound they are served, one more is refused, a stream with a
+// certificate is not counted, and a closed stream frees its place.
+func TestReadOnlyStreamsBound(t *testing.T) {
+	e := startTLS(t, func(c *Config) { c.MaxReadOnlyStreams = 2 })
+	e.src.publish(mkSnap(t, 1, res{cds: {"c": "1"}}))
+	var open []sotwClient
+	for i := range 2 {
+		c := sotwOn(t, e.as(t, ""))
+		c.send(&discoveryv3.DiscoveryRequest{Node: nodeProto(fmt.Sprint("ro", i)), TypeUrl: cds})
+		c.recv()
+		open = append(open, c)
+	}
+	over := sotwOn(t, e.as(t, ""))
+	if got := codeMsg(over.endErr()); !strings.HasPrefix(got, "ResourceExhausted: ads: pilot already serves 2 streams without a client certificate (limit 2); unauthenticated peer 127.0.0.1:") {
+		t.Fatal(got)
+	}
+	withCert := sotwOn(t, e.as(t, reviewsID))
+	withCert.send(&discoveryv3.DiscoveryRequest{Node: sidecarNode("r", "shop", "reviews").ToProto(), TypeUrl: cds})
+	withCert.recv()
+	if err := open[0].stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	open[0].endErr()
+	testkit.Eventually(t, 5*time.Second, "a place freed", func() bool { return e.server.Streams("ip:127.0.0.1") == 1 })
+	c := sotwOn(t, e.as(t, ""))
+	c.send(&discoveryv3.DiscoveryRequest{Node: nodeProto("ro9"), TypeUrl: cds})
+	c.recv()
+}

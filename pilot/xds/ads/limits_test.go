@@ -33,6 +33,11 @@ func TestConfigCheck(t *testing.T) {
 		{"recv queue", func(c *Config) { c.RecvQueue = 0 }, "ads: Config.RecvQueue must be > 0, got 0"},
 		{"subscriptions", func(c *Config) { c.MaxSubscriptions = 0 }, "ads: Config.MaxSubscriptions must be > 0, got 0"},
 		{"diff cache", func(c *Config) { c.DiffCacheEntries = 0 }, "ads: Config.DiffCacheEntries must be > 0, got 0"},
+		{"read-only subscriptions", func(c *Config) { c.MaxReadOnlySubscriptions = 0 }, "ads: Config.MaxReadOnlySubscriptions must be > 0, got 0"},
+		{"trust domain", func(c *Config) { c.TrustDomain = "" }, "ads: Config.TrustDomain is required"},
+		{"streams per identity", func(c *Config) { c.MaxStreamsPerIdentity = 0 }, "ads: Config.MaxStreamsPerIdentity must be > 0, got 0"},
+		{"read-only streams", func(c *Config) { c.MaxReadOnlyStreams = 0 }, "ads: Config.MaxReadOnlyStreams must be > 0, got 0"},
+		{"name bytes", func(c *Config) { c.MaxResourceNameBytes = 0 }, "ads: Config.MaxResourceNameBytes must be > 0, got 0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -95,6 +95,13 @@ const (
 	// A sidecar holds one, a reconnect briefly two; a pod whose app is also a
 	// proxyless gRPC client a few more.
 	DefaultMaxStreamsPerIdentity = 8
+	// DefaultMaxReadOnlyStreams bounds the open streams that may not register,
+	// over all peers: the per-address bound alone lets one who holds many
+	// addresses (IPv6 prefixes, NATs) open any number. At
+	// DefaultMaxReadOnlySubscriptions each costs at most ~155 KiB, so these
+	// streams together stay under ~640 MiB; streams with certificates (the
+	// sidecars) are not counted and never refused for it.
+	DefaultMaxReadOnlyStreams = 4096
 )
 
 // Revocations tells streams when the CRL changes (pilot/ca.Service): an
@@ -120,6 +127,9 @@ type Config struct {
 	// MaxStreamsPerIdentity bounds the open streams per authn.Peer.Key; one
 	// more is refused with ResourceExhausted before its first request is read.
 	MaxStreamsPerIdentity int
+	// MaxReadOnlyStreams bounds the open streams whose peer may not register,
+	// over all peers; one more is refused the same way.
+	MaxReadOnlyStreams int
 	// MaxResourceNameBytes bounds each resource name a request subscribes to
 	// (or lists in initial_resource_versions).
 	MaxResourceNameBytes int
@@ -169,6 +179,8 @@ func (c *Config) check() error {
 		return errors.New("ads: Config.TrustDomain is required")
 	case c.MaxStreamsPerIdentity <= 0:
 		return fmt.Errorf("ads: Config.MaxStreamsPerIdentity must be > 0, got %d", c.MaxStreamsPerIdentity)
+	case c.MaxReadOnlyStreams <= 0:
+		return fmt.Errorf("ads: Config.MaxReadOnlyStreams must be > 0, got %d", c.MaxReadOnlyStreams)
 	case c.MaxResourceNameBytes <= 0:
 		return fmt.Errorf("ads: Config.MaxResourceNameBytes must be > 0, got %d", c.MaxResourceNameBytes)
 	}
@@ -186,9 +198,10 @@ type Server struct {
 	diffs *diffCache
 	wraps *wrapCache
 
-	mu      sync.Mutex        // guards the fields below; held for map updates only
-	claims  map[string]*claim // node id -> the stream holding it
-	streams map[string]int    // authn.Peer.Key -> open streams
+	mu       sync.Mutex        // guards the fields below; held for map updates only
+	claims   map[string]*claim // node id -> the stream holding it
+	streams  map[string]int    // authn.Peer.Key -> open streams
+	readOnly int               // open streams whose peer may not register
 }
 
 // claim is one stream's hold on a node id.
@@ -220,11 +233,21 @@ func (s *Server) acquire(p authn.Peer) (release func(), err error) {
 	if n := s.streams[p.Key]; n >= s.cfg.MaxStreamsPerIdentity {
 		return nil, grpcstatus.Errorf(codes.ResourceExhausted, "ads: %s already has %d ADS streams open (limit %d per identity and address)", p, n, s.cfg.MaxStreamsPerIdentity)
 	}
+	if !p.MayRegister && s.readOnly >= s.cfg.MaxReadOnlyStreams {
+		return nil, grpcstatus.Errorf(codes.ResourceExhausted,
+			"ads: pilot already serves %d streams without a client certificate (limit %d); %s is refused (a client certificate is not counted)", s.readOnly, s.cfg.MaxReadOnlyStreams, p)
+	}
 	s.streams[p.Key]++
+	if !p.MayRegister {
+		s.readOnly++
+	}
 	return func() {
 		s.mu.Lock()
 		if s.streams[p.Key]--; s.streams[p.Key] <= 0 {
 			delete(s.streams, p.Key)
+		}
+		if !p.MayRegister {
+			s.readOnly--
 		}
 		s.mu.Unlock()
 	}, nil

@@ -93,7 +93,7 @@ func runPilot(cfg pilotConfig) error {
 		}),
 		MaxUnacked: 64, SendTimeout: 30 * time.Second, RecvQueue: 16, MaxSubscriptions: ads.DefaultMaxSubscriptions, MaxReadOnlySubscriptions: ads.DefaultMaxSubscriptions, DiffCacheEntries: 4096,
 		// Every simulated client dials from 127.0.0.1 and registers over plaintext.
-		TrustDomain: "cluster.local", PlaintextRegistration: true, MaxStreamsPerIdentity: 1 << 30, MaxResourceNameBytes: ads.DefaultMaxResourceNameBytes})
+		TrustDomain: "cluster.local", PlaintextRegistration: true, MaxStreamsPerIdentity: 1 << 30, MaxReadOnlyStreams: 1 << 30, MaxResourceNameBytes: ads.DefaultMaxResourceNameBytes})
 	if err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ func runRealPilot(cfg pilotConfig) error {
 	lim.GenWorkers = 2
 	// Every simulated client dials from 127.0.0.1 (one "identity" to the
 	// per-address bound) and, with -sidecars, registers over plaintext.
-	lim.MaxStreamsPerIdentity = 1 << 30
+	lim.MaxStreamsPerIdentity, lim.MaxReadOnlyStreams = 1<<30, 1<<30
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	adminc, xdsc := make(chan net.Addr, 1), make(chan net.Addr, 1)
