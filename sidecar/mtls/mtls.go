@@ -34,6 +34,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 
 	"github.com/weft-mesh/weft/certs/revoke"
 	"github.com/weft-mesh/weft/sidecar/svid"
@@ -345,9 +346,10 @@ func (m *Manager) handshake(ctx context.Context, side string, tc *tls.Conn, expe
 		return nil, fmt.Errorf("mtls %s handshake with %s: %w", side, tc.RemoteAddr(), err)
 	}
 	cs := tc.ConnectionState()
-	// VerifyConnection accepted it; derive the peer once more for the registry
-	// (the same pure check, on the same state).
-	p, err := m.verifyState(cs, expected)
+	// VerifyConnection ran the whole check on this very state and accepted it:
+	// only read the peer off it (verifying the chain again would double the
+	// handshake's signature checks).
+	p, err := peerOf(cs)
 	if err != nil {
 		m.count(side, err, false)
 		tc.Close()
@@ -368,6 +370,19 @@ func (m *Manager) handshake(ctx context.Context, side string, tc *tls.Conn, expe
 
 // LogEvery is the most often one kind of refusal (side and result) is logged.
 const LogEvery = time.Second
+
+// peerOf reads the verified peer of an accepted handshake.
+func peerOf(cs tls.ConnectionState) (Peer, error) {
+	if len(cs.PeerCertificates) == 0 {
+		return Peer{}, refused(ResultUntrusted, "the peer presented no certificate")
+	}
+	leaf := cs.PeerCertificates[0]
+	id, err := x509svid.IDFromCert(leaf)
+	if err != nil {
+		return Peer{}, refused(ResultUntrusted, "peer certificate serial %x: %v", leaf.SerialNumber, err)
+	}
+	return Peer{ID: id, Serial: leaf.SerialNumber, NotAfter: leaf.NotAfter}, nil
+}
 
 func (m *Manager) count(side string, err error, resumed bool) {
 	s := 0
