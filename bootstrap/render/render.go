@@ -172,7 +172,7 @@ func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, err
 	fs.StringVar(&f.Address, "address", "", "workload IP")
 	fs.StringVar(&f.Locality, "locality", "", "region/zone/subzone")
 	fs.StringVar(&pilot, "pilot", "", "pilot HOST:PORT[,HOST:PORT]")
-	fs.StringVar(&f.PublisherKey, "publisher-key", "", "pilot publisher public key file")
+	fs.StringVar(&f.PublisherKey, "publisher-key", "", "pin pilot's publisher public key (file); optional with --ca-root, which trusts any publisher the mesh CA certifies")
 	fs.StringVar(&f.StateDir, "state-dir", "", "state directory")
 	fs.StringVar(&f.AdminAddr, "admin-addr", "", "admin IP:PORT (default "+DefaultAdminAddr+")")
 	fs.StringVar(&f.OutboundAddr, "outbound-addr", "", "outbound IP:PORT (default "+DefaultOutboundAddr+")")
