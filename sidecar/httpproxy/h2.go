@@ -331,6 +331,10 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, rb *replayBuf, t
 		resp, err = p.roundTripH2(tryCtx, out, c, e)
 	} else if out.Body == nil || out.ContentLength >= 0 {
 		resp, err = p.roundTripPool(tryCtx, out, c, e)
+	} else if e.TLS() != nil {
+		// net/http's transport would dial it in plaintext: fail closed.
+		err = fmt.Errorf("cluster %q: endpoint %s takes only mTLS, and a body of unknown length to an HTTP/1.1 upstream would go through net/http's plaintext transport: refused",
+			c.Name, e.Address())
 	} else {
 		resp, err = p.h1std.RoundTrip(out) // a body of unknown length: net/http chunks it
 	}
