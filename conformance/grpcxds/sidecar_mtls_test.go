@@ -3,7 +3,9 @@ package grpcxds
 import (
 	"context"
 	"fmt"
+	"net"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -146,4 +148,106 @@ func TestGRPCClientToSidecarInboundMTLS(t *testing.T) {
 	if app.calls.Load() != before {
 		t.Error("a refused call reached the app")
 	}
+}
+
+// The other direction: a Weft sidecar as the mTLS client of a proxyless
+// grpc-go xDS server. The server talks mTLS to pilot as
+// spiffe://cluster.local/ns/rpc/sa/greeter and serves the Workload at its
+// address, so pilot marks that endpoint mTLS and sends the server its
+// listener (certificate-provider TLS, RBAC); a plain gRPC client calls through
+// a Weft client sidecar's outbound listener, which dials the server over mTLS
+// with its own SVID and checks the server's SPIFFE ID. The server's RBAC lets
+// the client sidecar's identity through and answers another sidecar's
+// PermissionDenied.
+func TestSidecarToGRPCServerMTLS(t *testing.T) {
+	authority := certfiles.NewCA(t, "cluster.local")
+	pilot := proc.StartPilot(t, "127.93.9.101", filepath.Join(t.TempDir(), "pilot"), proc.Secure(),
+		"--ca-root-cert", authority.RootCertFile, "--ca-root-key", authority.RootKeyFile, "--tls-san", "127.93.9.101")
+	srvCert, srvKey := authority.Issue(t, authority.Workload(t, ns, "greeter"), "server")
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pilot.Apply(t, identityMeshYAML(lis.Addr().(*net.TCPAddr).Port))
+	screds, err := xdscreds.NewServerCredentials(xdscreds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, err := xds.NewGRPCServer(grpc.Creds(screds),
+		xds.BootstrapContentsForTesting(identityBootstrap(pilot.XDSTLSAddr(), "greeter-server", srvCert, srvKey, pilot.CARootFile(), "127.0.0.1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &backend{id: "grpc-xds-server", held: make(chan struct{}, 1), release: make(chan struct{})}
+	testgrpc.RegisterTestServiceServer(gs, b)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = gs.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		gs.Stop()
+		<-done
+	})
+
+	// Client sidecars whose outbound listens on the service port (explicit
+	// mode: the port is the chain), as "client" (allowed) and "other".
+	sidecar := func(ip, sa string) (*proc.SidecarProcess, string) {
+		sc := proc.StartSidecar(t, proc.SidecarConfig{NodeID: sa + "-sidecar", Namespace: ns, ServiceAccount: sa,
+			Labels: map[string]string{"app": sa}, IP: ip, Pilot: pilot,
+			Extra: []string{"--outbound-addr", net.JoinHostPort(ip, strconv.Itoa(svcPort))}})
+		testkit.Wait(t, 30*time.Second, func() error {
+			select {
+			case <-sc.Exited():
+				t.Fatalf("sidecar %s exited: %v\n%s", sa, sc.Err(), sc.Logs.String())
+			default:
+			}
+			_, err := sc.Metric(`weft_sidecar_certificate_state{state="valid"} 1`)
+			return err
+		})
+		return sc, net.JoinHostPort(ip, strconv.Itoa(svcPort))
+	}
+	through := func(outbound string) testgrpc.TestServiceClient {
+		cc, err := grpc.NewClient("passthrough:///"+outbound, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithAuthority(svc+"."+ns+".svc.cluster.local:"+strconv.Itoa(svcPort)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return testgrpc.NewTestServiceClient(cc)
+	}
+	call := func(c testgrpc.TestServiceClient) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		r, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{})
+		return r.GetServerId(), err
+	}
+
+	clientSC, out := sidecar("127.93.9.2", "client")
+	allowed := through(out)
+	testkit.Wait(t, 30*time.Second, func() error {
+		id, err := call(allowed)
+		if err != nil {
+			return fmt.Errorf("through the client sidecar to the grpc-go xDS server: %v", err)
+		}
+		if id != b.id {
+			return fmt.Errorf("answered by %q", id)
+		}
+		return nil
+	})
+	// The client sidecar made the mTLS connection.
+	if line, err := clientSC.Metric(`weft_sidecar_mtls_handshakes_total{result="ok",side="client"}`); err != nil {
+		t.Errorf("no successful client-side handshake counted: %v", err)
+	} else {
+		t.Logf("client sidecar: %s", line)
+	}
+	_, out = sidecar("127.93.9.3", "other")
+	denied := through(out)
+	testkit.Wait(t, 30*time.Second, func() error {
+		if _, err := call(denied); grpcstatus.Code(err) != codes.PermissionDenied {
+			return fmt.Errorf("another sidecar's identity: %v, want PermissionDenied", err)
+		}
+		return nil
+	})
 }
