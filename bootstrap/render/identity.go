@@ -24,12 +24,10 @@ func (s *Settings) checkIdentity() error {
 	if td, err := spiffeid.TrustDomainFromString(s.TrustDomain); err != nil || td.Name() != s.TrustDomain {
 		return fmt.Errorf("trust-domain: %q is not a SPIFFE trust domain (lowercase letters, digits, '.', '-', '_')", s.TrustDomain)
 	}
-	switch {
-	case s.TokenFile != "" && s.CARoot == "":
+	// Without a token file, ca-root still decides whom manifests are trusted
+	// from (publishers the mesh CA certifies), so it is allowed alone.
+	if s.TokenFile != "" && s.CARoot == "" {
 		return errors.New("ca-root: required with token-file (it verifies pilot)")
-	case s.TokenFile == "" && s.CARoot != "":
-		// Nothing would use it: say so rather than ignore it.
-		return errors.New("ca-root: set without token-file (without a token the sidecar has no identity and dials pilot in plaintext)")
 	}
 	return nil
 }
@@ -37,17 +35,19 @@ func (s *Settings) checkIdentity() error {
 // checkIdentityFiles checks the token file (exists, not empty, at most
 // token.MaxBytes) and the CA roots (at most MaxCARootBytes, a bundle).
 func (s *Settings) checkIdentityFiles(readFile func(string) ([]byte, error)) error {
-	if s.TokenFile == "" {
-		return nil
+	if s.TokenFile != "" {
+		tok, err := readFile(s.TokenFile)
+		switch {
+		case err != nil:
+			return fmt.Errorf("token-file: %v", err)
+		case len(tok) > token.MaxBytes:
+			return fmt.Errorf("token-file %s: %d bytes, limit %d", s.TokenFile, len(tok), token.MaxBytes)
+		case len(bytes.TrimSpace(tok)) == 0:
+			return fmt.Errorf("token-file %s: empty", s.TokenFile)
+		}
 	}
-	tok, err := readFile(s.TokenFile)
-	switch {
-	case err != nil:
-		return fmt.Errorf("token-file: %v", err)
-	case len(tok) > token.MaxBytes:
-		return fmt.Errorf("token-file %s: %d bytes, limit %d", s.TokenFile, len(tok), token.MaxBytes)
-	case len(bytes.TrimSpace(tok)) == 0:
-		return fmt.Errorf("token-file %s: empty", s.TokenFile)
+	if s.CARoot == "" {
+		return nil
 	}
 	pem, err := readFile(s.CARoot)
 	switch {

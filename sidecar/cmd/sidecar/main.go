@@ -24,7 +24,7 @@ const usage = `usage: sidecar --node-id ID --namespace NS --service-account SA -
                [--ready-addr IP:PORT] [--app-address IP] [--locality R/Z/S] [--xds-mode delta|sotw]
                [--staleness CLASS=WARN/EXPIRE[/ONEXPIRE]]... [--insecure-skip-manifest] [--concurrency N]
                [--pprof (built with -tags weftpprof)]
-               [--token-file FILE --ca-root FILE] [--trust-domain TD]
+               [--token-file FILE] [--ca-root FILE] [--trust-domain TD]
        sidecar --bootstrap FILE [flags overriding the file]
        sidecar --version | --help
 Defaults: admin 127.0.0.1:15000, outbound 127.0.0.1:15001, inbound <address>:15006,
@@ -36,6 +36,8 @@ certificate spiffe://TD/ns/NS/sa/SA from pilot (key made in the process, never
 written; renewed at 50-60% of its lifetime) and dials pilot over mTLS: --pilot is
 then pilot's TLS address (:15012) and --ca-root FILE (pilot's <data-dir>/ca/root.pem)
 verifies it as spiffe://TD/weft/pilot. Without --token-file: plaintext xDS, no mTLS.
+--ca-root also trusts manifests from publishers the mesh CA certifies (then
+--publisher-key, a pin, is optional).
 Overload bounds (each also a bootstrap file key; over a bound: connection closed, or
 503 with x-weft-overflow; a route timeout answers 504 with x-weft-timeout):
   --max-connections N (10000, all listeners)   --max-connections-per-listener N (10000)
