@@ -311,3 +311,45 @@ func TestMTLSTCPThroughSidecarPair(t *testing.T) {
 		t.Errorf("server handshakes ok %d, want 1", n)
 	}
 }
+
+func TestSniffTimeout(t *testing.T) {
+	hp, tp, log := setup(t)
+	var snap atomic.Pointer[dataplane.Config]
+	for _, tc := range []struct {
+		d  time.Duration
+		ok bool
+	}{{listener.MaxSniffTimeout, true}, {listener.MaxSniffTimeout + 1, false}, {-1, false}} {
+		_, err := listener.New(listener.Config{Name: "x", Logger: log, Snapshot: &snap, HTTP: hp, TCP: tp, SniffTimeout: tc.d})
+		if (err == nil) != tc.ok {
+			t.Errorf("SniffTimeout %v: err %v, want ok=%v", tc.d, err, tc.ok)
+		}
+	}
+	// A client that sends nothing to an mTLS port is closed at the timeout.
+	ca := mtlstest.NewCA(t, "root")
+	sc := newSidecar(t, "inbound", ca.Workload(t, "cluster.local", "shop", "reviews"))
+	r := dt.Resources{}
+	r.Add(xdsresource.ListenerType, dt.Listener("inbound", sc.addr, dt.WithTransport(dt.TCPChain(0, "app"), xdsresource.TransportTLS)))
+	r.Add(xdsresource.ClusterType, dt.EDSCluster("app", dt.ClusterOpts{}))
+	r.Add(xdsresource.EndpointType, dt.Endpoints("app", dt.MustAddr("127.0.0.1:9")))
+	r.Add(xdsresource.SecretType, dt.RootCA(ca.RootPEM(), ca.CRLPEM(t, 1, time.Now().Add(-time.Minute), time.Hour)))
+	sc.activate(t, r)
+	srv, err := listener.New(listener.Config{Name: "inbound", Logger: log, Snapshot: &sc.snap, HTTP: hp, TCP: tp, MTLS: sc.m,
+		SniffTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := dt.Serve(t, srv, sc.ln)
+	c, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("silent client: read %d, %v; want the connection closed", n, err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("closed after %v, want about the 100ms sniff timeout", d)
+	}
+}
