@@ -438,3 +438,27 @@ func TestRefusalLogSampled(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestHandshakeTimeout: a client that starts a handshake and stalls is cut at
+// HandshakeTimeout, counted as error.
+func TestHandshakeTimeout(t *testing.T) {
+	w := newWorld(t)
+	m, err := mtls.New(mtls.Config{SVID: w.srv.h, Logger: hclog.NewNullLogger(), Now: w.clk.Now, HandshakeTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetTrust(w.trust, true)
+	a, b := net.Pipe()
+	defer b.Close()
+	go func() { _, _ = b.Write([]byte{0x16, 3, 1}) }() // a record header, then nothing
+	start := time.Now()
+	if _, err := m.Server(context.Background(), a); err == nil || refusal(err) != "" {
+		t.Fatalf("err %v, want a timeout", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("cut after %v, want about 100ms", d)
+	}
+	if n := m.Counts().Handshakes[mtls.SideServer][mtls.ResultError]; n != 1 {
+		t.Errorf("error count %d, want 1", n)
+	}
+}
