@@ -19,7 +19,13 @@ import (
 )
 
 // Authorization on the wire (the issue #9 design's "Wire"): Envoy's RBAC
-// filters, so Envoy and grpc-go's xDS server read them too.
+// filters, so Envoy and grpc-go's xDS server read them too. Where this differs
+// from the design: the DENY/ALLOW/AUDIT filters are named weft.authz.deny,
+// .allow and .audit, not all envoy.filters.http.rbac (grpc-go NACKs two HTTP
+// filters of one name); a policy is one per rule; on TCP a DENY drops the
+// HTTP-only fields instead of never matching (Istio's rule: a TCP workload's
+// policy may only get stricter); only DENY Overrides are sent (ALLOW ones
+// warn on apply).
 //
 // HTTP chains carry, before the router and in this order:
 //   - OverrideFilterName: action DENY, one policy per DENY Override of the

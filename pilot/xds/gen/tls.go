@@ -9,6 +9,26 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
+// Where gen differs from the issue #9 design's "Wire", and why:
+//   - proxyless (grpc-go) clusters and server listeners carry no tls_params
+//     (grpc-go NACKs them), take roots from validation_context
+//     .ca_certificate_provider_instance{default, ROOTCA} (gRFC A29; with the
+//     design's combined validation_context_certificate_provider_instance
+//     grpc-go would take its identity only from the deprecated field and send
+//     no client certificate) and SANs from the untyped match_subject_alt_names
+//     (the only one grpc-go reads); a proxyless client gets TLS only to
+//     clusters all of whose endpoints take mTLS (grpc-go cannot choose per
+//     endpoint), and a proxyless server's PERMISSIVE is served as STRICT
+//     (grpc-go cannot sniff; compile warns).
+//   - a cluster's SANs are the identities of its own mTLS endpoints (a subset
+//     cluster's are the subset's), and a cluster none of whose endpoints takes
+//     mTLS has no transport socket: TLS is only ever used to those endpoints.
+//   - an endpoint says mtls only when its node proved exactly the endpoint's
+//     SPIFFE ID and its mode is not DISABLE (Istio's auto-mTLS honours the
+//     server's mode the same way); DISABLE keeps today's chains.
+//   - TLS chains are named "<chain>|tls" and "<chain>|raw".
+//   - RBAC: see rbac.go (filter names, one policy per rule, TCP rules).
+//
 // mTLS on the wire (the issue #9 design's "Wire"). Only nodes pilot
 // authenticated (node.Identity) get any of it: their inbound listener's TLS
 // chains and their outbound clusters' transport sockets. The workload
