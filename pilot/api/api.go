@@ -88,6 +88,11 @@ type Config struct {
 	// key order, or as fields of the JSON object when the client accepts
 	// application/json (pilot shows insecure modes here).
 	Health map[string]string
+	// PlaintextRegistration: pilot runs with --insecure-plaintext-registration.
+	// Sidecars registered that way have no certificate, so no mTLS mode applies
+	// to them: applying a PeerAuthentication, or a MeshConfig setting
+	// defaultMtls, then warns that it is not enforced for them.
+	PlaintextRegistration bool
 }
 
 // API is the admin HTTP handler.
@@ -100,6 +105,7 @@ type API struct {
 	// maxObjects bounds one apply.
 	maxObjects int
 	health     map[string]string // extra /healthz lines; immutable
+	plaintext  bool              // Config.PlaintextRegistration
 	metrics    *metrics
 	mux        *http.ServeMux
 
@@ -143,6 +149,7 @@ func New(cfg Config) (*API, error) {
 		maxBody:    cfg.MaxBodyBytes,
 		maxObjects: cfg.MaxApplyObjects,
 		health:     maps.Clone(cfg.Health),
+		plaintext:  cfg.PlaintextRegistration,
 		mux:        http.NewServeMux(),
 	}
 	m, err := newMetrics(reg, cfg.Store)

@@ -248,6 +248,9 @@ func (a *API) write(ctx context.Context, muts []store.Mutation) (store.ApplyResu
 	}
 	errs, warns := resource.ValidateSet(slices.Collect(maps.Values(after)))
 	warns = relevantWarnings(current, applied, warns)
+	if a.plaintext {
+		warns = append(warns, plaintextWarnings(muts)...)
+	}
 	if len(errs) > 0 {
 		outcome = "invalid"
 		return store.ApplyResult{}, warns, errs

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -61,5 +62,53 @@ spec:
 	}
 	if r, hdrs := apply("HTTP"); len(r.Warnings) != 0 || len(hdrs) != 0 {
 		t.Errorf("HTTP Service: warnings %q, headers %q; want none", r.Warnings, hdrs)
+	}
+}
+
+// TestApplyWarnsMTLSWithPlaintextRegistration: while pilot lets plaintext
+// clients register, a PeerAuthentication and a MeshConfig defaultMtls do not
+// reach the sidecars registered that way, and applying them says so; without
+// the flag the same objects warn nothing.
+func TestApplyWarnsMTLSWithPlaintextRegistration(t *testing.T) {
+	const doc = `apiVersion: mesh.weft.dev/v1alpha1
+kind: PeerAuthentication
+metadata: {name: default, namespace: shop}
+spec: {mtls: STRICT}
+---
+apiVersion: mesh.weft.dev/v1alpha1
+kind: MeshConfig
+metadata: {name: default}
+spec: {defaultMtls: STRICT}
+---
+apiVersion: mesh.weft.dev/v1alpha1
+kind: MeshConfig
+metadata: {name: default}
+spec: {trustDomain: cluster.local}
+`
+	const why = ": accepted but not enforced for sidecars registered without a certificate: pilot runs with --insecure-plaintext-registration"
+	for _, tc := range []struct {
+		plaintext bool
+		want      []string
+	}{
+		{false, nil},
+		// The second MeshConfig leaves defaultMtls out: its default is a mode too.
+		{true, []string{"PeerAuthentication/shop/default: spec.mtls" + why, "MeshConfig/default: spec.defaultMtls" + why, "MeshConfig/default: spec.defaultMtls" + why}},
+	} {
+		f := newFixture(t, api.Config{PlaintextRegistration: tc.plaintext})
+		var got []string
+		for i, part := range []string{doc[:strings.Index(doc, "---")], doc[strings.Index(doc, "---"):strings.LastIndex(doc, "---")], doc[strings.LastIndex(doc, "---"):]} {
+			a := f.do("POST", applyPath, part, nil)
+			if a.code != 200 {
+				t.Fatalf("plaintext=%v apply %d: %d %s", tc.plaintext, i, a.code, a.body)
+			}
+			var r api.ApplyResponse
+			if err := json.Unmarshal(a.body, &r); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, r.Warnings...)
+		}
+		if d := cmp.Diff(tc.want, got); d != "" {
+			t.Errorf("plaintext=%v warnings (-want +got):\n%s", tc.plaintext, d)
+		}
 	}
 }

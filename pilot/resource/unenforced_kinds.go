@@ -25,11 +25,12 @@ var notEnforcedMeshFields = []struct {
 	// PeerAuthentication selects), certificateTTL is the CA's lifetime.
 }
 
-// notEnforcedStalenessClasses are StalenessPolicy resources whose state sidecars
-// do not hold yet, so a rule for them bounds nothing.
+// notEnforcedStalenessClasses are StalenessPolicy classes whose bound is fixed
+// by the state itself (a certificate's NotAfter, a CRL's NextUpdate), so a rule
+// for them bounds nothing.
 var notEnforcedStalenessClasses = map[string]string{
-	"secrets":    "sidecars hold no certificates yet (issue #9)",
-	"revocation": "sidecars check no revocation lists yet (issue #9)",
+	"secrets":    "a sidecar trusts its own certificate until its NotAfter and not past it, whatever a rule says (mTLS fails closed there; renewal starts at half its lifetime)",
+	"revocation": "a sidecar uses a revocation list until its NextUpdate plus the sidecar's --crl-grace (default 1h), whatever a rule says; then new mTLS handshakes are refused",
 }
 
 // unenforcedKindWarnings are o's warnings for a kind, field or staleness class no

@@ -255,12 +255,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			"xds_addr", cfg.XDSAddr)
 	}
 	handler, err := api.New(api.Config{
-		Store:       st,
-		Logger:      log.Named("api"),
-		AllowRemote: cfg.AdminAllowRemote,
-		Token:       token,
-		Registry:    reg,
-		Health:      map[string]string{"insecure-plaintext-registration": registration, "trust-domain": cfg.TrustDomain},
+		Store:                 st,
+		Logger:                log.Named("api"),
+		AllowRemote:           cfg.AdminAllowRemote,
+		Token:                 token,
+		Registry:              reg,
+		Health:                map[string]string{"insecure-plaintext-registration": registration, "trust-domain": cfg.TrustDomain},
+		PlaintextRegistration: cfg.InsecurePlaintextRegistration,
 	})
 	if err != nil {
 		return err
