@@ -36,14 +36,22 @@ const (
 	RulesPerRoute = 10
 )
 
+// HeldTimeout is the least route timeout of svc-0 when a test's application backs
+// it. An in-flight test holds a request there for as long as an activation takes
+// (decode and compile of the snapshot above: seconds under -race on a loaded
+// machine), so the route must not be what ends it: the bound is the test's own
+// client timeout (heldClientTimeout), which this exceeds.
+const HeldTimeout = 3 * heldClientTimeout
+
 var client = &node.Node{ID: "bench-client", Namespace: "bench", ServiceAccount: "client",
 	Labels: map[string]string{"app": "client"}, Address: "10.250.0.1"}
 
 // meshInputTo: Services in the client's namespace, each with one HTTP port, one
 // Workload and a Route of rules rules (path prefix plus header matches, a
 // catch-all last); when appPort is not 0, svc-0's Workload is at
-// 127.0.0.1:appPort (a backend the test runs). Inputs with different gen values
-// differ in every rule's timeout, so every route configuration is new.
+// 127.0.0.1:appPort (a backend the test runs) and its rules' timeouts start at
+// HeldTimeout instead of 1s. Inputs with different gen values differ in every
+// rule's timeout, so every route configuration is new.
 func meshInputTo(services, rules, gen int, revision int64, appPort int) compile.Input {
 	var objs []*resource.Object
 	o := func(kind, name string, labels map[string]string, spec any) {
@@ -54,8 +62,9 @@ func meshInputTo(services, rules, gen int, revision int64, appPort int) compile.
 	for i := range services {
 		name := fmt.Sprintf("svc-%d", i)
 		target, addr := int32(8080), fmt.Sprintf("10.%d.%d.1", i/250, i%250)
+		base := time.Second
 		if i == 0 && appPort != 0 {
-			target, addr = int32(appPort), "127.0.0.1"
+			target, addr, base = int32(appPort), "127.0.0.1", HeldTimeout
 		}
 		o(resource.KindService, name, nil, &resource.ServiceSpec{
 			Selector: map[string]string{"app": name},
@@ -67,7 +76,7 @@ func meshInputTo(services, rules, gen int, revision int64, appPort int) compile.
 		for k := range rules {
 			r := resource.HTTPRoute{Name: fmt.Sprintf("rule-%d", k),
 				Route:   []resource.RouteDestination{{Destination: resource.Destination{Service: name, Port: 8080}, Weight: 100}},
-				Timeout: resource.Duration(fmt.Sprintf("%dms", 1000+gen*10+k))}
+				Timeout: resource.Duration((base + time.Duration(gen*10+k)*time.Millisecond).String())}
 			if k < rules-1 {
 				r.Match = []resource.HTTPMatch{{Path: &resource.StringMatch{Prefix: str(fmt.Sprintf("/api/v%d/", k))},
 					Headers: map[string]resource.StringMatch{"x-tenant": {Exact: str(fmt.Sprintf("t%d", k))}}}}

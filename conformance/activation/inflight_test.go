@@ -62,7 +62,7 @@ func TestRequestsDuringBigActivation(t *testing.T) {
 	}
 	addr, _ := dt.Serve(t, srv, nil)
 
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	client := &http.Client{Timeout: heldClientTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
 	defer client.CloseIdleConnections()
 	type result struct {
 		body string
@@ -86,6 +86,10 @@ func TestRequestsDuringBigActivation(t *testing.T) {
 		return result{string(b), err}
 	}
 
+	// Decoded first, as the xDS client does before it applies: the request held
+	// across the activation is held for Apply only.
+	old := f.rt.Load()
+	u := decode(t, f.rt, f.snaps[1])
 	before := make(chan result, 1)
 	go func() { before <- get("/slow") }() // in flight when the activation starts
 	select {
@@ -95,8 +99,6 @@ func TestRequestsDuringBigActivation(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first request never reached the application")
 	}
-	old := f.rt.Load()
-	u := decode(t, f.rt, f.snaps[1])
 	applied := make(chan error, 1)
 	go func() { applied <- f.rt.Apply(context.Background(), u) }()
 	select {
@@ -134,6 +136,10 @@ func TestRequestsDuringBigActivation(t *testing.T) {
 		t.Fatalf("request after the swap = %q %v, want app", r.body, r.err)
 	}
 }
+
+// heldClientTimeout bounds every request of TestRequestsDuringBigActivation,
+// including the one held in the application across a whole activation.
+const heldClientTimeout = 10 * time.Second
 
 // servicePort says every connection was sent to a Service port 8080, as the
 // redirect of a captured outbound connection would.
