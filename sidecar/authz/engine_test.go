@@ -578,6 +578,22 @@ func TestChanged(t *testing.T) {
 		t.Fatal("an unchanged commit closed Changed")
 	default:
 	}
+	// After a restart: a restored sighting going live is a change.
+	st2 := NewState()
+	if err := st2.Restore(st.Sightings(), t0.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	e2, err := New(Config{Filters: []Filter{overrideFilter(blockBot)}, Overrides: []Override{o}}, st2, t0.Add(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch = st2.Changed()
+	st2.Commit(t0.Add(2*time.Second), e2)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("a restored sighting going live did not close Changed")
+	}
 }
 
 func TestSampler(t *testing.T) {

@@ -81,8 +81,10 @@ func (s *State) Commit(now time.Time, engines ...*Engine) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	before := len(s.seen)
-	added := false
-	for _, e := range s.seen {
+	changed := false // a sighting added, gone live or not, or its deadline moved
+	was := make(map[seenKey]Sighting, len(s.seen))
+	for k, e := range s.seen {
+		was[k] = *e
 		e.Live = false
 	}
 	for _, eng := range engines {
@@ -95,7 +97,7 @@ func (s *State) Commit(now time.Time, engines ...*Engine) {
 			if e == nil {
 				e = &Sighting{Name: g.Name, Revision: g.Revision, FirstSeen: g.FirstSeen}
 				s.seen[k] = e
-				added = true
+				changed = true
 			}
 			e.Deadline, e.Live = g.Deadline, true
 		}
@@ -116,13 +118,19 @@ func (s *State) Commit(now time.Time, engines ...*Engine) {
 			delete(s.seen, seenKey{e.Name, e.Revision})
 		}
 	}
-	if added || len(s.seen) != before {
+	for k, w := range was {
+		if e := s.seen[k]; e != nil && (e.Live != w.Live || !e.Deadline.Equal(w.Deadline)) {
+			changed = true
+		}
+	}
+	if changed || len(s.seen) != before {
 		close(s.changed) // never blocks: watchers persist the sightings
 		s.changed = make(chan struct{})
 	}
 }
 
-// Changed is closed when a Commit adds or forgets a sighting (then replaced):
+// Changed is closed when a Commit adds or forgets a sighting, or one goes
+// live or not (then replaced):
 // the sidecar persists Sightings after it, off the request path.
 func (s *State) Changed() <-chan struct{} {
 	s.mu.Lock()
