@@ -330,10 +330,21 @@ func (m *Manager) Client(ctx context.Context, raw net.Conn, addr string, u *Upst
 		InsecureSkipVerify:   true,
 		GetClientCertificate: m.ownClientCertificate,
 		NextProtos:           u.ALPN,
-		ClientSessionCache:   addrCache{inner: m.sessions, addr: addr},
+		ClientSessionCache:   addrCache{inner: m.sessions, addr: addr + "|" + ownSerial(m.cfg.SVID.Load())},
 		VerifyConnection:     func(cs tls.ConnectionState) error { _, err := m.verifyState(cs, u.IDs); return err },
 	}
-	return m.handshake(ctx, SideClient, tls.Client(raw, cfg), u.IDs)
+	c, err := m.handshake(ctx, SideClient, tls.Client(raw, cfg), u.IDs)
+	if err != nil {
+		// A session that failed here is not offered again (a server that lost
+		// its ticket keys would refuse it on every retry until it expired):
+		// the next handshake is a full one.
+		key := u.SNI
+		if key == "" {
+			key = raw.RemoteAddr().String() // crypto/tls's key without a ServerName
+		}
+		cfg.ClientSessionCache.Put(key, nil)
+	}
+	return c, err
 }
 
 func (m *Manager) handshake(ctx context.Context, side string, tc *tls.Conn, expected []spiffeid.ID) (*Conn, error) {
@@ -443,12 +454,21 @@ func (m *Manager) CountPlaintextAccepted() { m.plainAccepted.Add(1) }
 // accepts only mTLS (STRICT).
 func (m *Manager) CountPlaintextRefused() { m.plainRefused.Add(1) }
 
-// addrCache keys a shared session cache by the peer's address as well: the SNI
-// (the cluster name) is the same for every endpoint of a cluster, and each
-// endpoint's tickets are its own.
+// addrCache keys a shared session cache by the peer's address and this
+// sidecar's certificate serial as well: the SNI (the cluster name) is the same
+// for every endpoint of a cluster, and each endpoint's tickets are its own; and a
+// ticket carries the client certificate it was issued for, so after a renewal
+// the old one (maybe revoked since) is never offered again.
 type addrCache struct {
 	inner tls.ClientSessionCache
 	addr  string
+}
+
+func ownSerial(s *svid.SVID) string {
+	if s == nil || s.Cert.Leaf == nil {
+		return ""
+	}
+	return s.Cert.Leaf.SerialNumber.Text(16)
 }
 
 func (a addrCache) Get(key string) (*tls.ClientSessionState, bool) {

@@ -462,3 +462,33 @@ func TestHandshakeTimeout(t *testing.T) {
 		t.Errorf("error count %d, want 1", n)
 	}
 }
+
+// TestRenewalNeverResumesTheOldCertificate: a client renewed its certificate
+// and the old one was revoked; its cached session carries the old one. The
+// session cache is keyed by the client's own serial too, so the next handshake
+// is a full one with the new certificate, and it succeeds.
+func TestRenewalNeverResumesTheOldCertificate(t *testing.T) {
+	w := newWorld(t)
+	if _, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews)); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews)); err != nil || !c.Resumed() {
+		t.Fatalf("before the renewal: %v, want a resumed session", err)
+	}
+	old, renewed := w.cliID, w.ca.Workload(t, td, "shop", "productpage")
+	w.cli.h.Store(renewed)
+	w.srv.m.SetTrust(w.trustWith(t, 2, old), true) // the old certificate revoked
+	c, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews))
+	if err != nil {
+		t.Fatalf("after the renewal: %v, want a full handshake with the new certificate", err)
+	}
+	if c.Resumed() {
+		t.Error("a session of the old certificate was offered")
+	}
+	testkit.Eventually(t, 5*time.Second, "the server sees the new serial", func() bool {
+		w.server.mu.Lock()
+		defer w.server.mu.Unlock()
+		last := w.server.open[len(w.server.open)-1]
+		return last.Peer().Serial.Cmp(renewed.Cert.Leaf.SerialNumber) == 0
+	})
+}
