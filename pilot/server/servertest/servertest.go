@@ -20,6 +20,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/server"
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/status/outlieragg"
+	"github.com/weft-mesh/weft/pilot/store"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -48,6 +49,9 @@ type Options struct {
 	Secure bool
 	// CA, when set, runs the TLS xDS listener with it.
 	CA server.AuthorityFunc
+	// Store, when set, wraps the store pilot's xDS server reads (a test that
+	// holds back its watch decides when pilot compiles what was applied).
+	Store func(store.Store) store.Store
 }
 
 // Start runs pilot until the test ends (Stop is registered with t.Cleanup).
@@ -72,11 +76,19 @@ func Start(t testing.TB, o Options) *Pilot {
 	admin, xds, xdsTLS := make(chan net.Addr, 1), make(chan net.Addr, 1), make(chan net.Addr, 1)
 	p := &Pilot{DataDir: o.DataDir, cancel: cancel, done: make(chan error, 1), tr: &http.Transport{}}
 	p.hc = &http.Client{Transport: p.tr, Timeout: 30 * time.Second}
+	xdsFunc := server.ServeADS(lim)
+	if o.Store != nil {
+		serve := xdsFunc
+		xdsFunc = func(ctx context.Context, env server.XDSEnv) error {
+			env.Store = o.Store(env.Store)
+			return serve(ctx, env)
+		}
+	}
 	go func() {
 		p.done <- server.Run(ctx, server.Config{
 			DataDir: o.DataDir, AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", XDSTLSAddr: "127.0.0.1:0", Logger: o.Logger,
 			InsecurePlaintextRegistration: !o.Secure, CA: o.CA,
-			Status: st, XDS: server.ServeADS(lim), OnReady: func(a net.Addr) { admin <- a }, OnXDSReady: func(a net.Addr) { xds <- a },
+			Status: st, XDS: xdsFunc, OnReady: func(a net.Addr) { admin <- a }, OnXDSReady: func(a net.Addr) { xds <- a },
 			OnXDSTLSReady: func(a net.Addr) { xdsTLS <- a },
 		})
 	}()
