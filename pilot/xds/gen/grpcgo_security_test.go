@@ -9,9 +9,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,7 +23,6 @@ import (
 	"github.com/weft-mesh/weft/pilot/compile"
 	"github.com/weft-mesh/weft/pilot/resource"
 	"github.com/weft-mesh/weft/pilot/xds/gen"
-	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	"github.com/weft-mesh/weft/tools/testkit"
 	"github.com/weft-mesh/weft/tools/testkit/certfiles"
 )
@@ -94,26 +91,6 @@ spec:
   rules:
   - to: [{paths: ["/grpc.testing.TestService/StreamingOutputCall"]}]
 `, port)
-}
-
-// cacheSnapshot is gen's snapshot as go-control-plane's.
-func cacheSnapshot(t *testing.T, s *snapshot.Snapshot) *cachev3.Snapshot {
-	t.Helper()
-	res := map[resourcev3.Type][]types.Resource{}
-	for typ, byName := range s.Resources {
-		for _, r := range byName {
-			m, err := r.Any.UnmarshalNew()
-			if err != nil {
-				t.Fatal(err)
-			}
-			res[typ] = append(res[typ], m)
-		}
-	}
-	cs, err := cachev3.NewSnapshot("1", res)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
 }
 
 func TestGRPCGoSecureServerAndClient(t *testing.T) {

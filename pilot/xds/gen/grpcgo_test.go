@@ -24,6 +24,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/compile"
 	"github.com/weft-mesh/weft/pilot/resource"
 	"github.com/weft-mesh/weft/pilot/xds/gen"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -63,6 +64,26 @@ func serve(t *testing.T, s *grpc.Server) int {
 		<-done
 	})
 	return lis.Addr().(*net.TCPAddr).Port
+}
+
+// cacheSnapshot is gen's snapshot as go-control-plane's.
+func cacheSnapshot(t *testing.T, s *snapshot.Snapshot) *cachev3.Snapshot {
+	t.Helper()
+	res := map[resourcev3.Type][]types.Resource{}
+	for typ, byName := range s.Resources {
+		for _, r := range byName {
+			m, err := r.Any.UnmarshalNew()
+			if err != nil {
+				t.Fatal(err)
+			}
+			res[typ] = append(res[typ], m)
+		}
+	}
+	cs, err := cachev3.NewSnapshot("1", res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }
 
 func richMeshYAML(v1Port, v2Port int) string {
@@ -201,20 +222,7 @@ func TestGRPCGoAcceptsProxylessSnapshot(t *testing.T) {
 	}
 
 	// Load gen's resources into go-control-plane's cache as they are.
-	res := map[resourcev3.Type][]types.Resource{}
-	for typ, byName := range snap.Resources {
-		for _, r := range byName {
-			m, err := r.Any.UnmarshalNew()
-			if err != nil {
-				t.Fatal(err)
-			}
-			res[typ] = append(res[typ], m)
-		}
-	}
-	cs, err := cachev3.NewSnapshot("1", res)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := cacheSnapshot(t, snap)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// ads=false: in ADS mode go-control-plane answers only requests that name
