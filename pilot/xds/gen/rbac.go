@@ -180,13 +180,21 @@ func authzSets(td string, pick authzPick, tcp bool) (override, deny, allow, audi
 	return
 }
 
-// httpRBACFilters are the HTTP filters of a pick, in order, to go before the router.
-func httpRBACFilters(td string, pick authzPick) []*hcmv3.HttpFilter {
+// rbacFilter is one RBAC filter of a pick: its name and what it enforces and shadows.
+type rbacFilter struct {
+	name          string
+	rules, shadow *rbacv3.RBAC
+}
+
+// rbacFilters are a pick's RBAC filters in order (override, deny, allow,
+// audit), for HTTP (tcp false) or TCP; a set with nothing to enforce or shadow
+// has no filter.
+func rbacFilters(td string, pick authzPick, tcp bool) []rbacFilter {
 	if pick.empty() {
 		return nil
 	}
-	override, deny, allow, audit := authzSets(td, pick, false)
-	var out []*hcmv3.HttpFilter
+	override, deny, allow, audit := authzSets(td, pick, tcp)
+	var out []rbacFilter
 	for _, f := range []struct {
 		name   string
 		set    *rbacSet
@@ -197,12 +205,19 @@ func httpRBACFilters(td string, pick authzPick) []*hcmv3.HttpFilter {
 		{AuthzAllowFilterName, &allow, rbacv3.RBAC_ALLOW},
 		{AuthzAuditFilterName, &audit, rbacv3.RBAC_LOG},
 	} {
-		rules, shadow, ok := f.set.config(f.action)
-		if !ok {
-			continue
+		if rules, shadow, ok := f.set.config(f.action); ok {
+			out = append(out, rbacFilter{f.name, rules, shadow})
 		}
-		cfg := &httprbacv3.RBAC{Rules: rules, ShadowRules: shadow}
-		if shadow != nil {
+	}
+	return out
+}
+
+// httpRBACFilters are the HTTP filters of a pick, in order, to go before the router.
+func httpRBACFilters(td string, pick authzPick) []*hcmv3.HttpFilter {
+	var out []*hcmv3.HttpFilter
+	for _, f := range rbacFilters(td, pick, false) {
+		cfg := &httprbacv3.RBAC{Rules: f.rules, ShadowRules: f.shadow}
+		if f.shadow != nil {
 			cfg.ShadowRulesStatPrefix = f.name + "."
 		}
 		out = append(out, &hcmv3.HttpFilter{Name: f.name, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(cfg)}})
@@ -213,27 +228,9 @@ func httpRBACFilters(td string, pick authzPick) []*hcmv3.HttpFilter {
 // tcpRBACFilters are the network filters of a pick, in order, to go before the
 // tcp_proxy. Envoy requires a stat_prefix: it is the HTTP filter's name.
 func tcpRBACFilters(td string, pick authzPick) []*listenerv3.Filter {
-	if pick.empty() {
-		return nil
-	}
-	override, deny, allow, audit := authzSets(td, pick, true)
 	var out []*listenerv3.Filter
-	for _, f := range []struct {
-		name   string
-		set    *rbacSet
-		action rbacv3.RBAC_Action
-	}{
-		{OverrideFilterName, &override, rbacv3.RBAC_DENY},
-		{AuthzDenyFilterName, &deny, rbacv3.RBAC_DENY},
-		{AuthzAllowFilterName, &allow, rbacv3.RBAC_ALLOW},
-		{AuthzAuditFilterName, &audit, rbacv3.RBAC_LOG},
-	} {
-		rules, shadow, ok := f.set.config(f.action)
-		if !ok {
-			continue
-		}
-		cfg := &netrbacv3.RBAC{Rules: rules, ShadowRules: shadow, StatPrefix: f.name + "."}
-		out = append(out, networkFilter(f.name, cfg))
+	for _, f := range rbacFilters(td, pick, true) {
+		out = append(out, networkFilter(f.name, &netrbacv3.RBAC{Rules: f.rules, ShadowRules: f.shadow, StatPrefix: f.name + "."}))
 	}
 	return out
 }
