@@ -79,30 +79,40 @@ func Parse(pemBytes []byte) (*Bundle, error) {
 	if len(pemBytes) > MaxPEMBytes {
 		return nil, fmt.Errorf("bundle: %d bytes, over the bound of %d", len(pemBytes), MaxPEMBytes)
 	}
-	var roots []*x509.Certificate
-	rest := pemBytes
-	for {
-		var blk *pem.Block
-		blk, rest = pem.Decode(rest)
-		if blk == nil {
-			break
-		}
-		if blk.Type != "CERTIFICATE" {
-			return nil, fmt.Errorf("bundle: block %d: PEM type %q, want CERTIFICATE", len(roots), blk.Type)
-		}
-		if len(roots) == MaxRoots {
-			return nil, fmt.Errorf("bundle: more than %d certificates", MaxRoots)
-		}
-		c, err := x509.ParseCertificate(blk.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("bundle: certificate %d: %w", len(roots), err)
-		}
-		roots = append(roots, c)
+	roots, rest, err := ParseCertificates(pemBytes, MaxRoots)
+	if err != nil {
+		return nil, fmt.Errorf("bundle: %w", err)
 	}
 	if len(bytes.TrimSpace(rest)) != 0 {
 		return nil, fmt.Errorf("bundle: %d bytes of trailing data that is not PEM", len(rest))
 	}
 	return New(roots...)
+}
+
+// ParseCertificates reads the PEM blocks of pemBytes up to the first non-PEM
+// data, which it returns as rest: each must be a CERTIFICATE, at most limit
+// of them (refused before parsing the one past). The caller bounds pemBytes and
+// decides on rest and on no certificates at all.
+func ParseCertificates(pemBytes []byte, limit int) (certs []*x509.Certificate, rest []byte, err error) {
+	rest = pemBytes
+	for {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			return certs, rest, nil
+		}
+		if blk.Type != "CERTIFICATE" {
+			return nil, nil, fmt.Errorf("block %d: PEM type %q, want CERTIFICATE", len(certs), blk.Type)
+		}
+		if len(certs) == limit {
+			return nil, nil, fmt.Errorf("more than %d certificates", limit)
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, nil, fmt.Errorf("certificate %d: %w", len(certs), err)
+		}
+		certs = append(certs, c)
+	}
 }
 
 // PEM is the roots as PEM CERTIFICATE blocks (the caller must not modify it).

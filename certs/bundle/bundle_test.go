@@ -112,6 +112,14 @@ func TestParseRoundTripAndRefusals(t *testing.T) {
 	if _, err := bundle.Parse(atBound); err != nil {
 		t.Fatalf("Parse of MaxRoots: %v", err)
 	}
+	// ParseCertificates (Parse's and csrrpc.ParseChain's reader): at its limit
+	// and one past, and what follows the last block comes back as rest.
+	if got, rest, err := bundle.ParseCertificates(append(atBound[:len(atBound):len(atBound)], "tail"...), bundle.MaxRoots); err != nil || len(got) != bundle.MaxRoots || string(rest) != "tail" {
+		t.Fatalf("ParseCertificates at the limit: %d certificates, rest %q, %v", len(got), rest, err)
+	}
+	if _, _, err := bundle.ParseCertificates(all, bundle.MaxRoots); err == nil || err.Error() != "more than 16 certificates" {
+		t.Fatalf("ParseCertificates one past the limit: %v", err)
+	}
 	leafPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf(t, c, "spiffe://td/ns/a/sa/b", time.Hour)[0].Raw})
 	for _, tc := range []struct {
 		name string

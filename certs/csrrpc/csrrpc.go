@@ -17,7 +17,6 @@ package csrrpc
 import (
 	"context"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"strings"
@@ -97,25 +96,9 @@ func ParseChain(pemBytes []byte) ([]*x509.Certificate, error) {
 	if len(pemBytes) > MaxChainBytes {
 		return nil, fmt.Errorf("csr: chain of %d bytes, over the bound of %d", len(pemBytes), MaxChainBytes)
 	}
-	var out []*x509.Certificate
-	rest := pemBytes
-	for {
-		var blk *pem.Block
-		blk, rest = pem.Decode(rest)
-		if blk == nil {
-			break
-		}
-		if blk.Type != "CERTIFICATE" {
-			return nil, fmt.Errorf("csr: chain block %d: PEM type %q", len(out), blk.Type)
-		}
-		if len(out) == bundle.MaxChain {
-			return nil, fmt.Errorf("csr: chain of more than %d certificates", bundle.MaxChain)
-		}
-		c, err := x509.ParseCertificate(blk.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("csr: chain certificate %d: %w", len(out), err)
-		}
-		out = append(out, c)
+	out, rest, err := bundle.ParseCertificates(pemBytes, bundle.MaxChain)
+	if err != nil {
+		return nil, fmt.Errorf("csr: chain: %w", err)
 	}
 	if len(out) == 0 {
 		return nil, errors.New("csr: empty chain")
