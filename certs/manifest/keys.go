@@ -2,16 +2,14 @@ package manifest
 
 import (
 	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
 	"github.com/weft-mesh/weft/internal/atomicfile"
+	"github.com/weft-mesh/weft/internal/edkey"
 )
 
 // File names pilot keeps in its data directory.
@@ -23,26 +21,11 @@ const (
 // LoadOrCreateKey returns pilot's publisher key from dir, creating it (private half
 // 0600, public half 0644, both written atomically) on first start.
 func LoadOrCreateKey(dir string) (ed25519.PrivateKey, error) {
-	path := filepath.Join(dir, PrivateKeyFile)
-	b, err := os.ReadFile(path)
-	switch {
-	case err == nil:
-		return parsePrivate(path, b)
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("publisher key: %w", err)
+	priv, created, err := edkey.LoadOrCreate(filepath.Join(dir, PrivateKeyFile), "publisher key")
+	if err != nil || !created {
+		return priv, err
 	}
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("publisher key: generate: %w", err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
-		return nil, fmt.Errorf("publisher key: %w", err)
-	}
-	if err := atomicfile.Write(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		return nil, err
-	}
-	if err := WritePublicKey(filepath.Join(dir, PublicKeyFile), pub); err != nil {
+	if err := WritePublicKey(filepath.Join(dir, PublicKeyFile), priv.Public().(ed25519.PublicKey)); err != nil {
 		return nil, err
 	}
 	return priv, nil
@@ -76,20 +59,4 @@ func LoadPublicKey(path string) (ed25519.PublicKey, error) {
 		return nil, fmt.Errorf("publisher public key %s: not Ed25519", path)
 	}
 	return pub, nil
-}
-
-func parsePrivate(path string, b []byte) (ed25519.PrivateKey, error) {
-	blk, _ := pem.Decode(b)
-	if blk == nil || blk.Type != "PRIVATE KEY" {
-		return nil, fmt.Errorf("publisher key %s: not a PEM PRIVATE KEY", path)
-	}
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("publisher key %s: %w", path, err)
-	}
-	priv, ok := k.(ed25519.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("publisher key %s: not Ed25519", path)
-	}
-	return priv, nil
 }

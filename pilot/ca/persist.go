@@ -1,11 +1,7 @@
 package ca
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,8 +10,6 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-
-	"github.com/weft-mesh/weft/internal/atomicfile"
 )
 
 // Files the service keeps in <data-dir>/ca/ beside certs/ca's root files.
@@ -134,40 +128,4 @@ func (r *registry) load(dir string) (int64, error) {
 		return 0, err
 	}
 	return number, nil
-}
-
-// loadOrCreateTokenKey returns the bootstrap-token signing key, creating it on
-// first start.
-func loadOrCreateTokenKey(path string) (ed25519.PrivateKey, error) {
-	b, err := os.ReadFile(path)
-	switch {
-	case err == nil:
-		blk, _ := pem.Decode(b)
-		if blk == nil || blk.Type != "PRIVATE KEY" {
-			return nil, fmt.Errorf("token key %s: not a PEM PRIVATE KEY", path)
-		}
-		k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("token key %s: %w", path, err)
-		}
-		priv, ok := k.(ed25519.PrivateKey)
-		if !ok {
-			return nil, fmt.Errorf("token key %s: %T, want Ed25519", path, k)
-		}
-		return priv, nil
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("token key: %w", err)
-	}
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("token key: %w", err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
-		return nil, fmt.Errorf("token key: %w", err)
-	}
-	if err := atomicfile.Write(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		return nil, fmt.Errorf("token key: %w", err)
-	}
-	return priv, nil
 }

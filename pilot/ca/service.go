@@ -46,6 +46,7 @@ import (
 	"github.com/weft-mesh/weft/certs/spiffe"
 	"github.com/weft-mesh/weft/certs/token"
 	"github.com/weft-mesh/weft/internal/atomicfile"
+	"github.com/weft-mesh/weft/internal/edkey"
 )
 
 // Defaults.
@@ -177,7 +178,7 @@ func New(cfg ServiceConfig) (*Service, error) {
 	if s.publisherID, err = spiffe.Publisher(cfg.TrustDomain); err != nil {
 		return nil, fmt.Errorf("pilot ca: %w", err)
 	}
-	if s.tokenKey, err = loadOrCreateTokenKey(filepath.Join(dir, TokenKeyFile)); err != nil {
+	if s.tokenKey, _, err = edkey.LoadOrCreate(filepath.Join(dir, TokenKeyFile), "token key"); err != nil {
 		return nil, fmt.Errorf("pilot ca: %w", err)
 	}
 	if s.pubKey, err = manifest.LoadOrCreateKey(cfg.DataDir); err != nil {
