@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
-	"text/tabwriter"
 	"time"
 
 	"github.com/weft-mesh/weft/certs/token"
@@ -69,39 +69,22 @@ func (e *env) certCmd(ctx context.Context, args []string) error {
 }
 
 func (e *env) certList(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("cert list", flag.ContinueOnError)
-	out := fs.String("o", "", "output: json (default a table)")
-	pos, err := parseArgs(fs, args)
+	asJSON, err := listArgs(flag.NewFlagSet("cert list", flag.ContinueOnError), args, "meshctl cert list [-o json]")
 	if err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fail(ExitOther, "usage: meshctl cert list [-o json]")
-	}
-	if *out != "" && *out != "json" {
-		return fail(ExitOther, "-o %q: want json", *out)
 	}
 	var v ca.CertificatesResponse
 	if err := e.client.getJSON(ctx, ca.Prefix+"certificates", &v); err != nil {
 		return err
 	}
-	if *out == "json" {
-		b, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
-			return fail(ExitOther, "encoding JSON: %v", err)
+	if asJSON {
+		return e.printJSON(v)
+	}
+	return e.printTable("SERIAL\tSPIFFE-ID\tNOT-AFTER\tSTATE", func(w io.Writer) {
+		for _, c := range v.Certificates {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", c.Serial, c.SPIFFEID, c.NotAfter.UTC().Format(time.RFC3339), c.State)
 		}
-		_, err = fmt.Fprintf(e.stdout, "%s\n", b)
-		return err
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERIAL\tSPIFFE-ID\tNOT-AFTER\tSTATE")
-	for _, c := range v.Certificates {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Serial, c.SPIFFEID, c.NotAfter.UTC().Format(time.RFC3339), c.State)
-	}
-	if err := tw.Flush(); err != nil {
-		return fail(ExitOther, "writing output: %v", err)
-	}
-	return nil
+	})
 }
 
 func (e *env) certRevoke(ctx context.Context, args []string) error {

@@ -150,12 +150,7 @@ func (e *env) get(ctx context.Context, args []string) error {
 		objs, v = resp.Items, resp.Items
 	}
 	if *out == "json" {
-		b, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
-			return fail(ExitOther, "encoding JSON: %v", err)
-		}
-		_, err = fmt.Fprintf(e.stdout, "%s\n", b)
-		return err
+		return e.printJSON(v)
 	}
 	if len(objs) == 0 {
 		fmt.Fprintf(e.stderr, "no %s found\n", t.kind.Plural)

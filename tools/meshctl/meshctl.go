@@ -7,6 +7,7 @@ package meshctl
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/weft-mesh/weft/internal/version"
@@ -241,6 +243,45 @@ func report(stdout, stderr io.Writer, err error) int {
 
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// listArgs parses the flags of a listing command (fs, no arguments, usage
+// use): -o json or, by default, a table; asJSON says which.
+func listArgs(fs *flag.FlagSet, args []string, use string) (asJSON bool, err error) {
+	out := fs.String("o", "", "output: json (default a table)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return false, err
+	}
+	if len(pos) > 0 {
+		return false, fail(ExitOther, "usage: %s", use)
+	}
+	if *out != "" && *out != "json" {
+		return false, fail(ExitOther, "-o %q: want json", *out)
+	}
+	return *out == "json", nil
+}
+
+// printJSON writes v to stdout as indented JSON and a newline.
+func (e *env) printJSON(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fail(ExitOther, "encoding JSON: %v", err)
+	}
+	_, err = fmt.Fprintf(e.stdout, "%s\n", b)
+	return err
+}
+
+// printTable writes header and the lines rows writes (cells tab-separated,
+// each line ending in a newline) to stdout in aligned columns.
+func (e *env) printTable(header string, rows func(w io.Writer)) error {
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	rows(tw)
+	if err := tw.Flush(); err != nil {
+		return fail(ExitOther, "writing output: %v", err)
+	}
+	return nil
 }
 
 // parseArgs parses fs over args allowing flags after positional arguments

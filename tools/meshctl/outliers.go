@@ -2,13 +2,12 @@ package meshctl
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/weft-mesh/weft/pilot/status/outlieragg"
@@ -17,42 +16,28 @@ import (
 // outliers prints pilot's outlier aggregate: one row per ejected endpoint, most
 // ejecting proxies first.
 func (e *env) outliers(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("outliers", flag.ContinueOnError)
-	out := fs.String("o", "", "output: json (default a table)")
-	pos, err := parseArgs(fs, args)
+	asJSON, err := listArgs(flag.NewFlagSet("outliers", flag.ContinueOnError), args, "meshctl outliers [-o json]")
 	if err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fail(ExitOther, "usage: meshctl outliers [-o json]")
-	}
-	if *out != "" && *out != "json" {
-		return fail(ExitOther, "-o %q: want json", *out)
 	}
 	var v outlieragg.View
 	if err := e.client.getJSON(ctx, statusPrefix+"/outliers", &v); err != nil {
 		return err
 	}
-	if *out == "json" {
-		b, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
-			return fail(ExitOther, "encoding JSON: %v", err)
-		}
-		_, err = fmt.Fprintf(e.stdout, "%s\n", b)
-		return err
+	if asJSON {
+		return e.printJSON(v)
 	}
 	if len(v.Endpoints) == 0 {
 		fmt.Fprintf(e.stderr, "no ejected endpoints (%s reporting)\n", proxies(v.Reporters))
 		return nil
 	}
 	now := time.Now()
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ENDPOINT\tSERVICE\tEJECTED-BY\tDETECTORS\tSINCE")
-	for _, ep := range v.Endpoints {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\n", ep.Endpoint, ep.Service, ep.EjectedBy, ep.Clients, detectorsCell(ep.Detectors), age(now, ep.Since))
-	}
-	if err := tw.Flush(); err != nil {
-		return fail(ExitOther, "writing output: %v", err)
+	if err := e.printTable("ENDPOINT\tSERVICE\tEJECTED-BY\tDETECTORS\tSINCE", func(w io.Writer) {
+		for _, ep := range v.Endpoints {
+			fmt.Fprintf(w, "%s\t%s\t%d/%d\t%s\t%s\n", ep.Endpoint, ep.Service, ep.EjectedBy, ep.Clients, detectorsCell(ep.Detectors), age(now, ep.Since))
+		}
+	}); err != nil {
+		return err
 	}
 	// EJECTED-BY counts proxies whose report is live; say when that is partial.
 	nodes := make([]string, 0, len(v.Partial))
