@@ -10,11 +10,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	xdscreds "google.golang.org/grpc/credentials/xds"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	grpcstatus "google.golang.org/grpc/status"
-	"google.golang.org/grpc/xds"
 
 	"github.com/weft-mesh/weft/pilot/ca"
 	"github.com/weft-mesh/weft/pilot/server"
@@ -23,6 +20,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/xds/gen"
 	"github.com/weft-mesh/weft/tools/testkit"
 	"github.com/weft-mesh/weft/tools/testkit/certfiles"
+	"github.com/weft-mesh/weft/tools/testkit/proxyless"
 )
 
 // The grpc-go referee for identity, against pilot itself: a proxyless grpc-go
@@ -120,42 +118,12 @@ func TestGRPCIdentityMTLSAndRBAC(t *testing.T) {
 	}
 	rev := p.Apply(t, identityMeshYAML(lis.Addr().(*net.TCPAddr).Port))
 
-	screds, err := xdscreds.NewServerCredentials(xdscreds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs, err := xds.NewGRPCServer(grpc.Creds(screds),
-		xds.BootstrapContentsForTesting(identityBootstrap(p.XDSTLSAddr, "greeter-server", srvCert, srvKey, authority.RootFile, "127.0.0.1")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := &backend{id: "secure", held: make(chan struct{}, 1), release: make(chan struct{})}
-	testgrpc.RegisterTestServiceServer(gs, b)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = gs.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		gs.Stop()
-		<-done
-	})
+	proxyless.Serve(t, lis, identityBootstrap(p.XDSTLSAddr, "greeter-server", srvCert, srvKey, authority.RootFile, "127.0.0.1"),
+		func(s grpc.ServiceRegistrar) { testgrpc.RegisterTestServiceServer(s, b) })
 
 	client := func(id, cert, key string) testgrpc.TestServiceClient {
-		rb, err := xds.NewXDSResolverWithConfigForTesting(identityBootstrap(p.XDSTLSAddr, id, cert, key, authority.RootFile, ""))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ccreds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cc, err := grpc.NewClient(target, grpc.WithResolvers(rb), grpc.WithTransportCredentials(ccreds))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cc.Close() })
-		return testgrpc.NewTestServiceClient(cc)
+		return testgrpc.NewTestServiceClient(proxyless.Dial(t, target, identityBootstrap(p.XDSTLSAddr, id, cert, key, authority.RootFile, "")))
 	}
 	call := func(c testgrpc.TestServiceClient) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

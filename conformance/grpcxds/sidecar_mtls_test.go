@@ -12,14 +12,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	xdscreds "google.golang.org/grpc/credentials/xds"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	grpcstatus "google.golang.org/grpc/status"
-	"google.golang.org/grpc/xds"
 
 	"github.com/weft-mesh/weft/tools/testkit"
 	"github.com/weft-mesh/weft/tools/testkit/certfiles"
 	"github.com/weft-mesh/weft/tools/testkit/proc"
+	"github.com/weft-mesh/weft/tools/testkit/proxyless"
 )
 
 // The grpc-go referee for a Weft sidecar's inbound mTLS: a real pilot (its CA
@@ -82,20 +81,7 @@ func TestGRPCClientToSidecarInboundMTLS(t *testing.T) {
 	okCert, okKey := authority.Issue(t, authority.Workload(t, ns, "client"), "client")
 	noCert, noKey := authority.Issue(t, authority.Workload(t, ns, "other"), "other")
 	client := func(id, bootstrap string) testgrpc.TestServiceClient {
-		rb, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ccreds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cc, err := grpc.NewClient(target, grpc.WithResolvers(rb), grpc.WithTransportCredentials(ccreds))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cc.Close() })
-		return testgrpc.NewTestServiceClient(cc)
+		return testgrpc.NewTestServiceClient(proxyless.Dial(t, target, []byte(bootstrap)))
 	}
 	call := func(c testgrpc.TestServiceClient) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -170,26 +156,9 @@ func TestSidecarToGRPCServerMTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	pilot.Apply(t, identityMeshYAML(lis.Addr().(*net.TCPAddr).Port))
-	screds, err := xdscreds.NewServerCredentials(xdscreds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs, err := xds.NewGRPCServer(grpc.Creds(screds),
-		xds.BootstrapContentsForTesting(identityBootstrap(pilot.XDSTLSAddr(), "greeter-server", srvCert, srvKey, pilot.CARootFile(), "127.0.0.1")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := &backend{id: "grpc-xds-server", held: make(chan struct{}, 1), release: make(chan struct{})}
-	testgrpc.RegisterTestServiceServer(gs, b)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = gs.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		gs.Stop()
-		<-done
-	})
+	proxyless.Serve(t, lis, identityBootstrap(pilot.XDSTLSAddr(), "greeter-server", srvCert, srvKey, pilot.CARootFile(), "127.0.0.1"),
+		func(s grpc.ServiceRegistrar) { testgrpc.RegisterTestServiceServer(s, b) })
 
 	// Client sidecars whose outbound listens on the service port (explicit
 	// mode: the port is the chain), as "client" (allowed) and "other".

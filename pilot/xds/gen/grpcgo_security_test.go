@@ -13,11 +13,8 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	xdscreds "google.golang.org/grpc/credentials/xds"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	grpcstatus "google.golang.org/grpc/status"
-	"google.golang.org/grpc/xds"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/pilot/compile"
@@ -25,6 +22,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/xds/gen"
 	"github.com/weft-mesh/weft/tools/testkit"
 	"github.com/weft-mesh/weft/tools/testkit/certfiles"
+	"github.com/weft-mesh/weft/tools/testkit/proxyless"
 )
 
 // This file is the grpc-go referee for what gen sends for identity: a
@@ -142,40 +140,11 @@ func TestGRPCGoSecureServerAndClient(t *testing.T) {
 	xdsPort := serve(t, xdsSrv)
 
 	// The proxyless server: mTLS and RBAC come only from xDS.
-	screds, err := xdscreds.NewServerCredentials(xdscreds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs, err := xds.NewGRPCServer(grpc.Creds(screds), xds.BootstrapContentsForTesting(grpcBootstrap(xdsPort, "greeter-server", srvCert, srvKey, authority.RootFile, true)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	testgrpc.RegisterTestServiceServer(gs, &greeter{id: "secure"})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = gs.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		gs.Stop()
-		<-done
-	})
+	proxyless.Serve(t, lis, grpcBootstrap(xdsPort, "greeter-server", srvCert, srvKey, authority.RootFile, true),
+		func(s grpc.ServiceRegistrar) { testgrpc.RegisterTestServiceServer(s, &greeter{id: "secure"}) })
 
 	client := func(t *testing.T, id, cert, key string) testgrpc.TestServiceClient {
-		rb, err := xds.NewXDSResolverWithConfigForTesting(grpcBootstrap(xdsPort, id, cert, key, authority.RootFile, false))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ccreds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cc, err := grpc.NewClient("xds:///"+secureTarget, grpc.WithResolvers(rb), grpc.WithTransportCredentials(ccreds))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cc.Close() })
-		return testgrpc.NewTestServiceClient(cc)
+		return testgrpc.NewTestServiceClient(proxyless.Dial(t, "xds:///"+secureTarget, grpcBootstrap(xdsPort, id, cert, key, authority.RootFile, false)))
 	}
 	call := func(c testgrpc.TestServiceClient) error {
 		callCtx, callCancel := context.WithTimeout(ctx, 2*time.Second)
