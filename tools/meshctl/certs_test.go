@@ -2,13 +2,9 @@ package meshctl_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,14 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/weft-mesh/weft/certs/bundle"
-	"github.com/weft-mesh/weft/certs/csrrpc"
 	"github.com/weft-mesh/weft/pilot/ca"
 	"github.com/weft-mesh/weft/pilot/server"
 	"github.com/weft-mesh/weft/pilot/server/servertest"
+	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
 
 // startCAPilot is pilot with its mesh CA, as pilot/cmd/pilot runs it.
@@ -46,23 +41,7 @@ func enroll(t *testing.T, p *servertest.Pilot, tok, id string) *x509.Certificate
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := grpc.NewClient(p.XDSTLSAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	u, _ := url.Parse(id)
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{URIs: []*url.URL{u}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	chain, err := csrrpc.Sign(ctx, cc, der, tok)
-	if err != nil {
-		t.Fatal(err)
-	}
+	chain, _ := proc.Enroll(t, p.XDSTLSAddr, credentials.NewTLS(&tls.Config{RootCAs: roots.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}), tok, id, 10*time.Second)
 	return chain[0]
 }
 

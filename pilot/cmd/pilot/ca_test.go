@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -13,7 +12,6 @@ import (
 	"io"
 	"math/big"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,11 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/weft-mesh/weft/certs/bundle"
-	"github.com/weft-mesh/weft/certs/csrrpc"
 	"github.com/weft-mesh/weft/tools/testkit"
 	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
@@ -43,23 +39,7 @@ func enroll(t *testing.T, p *proc.PilotProcess, tok, id string) []*x509.Certific
 		t.Fatal(err)
 	}
 	// --tls-san put pilot's IP in its serving certificate.
-	cc, err := grpc.NewClient(p.XDSTLSAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots.Pool(), ServerName: p.IP, MinVersion: tls.VersionTLS13})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	u, _ := url.Parse(id)
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{URIs: []*url.URL{u}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	chain, err := csrrpc.Sign(ctx, cc, der, tok)
-	if err != nil {
-		t.Fatal(err)
-	}
+	chain, _ := proc.Enroll(t, p.XDSTLSAddr(), credentials.NewTLS(&tls.Config{RootCAs: roots.Pool(), ServerName: p.IP, MinVersion: tls.VersionTLS13}), tok, id, 20*time.Second)
 	return chain
 }
 

@@ -62,30 +62,44 @@ func RequestSVID(t testing.TB, tlsAddr string, roots *bundle.Bundle, token, td, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{URIs: []*url.URL{id.URL()}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := grpc.NewClient(tlsAddr, grpc.WithTransportCredentials(ClientTLS(t, roots, td, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	chain, err := csrrpc.Sign(ctx, cc, csr, token)
-	if err != nil {
-		t.Fatalf("CSR for %s: %v", id, err)
-	}
+	chain, key := Enroll(t, tlsAddr, ClientTLS(t, roots, td, nil), token, id.String(), 10*time.Second)
 	out := tls.Certificate{PrivateKey: key, Leaf: chain[0]}
 	for _, c := range chain {
 		out.Certificate = append(out.Certificate, c.Raw)
 	}
 	return out
+}
+
+// Enroll is a sidecar's first CSR: it makes a P-256 key and a CSR for the
+// SPIFFE ID id, sends it with token to pilot's CSR service at tlsAddr over
+// creds (how the caller verifies pilot), waiting at most timeout, and returns
+// the chain pilot signed (leaf first) with the key.
+func Enroll(t testing.TB, tlsAddr string, creds credentials.TransportCredentials, token, id string, timeout time.Duration) ([]*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	u, err := url.Parse(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{URIs: []*url.URL{u}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(tlsAddr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	chain, err := csrrpc.Sign(ctx, cc, csr, token)
+	if err != nil {
+		t.Fatalf("CSR for %s: %v", id, err)
+	}
+	return chain, key
 }
 
 // ClientTLS are the credentials of a client of pilot's TLS listener: pilot
