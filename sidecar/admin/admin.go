@@ -130,6 +130,11 @@ func (a *Admin) ReadyHandler() http.Handler {
 		ok, body := a.cfg.Runtime.Ready()
 		if a.cfg.MTLS != nil {
 			st := a.cfg.MTLS.Status(a.cfg.Now())
+			if ok && !st.Ready {
+				// The routing state is ready but mTLS is not: the first line
+				// must not say "ready" on a 503 (the mtls lines say why).
+				body = "not ready: mTLS" + strings.TrimPrefix(body, "ready")
+			}
 			ok = ok && st.Ready
 			body += "\n" + st.Lines()
 		}

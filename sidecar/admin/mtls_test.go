@@ -90,6 +90,9 @@ func TestReadinessShowsIdentity(t *testing.T) {
 		if code != tc.code {
 			t.Errorf("%s: %d %q, want %d", tc.name, code, body, tc.code)
 		}
+		if first, _, _ := strings.Cut(body, "\n"); (first == "ready") != (code == http.StatusOK) {
+			t.Errorf("%s: %d with first line %q", tc.name, code, first)
+		}
 		for _, s := range tc.contains {
 			if !strings.Contains(body, s) {
 				t.Errorf("%s: body %q lacks %q", tc.name, body, s)
