@@ -83,6 +83,9 @@ type ServiceConfig struct {
 	// MinCRLValidity.
 	CRLValidity func() time.Duration
 	MaxIssued   int // issued registry bound (--max-issued); DefaultMaxIssued when 0
+	// TokenCSRs is how many CSRs one bootstrap token may make per
+	// TokenCSRWindow; DefaultTokenCSRs when 0, at most MaxTokenCSRs.
+	TokenCSRs int
 	// ServingDNS and ServingIPs are the extra SANs of pilot's TLS serving
 	// certificate (--tls-san), beside its SPIFFE ID spiffe://<td>/weft/pilot.
 	ServingDNS []string
@@ -121,8 +124,9 @@ type Service struct {
 
 	pilotID, publisherID spiffeid.ID
 
-	mu        sync.Mutex // guards reg, crlNumber, issuedDirty, changed
+	mu        sync.Mutex // guards reg, tokens, crlNumber, issuedDirty, changed
 	reg       *registry
+	tokens    *tokenUses
 	crlNumber int64
 	// changed is closed (and replaced) on every Trust change.
 	changed chan struct{}
@@ -156,6 +160,12 @@ func New(cfg ServiceConfig) (*Service, error) {
 	if cfg.MaxIssued == 0 {
 		cfg.MaxIssued = DefaultMaxIssued
 	}
+	if cfg.TokenCSRs == 0 {
+		cfg.TokenCSRs = DefaultTokenCSRs
+	}
+	if cfg.TokenCSRs < 0 || cfg.TokenCSRs > MaxTokenCSRs {
+		return nil, fmt.Errorf("pilot ca: TokenCSRs %d outside 1..%d", cfg.TokenCSRs, MaxTokenCSRs)
+	}
 	if cfg.MaxIssued < 0 {
 		return nil, fmt.Errorf("pilot ca: MaxIssued %d is negative", cfg.MaxIssued)
 	}
@@ -171,7 +181,7 @@ func New(cfg ServiceConfig) (*Service, error) {
 		return nil, fmt.Errorf("pilot ca: %w", err)
 	}
 	s := &Service{cfg: cfg, dir: dir, td: c.TrustDomain(), log: cfg.Logger, now: cfg.Now, ca: c,
-		reg: newRegistry(cfg.MaxIssued), changed: make(chan struct{}), crlSoon: make(chan struct{}, 1), dirty: make(chan struct{}, 1)}
+		reg: newRegistry(cfg.MaxIssued), tokens: newTokenUses(cfg.TokenCSRs), changed: make(chan struct{}), crlSoon: make(chan struct{}, 1), dirty: make(chan struct{}, 1)}
 	if s.pilotID, err = spiffe.Pilot(cfg.TrustDomain); err != nil {
 		return nil, fmt.Errorf("pilot ca: %w", err)
 	}
@@ -359,11 +369,19 @@ func (s *Service) authenticate(ctx context.Context) (spiffeid.ID, string, error)
 		if err != nil {
 			return spiffeid.ID{}, "", status.Errorf(codes.Unauthenticated, "bootstrap token %s: %v", c.ID, err)
 		}
+		sum := sha256.Sum256([]byte(tok))
 		s.mu.Lock()
 		at, revoked := s.reg.idRevokedSince(id, c.IssuedAt)
+		var useErr error
+		if !revoked {
+			useErr = s.tokens.take(string(sum[:]), c.Expiry, now)
+		}
 		s.mu.Unlock()
 		if revoked {
 			return spiffeid.ID{}, "", status.Errorf(codes.PermissionDenied, "bootstrap token %s for %s was issued at %v, before %s was revoked at %v: issue a new token", c.ID, id, c.IssuedAt.UTC(), id, at.UTC())
+		}
+		if useErr != nil {
+			return spiffeid.ID{}, "", status.Errorf(codes.ResourceExhausted, "bootstrap token %s for %s from %s: %v", c.ID, id, addr, useErr)
 		}
 		return id, fmt.Sprintf("token %s from %s", c.ID, addr), nil
 	}

@@ -566,3 +566,40 @@ func tamper(der []byte) []byte {
 	out[len(out)-1] ^= 1
 	return out
 }
+
+// TestTokenCSRBound: one bootstrap token makes at most TokenCSRs CSRs per
+// TokenCSRWindow over the real RPC (the one past is ResourceExhausted, naming
+// the token), another token is not affected, and the bound itself is checked.
+func TestTokenCSRBound(t *testing.T) {
+	clk := &clock{t: time.Now().Truncate(time.Second)}
+	s := newService(t, t.TempDir(), func(c *ServiceConfig) { c.Now, c.TokenCSRs = clk.Now, 2 })
+	addr := serveTLS(t, s)
+	cc := dial(t, s, addr, nil, nil)
+	w := newWorkload(t)
+	tok, _, _ := s.IssueToken("shop", "reviews", time.Hour)
+	for i := range 2 {
+		if _, err := csrrpc.Sign(ctx(t), cc, w.csr(t, reviews), tok); err != nil {
+			t.Fatalf("CSR %d of the bound: %v", i+1, err)
+		}
+	}
+	_, err := csrrpc.Sign(ctx(t), cc, w.csr(t, reviews), tok)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "this bootstrap token made 2 CSRs") {
+		t.Fatalf("one past the bound: %v", err)
+	}
+	other, _, _ := s.IssueToken("shop", "reviews", time.Hour)
+	if _, err := csrrpc.Sign(ctx(t), cc, w.csr(t, reviews), other); err != nil {
+		t.Fatalf("another token: %v", err)
+	}
+	clk.Add(TokenCSRWindow)
+	if _, err := csrrpc.Sign(ctx(t), cc, w.csr(t, reviews), tok); err != nil {
+		t.Fatalf("next window: %v", err)
+	}
+	for _, n := range []int{-1, MaxTokenCSRs + 1} {
+		if _, err := New(ServiceConfig{DataDir: t.TempDir(), Logger: hclog.NewNullLogger(), TokenCSRs: n}); err == nil {
+			t.Errorf("TokenCSRs %d accepted", n)
+		}
+	}
+	if _, err := New(ServiceConfig{DataDir: t.TempDir(), Logger: hclog.NewNullLogger(), TokenCSRs: MaxTokenCSRs}); err != nil {
+		t.Errorf("TokenCSRs at MaxTokenCSRs: %v", err)
+	}
+}
