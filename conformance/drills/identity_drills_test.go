@@ -174,7 +174,14 @@ func TestDrillRootRotationUnderLoad(t *testing.T) {
 		}
 	}
 	caAPI(t, r.pilot, http.MethodDelete, "rotation")
-	time.Sleep(2 * time.Second) // not a wait for a condition: load keeps going past the finish
+	finished := time.Now()
+	// Load keeps going past the finish: 2s of it (100 requests at 50/s) answered.
+	testkit.Wait(t, 30*time.Second, func() error {
+		if n := len(lg.since(finished)); n < 100 {
+			return fmt.Errorf("%d requests answered since the rotation finished, want 100", n)
+		}
+		return nil
+	})
 	lg.stop()
 	rs := lg.since(start)
 	failed, first := 0, ""
