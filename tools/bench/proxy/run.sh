@@ -39,7 +39,11 @@
 # the server sidecar has no identity (h2c, plaintext), in sidecar-pair-mtls it has one
 # and its inbound is STRICT (mTLS 1.3, ALPN h2, SPIFFE IDs checked both ways, CRL on
 # every handshake). Both rows count both sidecars' CPU (per sidecar: half):
-# TARGETS="sidecar-pair sidecar-pair-mtls nginx" tools/bench/proxy/run.sh 3.
+# TARGETS="sidecar-pair sidecar-pair-mtls nginx" tools/bench/proxy/run.sh 3;
+# sidecar-pair-alt and sidecar-pair-mtls-alt are a second such pair (three more
+# sidecars, Services pair-alt and pair-mtls-alt) running ALT_BIN with ALT_ENV and
+# ALT_FLAGS, for a same-run A/B of the pair: TARGETS="sidecar-pair sidecar-pair-alt
+# sidecar-pair-mtls sidecar-pair-mtls-alt" ALT_BIN=/tmp/a/sidecar run.sh 3.
 # target sidecar-policy (issue #8) is the same real sidecar process as "sidecar" sent
 # "Host: bench-policy:9080": a second Service on the same app whose DestinationPolicy
 # sets circuit breaking (with a retry budget), every outlier detector and a local rate
@@ -214,10 +218,13 @@ spec:
   localRateLimit: {requestsPerSecond: 10000000, burst: 10000000}
 MESH
 fi
-PAIR=0
+PAIR=0 PAIR_ALT=0
 [[ " $TARGETS " == *" sidecar-pair"* ]] && PAIR=1
+[[ " $TARGETS " == *" sidecar-pair-alt "* || " $TARGETS " == *" sidecar-pair-mtls-alt "* ]] && PAIR_ALT=1
+PAIR_SVCS="pair pair-mtls"
+[ "$PAIR_ALT" = 1 ] && PAIR_SVCS="$PAIR_SVCS pair-alt pair-mtls-alt"
 if [ "$PAIR" = 1 ]; then
-	for svc in pair pair-mtls; do
+	for svc in $PAIR_SVCS; do
 		cat >>"$RUN/mesh.yaml" <<MESH
 ---
 apiVersion: mesh.weft.dev/v1alpha1
@@ -249,6 +256,17 @@ spec:
   selector: {app: pair-mtls}
   mtls: STRICT
 MESH
+	if [ "$PAIR_ALT" = 1 ]; then
+		cat >>"$RUN/mesh.yaml" <<MESH
+---
+apiVersion: mesh.weft.dev/v1alpha1
+kind: PeerAuthentication
+metadata: {name: pair-mtls-alt, namespace: bench}
+spec:
+  selector: {app: pair-mtls-alt}
+  mtls: STRICT
+MESH
+	fi
 fi
 "$RUN/bin/meshctl" --pilot "http://$PILOT_IP:15014" apply -f "$RUN/mesh.yaml" >"$RUN/apply.log" 2>&1 || fail "meshctl apply failed"
 SIDECAR_FLAGS=${SIDECAR_FLAGS:-}  # with PPROF set: built with the profiler, --pprof added
@@ -296,6 +314,30 @@ if [ "$PAIR" = 1 ]; then
 	PID_PC=$!
 	for ip in $SP_IP $SM_IP $PC_IP; do until_ok 20 sidecar_ready "$ip" || fail "sidecar $ip not ready"; done
 fi
+PCA_IP=$IP_PREFIX.16  # the alt pair (ALT_BIN, ALT_ENV, ALT_FLAGS on all three): client,
+SPA_IP=$IP_PREFIX.17  # plain server (Service pair-alt),
+SMA_IP=$IP_PREFIX.18  # mTLS server (Service pair-mtls-alt)
+PCA=$PCA_IP:15001
+PID_PCA= PID_SPA= PID_SMA=
+if [ "$PAIR_ALT" = 1 ]; then
+	ALT=${ALT_BIN:-$RUN/bin/sidecar}
+	# shellcheck disable=SC2046,SC2086 # word lists
+	start env GODEBUG="$SIDECAR_GODEBUG" ${ALT_ENV:-} "$ALT" --node-id pair-plain-alt --namespace bench --service-account pair \
+		--labels app=pair-alt --address "$SPA_IP" --pilot "$PILOT_IP:15010" --publisher-key "$RUN/pilot/publisher.pub" \
+		--state-dir "$RUN/state-spa" --admin-addr "$SPA_IP:15000" --outbound-addr "$SPA_IP:15001" $SIDECAR_FLAGS ${ALT_FLAGS:-} >"$RUN/sidecar-spa.log" 2>&1
+	PID_SPA=$!
+	# shellcheck disable=SC2046,SC2086
+	start env GODEBUG="$SIDECAR_GODEBUG" ${ALT_ENV:-} "$ALT" --node-id pair-mtls-alt --namespace bench --service-account pair-mtls \
+		--labels app=pair-mtls-alt --address "$SMA_IP" $(ident sma pair-mtls) \
+		--state-dir "$RUN/state-sma" --admin-addr "$SMA_IP:15000" --outbound-addr "$SMA_IP:15001" $SIDECAR_FLAGS ${ALT_FLAGS:-} >"$RUN/sidecar-sma.log" 2>&1
+	PID_SMA=$!
+	# shellcheck disable=SC2046,SC2086
+	start env GODEBUG="$SIDECAR_GODEBUG" ${ALT_ENV:-} "$ALT" --node-id pair-client-alt --namespace bench --service-account client \
+		--labels app=client --address "$PCA_IP" $(ident pca client) \
+		--state-dir "$RUN/state-pca" --admin-addr "$PCA_IP:15000" --outbound-addr "$PCA" $SIDECAR_FLAGS ${ALT_FLAGS:-} >"$RUN/sidecar-pca.log" 2>&1
+	PID_PCA=$!
+	for ip in $SPA_IP $SMA_IP $PCA_IP; do until_ok 20 sidecar_ready "$ip" || fail "sidecar $ip not ready"; done
+fi
 until_ok 20 sidecar_ready "$SCR_IP" || fail "real sidecar not ready"
 "$RUN/bin/meshctl" --pilot "http://$PILOT_IP:15014" rollout status --wait --timeout 20s >"$RUN/rollout.log" 2>&1 ||
 	fail "pilot's latest revision not effective on the real sidecar"
@@ -309,6 +351,13 @@ if [ "$PAIR" = 1 ]; then
 	for h in pair:9080 pair-mtls:9080; do
 		until_ok 20 ok200 "$PC" "$h" || fail "$PC does not answer $h with 200 and 1024 bytes"
 	done
+	if [ "$PAIR_ALT" = 1 ]; then
+		for h in pair-alt:9080 pair-mtls-alt:9080; do
+			until_ok 20 ok200 "$PCA" "$h" || fail "$PCA does not answer $h with 200 and 1024 bytes"
+		done
+		curl -s "http://$SMA_IP:15000/metrics" | grep -q '^weft_sidecar_mtls_handshakes_total{result="ok",side="server"} [1-9]' ||
+			fail "sidecar-pair-mtls-alt: no mTLS handshake on the server sidecar"
+	fi
 	# The mTLS row must be mTLS: the server sidecar's handshakes say so.
 	curl -s "http://$SM_IP:15000/metrics" | grep -q '^weft_sidecar_mtls_handshakes_total{result="ok",side="server"} [1-9]' ||
 		fail "sidecar-pair-mtls: no mTLS handshake on the server sidecar"
@@ -333,12 +382,15 @@ rss_kb() { local t=0; for p in "$@"; do for c in $p $(pgrep -P "$p" || true); do
 HZ=$(getconf CLK_TCK)
 
 declare -A TARGET=([direct]=$APP [sidecar]=$SCR [sidecar-alt]=$SCA [sidecar-policy]=$SCR [nginx]=$NGX [benchproxy]=$BP1
-	[benchproxy2]=$BP2 [benchproxy2h2]=$BP3 [benchproxy2mtls]=$BP5 [sidecar-pair]=$PC [sidecar-pair-mtls]=$PC)
+	[benchproxy2]=$BP2 [benchproxy2h2]=$BP3 [benchproxy2mtls]=$BP5 [sidecar-pair]=$PC [sidecar-pair-mtls]=$PC
+	[sidecar-pair-alt]=$PCA [sidecar-pair-mtls-alt]=$PCA)
 declare -A PROCS=([direct]="" [sidecar]="$PID_SCR" [sidecar-alt]="$PID_SCA" [sidecar-policy]="$PID_SCR" [nginx]="$PID_NGX"
 	[benchproxy]="$PID_BP1" [benchproxy2]="$PID_BP2 $PID_BP1" [benchproxy2h2]="$PID_BP3 $PID_BP1" [benchproxy2mtls]="$PID_BP5 $PID_BP4"
-	[sidecar-pair]="$PID_PC $PID_SP" [sidecar-pair-mtls]="$PID_PC $PID_SM")
+	[sidecar-pair]="$PID_PC $PID_SP" [sidecar-pair-mtls]="$PID_PC $PID_SM"
+	[sidecar-pair-alt]="$PID_PCA $PID_SPA" [sidecar-pair-mtls-alt]="$PID_PCA $PID_SMA")
 # Every target gets Host: $HOST but sidecar-policy, whose Service is bench-policy.
-declare -A HOSTS=([sidecar-policy]=$POLICY_HOST [sidecar-pair]=pair:9080 [sidecar-pair-mtls]=pair-mtls:9080)
+declare -A HOSTS=([sidecar-policy]=$POLICY_HOST [sidecar-pair]=pair:9080 [sidecar-pair-mtls]=pair-mtls:9080
+	[sidecar-pair-alt]=pair-alt:9080 [sidecar-pair-mtls-alt]=pair-mtls-alt:9080)
 read -r -a ORDER <<<"$TARGETS"
 for n in "${ORDER[@]}"; do [ -n "${TARGET[$n]:-}" ] || fail "unknown target $n (TARGETS)"; done
 sleep "${SETTLE:-2}" # the real sidecar idle after activation
