@@ -459,7 +459,7 @@ func (p *Proxy) ServeConn(ctx context.Context, conn net.Conn, t Target) {
 	if isH2Preface(br) {
 		dw.close()
 		_ = conn.SetReadDeadline(time.Time{})
-		p.serveH2Conn(ctx, &bufConn{Conn: conn, r: br, t: t, closed: make(chan struct{})})
+		p.serveH2Conn(ctx, &bufConn{Conn: conn, r: br, w: newWriteBehind(conn), t: t, closed: make(chan struct{})})
 		return
 	}
 	defer p.putReader(br)
@@ -502,11 +502,12 @@ func (p *Proxy) serveH2Conn(ctx context.Context, bc *bufConn) {
 	<-bc.closed
 }
 
-// bufConn replays bytes already buffered by the sniffing reader and reports when
-// the HTTP/2 server closes it.
+// bufConn replays bytes already buffered by the sniffing reader, joins the
+// server's writes (writeBehind) and reports when the HTTP/2 server closes it.
 type bufConn struct {
 	net.Conn
 	r      *bufio.Reader
+	w      *writeBehind
 	t      Target
 	once   sync.Once
 	closed chan struct{} // closed by the first Close
@@ -516,6 +517,7 @@ type bufConn struct {
 // Close closes the connection once; later calls return the first call's error.
 func (c *bufConn) Close() error {
 	c.once.Do(func() {
+		c.w.close() // what the server wrote goes out before the FIN
 		c.err = c.Conn.Close()
 		close(c.closed)
 	})
@@ -560,6 +562,8 @@ func (l *connListener) Close() error { l.once.Do(func() { close(l.done) }); retu
 func (l *connListener) Addr() net.Addr { return &net.TCPAddr{} }
 
 func (c *bufConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+func (c *bufConn) Write(b []byte) (int, error) { return c.w.Write(b) }
 
 func (p *Proxy) getReader(c net.Conn) *bufio.Reader {
 	if v := p.readers.Get(); v != nil {
