@@ -690,18 +690,34 @@ func (w *h1Writer) WriteHeader(code int) {
 		return
 	}
 	w.wrote = true
-	fmt.Fprintf(w.bw, "HTTP/1.1 %03d %s\r\n", code, http.StatusText(code))
+	if code >= 100 && code <= 999 {
+		// The status line without fmt (per request on the bridged path).
+		var line [16]byte
+		b := append(line[:0], "HTTP/1.1 "...)
+		b = strconv.AppendInt(b, int64(code), 10)
+		b = append(b, ' ')
+		w.bw.Write(b)
+		w.bw.WriteString(http.StatusText(code))
+		w.bw.WriteString("\r\n")
+	} else {
+		fmt.Fprintf(w.bw, "HTTP/1.1 %03d %s\r\n", code, http.StatusText(code))
+	}
 	if w.header.Get("Content-Length") == "" && !w.head && code != http.StatusNoContent && code != http.StatusNotModified {
 		w.chunked = true
 		w.header.Set("Transfer-Encoding", "chunked")
 	}
-	h := w.header.Clone()
-	for k := range h {
+	// Trailers (TrailerPrefix keys) are not part of the head; the map is
+	// copied only when it has some.
+	var trailers map[string]bool
+	for k := range w.header {
 		if strings.HasPrefix(k, http.TrailerPrefix) {
-			delete(h, k)
+			if trailers == nil {
+				trailers = map[string]bool{}
+			}
+			trailers[k] = true
 		}
 	}
-	w.err = h.Write(w.bw)
+	w.err = w.header.WriteSubset(w.bw, trailers)
 	w.bw.WriteString("\r\n")
 }
 
@@ -713,7 +729,8 @@ func (w *h1Writer) Write(b []byte) (int, error) {
 		return len(b), w.err
 	}
 	if w.chunked {
-		fmt.Fprintf(w.bw, "%x\r\n", len(b))
+		var size [18]byte
+		w.bw.Write(append(strconv.AppendInt(size[:0], int64(len(b)), 16), '\r', '\n'))
 		w.bw.Write(b)
 		_, w.err = w.bw.WriteString("\r\n")
 	} else {

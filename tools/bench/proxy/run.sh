@@ -360,7 +360,7 @@ if [ "$PAIR" = 1 ]; then
 	fi
 	# The mTLS row must be mTLS: the server sidecar's handshakes say so.
 	curl -s "http://$SM_IP:15000/metrics" | grep -q '^weft_sidecar_mtls_handshakes_total{result="ok",side="server"} [1-9]' ||
-		fail "sidecar-pair-mtls: no mTLS handshake on the server sidecar"
+		fail "sidecar-pair-mtls: no mTLS handshake on the server sidecar: $(curl -s "http://$SM_IP:15000/metrics" | grep mtls_handshakes)"
 fi
 if [[ " $TARGETS " == *" sidecar-policy "* ]]; then
 	until_ok 10 ok200 "$SCR" "$POLICY_HOST" || fail "$SCR does not answer $POLICY_HOST with 200 and 1024 bytes"
