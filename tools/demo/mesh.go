@@ -225,6 +225,11 @@ func runMesh(ctx context.Context, bin string) (err error) {
 		return err
 	}
 	fmt.Printf("Every sidecar re-registered; requests flow to reviews-v2 again (%s after the last reconnect).\n", took.Round(time.Millisecond))
+	// A sidecar that reconnected a moment ago may not have been sent its
+	// snapshot yet (NOT_SENT): show the table once every stream has ACKed.
+	if err := m.d.step(0, "rollout", "status", "--wait", "--timeout", "20s"); err != nil {
+		return err
+	}
 	if err := m.d.step(0, "proxy-status"); err != nil {
 		return err
 	}
