@@ -65,6 +65,11 @@ func decodeObjects(body []byte, source string) ([]*resource.Object, map[string]i
 		}
 		return objs, nil, nil
 	}
+	// encoding/json keeps the last of repeated keys: {"items": A, "items": B}
+	// would apply B and drop A without a word. Refuse repeats anywhere first.
+	if err := resource.CheckJSON(body); err != nil {
+		return nil, nil, badRequest("%s: %v", source, err)
+	}
 	var raws []json.RawMessage
 	var ifMatch map[string]int64
 	if first == '[' {
