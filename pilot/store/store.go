@@ -21,7 +21,18 @@ var (
 	ErrInvalid   = errors.New("invalid")
 	ErrCompacted = errors.New("history compacted")
 	ErrClosed    = errors.New("store closed")
+	// ErrCorrupt: the backend's data is damaged (a truncated or garbled file);
+	// permanent: the store refuses to open rather than serve part of it.
+	ErrCorrupt = errors.New("store corrupt")
 )
+
+// Identifier is a store with an identity: an id made once, when the store was
+// created, and kept for its life. Pilot records it beside its publisher key so
+// that a store replaced by another (an empty file, a different cluster) is
+// refused instead of served as if it were the one pilot published.
+type Identifier interface {
+	ID() string
+}
 
 // ConflictError says which object's generation moved under an If-Match.
 type ConflictError struct {

@@ -94,12 +94,18 @@ type Store struct {
 	compacted store.Revision // history before this revision is gone
 	watchers  map[*watcher]struct{}
 	closed    bool
+
+	id string // store.Identifier; set by load, then read-only
 }
+
+// ID is the store's identity (store.Identifier): made when the file was created.
+func (s *Store) ID() string { return s.id }
 
 var (
 	_ store.Store         = (*Store)(nil)
 	_ store.Compactor     = (*Store)(nil)
 	_ store.WatchBufferer = (*Store)(nil)
+	_ store.Identifier    = (*Store)(nil)
 )
 
 // Open opens (creating if needed) the store in dir/store.db and loads the current
@@ -116,19 +122,43 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("boltstore: create data dir: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: cfg.lockTimeout})
+	existed, err := checkFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var db *bolt.DB
+	err = guarded(path, func() (err error) {
+		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: cfg.lockTimeout})
+		return err
+	})
+	if errors.Is(err, store.ErrCorrupt) {
+		return nil, err // db, if any, is not safe to touch (guarded says why)
+	}
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("boltstore: open %s: file is locked by another process (waited %s): %w", path, cfg.lockTimeout, err)
 	}
+	if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrChecksum) || errors.Is(err, berrors.ErrVersionMismatch) {
+		return nil, fmt.Errorf("%w: %s: the database file is damaged: %w", store.ErrCorrupt, path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+	}
+	if existed {
+		if err := verify(db, path); err != nil {
+			if !errors.Is(err, errPanicked) {
+				_ = db.Close()
+			}
+			return nil, err
+		}
 	}
 	s := &Store{
 		db: db, cfg: cfg, path: path, done: make(chan struct{}),
 		objects: make(map[string]entry), watchers: make(map[*watcher]struct{}),
 	}
-	if err := s.load(); err != nil {
-		_ = db.Close()
+	if err := guarded(path, s.load); err != nil {
+		if !errors.Is(err, errPanicked) {
+			_ = db.Close()
+		}
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
 	cfg.logger.Info("store opened", "path", path, "revision", s.rev, "objects", len(s.objects), "compacted_before", s.compacted)
@@ -142,6 +172,14 @@ func (s *Store) load() error {
 				return fmt.Errorf("create bucket %s: %w", b, err)
 			}
 		}
+		// Stores made before identities existed get one on their next open.
+		if meta := tx.Bucket(bucketMeta); meta.Get(metaID) == nil {
+			id, err := newID()
+			if err != nil {
+				return fmt.Errorf("store id: %w", err)
+			}
+			return meta.Put(metaID, id)
+		}
 		return nil
 	})
 	if err != nil {
@@ -149,6 +187,7 @@ func (s *Store) load() error {
 	}
 	return s.db.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
+		s.id = string(meta.Get(metaID))
 		rev, err := decodeUint(meta.Get(metaRevision))
 		if err != nil {
 			return fmt.Errorf("meta %s: %w", metaRevision, err)
@@ -524,7 +563,9 @@ func (s *Store) Compact(ctx context.Context, before store.Revision) error {
 
 // view runs a read transaction; a database closed under it reads as ErrClosed.
 func (s *Store) view(fn func(*bolt.Tx) error) error {
-	err := s.db.View(fn)
+	// Verified at open; guarded all the same, so a file damaged under a running
+	// pilot fails the read with ErrCorrupt instead of crashing the process.
+	err := guarded(s.path, func() error { return s.db.View(fn) })
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return store.ErrClosed
 	}
