@@ -294,6 +294,7 @@ func decodeValue(label string, v any, j []byte) (*Object, ErrorList) {
 		Kind       string          `json:"kind"`
 		Metadata   Metadata        `json:"metadata"`
 		Spec       json.RawMessage `json:"spec"`
+		Status     json.RawMessage `json:"status"` // only null gets here (checkEnvelope)
 	}
 	if err := strictUnmarshal(j, &env); err != nil {
 		c.add("", err.Error()) // the shape check should have caught it; keep a safety net

@@ -1,5 +1,7 @@
 package resource
 
+import "cmp"
+
 // Default values, applied by Decode before validation so stored objects (and
 // Encode output) show them explicitly.
 const (
@@ -11,6 +13,17 @@ const (
 	DefaultTrustDomain    = "cluster.local"
 	DefaultMTLS           = "STRICT"
 	DefaultCertificateTTL = Duration("24h")
+	// DefaultServiceAddressRange is where pilot allocates Service VIPs when
+	// MeshConfig sets no serviceAddressRange (Istio's auto-allocation range).
+	DefaultServiceAddressRange = "240.240.0.0/16"
+	// Outbound traffic policies (Istio's names).
+	OutboundAllowAny             = "ALLOW_ANY"
+	OutboundRegistryOnly         = "REGISTRY_ONLY"
+	DefaultOutboundTrafficPolicy = OutboundAllowAny
+	// Sidecar container defaults (what injection adds).
+	DefaultSidecarImage  = "weft/sidecar:dev"
+	DefaultSidecarCPU    = "100m"
+	DefaultSidecarMemory = "64Mi"
 	// DefaultMeshConfigName is the only allowed MeshConfig name.
 	DefaultMeshConfigName = "default"
 )
@@ -93,5 +106,17 @@ func ApplyDefaults(o *Object) {
 		if s.CertificateTTL == "" {
 			s.CertificateTTL = DefaultCertificateTTL
 		}
+		if s.ServiceAddressRange == "" {
+			s.ServiceAddressRange = DefaultServiceAddressRange
+		}
+		if s.OutboundTrafficPolicy == "" {
+			s.OutboundTrafficPolicy = DefaultOutboundTrafficPolicy
+		}
+		if s.Sidecar == nil {
+			s.Sidecar = &SidecarConfig{}
+		}
+		s.Sidecar.Image = cmp.Or(s.Sidecar.Image, DefaultSidecarImage)
+		s.Sidecar.CPU = cmp.Or(s.Sidecar.CPU, DefaultSidecarCPU)
+		s.Sidecar.Memory = cmp.Or(s.Sidecar.Memory, DefaultSidecarMemory)
 	}
 }

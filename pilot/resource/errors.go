@@ -5,6 +5,10 @@ import (
 	"strings"
 )
 
+// ErrStatusSetByPilot is the detail of the error for an object given with a
+// status: pilot writes status, users never do.
+const ErrStatusSetByPilot = "status is set by pilot: remove it (a Service's VIPs go in spec.addresses)"
+
 // FieldError is one problem found in one object. Object is "Kind/namespace/name"
 // or, for a document whose identity is not usable yet, "source: document N".
 // Field is the path inside the object ("spec.http[0].route[1].weight"; map keys in

@@ -49,6 +49,7 @@ func TestInvalidExamples(t *testing.T) {
 		"Route/shop/cart: spec.http[0].match[1].path.regex: invalid RE2: missing closing )",
 		"Route/shop/reviews: spec.http[0].match[0].headers[end-user]: exactly one of exact, prefix, regex, present required",
 		"Route/shop/reviews: spec.http[0].route: weights sum to 90, must be 100",
+		"Service/shop/details: status: " + ErrStatusSetByPilot,
 		"Service/shop/ratings: spec.ports[0].port: expected an integer, got string",
 		"Service/shop/ratings: spec.selectr: unknown field",
 	}

@@ -45,6 +45,42 @@ func TestService(t *testing.T) {
 			},
 		},
 		{
+			name: "addresses",
+			yaml: svc("{ports: [{name: tcp, port: 5432, protocol: TCP}], addresses: [240.240.0.10, 10.0.0.1, 'fd00::10']}"),
+			want: object(KindService, meta("shop", "s"), &ServiceSpec{
+				Ports:     []ServicePort{{Name: "tcp", Port: 5432, TargetPort: 5432, Protocol: "TCP"}},
+				Addresses: []string{"240.240.0.10", "10.0.0.1", "fd00::10"},
+			}),
+		},
+		{
+			name: "bad_addresses",
+			yaml: svc("{ports: [{name: http, port: 80}], addresses: [240.240.0.10, 240.240.0.10, nope, '0.0.0.0', 224.0.0.1, 127.0.0.2, 'FD00::1', '::ffff:10.0.0.1']}"),
+			wantErr: []string{
+				"Service/shop/s: spec.addresses[1]: duplicate address 240.240.0.10",
+				`Service/shop/s: spec.addresses[2]: "nope" is not an IPv4 or IPv6 literal`,
+				`Service/shop/s: spec.addresses[3]: "0.0.0.0" is not a unicast address`,
+				`Service/shop/s: spec.addresses[4]: "224.0.0.1" is not a unicast address`,
+				`Service/shop/s: spec.addresses[5]: "127.0.0.2" is a loopback address, which is never intercepted`,
+				`Service/shop/s: spec.addresses[6]: "FD00::1" is not in canonical form: write it as fd00::1`,
+				`Service/shop/s: spec.addresses[7]: "::ffff:10.0.0.1" is an IPv4-mapped IPv6 address: write it as 10.0.0.1`,
+			},
+		},
+		{
+			name:    "zoned_address",
+			yaml:    svc("{ports: [{name: http, port: 80}], addresses: ['fe80::1%eth0']}"),
+			wantErr: []string{`Service/shop/s: spec.addresses[0]: "fe80::1%eth0" is not an IPv4 or IPv6 literal`},
+		},
+		{
+			name:    "status_refused",
+			yaml:    svc("{ports: [{name: http, port: 80}]}") + "status: {addresses: [240.240.0.1]}\n",
+			wantErr: []string{"Service/shop/s: status: status is set by pilot: remove it (a Service's VIPs go in spec.addresses)"},
+		},
+		{
+			name: "status_null_is_absent",
+			yaml: svc("{ports: [{name: http, port: 80}]}") + "status: null\n",
+			want: object(KindService, meta("shop", "s"), &ServiceSpec{Ports: []ServicePort{{Name: "http", Port: 80, TargetPort: 80, Protocol: "HTTP"}}}),
+		},
+		{
 			name:    "duplicate_port_number",
 			yaml:    svc("{ports: [{name: a, port: 80}, {name: b, port: 80}]}"),
 			wantErr: []string{"Service/shop/s: spec.ports[1].port: duplicate port 80"},
@@ -89,10 +125,11 @@ func TestService(t *testing.T) {
 		},
 		{
 			name: "unknown_top_level_and_metadata_fields",
-			yaml: doc("Service", "{name: s, uid: x}", "{ports: [{name: http, port: 80}]}") + "status: {}\n",
+			yaml: doc("Service", "{name: s, uid: x}", "{ports: [{name: http, port: 80}]}") + "status: {}\nextra: 1\n",
 			wantErr: []string{
+				"Service/default/s: extra: unknown field",
 				"Service/default/s: metadata.uid: unknown field",
-				"Service/default/s: status: unknown field",
+				"Service/default/s: status: " + ErrStatusSetByPilot,
 			},
 		},
 		{
@@ -513,12 +550,50 @@ func TestMeshConfig(t *testing.T) {
 		{
 			name: "defaults",
 			yaml: doc("MeshConfig", "{name: default}", "{}"),
-			want: object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{TrustDomain: "cluster.local", DefaultMTLS: "STRICT", CertificateTTL: "24h"}),
+			want: object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{TrustDomain: "cluster.local", DefaultMTLS: "STRICT", CertificateTTL: "24h",
+				ServiceAddressRange: "240.240.0.0/16", OutboundTrafficPolicy: "ALLOW_ANY",
+				Sidecar: &SidecarConfig{Image: "weft/sidecar:dev", CPU: "100m", Memory: "64Mi"}}),
 		},
 		{
 			name: "explicit",
-			yaml: doc("MeshConfig", "{name: default}", "{trustDomain: example.org, defaultMtls: PERMISSIVE, certificateTTL: 1h}"),
-			want: object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{TrustDomain: "example.org", DefaultMTLS: "PERMISSIVE", CertificateTTL: "1h"}),
+			yaml: doc("MeshConfig", "{name: default}", "{trustDomain: example.org, defaultMtls: PERMISSIVE, certificateTTL: 1h, "+
+				"serviceAddressRange: 10.96.0.0/12, outboundTrafficPolicy: REGISTRY_ONLY, sidecar: {image: 'registry.example/weft/sidecar:v1@sha256:abc', cpu: '0.5', memory: 1Gi}}"),
+			want: object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{TrustDomain: "example.org", DefaultMTLS: "PERMISSIVE", CertificateTTL: "1h",
+				ServiceAddressRange: "10.96.0.0/12", OutboundTrafficPolicy: "REGISTRY_ONLY",
+				Sidecar: &SidecarConfig{Image: "registry.example/weft/sidecar:v1@sha256:abc", CPU: "0.5", Memory: "1Gi"}}),
+		},
+		{
+			name: "sidecar_partial_defaults",
+			yaml: doc("MeshConfig", "{name: default}", "{sidecar: {cpu: 250m}}"),
+			want: object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{TrustDomain: "cluster.local", DefaultMTLS: "STRICT", CertificateTTL: "24h",
+				ServiceAddressRange: "240.240.0.0/16", OutboundTrafficPolicy: "ALLOW_ANY",
+				Sidecar: &SidecarConfig{Image: "weft/sidecar:dev", CPU: "250m", Memory: "64Mi"}}),
+		},
+		{
+			name: "bad_interception_fields",
+			yaml: doc("MeshConfig", "{name: default}", "{serviceAddressRange: 240.240.0.1/16, outboundTrafficPolicy: DENY, sidecar: {image: 'a b', cpu: 100m, gpu: 1}}"),
+			wantErr: []string{"MeshConfig/default: spec.sidecar.gpu: unknown field"},
+		},
+		{
+			name: "bad_interception_values",
+			yaml: doc("MeshConfig", "{name: default}", "{serviceAddressRange: 240.240.0.1/16, outboundTrafficPolicy: DENY, sidecar: {image: 'a b', cpu: 100x, memory: '-1'}}"),
+			wantErr: []string{
+				`MeshConfig/default: spec.serviceAddressRange: "240.240.0.1/16" is not a network address: did you mean 240.240.0.0/16?`,
+				`MeshConfig/default: spec.outboundTrafficPolicy: "DENY" is not one of ALLOW_ANY, REGISTRY_ONLY`,
+				`MeshConfig/default: spec.sidecar.image: "a b" is not an image reference ([registry/]name[:tag][@digest])`,
+				`MeshConfig/default: spec.sidecar.cpu: "100x" is not a Kubernetes quantity such as 100m or 0.5`,
+				`MeshConfig/default: spec.sidecar.memory: "-1" is not a Kubernetes quantity such as 64Mi or 1G`,
+			},
+		},
+		{
+			name:    "range_not_cidr",
+			yaml:    doc("MeshConfig", "{name: default}", "{serviceAddressRange: 240.240.0.0}"),
+			wantErr: []string{`MeshConfig/default: spec.serviceAddressRange: "240.240.0.0" is not a CIDR such as 240.240.0.0/16`},
+		},
+		{
+			name:    "range_ipv6",
+			yaml:    doc("MeshConfig", "{name: default}", "{serviceAddressRange: 'fd00::/64'}"),
+			wantErr: []string{`MeshConfig/default: spec.serviceAddressRange: "fd00::/64" is not IPv4: only IPv4 ranges are allocated from (give IPv6 VIPs in a Service's spec.addresses)`},
 		},
 		{
 			name: "bad_values",
@@ -532,6 +607,35 @@ func TestMeshConfig(t *testing.T) {
 			},
 		},
 	})
+}
+
+// Only a Service has a status, and its addresses are checked like spec's.
+func TestValidateStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    *Object
+		want string
+	}{
+		{"service", &Object{APIVersion: APIVersion, Kind: KindService, Metadata: meta("shop", "s"),
+			Spec: &ServiceSpec{Ports: []ServicePort{{Name: "http", Port: 80}}}, Status: &Status{Addresses: []string{"240.240.0.1"}}}, ""},
+		{"service bad address", &Object{APIVersion: APIVersion, Kind: KindService, Metadata: meta("shop", "s"),
+			Spec: &ServiceSpec{Ports: []ServicePort{{Name: "http", Port: 80}}}, Status: &Status{Addresses: []string{"240.240.0.1", "x"}}},
+			`Service/shop/s: status.addresses[1]: "x" is not an IPv4 or IPv6 literal`},
+		{"route", &Object{APIVersion: APIVersion, Kind: KindRoute, Metadata: meta("shop", "r"),
+			Spec: &RouteSpec{Hosts: []string{"s"}, HTTP: []HTTPRoute{{Route: []RouteDestination{{Destination: Destination{Service: "s"}}}}}}, Status: &Status{}},
+			"Route/shop/r: status: must be empty: a Route has no status"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ApplyDefaults(tc.o)
+			err := Validate(tc.o)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Validate: %v", err)
+			case tc.want != "" && (err == nil || err.Error() != tc.want):
+				t.Fatalf("Validate = %v, want %s", err, tc.want)
+			}
+		})
+	}
 }
 
 func TestResolveKind(t *testing.T) {

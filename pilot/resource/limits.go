@@ -16,11 +16,18 @@ const (
 	// MaxNestingDepth bounds JSON/YAML nesting; the deepest valid object is ~8 levels.
 	MaxNestingDepth = 32
 
-	MaxNameLength          = 63  // DNS-1123 label
-	MaxLabels              = 64  // labels, annotations and every selector map
-	MaxListEntries         = 256 // any other list of strings or ports
-	MaxRegexBytes          = 256
-	MaxServicePorts        = 64
+	MaxNameLength   = 63  // DNS-1123 label
+	MaxLabels       = 64  // labels, annotations and every selector map
+	MaxListEntries  = 256 // any other list of strings or ports
+	MaxRegexBytes   = 256
+	MaxServicePorts = 64
+	// MaxServiceAddresses bounds Service spec.addresses (and status.addresses).
+	MaxServiceAddresses = 8
+	// MaxServiceAddressRangeBits is the longest serviceAddressRange prefix:
+	// a /30 has two allocatable addresses (network and broadcast are skipped).
+	MaxServiceAddressRangeBits = 30
+	// MaxImageBytes bounds MeshConfig.sidecar.image.
+	MaxImageBytes          = 512
 	MaxRouteHosts          = 64
 	MaxHTTPRules           = 256
 	MaxMatchesPerRule      = 64

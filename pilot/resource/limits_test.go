@@ -159,6 +159,16 @@ func TestLimits(t *testing.T) {
 			"DestinationPolicy/shop/d: spec.localRateLimit.burst: 31536001 requests at 1 per second take 31536001s to refill, limit 8760h0m0s"},
 		{"rate_limit_fill_time_default_burst", ratePolicy(1/(365*24*3600.0), 0), ratePolicy(1/(365*24*3600.0)*0.999, 0),
 			"DestinationPolicy/shop/d: spec.localRateLimit.burst: 1 requests at 3.167808219178082e-08 per second take 31567568s to refill, limit 8760h0m0s"},
+		{"service_addresses", vipService(MaxServiceAddresses), vipService(MaxServiceAddresses + 1),
+			"Service/shop/s: spec.addresses: 9 entries, limit 8"},
+		{"status_addresses", vipStatus(MaxServiceAddresses), vipStatus(MaxServiceAddresses + 1),
+			"Service/shop/s: status.addresses: 9 entries, limit 8"},
+		{"address_range_bits", object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{ServiceAddressRange: "10.0.0.0/30"}),
+			object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{ServiceAddressRange: "10.0.0.0/31"}),
+			`MeshConfig/default: spec.serviceAddressRange: "10.0.0.0/31" is longer than /30: no address is left besides network and broadcast`},
+		{"sidecar_image", object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{Sidecar: &SidecarConfig{Image: "r/" + strings.Repeat("a", MaxImageBytes-2)}}),
+			object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{Sidecar: &SidecarConfig{Image: "r/" + strings.Repeat("a", MaxImageBytes-1)}}),
+			"MeshConfig/default: spec.sidecar.image: 513 bytes, limit 512"},
 		{"certificate_ttl", object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{CertificateTTL: "8760h"}), object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{CertificateTTL: "8761h"}),
 			"MeshConfig/default: spec.certificateTTL: 8761h exceeds the limit of 8760h0m0s"},
 		{"crl_validity_max", object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{CRLValidity: "168h"}), object(KindMeshConfig, meta("", "default"), &MeshConfigSpec{CRLValidity: "168h0m1s"}),
@@ -178,6 +188,24 @@ func TestLimits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// vipService is a Service with n distinct spec.addresses.
+func vipService(n int) *Object {
+	s := &ServiceSpec{Ports: []ServicePort{{Name: "http", Port: 80}}}
+	for i := range n {
+		s.Addresses = append(s.Addresses, fmt.Sprintf("240.240.0.%d", i+1))
+	}
+	return object(KindService, meta("shop", "s"), s)
+}
+
+// vipStatus is a Service with n distinct status.addresses.
+func vipStatus(n int) *Object {
+	o := vipService(n)
+	spec := o.Spec.(*ServiceSpec)
+	o.Status = &Status{Addresses: spec.Addresses}
+	spec.Addresses = nil
+	return o
 }
 
 func outlierPolicy(f func(o *OutlierDetection)) *Object {

@@ -76,6 +76,27 @@ func TestValidateSet(t *testing.T) {
 				"Route/shop/r2: spec.hosts[0]: Service shop/reviews is already routed by Route shop/r1",
 			},
 		},
+		{
+			name: "vip_on_two_services",
+			objs: []*Object{
+				withVIPs(svc("shop", "a", 80), "240.240.0.1", "fd00::1"),
+				withVIPs(svc("shop", "b", 80), "240.240.0.2"),
+				withVIPs(svc("other", "c", 80), "fd00::1", "240.240.0.3"),
+				withStatus(svc("shop", "d", 80), "240.240.0.2"),
+				withStatus(svc("shop", "e", 80), "240.240.0.4"),
+			},
+			wantErrs: []string{
+				"Service/shop/a: spec.addresses[1]: address fd00::1 is already a VIP of Service other/c",
+				"Service/shop/d: status.addresses[0]: address 240.240.0.2 is already a VIP of Service shop/b",
+			},
+		},
+		{
+			name: "spec_addresses_win_over_status",
+			objs: []*Object{
+				withStatus(withVIPs(svc("shop", "a", 80), "240.240.0.9"), "240.240.0.1"),
+				withStatus(svc("shop", "b", 80), "240.240.0.1"),
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, o := range tc.objs {
@@ -101,4 +122,14 @@ func TestValidateSet(t *testing.T) {
 			}
 		})
 	}
+}
+
+func withVIPs(o *Object, addrs ...string) *Object {
+	o.Spec.(*ServiceSpec).Addresses = addrs
+	return o
+}
+
+func withStatus(o *Object, addrs ...string) *Object {
+	o.Status = &Status{Addresses: addrs}
+	return o
 }

@@ -30,6 +30,12 @@ func checkEnvelope(c *collector, m map[string]any, info KindInfo) {
 			checkShape(c, "metadata", v, metadataType)
 		case "spec":
 			checkShape(c, "spec", v, reflect.TypeOf(info.NewSpec()))
+		case "status":
+			// Pilot writes status (a Service's allocated VIPs); a user cannot.
+			// A null status is "absent", as everywhere else.
+			if v != nil {
+				c.add("status", ErrStatusSetByPilot)
+			}
 		default:
 			c.add(path(k), "unknown field")
 		}

@@ -63,6 +63,18 @@ type Object struct {
 	Kind       string   `json:"kind"`
 	Metadata   Metadata `json:"metadata"`
 	Spec       any      `json:"spec"`
+	// Status is written by pilot, never by users: Decode refuses an object
+	// that carries one ("status is set by pilot"). Only a Service has one
+	// (the VIPs pilot allocated for it); nil otherwise.
+	Status *Status `json:"status,omitempty"`
+}
+
+// Status is the pilot-written part of an object, stored with it.
+type Status struct {
+	// Addresses are the VIPs pilot allocated to a Service that has no
+	// spec.addresses, from MeshConfig.serviceAddressRange; kept across
+	// applies and restarts because it is stored with the object.
+	Addresses []string `json:"addresses,omitempty"`
 }
 
 // Key returns the object's store key.
@@ -81,6 +93,10 @@ type Duration string
 type ServiceSpec struct {
 	Selector map[string]string `json:"selector,omitempty"`
 	Ports    []ServicePort     `json:"ports"`
+	// Addresses are the Service's virtual IPs (0..MaxServiceAddresses IP
+	// literals, unique within the Service and across Services). Empty: pilot
+	// allocates one from MeshConfig.serviceAddressRange into status.addresses.
+	Addresses []string `json:"addresses,omitempty"`
 }
 
 type ServicePort struct {
@@ -304,6 +320,23 @@ type MeshConfigSpec struct {
 	// CRLValidity is NextUpdate-ThisUpdate of the CRL pilot publishes (default
 	// 1h); pilot re-signs it at half of it.
 	CRLValidity Duration `json:"crlValidity,omitempty"`
+	// ServiceAddressRange is the IPv4 CIDR pilot allocates Service VIPs from
+	// (default DefaultServiceAddressRange, Istio's auto-allocation range).
+	ServiceAddressRange string `json:"serviceAddressRange,omitempty"`
+	// OutboundTrafficPolicy is what an intercepted sidecar does with a
+	// destination that is not in the mesh: ALLOW_ANY (default: pass it
+	// through to its original destination) or REGISTRY_ONLY (close it).
+	OutboundTrafficPolicy string `json:"outboundTrafficPolicy,omitempty"`
+	// Sidecar is the sidecar container injection adds.
+	Sidecar *SidecarConfig `json:"sidecar,omitempty"`
+}
+
+// SidecarConfig is the sidecar container injection adds to a pod: its image
+// and its resource requests (Kubernetes quantities).
+type SidecarConfig struct {
+	Image  string `json:"image,omitempty"`  // default DefaultSidecarImage
+	CPU    string `json:"cpu,omitempty"`    // default DefaultSidecarCPU
+	Memory string `json:"memory,omitempty"` // default DefaultSidecarMemory
 }
 
 // KindInfo describes one registered kind.

@@ -21,8 +21,26 @@ var notEnforcedMeshFields = []struct {
 	set   func(*MeshConfigSpec) bool
 	why   string
 }{
-	// Empty: defaultMtls is enforced (the mode of workloads no
-	// PeerAuthentication selects), certificateTTL is the CA's lifetime.
+	// defaultMtls is enforced (the mode of workloads no PeerAuthentication
+	// selects), certificateTTL is the CA's lifetime, serviceAddressRange is
+	// pilot's own (VIP allocation).
+	{
+		// Remove when pilot serves the injection webhook and meshctl inject
+		// (issue #10's inject part) read it.
+		field: "spec.sidecar",
+		set: func(s *MeshConfigSpec) bool {
+			d := SidecarConfig{Image: DefaultSidecarImage, CPU: DefaultSidecarCPU, Memory: DefaultSidecarMemory}
+			return s.Sidecar != nil && *s.Sidecar != d && *s.Sidecar != (SidecarConfig{})
+		},
+		why: "nothing injects sidecars yet (the injection webhook and meshctl inject will add this container)",
+	},
+	{
+		// Stays while explicit mode exists: it is a property of interception.
+		field: "spec.outboundTrafficPolicy",
+		set:   func(s *MeshConfigSpec) bool { return s.OutboundTrafficPolicy == OutboundRegistryOnly },
+		why: "REGISTRY_ONLY applies only to intercepted sidecars (--intercept=iptables|ebpf|auto): " +
+			"the app of an explicit-mode sidecar reaches non-mesh addresses directly, without the sidecar",
+	},
 }
 
 // notEnforcedStalenessClasses are StalenessPolicy classes whose bound is fixed

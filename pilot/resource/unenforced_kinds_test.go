@@ -29,6 +29,12 @@ func TestUnenforcedKindWarnings(t *testing.T) {
 			{Resource: "routes"}, {Resource: "secrets"}, {Resource: "authorization"}}}),
 			[]string{"spec.rules[1].resource: accepted but not enforced by Weft sidecars yet: secrets:"}},
 		{"service", obj(KindService, "shop", &ServiceSpec{}), nil},
+		{"mesh config interception defaults", obj(KindMeshConfig, "", &MeshConfigSpec{ServiceAddressRange: "10.0.0.0/8", OutboundTrafficPolicy: "ALLOW_ANY",
+			Sidecar: &SidecarConfig{Image: DefaultSidecarImage, CPU: DefaultSidecarCPU, Memory: DefaultSidecarMemory}}), nil},
+		{"mesh config sidecar set", obj(KindMeshConfig, "", &MeshConfigSpec{Sidecar: &SidecarConfig{Image: "x/y:z", CPU: DefaultSidecarCPU, Memory: DefaultSidecarMemory}}),
+			[]string{"MeshConfig/x: spec.sidecar: accepted but not enforced by Weft sidecars yet: nothing injects sidecars yet"}},
+		{"mesh config registry only", obj(KindMeshConfig, "", &MeshConfigSpec{OutboundTrafficPolicy: "REGISTRY_ONLY"}),
+			[]string{"MeshConfig/x: spec.outboundTrafficPolicy: accepted but not enforced by Weft sidecars yet: REGISTRY_ONLY applies only to intercepted sidecars"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := unenforcedKindWarnings(tc.o)

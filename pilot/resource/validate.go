@@ -57,6 +57,13 @@ func validateObject(c *collector, o *Object) {
 	case *MeshConfigSpec:
 		validateMeshConfig(c, s)
 	}
+	if o.Status != nil {
+		if o.Kind != KindService {
+			c.add("status", fmt.Sprintf("must be empty: a %s has no status", o.Kind))
+			return
+		}
+		checkAddresses(c, path("status").child("addresses"), o.Status.Addresses)
+	}
 }
 
 func validateMetadata(c *collector, info KindInfo, m *Metadata) {

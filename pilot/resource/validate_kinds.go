@@ -3,6 +3,8 @@ package resource
 import (
 	"fmt"
 	"math"
+	"net/netip"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -28,6 +30,38 @@ func validateService(c *collector, s *ServiceSpec) {
 			checkPort(c, ip.child("targetPort"), port.TargetPort)
 		}
 		checkEnum(c, ip.child("protocol"), port.Protocol, "HTTP", "HTTP2", "GRPC", "TCP")
+	}
+	checkAddresses(c, p.child("addresses"), s.Addresses)
+}
+
+// checkAddresses checks a Service's VIPs (spec.addresses or status.addresses):
+// at most MaxServiceAddresses unicast IP literals in canonical form (so that
+// one address has one spelling, and uniqueness across Services is a string
+// compare), none loopback (loopback traffic is never intercepted), no
+// duplicates.
+func checkAddresses(c *collector, p path, addrs []string) {
+	if !checkCount(c, p, len(addrs), MaxServiceAddresses) {
+		return
+	}
+	seen := map[string]bool{}
+	for i, s := range addrs {
+		ip := p.index(i)
+		a, err := netip.ParseAddr(s)
+		switch {
+		case err != nil || a.Zone() != "":
+			c.add(ip, fmt.Sprintf("%q is not an IPv4 or IPv6 literal", s))
+		case a.Is4In6():
+			c.add(ip, fmt.Sprintf("%q is an IPv4-mapped IPv6 address: write it as %s", s, a.Unmap()))
+		case a.IsUnspecified() || a.IsMulticast():
+			c.add(ip, fmt.Sprintf("%q is not a unicast address", s))
+		case a.IsLoopback():
+			c.add(ip, fmt.Sprintf("%q is a loopback address, which is never intercepted", s))
+		case a.String() != s:
+			c.add(ip, fmt.Sprintf("%q is not in canonical form: write it as %s", s, a))
+		case seen[s]:
+			c.add(ip, fmt.Sprintf("duplicate address %s", s))
+		}
+		seen[s] = true
 	}
 }
 
@@ -472,4 +506,53 @@ func validateMeshConfig(c *collector, s *MeshConfigSpec) {
 			c.add(p.child("crlValidity"), fmt.Sprintf("%s exceeds the limit of %s", s.CRLValidity, MaxCRLValidity))
 		}
 	}
+	if s.ServiceAddressRange != "" {
+		if _, err := ParseServiceAddressRange(s.ServiceAddressRange); err != nil {
+			c.add(p.child("serviceAddressRange"), err.Error())
+		}
+	}
+	if s.OutboundTrafficPolicy != "" {
+		checkEnum(c, p.child("outboundTrafficPolicy"), s.OutboundTrafficPolicy, OutboundAllowAny, OutboundRegistryOnly)
+	}
+	if sc := s.Sidecar; sc != nil {
+		sp := p.child("sidecar")
+		switch {
+		case len(sc.Image) > MaxImageBytes:
+			c.add(sp.child("image"), fmt.Sprintf("%d bytes, limit %d", len(sc.Image), MaxImageBytes))
+		case sc.Image != "" && !imageRef.MatchString(sc.Image):
+			c.add(sp.child("image"), fmt.Sprintf("%q is not an image reference ([registry/]name[:tag][@digest])", sc.Image))
+		}
+		if sc.CPU != "" && !quantity.MatchString(sc.CPU) {
+			c.add(sp.child("cpu"), fmt.Sprintf("%q is not a Kubernetes quantity such as 100m or 0.5", sc.CPU))
+		}
+		if sc.Memory != "" && !quantity.MatchString(sc.Memory) {
+			c.add(sp.child("memory"), fmt.Sprintf("%q is not a Kubernetes quantity such as 64Mi or 1G", sc.Memory))
+		}
+	}
+}
+
+// imageRef is a loose container image reference: what Kubernetes passes to the
+// runtime, without spaces or shell characters.
+var imageRef = regexp.MustCompile(`^[a-z0-9][a-zA-Z0-9._/:@+-]*$`)
+
+// quantity is a Kubernetes resource quantity: a positive decimal with an
+// optional decimal (m, k, M, G, T, P, E) or binary (Ki..Ei) suffix.
+var quantity = regexp.MustCompile(`^([0-9]+(\.[0-9]*)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$`)
+
+// ParseServiceAddressRange parses MeshConfig.serviceAddressRange: an IPv4 CIDR
+// in canonical form (its network address), at most MaxServiceAddressRangeBits
+// long so that it holds an address besides network and broadcast.
+func ParseServiceAddressRange(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	switch {
+	case err != nil:
+		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR such as %s", s, DefaultServiceAddressRange)
+	case !p.Addr().Is4():
+		return netip.Prefix{}, fmt.Errorf("%q is not IPv4: only IPv4 ranges are allocated from (give IPv6 VIPs in a Service's spec.addresses)", s)
+	case p.Masked() != p:
+		return netip.Prefix{}, fmt.Errorf("%q is not a network address: did you mean %s?", s, p.Masked())
+	case p.Bits() > MaxServiceAddressRangeBits:
+		return netip.Prefix{}, fmt.Errorf("%q is longer than /%d: no address is left besides network and broadcast", s, MaxServiceAddressRangeBits)
+	}
+	return p, nil
 }

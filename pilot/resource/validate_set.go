@@ -22,7 +22,8 @@ import (
 //     order (and GitOps tools apply files one by one), so pilot must not refuse a
 //     Route before its Service; until the reference resolves, compile treats the
 //     destination as having no endpoints (503), which the warning explains.
-//   - ERRORS, blocking the apply: the same key twice in the set; two
+//   - ERRORS, blocking the apply: one VIP on two Services (issue #10; spec
+//     or allocated status addresses); the same key twice in the set; two
 //     DestinationPolicies for one Service; two Routes claiming one Service as a
 //     host. These are ambiguous, not incomplete: no later apply can make the
 //     outcome well-defined, so pilot refuses rather than picking one silently.
@@ -49,6 +50,7 @@ func validateSet(objs []*Object, notEnforced map[string]string) (errs ErrorList,
 	policyFor := map[svcRef]*Object{}
 	subsets := map[svcRef]map[string]bool{}
 	routeFor := map[svcRef]*Object{}
+	vipOwner := map[string]*Object{} // address -> the first Service (sort order) with it
 	unique := sorted[:0:0]
 	for _, o := range sorted {
 		if seen[o.Key()] {
@@ -60,6 +62,14 @@ func validateSet(objs []*Object, notEnforced map[string]string) (errs ErrorList,
 		switch s := o.Spec.(type) {
 		case *ServiceSpec:
 			services[svcRef{o.Metadata.Namespace, o.Metadata.Name}] = s
+			p, addrs := ServiceAddresses(o)
+			for i, a := range addrs {
+				if first, dup := vipOwner[a]; dup {
+					fail(o, path(p).index(i), fmt.Sprintf("address %s is already a VIP of Service %s/%s", a, first.Metadata.Namespace, first.Metadata.Name))
+					continue
+				}
+				vipOwner[a] = o
+			}
 		case *DestinationPolicySpec:
 			ref := resolveHost(s.Service, o.Metadata.Namespace)
 			if first, dup := policyFor[ref]; dup {
@@ -138,6 +148,21 @@ func validateSet(objs []*Object, notEnforced map[string]string) (errs ErrorList,
 		warnings = append(warnings, unenforcedKindWarnings(o)...)
 	}
 	return errs, warnings
+}
+
+// ServiceAddresses returns a Service object's VIPs and the field they come
+// from: spec.addresses when set, else the status.addresses pilot allocated.
+func ServiceAddresses(o *Object) (field string, addrs []string) {
+	s, ok := o.Spec.(*ServiceSpec)
+	switch {
+	case !ok || s == nil:
+		return "", nil
+	case len(s.Addresses) > 0:
+		return "spec.addresses", s.Addresses
+	case o.Status != nil:
+		return "status.addresses", o.Status.Addresses
+	}
+	return "", nil
 }
 
 // httpOnlyPoolFields are the connectionPool fields only HTTP traffic uses: Weft's

@@ -70,6 +70,7 @@ type wireObject struct {
 	Kind       string            `json:"kind"`
 	Metadata   resource.Metadata `json:"metadata"`
 	Spec       json.RawMessage   `json:"spec"`
+	Status     *resource.Status  `json:"status,omitempty"`
 }
 
 type eventJSON struct {
@@ -86,14 +87,15 @@ type wireEvent struct {
 	Object   *wireObject    `json:"object"`
 }
 
-// contentOf is what decides whether an update is a change: labels, annotations and
-// spec. encoding/json sorts map keys, so equal content gives equal bytes.
+// contentOf is what decides whether an update is a change: labels, annotations,
+// spec and status. encoding/json sorts map keys, so equal content gives equal bytes.
 func contentOf(o *resource.Object) ([]byte, error) {
 	b, err := json.Marshal(struct {
 		Labels      map[string]string `json:"l,omitempty"`
 		Annotations map[string]string `json:"a,omitempty"`
 		Spec        any               `json:"s"`
-	}{o.Metadata.Labels, o.Metadata.Annotations, o.Spec})
+		Status      *resource.Status  `json:"st,omitempty"` // pilot's (allocated VIPs): a change like the spec's
+	}{o.Metadata.Labels, o.Metadata.Annotations, o.Spec, o.Status})
 	if err != nil {
 		return nil, fmt.Errorf("%s: encode content: %w", o.Key(), err)
 	}
@@ -140,7 +142,7 @@ func (w *wireObject) object() (*resource.Object, error) {
 	if err := json.Unmarshal(w.Spec, spec); err != nil {
 		return nil, fmt.Errorf("decode object %s: spec: %w", key, err)
 	}
-	return &resource.Object{APIVersion: w.APIVersion, Kind: w.Kind, Metadata: w.Metadata, Spec: spec}, nil
+	return &resource.Object{APIVersion: w.APIVersion, Kind: w.Kind, Metadata: w.Metadata, Spec: spec, Status: w.Status}, nil
 }
 
 func decodeEvent(data []byte) (store.Event, error) {

@@ -63,6 +63,12 @@ func meshConfig() *resource.Object {
 	}
 }
 
+// withStatus sets o's pilot-written status addresses (issue #10's VIPs).
+func withStatus(o *resource.Object, addrs ...string) *resource.Object {
+	o.Status = &resource.Status{Addresses: addrs}
+	return o
+}
+
 func put(o *resource.Object) store.Mutation { return store.Mutation{Op: store.OpPut, Object: o} }
 
 func putIf(o *resource.Object, gen int64) store.Mutation {

@@ -118,6 +118,8 @@ func testCreateUpdate(t *testing.T, s store.Store) {
 		{"same labels again", withLabel(base, "x", "1"), false, 2, 2, 2},
 		{"annotation change", annotated, true, 3, 3, 3},
 		{"spec change", Service("default", "a", 7), true, 4, 4, 4},
+		{"status change", withStatus(Service("default", "a", 7), "240.240.0.1"), true, 5, 5, 5},
+		{"same status again", withStatus(Service("default", "a", 7), "240.240.0.1"), false, 5, 5, 5},
 	}
 	for _, tc := range tests {
 		res := mustApply(t, s, put(tc.obj))
@@ -687,7 +689,7 @@ func RunPersistent(t *testing.T, open func(t *testing.T, dir string) store.Store
 	s := open(t, dir)
 	a, b := Service("default", "a", 0), Service("default", "b", 0)
 	mustApply(t, s, put(a), put(b), put(meshConfig()))
-	mustApply(t, s, put(Service("default", "a", 1)))
+	mustApply(t, s, put(withStatus(Service("default", "a", 1), "240.240.0.1")))
 	mustApply(t, s, del(key(b)))
 	objs, rev, err := s.List(ctx, "", "")
 	if err != nil {
