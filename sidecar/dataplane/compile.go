@@ -161,6 +161,9 @@ func CompileWith(state map[string]map[string]any, o Options) (*Config, error) {
 			return nil, err
 		}
 		cfg.listeners[name] = l
+		if err := cfg.compileDNS(xl); err != nil {
+			return nil, err
+		}
 	}
 	if o.MTLS != nil {
 		m, t, needed := o.MTLS, cfg.trust, cfg.needsMTLS

@@ -41,6 +41,8 @@ type Config struct {
 	// cluster uses it.
 	trust     *mtls.Trust
 	needsMTLS bool
+	// dns is the name table (dns.go); nil: none.
+	dns *DNSTable
 }
 
 // Activate is the retire step of build → validate → swap → retire, called by the

@@ -38,6 +38,8 @@ func FuzzDecode(f *testing.F) {
 	seed(2, tc)
 	seed(0, dt.Listener("inbound", dt.MustAddr("10.0.0.1:15006"), dt.WithTransport(dt.HTTPChain(15006, "r"), "tls"), dt.WithTransport(dt.HTTPChain(15006, "r"), "raw_buffer")))
 	seed(1, dt.RouteConfig("r", dt.VirtualHost("v", []string{"*.shop", "a:80"}, regexRoute("/v[0-9]+/.*"))))
+	seed(0, dt.WithDNS(dt.HTTPListener("outbound", dt.MustAddr("127.0.0.1:15001"), "r"),
+		dt.DNSMetadata("cluster.local", map[string][]string{"reviews.shop.svc.cluster.local": {"240.240.0.1", "fd00::1"}})))
 	f.Fuzz(func(t *testing.T, k uint8, b []byte) {
 		tu := fuzzTypes[int(k)%len(fuzzTypes)]
 		name, v, err := xdsresource.Decode(tu, &anypb.Any{TypeUrl: tu, Value: b})

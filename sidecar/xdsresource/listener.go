@@ -72,6 +72,11 @@ func decodeListener(m *listenerv3.Listener) (*Listener, error) {
 			return nil, err
 		}
 	}
+	if md := m.GetMetadata().GetFilterMetadata()[DNSMetadataKey]; md != nil {
+		if l.DNS, err = decodeDNS(e, md); err != nil {
+			return nil, err
+		}
+	}
 	if err := checkOverrideNames(e, l); err != nil {
 		return nil, err
 	}

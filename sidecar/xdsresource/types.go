@@ -68,6 +68,8 @@ type Listener struct {
 	// Overrides is metadata "weft.overrides": the TTL of each Override policy
 	// of the chains' weft.override filters (rbac.go).
 	Overrides []authz.Override
+	// DNS is metadata "weft.dns": the mesh's name table (dns.go); nil: none.
+	DNS *DNSTable
 }
 
 // AllReferences adds the validation secret the listener's TLS chains name.
