@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/weft-mesh/weft/bootstrap/intercept"
 	"github.com/weft-mesh/weft/bootstrap/render"
 	"github.com/weft-mesh/weft/internal/version"
 	"github.com/weft-mesh/weft/sidecar/app"
@@ -27,6 +28,7 @@ const usage = `usage: sidecar --node-id ID --namespace NS --service-account SA -
                [--token-file FILE] [--ca-root FILE] [--trust-domain TD]
        sidecar --bootstrap FILE [flags overriding the file]
        sidecar --version | --help
+       sidecar intercept [flags] (the pod's interception rules; sidecar intercept --help)
 Defaults: admin 127.0.0.1:15000, outbound 127.0.0.1:15001, inbound <address>:15006,
 ready <address>:15021, app address 127.0.0.1, xds-mode delta, concurrency 1 (GOMAXPROCS
 in the environment overrides it), trust-domain cluster.local. WEFT_LOG_LEVEL sets
@@ -50,6 +52,11 @@ Overload bounds (each also a bootstrap file key; over a bound: connection closed
   --memory-limit SIZE (256MiB: Go soft limit)  --memory-high-water F (0.9: shed new requests)`
 
 func main() {
+	// `sidecar intercept [flags]` installs the pod's interception rules (istio-init's
+	// part), so a pod image needs this one binary.
+	if len(os.Args) > 1 && os.Args[1] == "intercept" {
+		os.Exit(intercept.Main(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	// --version and --help answer before the settings are checked (which would
 	// ask for --node-id and the rest).
 	switch infoFlag(os.Args[1:]) {
