@@ -144,7 +144,7 @@ func ClientTLS(t testing.TB, roots *bundle.Bundle, td string, cert *tls.Certific
 // an error when pilot has none.
 func (p *PilotProcess) ProxyStatus(id string) (status.ProxyStatus, error) {
 	var ps status.ProxyStatus
-	hc := &http.Client{Timeout: 5 * time.Second}
+	hc := httpClient(p.Netns, 5*time.Second)
 	resp, err := hc.Get(p.URL() + "/apis/status/v1/proxies/" + url.PathEscape(id))
 	if err != nil {
 		return ps, err

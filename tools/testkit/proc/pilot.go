@@ -25,6 +25,10 @@ type PilotProcess struct {
 	IP, DataDir string
 	// Secure: started with proc.Secure(), without --insecure-plaintext-registration.
 	Secure bool
+	// Netns: started inside it (StartPilotIn); nil: here.
+	Netns Netns
+
+	adminIP string // IP, or loopback inside Netns (pilot's admin API serves only loopback clients)
 }
 
 // secureArg is what Secure returns: StartPilot removes it from the flags.
@@ -41,7 +45,19 @@ func Secure() string { return secureArg }
 // extra, and the extra flags, which may override the rest; and waits for it.
 func StartPilot(t testing.TB, ip, dataDir string, extra ...string) *PilotProcess {
 	t.Helper()
-	p := &PilotProcess{IP: ip, DataDir: dataDir}
+	return StartPilotIn(t, nil, ip, dataDir, extra...)
+}
+
+// StartPilotIn is StartPilot inside ns (nil: here): ip is an address of ns (a
+// pods.Node's gateway, say), and the readiness wait, Apply, MintToken and
+// ProxyStatus reach pilot from inside ns. Inside ns the admin API is on
+// 127.0.0.1:15014 (it serves only loopback clients), xDS on ip.
+func StartPilotIn(t testing.TB, ns Netns, ip, dataDir string, extra ...string) *PilotProcess {
+	t.Helper()
+	p := &PilotProcess{IP: ip, DataDir: dataDir, Netns: ns, adminIP: ip}
+	if ns != nil {
+		p.adminIP = "127.0.0.1"
+	}
 	flags := make([]string, 0, len(extra))
 	for _, f := range extra {
 		if f == secureArg {
@@ -50,14 +66,14 @@ func StartPilot(t testing.TB, ip, dataDir string, extra ...string) *PilotProcess
 		}
 		flags = append(flags, f)
 	}
-	args := []string{"--data-dir", dataDir, "--admin-addr", ip + ":15014", "--xds-addr", p.XDSAddr(), "--xds-tls-addr", p.XDSTLSAddr(),
+	args := []string{"--data-dir", dataDir, "--admin-addr", p.adminIP + ":15014", "--xds-addr", p.XDSAddr(), "--xds-tls-addr", p.XDSTLSAddr(),
 		"--xds-debounce", "10ms"}
 	if !p.Secure {
 		args = append(args, "--insecure-plaintext-registration")
 	}
 	args = append(args, flags...)
-	p.Proc = Start(t, "pilot", Build(t, Pilot), args...)
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	p.Proc = StartIn(t, ns, "pilot", Build(t, Pilot), args...)
+	hc := httpClient(ns, 2*time.Second)
 	testkit.Wait(t, PilotStartTimeout, func() error {
 		select {
 		case <-p.Exited():
@@ -81,8 +97,8 @@ func StartPilot(t testing.TB, ip, dataDir string, extra ...string) *PilotProcess
 	return p
 }
 
-// URL is pilot's admin API.
-func (p *PilotProcess) URL() string { return "http://" + p.IP + ":15014" }
+// URL is pilot's admin API (from inside Netns, when it has one).
+func (p *PilotProcess) URL() string { return "http://" + p.adminIP + ":15014" }
 
 // XDSAddr is pilot's plaintext xDS address.
 func (p *PilotProcess) XDSAddr() string { return p.IP + ":15010" }
@@ -97,12 +113,20 @@ func (p *PilotProcess) CARootFile() string { return filepath.Join(p.DataDir, "ca
 // KeyFile is the publisher key pilot writes, which sidecars verify manifests with.
 func (p *PilotProcess) KeyFile() string { return filepath.Join(p.DataDir, "publisher.pub") }
 
-// Apply applies the YAML documents with meshctl apply.
+// Apply applies the YAML documents with meshctl apply (with a Netns, the
+// bin/meshctl binary run inside it).
 func (p *PilotProcess) Apply(t testing.TB, yaml string) {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "mesh.yaml")
 	if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	if p.Netns != nil {
+		cmd := p.Netns.Command(Build(t, Meshctl), "--pilot", p.URL(), "apply", "-f", f)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("meshctl apply: %v: %s", err, out)
+		}
+		return
 	}
 	var out, errb strings.Builder
 	if code := meshctl.Run(context.Background(), []string{"--pilot", p.URL(), "apply", "-f", f}, &out, &errb); code != 0 {

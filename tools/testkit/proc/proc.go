@@ -60,7 +60,13 @@ var (
 // its path.
 func Build(t testing.TB, b *Binary) string {
 	t.Helper()
-	dirOnce.Do(func() { dir, dirErr = os.MkdirTemp("", "weft-bin-") })
+	dirOnce.Do(func() {
+		// 0755: a process started as another user (a pod's sidecar as uid 1337,
+		// see Netns) must be able to run the binaries.
+		if dir, dirErr = os.MkdirTemp("", "weft-bin-"); dirErr == nil {
+			dirErr = os.Chmod(dir, 0o755)
+		}
+	})
 	if dirErr != nil {
 		t.Fatalf("proc: binaries directory: %v", dirErr)
 	}
@@ -141,7 +147,12 @@ type Proc struct {
 // is stopped (Stop(p.Grace)) and, if the test failed, its log is printed.
 func Start(t testing.TB, name, bin string, args ...string) *Proc {
 	t.Helper()
-	p := &Proc{Name: name, Cmd: exec.Command(bin, args...), Logs: &Buffer{}, Grace: StopGrace, exited: make(chan struct{})}
+	return start(t, name, exec.Command(bin, args...))
+}
+
+func start(t testing.TB, name string, cmd *exec.Cmd) *Proc {
+	t.Helper()
+	p := &Proc{Name: name, Cmd: cmd, Logs: &Buffer{}, Grace: StopGrace, exited: make(chan struct{})}
 	p.Cmd.Stdout, p.Cmd.Stderr = p.Logs, p.Logs
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatalf("proc: starting %s: %v", name, err)

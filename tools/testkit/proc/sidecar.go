@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weft-mesh/weft/tools/testkit"
 )
 
 // TokenTimeout bounds MintToken's request to pilot's admin API.
@@ -28,7 +29,7 @@ func MintToken(t testing.TB, p *PilotProcess, ns, sa string, ttl time.Duration) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc := &http.Client{Timeout: TokenTimeout}
+	hc := httpClient(p.Netns, TokenTimeout)
 	resp, err := hc.Post(p.URL()+"/apis/ca/v1/tokens", "application/json", bytes.NewReader(b))
 	if err != nil {
 		t.Fatalf("proc: minting a token for %s/%s: %v", ns, sa, err)
@@ -77,6 +78,10 @@ type SidecarConfig struct {
 	TokenTTL   time.Duration
 	// Extra flags, after the others (they win).
 	Extra []string
+	// Netns: the sidecar runs inside it (a pod, as the pod's proxy user:
+	// pods.Pod.As); its files (state, token, and copies of pilot's publisher
+	// key and CA root, taken at start) are in a directory of Netns.TempDir. Nil: here.
+	Netns Netns
 }
 
 // SidecarProcess is a running bin/sidecar.
@@ -103,6 +108,9 @@ func (s *SidecarProcess) ReadyURL() string { return "http://" + s.Config.IP + ":
 func StartSidecar(t testing.TB, cfg SidecarConfig) *SidecarProcess {
 	t.Helper()
 	dir := t.TempDir()
+	if cfg.Netns != nil {
+		dir = cfg.Netns.TempDir(t)
+	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join(dir, "state")
 	}
@@ -114,6 +122,16 @@ func StartSidecar(t testing.TB, cfg SidecarConfig) *SidecarProcess {
 		"--labels", strings.Join(labels, ","), "--address", cfg.IP, "--state-dir", cfg.StateDir,
 		"--admin-addr", cfg.IP + ":15000", "--outbound-addr", cfg.IP + ":15001"}
 	switch {
+	case cfg.Pilot != nil && cfg.Netns != nil:
+		// The sidecar (another user, maybe) cannot read pilot's 0700 data
+		// directory: it gets copies, and its token, in its own.
+		id := IdentityFlags(t, cfg.Pilot, dir, cfg.Namespace, cfg.ServiceAccount, cfg.TokenTTL)
+		key := copyTo(t, cfg.Netns, cfg.Pilot.KeyFile(), filepath.Join(dir, "publisher.pub"))
+		root := copyTo(t, cfg.Netns, cfg.Pilot.CARootFile(), filepath.Join(dir, "root.pem"))
+		if err := cfg.Netns.Chown(id[1]); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--publisher-key", key, "--token-file", id[1], "--ca-root", root, "--pilot", cfg.Pilot.XDSTLSAddr())
 	case cfg.Pilot != nil:
 		args = append(args, "--publisher-key", cfg.Pilot.KeyFile())
 		args = append(args, IdentityFlags(t, cfg.Pilot, dir, cfg.Namespace, cfg.ServiceAccount, cfg.TokenTTL)...)
@@ -123,13 +141,31 @@ func StartSidecar(t testing.TB, cfg SidecarConfig) *SidecarProcess {
 		t.Fatal("proc: StartSidecar needs Pilot or PlainPilot")
 	}
 	args = append(args, cfg.Extra...)
-	return &SidecarProcess{Proc: Start(t, "sidecar "+cfg.NodeID, Build(t, Sidecar), args...), Config: cfg}
+	return &SidecarProcess{Proc: StartIn(t, cfg.Netns, "sidecar "+cfg.NodeID, Build(t, Sidecar), args...), Config: cfg}
+}
+
+// copyTo copies the file from (waiting for it: pilot writes its CA root a
+// moment after it is up) to to, owned by ns's user, and returns to.
+func copyTo(t testing.TB, ns Netns, from, to string) string {
+	t.Helper()
+	var b []byte
+	testkit.Wait(t, PilotStartTimeout, func() (err error) {
+		b, err = os.ReadFile(from)
+		return err
+	})
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Chown(to); err != nil {
+		t.Fatal(err)
+	}
+	return to
 }
 
 // Metric returns the first sample line of /metrics starting with prefix
 // (e.g. `weft_sidecar_certificate_state{state="valid"}`), or an error.
 func (s *SidecarProcess) Metric(prefix string) (string, error) {
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	hc := httpClient(s.Config.Netns, 5*time.Second)
 	resp, err := hc.Get(s.AdminURL() + "/metrics")
 	if err != nil {
 		return "", err
