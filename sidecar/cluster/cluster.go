@@ -108,6 +108,13 @@ type Spec struct {
 	// Rand returns a uniformly random uint64; nil uses math/rand/v2. Tests pass a
 	// seeded source to make random and least-request picks reproducible.
 	Rand func() uint64
+	// OriginalDst: the cluster has no endpoints of its own; each connection or
+	// request goes to its original destination (OriginalDstEndpoint). Endpoints
+	// must be empty.
+	OriginalDst bool
+	// BlackHole: a static cluster without endpoints on purpose (Istio's
+	// BlackHoleCluster): what is sent to it is refused and counted.
+	BlackHole bool
 }
 
 // Cluster is immutable except for counters; built once per config. Its long-lived
@@ -121,6 +128,8 @@ type Cluster struct {
 	Shared         *Shared
 	Breaker        *circuitbreak.Breaker // Shared.Breaker
 	Hashed         bool                  // picker wants a request hash (ring hash)
+	OriginalDst    bool                  // Spec.OriginalDst
+	BlackHole      bool                  // Spec.BlackHole
 	endpoints      []*Endpoint
 	usable         []*Endpoint // what the picker picks from (PickAvoiding's scan)
 	picker         picker
@@ -168,6 +177,12 @@ func New(s Spec) (*Cluster, error) {
 			reg.mu.Unlock()
 		}()
 	}
+	if (s.OriginalDst || s.BlackHole) && len(s.Endpoints) > 0 {
+		return nil, fmt.Errorf("cluster %q: an original-destination or black-hole cluster has no endpoints, got %d", s.Name, len(s.Endpoints))
+	}
+	if s.OriginalDst && s.BlackHole {
+		return nil, fmt.Errorf("cluster %q: OriginalDst and BlackHole exclude each other", s.Name)
+	}
 	if !(s.PanicThreshold >= 0 && s.PanicThreshold <= 100) {
 		return nil, fmt.Errorf("cluster %q: panic threshold %v outside 0..100", s.Name, s.PanicThreshold)
 	}
@@ -179,7 +194,8 @@ func New(s Spec) (*Cluster, error) {
 		}
 	}
 	c := &Cluster{Name: s.Name, HTTP2: s.HTTP2, TLS: s.TLS, ConnectTimeout: s.ConnectTimeout, QueueTimeout: s.QueueTimeout, Shared: sh, Breaker: sh.Breaker,
-		endpoints: s.Endpoints, Hashed: s.Policy == RingHash, panicThreshold: s.PanicThreshold}
+		endpoints: s.Endpoints, Hashed: s.Policy == RingHash, panicThreshold: s.PanicThreshold,
+		OriginalDst: s.OriginalDst, BlackHole: s.BlackHole}
 	// Pick among healthy endpoints; if none is healthy, use all (Envoy's panic mode).
 	eps := make([]*Endpoint, 0, len(s.Endpoints))
 	for _, e := range s.Endpoints {

@@ -3,6 +3,8 @@ package dataplane
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -202,9 +204,12 @@ func breakerLimits(xc *xdsresource.Cluster) circuitbreak.Limits {
 // breaker limits to apply to it (at activation).
 func (cfg *Config) compileCluster(xc *xdsresource.Cluster, eps map[string]any, o Options) (*cluster.Cluster, circuitbreak.Limits, error) {
 	var src *xdsresource.Endpoints
-	if xc.Static != nil {
+	switch {
+	case xc.OriginalDst:
+		src = &xdsresource.Endpoints{Name: xc.Name} // each connection brings its own
+	case xc.Static != nil:
 		src = xc.Static
-	} else {
+	default:
 		v, ok := eps[xc.EDSName]
 		if !ok {
 			return nil, circuitbreak.Limits{}, fmt.Errorf("%w: cluster %q: eds_cluster_config.service_name: endpoints %q not found", ErrInvalid, xc.Name, xc.EDSName)
@@ -251,6 +256,8 @@ func (cfg *Config) compileCluster(xc *xdsresource.Cluster, eps map[string]any, o
 		Endpoints:      list,
 		TLS:            up,
 		Rand:           o.Rand,
+		OriginalDst:    xc.OriginalDst,
+		BlackHole:      xc.Static != nil && len(xc.Static.Endpoints) == 0,
 	})
 	if err != nil {
 		return nil, lim, fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -362,25 +369,94 @@ func (cfg *Config) compileRoute(kind, name, f string, x *xdsresource.Route) (*Ro
 }
 
 func (cfg *Config) compileListener(xl *xdsresource.Listener) (*Listener, error) {
-	l := &Listener{Name: xl.Name, Addr: xl.Addr, byPort: make(map[uint32]*chainSet)}
+	l := &Listener{Name: xl.Name, Addr: xl.Addr, byPort: make(map[uint32]*portChains)}
+	// Per port: a set per prefix (several chains may share it, one per
+	// transport), built in chain order so explicit picks the first.
+	type building struct {
+		pc    *portChains
+		sets  map[netip.Prefix]*chainSet
+		order []*chainSet // sets in the order their first chain came
+	}
+	ports := map[uint32]*building{}
+	var portOrder []uint32
 	for i := range xl.FilterChains {
-		f := fmt.Sprintf("filter_chains[%d]", i)
-		fc, err := cfg.compileChain(xl, f, &xl.FilterChains[i])
+		x := &xl.FilterChains[i]
+		fc, err := cfg.compileChain(xl, fmt.Sprintf("filter_chains[%d]", i), x)
 		if err != nil {
 			return nil, err
 		}
-		set := l.anyPort
-		if p := xl.FilterChains[i].DestinationPort; p != 0 {
-			set = l.byPort[p]
+		b := ports[x.DestinationPort]
+		if b == nil {
+			b = &building{pc: &portChains{}, sets: map[netip.Prefix]*chainSet{}}
+			ports[x.DestinationPort] = b
+			portOrder = append(portOrder, x.DestinationPort)
+		}
+		keys := x.PrefixRanges
+		if len(keys) == 0 {
+			keys = []netip.Prefix{{}} // the chains without prefix_ranges
+		}
+		for _, p := range keys {
+			set := b.sets[p]
 			if set == nil {
 				set = &chainSet{}
-				l.byPort[p] = set
+				b.sets[p] = set
+				b.order = append(b.order, set)
 			}
-		} else if set == nil {
-			set = &chainSet{}
-			l.anyPort = set
+			set.put(x.TransportProtocol, fc)
 		}
-		set.put(xl.FilterChains[i].TransportProtocol, fc)
+	}
+	for _, port := range portOrder {
+		b := ports[port]
+		pc := b.pc
+		// Identical sets (every VIP of one HTTP chain) share one value.
+		uniq := make(map[chainSet]*chainSet, len(b.order))
+		share := func(s *chainSet) *chainSet {
+			if u := uniq[*s]; u != nil {
+				return u
+			}
+			uniq[*s] = s
+			return s
+		}
+		for p, set := range b.sets {
+			set = share(set)
+			switch {
+			case !p.IsValid():
+				pc.none = set
+			case p.IsSingleIP():
+				if pc.exact == nil {
+					pc.exact = make(map[netip.Addr]*chainSet)
+				}
+				pc.exact[p.Addr()] = set
+			default:
+				pc.prefixes = append(pc.prefixes, prefixSet{p: p, s: set})
+			}
+		}
+		// Longest first, then by address, so the scan's first hit is the most
+		// specific and the order does not depend on map iteration.
+		slices.SortFunc(pc.prefixes, func(a, b prefixSet) int {
+			if a.p.Bits() != b.p.Bits() {
+				return b.p.Bits() - a.p.Bits()
+			}
+			return a.p.Addr().Compare(b.p.Addr())
+		})
+		if pc.none != nil && pc.none.hasHTTP() {
+			pc.explicit = pc.none
+		} else {
+			for _, s := range b.order {
+				if s.hasHTTP() {
+					pc.explicit = share(s)
+					break
+				}
+			}
+			if pc.explicit == nil {
+				pc.explicit = pc.none
+			}
+		}
+		if port == 0 {
+			l.anyPort = pc
+		} else {
+			l.byPort[port] = pc
+		}
 	}
 	if xl.Default != nil {
 		fc, err := cfg.compileChain(xl, "default_filter_chain", xl.Default)
@@ -389,6 +465,7 @@ func (cfg *Config) compileListener(xl *xdsresource.Listener) (*Listener, error) 
 		}
 		l.def = &chainSet{}
 		l.def.put(xl.Default.TransportProtocol, fc)
+		l.defPassthrough = fc.TCP != nil && fc.TCP.passthrough()
 	}
 	return l, nil
 }

@@ -100,13 +100,63 @@ func (c *Config) AddEndpointAddrs(into map[string]struct{}) {
 }
 
 // Listener is a compiled listener: filter chains by destination port, then by
-// transport protocol.
+// the most specific destination prefix, then by transport protocol (Envoy's
+// order for the matches Weft supports).
 type Listener struct {
 	Name    string
 	Addr    netip.AddrPort
-	byPort  map[uint32]*chainSet
-	anyPort *chainSet // chains without a port match
-	def     *chainSet // default_filter_chain
+	byPort  map[uint32]*portChains
+	anyPort *portChains // chains without a port match
+	def     *chainSet   // default_filter_chain
+	// defPassthrough: the default chain only forwards to an original
+	// destination (ORIGINAL_DST) or drops (a cluster without endpoints). It
+	// means nothing for a connection made to the listener itself, whose
+	// original destination is the listener: explicit connections skip it.
+	defPassthrough bool
+}
+
+// portChains is the chains of one destination port (or of any port) by
+// destination prefix. A full-length prefix (a VIP's /32 or /128) is an exact
+// map entry; shorter ones are scanned longest first; chains without
+// prefix_ranges serve every other address. explicit is the set a connection
+// made to the listener itself uses, which has no destination IP to go by:
+// the chains without prefix_ranges, else the first set with an HTTP chain (the
+// Host header then picks the virtual host).
+type portChains struct {
+	exact    map[netip.Addr]*chainSet
+	prefixes []prefixSet
+	none     *chainSet
+	explicit *chainSet
+}
+
+type prefixSet struct {
+	p netip.Prefix
+	s *chainSet
+}
+
+// match is the chain set for destination ip: the longest prefix containing
+// it, else the chains without prefix_ranges; nil: none of this port's chains
+// takes ip. Allocation-free.
+func (pc *portChains) match(ip netip.Addr) *chainSet {
+	if pc == nil {
+		return nil
+	}
+	if s := pc.exact[ip]; s != nil {
+		return s
+	}
+	for i := range pc.prefixes {
+		if pc.prefixes[i].p.Contains(ip) {
+			return pc.prefixes[i].s
+		}
+	}
+	return pc.none
+}
+
+func (pc *portChains) explicitSet() *chainSet {
+	if pc == nil {
+		return nil
+	}
+	return pc.explicit
 }
 
 // chainSet is the chains of one destination port (or of any port) by transport
@@ -142,35 +192,91 @@ func (s *chainSet) pick(tls bool) *FilterChain {
 	return nil
 }
 
-// set is the chain set matching port: its own, else the any-port chains, else
-// the default chain. Once a set matches, a connection whose transport none of
-// its chains takes is refused, never handed to a wider set: a STRICT port must
-// not fall through to a plaintext default chain.
-func (l *Listener) set(port uint16) *chainSet {
-	if s := l.byPort[uint32(port)]; s != nil {
+func (s *chainSet) hasHTTP() bool {
+	return s.any != nil && s.any.HTTP != nil || s.tls != nil && s.tls.HTTP != nil || s.raw != nil && s.raw.HTTP != nil
+}
+
+// Explicit says dst is the listener's own address: the connection was made to
+// the listener (explicit mode, or a peer sidecar dialling the inbound port),
+// not redirected to it. A wildcard listener (0.0.0.0, ::) owns its port on
+// every local address.
+func (l *Listener) Explicit(dst netip.AddrPort) bool {
+	if dst.Port() != l.Addr.Port() {
+		return false
+	}
+	a := l.Addr.Addr()
+	return a.IsUnspecified() || a == dst.Addr().Unmap()
+}
+
+// setDest is the chain set for a connection whose original destination is
+// dst: by port (that port's chains, else the any-port chains), within it by
+// the most specific prefix containing the destination IP (else the chains
+// without prefix_ranges), else the default chain. A connection made to the
+// listener itself is matched by port alone (setPort). Once a set matches, a
+// connection whose transport none of its chains takes is refused, never
+// handed to a wider set: a STRICT port must not fall through to a plaintext
+// default chain.
+func (l *Listener) setDest(dst netip.AddrPort) *chainSet {
+	if l.Explicit(dst) {
+		return l.setPort(dst.Port())
+	}
+	ip := dst.Addr().Unmap()
+	if s := l.byPort[uint32(dst.Port())].match(ip); s != nil {
 		return s
 	}
-	if l.anyPort != nil {
-		return l.anyPort
+	if s := l.anyPort.match(ip); s != nil {
+		return s
 	}
 	return l.def
 }
 
-// Chain selects the filter chain for a plaintext connection whose original
-// destination port is port (the listener's own port in explicit mode;
-// SO_ORIGINAL_DST when intercepting). Select(port, false).
-func (l *Listener) Chain(port uint16) *FilterChain { return l.set(port).pick(false) }
+// setPort is the chain set for port when there is no destination IP to go
+// by (explicit mode: the listener's own port, or the port in Host): the
+// port's explicit set, else the any-port one, else the default chain unless
+// it is a passthrough.
+func (l *Listener) setPort(port uint16) *chainSet {
+	if s := l.byPort[uint32(port)].explicitSet(); s != nil {
+		return s
+	}
+	if s := l.anyPort.explicitSet(); s != nil {
+		return s
+	}
+	if l.defPassthrough {
+		return nil
+	}
+	return l.def
+}
 
-// Select selects the filter chain for a connection to port whose first byte
-// was a TLS record (tls) or not. nil: no chain takes it (a plaintext
-// connection to a port that accepts only mTLS, or the reverse).
-func (l *Listener) Select(port uint16, tls bool) *FilterChain { return l.set(port).pick(tls) }
+// Chain selects, by port alone (explicit mode), the filter chain for a
+// plaintext connection: Select(port, false).
+func (l *Listener) Chain(port uint16) *FilterChain { return l.setPort(port).pick(false) }
+
+// Select selects, by port alone, the filter chain for a connection to port
+// whose first byte was a TLS record (tls) or not: the choice for a connection
+// made to the listener itself, and for the port in Host in explicit mode.
+// nil: no chain takes it (a plaintext connection to a port that accepts only
+// mTLS, or the reverse).
+func (l *Listener) Select(port uint16, tls bool) *FilterChain { return l.setPort(port).pick(tls) }
+
+// SelectDest selects the filter chain for a connection whose original
+// destination is dst (SO_ORIGINAL_DST when intercepting; the listener's own
+// address in explicit mode, then chosen by port alone) and whose first byte
+// was a TLS record (tls) or not. Allocation-free.
+func (l *Listener) SelectDest(dst netip.AddrPort, tls bool) *FilterChain {
+	return l.setDest(dst).pick(tls)
+}
 
 // Sniff says the chains for port include an mTLS one: the listener must look at
 // the connection's first byte to choose. False: every connection is plaintext
 // to the chain Chain(port) returns (no byte is read before it).
 func (l *Listener) Sniff(port uint16) bool {
-	s := l.set(port)
+	s := l.setPort(port)
+	return s != nil && s.tls != nil
+}
+
+// SniffDest is Sniff for a connection whose original destination is dst.
+func (l *Listener) SniffDest(dst netip.AddrPort) bool {
+	s := l.setDest(dst)
 	return s != nil && s.tls != nil
 }
 
@@ -182,11 +288,13 @@ func (l *Listener) HTTPPorts(host string) []uint16 {
 		host = host[:i]
 	}
 	var ports []uint16
-	for p, s := range l.byPort {
-		for _, c := range []*FilterChain{s.any, s.raw, s.tls} {
-			if c != nil && c.HTTP != nil && (c.HTTP.Lookup(host) != nil || c.HTTP.Lookup(host+":"+strconv.Itoa(int(p))) != nil) {
-				ports = append(ports, uint16(p))
-				break
+	for p, pc := range l.byPort {
+		if s := pc.explicit; s != nil {
+			for _, c := range []*FilterChain{s.any, s.raw, s.tls} {
+				if c != nil && c.HTTP != nil && (c.HTTP.Lookup(host) != nil || c.HTTP.Lookup(host+":"+strconv.Itoa(int(p))) != nil) {
+					ports = append(ports, uint16(p))
+					break
+				}
 			}
 		}
 	}
@@ -217,6 +325,18 @@ type TCPRoute struct {
 
 // Pick chooses a cluster by weight from r (uniform random).
 func (t *TCPRoute) Pick(r uint64) *cluster.Cluster { return pickTarget(t.targets, t.total, r) }
+
+// passthrough says every cluster of t forwards to the original destination
+// or has no endpoints (a black hole): t needs a destination other than the
+// listener's own to mean anything.
+func (t *TCPRoute) passthrough() bool {
+	for _, x := range t.targets {
+		if !x.c.OriginalDst && !x.c.BlackHole {
+			return false
+		}
+	}
+	return len(t.targets) > 0
+}
 
 type target struct {
 	c   *cluster.Cluster

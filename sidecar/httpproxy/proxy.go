@@ -612,13 +612,14 @@ func (p *Proxy) resolve(cfg *dataplane.Config, t *Target, host, path string, h d
 	if l == nil {
 		return routeResult{status: http.StatusServiceUnavailable, local: LocalRouter, reason: "listener " + t.Listener + " not configured"}
 	}
-	// Chains are matched by original destination port. A connection made to the
-	// listener's own port (explicit mode) has none: the inbound listener then has a
-	// default chain (pilot routes it by Host); the outbound listener has only
-	// per-service-port chains, so the port in Host (80 if absent) picks one.
+	// Chains are matched by original destination (port, then IP). A connection
+	// made to the listener's own port (explicit mode) has none: the inbound
+	// listener then has a default chain (pilot routes it by Host); the outbound
+	// listener has per-service-port chains, so the port in Host (80 if absent)
+	// picks one, by port alone.
 	port := t.Dest.Port()
 	tls := !t.Peer.IsZero() // the listener terminated mTLS: the TLS chain's routes
-	fc := l.Select(port, tls)
+	fc := l.SelectDest(t.Dest, tls)
 	if fc == nil && port == l.Addr.Port() {
 		port = hostPort(host)
 		fc = l.Select(port, tls)

@@ -305,8 +305,8 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 	var peer spiffeid.ID
 	if cfg != nil {
 		if l := cfg.Listener(s.cfg.Name); l != nil {
-			if !l.Sniff(dst.Port()) {
-				fc = l.Chain(dst.Port()) // no mTLS on this port: nothing is read first
+			if !l.SniffDest(dst) {
+				fc = l.SelectDest(dst, false) // no mTLS for this destination: nothing is read first
 			} else {
 				var ok bool
 				if c, fc, peer, ok = s.terminate(ctx, c, l, dst); !ok {
@@ -351,7 +351,7 @@ func (s *Server) terminate(ctx context.Context, c net.Conn, l *dataplane.Listene
 		return nil, nil, spiffeid.ID{}, false
 	}
 	isTLS := b == tlsRecordHandshake
-	fc := l.Select(dst.Port(), isTLS)
+	fc := l.SelectDest(dst, isTLS)
 	switch {
 	case fc == nil && !isTLS:
 		s.refusedPlaintext.Add(1)

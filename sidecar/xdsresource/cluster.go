@@ -55,18 +55,24 @@ func decodeCluster(m *clusterv3.Cluster) (*Cluster, error) {
 			return nil, e.at("eds_cluster_config.service_name", "is %d bytes, limit %d", len(c.EDSName), MaxNameBytes)
 		}
 	case clusterv3.Cluster_STATIC:
-		la := m.GetLoadAssignment()
-		if la == nil {
-			return nil, e.at("load_assignment", "required for a STATIC cluster")
-		}
-		eps, err := decodeAssignment(e, "load_assignment.", la)
-		if err != nil {
-			return nil, err
+		// No load_assignment (or an empty one): no endpoints, Istio's
+		// BlackHoleCluster; what is sent to it is refused and counted.
+		eps := &Endpoints{}
+		if la := m.GetLoadAssignment(); la != nil {
+			var err error
+			if eps, err = decodeAssignment(e, "load_assignment.", la); err != nil {
+				return nil, err
+			}
 		}
 		eps.Name = m.GetName()
 		c.Static = eps
+	case clusterv3.Cluster_ORIGINAL_DST:
+		if err := checkOriginalDst(e, m); err != nil {
+			return nil, err
+		}
+		c.OriginalDst = true
 	default:
-		return nil, e.at("type", "unsupported discovery type %s (want EDS or STATIC)", m.GetType())
+		return nil, e.at("type", "unsupported discovery type %s (want EDS, STATIC or ORIGINAL_DST)", m.GetType())
 	}
 	ct, err := duration(e, "connect_timeout", m.GetConnectTimeout(), 5e9) // Envoy's default
 	if err != nil {
@@ -77,6 +83,10 @@ func decodeCluster(m *clusterv3.Cluster) (*Cluster, error) {
 	}
 	c.ConnectTimeout = ct
 	switch m.GetLbPolicy() {
+	case clusterv3.Cluster_CLUSTER_PROVIDED:
+		if !c.OriginalDst {
+			return nil, e.at("lb_policy", "CLUSTER_PROVIDED is only valid with type ORIGINAL_DST")
+		}
 	case clusterv3.Cluster_ROUND_ROBIN:
 		c.LB = RoundRobin
 	case clusterv3.Cluster_LEAST_REQUEST:
@@ -192,6 +202,33 @@ func decodeCluster(m *clusterv3.Cluster) (*Cluster, error) {
 		return nil, e.at("transport_socket_matches", "not supported: endpoints say mtls in their metadata (filter_metadata[%q].%s)", endpointMetadataKey, mtlsField)
 	}
 	return c, nil
+}
+
+// checkOriginalDst refuses what an ORIGINAL_DST cluster would carry and the
+// sidecar could not honour: its own endpoints, a load-balancing policy other
+// than CLUSTER_PROVIDED (Envoy refuses it too), destination overrides from a
+// header or metadata, a fixed upstream port, outlier detection over hosts that
+// exist one connection at a time, and an upstream TLS context (passthrough
+// carries the application's bytes as they are).
+func checkOriginalDst(e errs, m *clusterv3.Cluster) error {
+	switch {
+	case m.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED:
+		return e.at("lb_policy", "%s: type ORIGINAL_DST needs CLUSTER_PROVIDED", m.GetLbPolicy())
+	case len(m.GetLoadAssignment().GetEndpoints()) > 0:
+		return e.at("load_assignment", "an ORIGINAL_DST cluster has no endpoints of its own")
+	case m.GetEdsClusterConfig() != nil:
+		return e.at("eds_cluster_config", "not valid with type ORIGINAL_DST")
+	case m.GetOutlierDetection() != nil:
+		return e.at("outlier_detection", "not supported with type ORIGINAL_DST")
+	case m.GetTransportSocket() != nil:
+		return e.at("transport_socket", "not supported with type ORIGINAL_DST (passthrough forwards the application's bytes)")
+	}
+	if o := m.GetOriginalDstLbConfig(); o != nil {
+		if o.GetUseHttpHeader() || o.GetHttpHeaderName() != "" || o.GetUpstreamPortOverride() != nil || o.GetMetadataKey() != nil {
+			return e.at("original_dst_lb_config", "only the connection's original destination is supported (no header, metadata or port override)")
+		}
+	}
+	return nil
 }
 
 func decodeEndpoints(m *endpointv3.ClusterLoadAssignment) (*Endpoints, error) {

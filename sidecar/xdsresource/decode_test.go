@@ -116,7 +116,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"maglev", xdsresource.ClusterType, badLB, `cluster "c": lb_policy: unsupported MAGLEV`},
 		{"zero max connections", xdsresource.ClusterType, zeroCB, `cluster "c": circuit_breakers.thresholds[0].max_connections: must be positive`},
 		{"logical dns", xdsresource.ClusterType, &clusterv3.Cluster{Name: "c", ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_LOGICAL_DNS}},
-			`cluster "c": type: unsupported discovery type LOGICAL_DNS (want EDS or STATIC)`},
+			`cluster "c": type: unsupported discovery type LOGICAL_DNS (want EDS, STATIC or ORIGINAL_DST)`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -41,23 +41,40 @@ func decodeListener(m *listenerv3.Listener) (*Listener, error) {
 	if n > MaxFilterChains {
 		return nil, e.at("filter_chains", "%d chains, limit %d", n, MaxFilterChains)
 	}
+	// Two chains may share a port and transport when their destination
+	// prefixes differ (TCP services told apart by VIP); an identical match
+	// (same port, prefix, transport) is ambiguous, as Envoy says.
 	type match struct {
 		port      uint32
+		prefix    netip.Prefix // zero: the chain has no prefix_ranges
 		transport string
 	}
 	seen := make(map[match]int, n)
 	l.FilterChains = make([]FilterChain, 0, n)
+	ranges := 0
 	for i, fc := range m.GetFilterChains() {
 		field := fmt.Sprintf("filter_chains[%d]", i)
 		c, err := decodeFilterChain(e, field, fc)
 		if err != nil {
 			return nil, err
 		}
-		k := match{c.DestinationPort, c.TransportProtocol}
-		if j, dup := seen[k]; dup {
-			return nil, e.at(field+".filter_chain_match", "same match as filter_chains[%d]", j)
+		if ranges += len(c.PrefixRanges); ranges > MaxListenerPrefixRanges {
+			return nil, e.at(field+".filter_chain_match.prefix_ranges", "%d prefix ranges in the listener's chains so far, limit %d", ranges, MaxListenerPrefixRanges)
 		}
-		seen[k] = i
+		keys := c.PrefixRanges
+		if len(keys) == 0 {
+			keys = []netip.Prefix{{}}
+		}
+		for _, p := range keys {
+			k := match{c.DestinationPort, p, c.TransportProtocol}
+			if j, dup := seen[k]; dup {
+				if p.IsValid() {
+					return nil, e.at(field+".filter_chain_match", "same match as filter_chains[%d] (prefix range %s)", j, p)
+				}
+				return nil, e.at(field+".filter_chain_match", "same match as filter_chains[%d]", j)
+			}
+			seen[k] = i
+		}
 		l.FilterChains = append(l.FilterChains, c)
 	}
 	if d := m.GetDefaultFilterChain(); d != nil {
@@ -112,11 +129,16 @@ func decodeFilterChain(e errs, field string, fc *listenerv3.FilterChain) (Filter
 			c.DestinationPort = p.GetValue()
 		}
 		// Matches we cannot evaluate would silently widen the chain; refuse them.
-		if len(mt.GetPrefixRanges()) > 0 || len(mt.GetServerNames()) > 0 || len(mt.GetSourcePrefixRanges()) > 0 ||
+		if len(mt.GetServerNames()) > 0 || len(mt.GetSourcePrefixRanges()) > 0 ||
 			len(mt.GetSourcePorts()) > 0 || len(mt.GetApplicationProtocols()) > 0 || len(mt.GetDirectSourcePrefixRanges()) > 0 ||
-			mt.GetSourceType() != listenerv3.FilterChainMatch_ANY {
-			return c, e.at(field+".filter_chain_match", "only destination_port and transport_protocol are supported")
+			mt.GetSourceType() != listenerv3.FilterChainMatch_ANY || mt.GetAddressSuffix() != "" || mt.GetSuffixLen() != nil {
+			return c, e.at(field+".filter_chain_match", "only destination_port, prefix_ranges and transport_protocol are supported")
 		}
+		prs, err := prefixRanges(e, field+".filter_chain_match.prefix_ranges", mt.GetPrefixRanges())
+		if err != nil {
+			return c, err
+		}
+		c.PrefixRanges = prs
 		switch tp := mt.GetTransportProtocol(); tp {
 		case TransportAny, TransportTLS, TransportRaw:
 			c.TransportProtocol = tp
@@ -193,6 +215,43 @@ func decodeFilterChain(e errs, field string, fc *listenerv3.FilterChain) (Filter
 		return c, e.at(ff+".typed_config", "unsupported filter type %q", tc.GetTypeUrl())
 	}
 	return c, nil
+}
+
+// prefixRanges decodes a chain's destination CIDRs: at most MaxPrefixRanges,
+// each an IP literal with a prefix_len that fits its family (absent: 0, as in
+// Envoy), bits past the length masked off (Envoy ignores them too), none
+// repeated. IPv4-mapped IPv6 prefixes are refused: destinations are matched
+// unmapped, so such a range could never match; the IPv4 form says it.
+func prefixRanges(e errs, field string, rs []*corev3.CidrRange) ([]netip.Prefix, error) {
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	if len(rs) > MaxPrefixRanges {
+		return nil, e.at(field, "%d prefix ranges, limit %d", len(rs), MaxPrefixRanges)
+	}
+	out := make([]netip.Prefix, 0, len(rs))
+	seen := make(map[netip.Prefix]int, len(rs))
+	for i, r := range rs {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		ip, err := netip.ParseAddr(r.GetAddressPrefix())
+		if err != nil || ip.Zone() != "" {
+			return nil, e.at(f+".address_prefix", "not an IP literal: %q", r.GetAddressPrefix())
+		}
+		if ip.Is4In6() {
+			return nil, e.at(f+".address_prefix", "%s is IPv4-mapped: use the IPv4 form", ip)
+		}
+		bits := r.GetPrefixLen().GetValue()
+		if int(bits) > ip.BitLen() {
+			return nil, e.at(f+".prefix_len", "%d is longer than the address %s (%d bits)", bits, ip, ip.BitLen())
+		}
+		p := netip.PrefixFrom(ip, int(bits)).Masked()
+		if j, dup := seen[p]; dup {
+			return nil, e.at(f, "%s repeats %s[%d]", p, field, j)
+		}
+		seen[p] = i
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 func decodeHCM(e errs, field string, h *hcmv3.HttpConnectionManager) (*HTTPManager, error) {

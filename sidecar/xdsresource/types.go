@@ -41,6 +41,11 @@ const (
 	MaxEndpoints       = 10000
 	MaxRingSize        = 1 << 20
 	MaxDirectBodyBytes = 4096
+	// MaxPrefixRanges bounds one filter chain's filter_chain_match.prefix_ranges
+	// (an HTTP port's chain lists the VIPs of every HTTP service on the port);
+	// MaxListenerPrefixRanges bounds their sum over a listener's chains.
+	MaxPrefixRanges         = 1 << 16
+	MaxListenerPrefixRanges = 1 << 17
 	// MinOutlierDuration and MaxOutlierDuration bound outlier detection's interval,
 	// ejection times and jitter (outlier.MinDuration, MaxDuration).
 	MinOutlierDuration = time.Millisecond
@@ -110,6 +115,10 @@ func (l *Listener) References() (string, []string) {
 type FilterChain struct {
 	Name            string
 	DestinationPort uint32 // 0: any port
+	// PrefixRanges is filter_chain_match.prefix_ranges: the chain takes only
+	// connections whose original destination IP is in one of them (masked,
+	// in wire order, no duplicates). Empty: any destination IP.
+	PrefixRanges []netip.Prefix
 	// TransportProtocol is TransportAny, TransportTLS or TransportRaw (what the
 	// first byte of the connection says, as Envoy's tls_inspector). A chain with
 	// TLS matches TransportTLS only.
@@ -348,9 +357,13 @@ func DefaultBurst(rps float64) uint32 {
 
 // Cluster is a decoded envoy.config.cluster.v3.Cluster.
 type Cluster struct {
-	Name           string
-	EDSName        string // set for EDS clusters: the ClusterLoadAssignment to use
-	Static         *Endpoints
+	Name    string
+	EDSName string     // set for EDS clusters: the ClusterLoadAssignment to use
+	Static  *Endpoints // STATIC clusters (no endpoints: a black hole)
+	// OriginalDst: type ORIGINAL_DST with lb_policy CLUSTER_PROVIDED (Istio's
+	// PassthroughCluster): no endpoints; each connection goes to its own
+	// original destination. EDSName and Static are then empty.
+	OriginalDst    bool
 	LB             LBPolicy
 	RingMin        uint64
 	RingMax        uint64

@@ -53,7 +53,7 @@ func TestGenerateChecksSidecarSnapshots(t *testing.T) {
 	}{
 		{"sidecar, bad cluster", bad, sidecar, 7,
 			`snapshot for reviews-1 at revision 7 fails sidecar validation, not sent: CDS "outbound|80||x.shop.svc.cluster.local": ` +
-				`cluster "outbound|80||x.shop.svc.cluster.local": type: unsupported discovery type STRICT_DNS (want EDS or STATIC)`},
+				`cluster "outbound|80||x.shop.svc.cluster.local": type: unsupported discovery type STRICT_DNS (want EDS, STATIC or ORIGINAL_DST)`},
 		{"plain client, same snapshot", bad, &node.Node{ID: "grpc-client"}, 7, ""},
 		{"sidecar, good snapshot", good, sidecar, 8, ""},
 	}

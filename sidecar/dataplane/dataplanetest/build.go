@@ -239,3 +239,50 @@ func TCPChainIdle(port uint32, cluster string, idle time.Duration) *listenerv3.F
 	fc.Filters[0].ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: Any(t)}
 	return fc
 }
+
+// WithPrefixRanges sets fc's filter_chain_match.prefix_ranges to cidrs
+// ("240.240.0.1/32", "10.0.0.0/8", "fd00::1/128"); a bare address is a
+// full-length prefix.
+func WithPrefixRanges(fc *listenerv3.FilterChain, cidrs ...string) *listenerv3.FilterChain {
+	if fc.FilterChainMatch == nil {
+		fc.FilterChainMatch = &listenerv3.FilterChainMatch{}
+	}
+	for _, s := range cidrs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				panic(fmt.Sprintf("dataplanetest: %v", err))
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		fc.FilterChainMatch.PrefixRanges = append(fc.FilterChainMatch.PrefixRanges,
+			&corev3.CidrRange{AddressPrefix: p.Addr().String(), PrefixLen: wrapperspb.UInt32(uint32(p.Bits()))})
+	}
+	return fc
+}
+
+// WithDefault sets l's default_filter_chain.
+func WithDefault(l *listenerv3.Listener, fc *listenerv3.FilterChain) *listenerv3.Listener {
+	l.DefaultFilterChain = fc
+	return l
+}
+
+// OriginalDstCluster is Istio's PassthroughCluster shape: type ORIGINAL_DST,
+// lb_policy CLUSTER_PROVIDED, no endpoints (connect 0: Envoy's default).
+func OriginalDstCluster(name string, connect time.Duration) *clusterv3.Cluster {
+	c := &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST},
+		LbPolicy:             clusterv3.Cluster_CLUSTER_PROVIDED,
+	}
+	if connect > 0 {
+		c.ConnectTimeout = durationpb.New(connect)
+	}
+	return c
+}
+
+// BlackHoleCluster is Istio's BlackHoleCluster shape: STATIC, no endpoints.
+func BlackHoleCluster(name string) *clusterv3.Cluster {
+	return &clusterv3.Cluster{Name: name, ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}}
+}
