@@ -54,6 +54,8 @@ var rules = []rule{
 	{from: "sidecar/", to: "pilot/", why: "the data plane never imports the control plane; shared words live in bootstrap/node and certs/"},
 	{from: "bootstrap/", to: "pilot/", why: "bootstrap is a shared leaf"},
 	{from: "bootstrap/", to: "sidecar/", why: "bootstrap is a shared leaf"},
+	{from: "sidecar/", to: "k8s.io/", why: "the sidecar stays small (idle RSS); only the injector (bootstrap/inject, webhook) speaks Kubernetes' API, and bootstrap/probe is the words they share"},
+	{from: "bootstrap/probe", to: "k8s.io/", why: "the sidecar links it"},
 	{from: "certs/", to: "pilot/", why: "certs is shared by both planes"},
 	{from: "certs/", to: "sidecar/", why: "certs is shared by both planes"},
 	{from: "pilot/xds/gen", to: "pilot/store", why: "generation reads only its arguments"},
