@@ -24,6 +24,14 @@ const (
 	keyAddress        = "weft.address"
 	keyInboundPort    = "weft.inboundPort"
 	keyVersion        = "weft.version"
+	keyInterception   = "weft.interception"
+)
+
+// Interception modes a sidecar reports (Node.Interception).
+const (
+	InterceptionNone     = ""         // explicit: apps address the sidecar
+	InterceptionIPTables = "iptables" // iptables REDIRECT, SO_ORIGINAL_DST
+	InterceptionEBPF     = "ebpf"     // cgroup eBPF connect redirect
 )
 
 // Node is one proxy's identity as it presents it to pilot.
@@ -36,6 +44,11 @@ type Node struct {
 	InboundPort    uint32 // the sidecar's inbound listener port peers send to (15006)
 	Locality       Locality
 	Version        string // sidecar build version, informational
+	// Interception is how the sidecar's traffic reaches it: "" (explicit),
+	// "iptables" or "ebpf". Pilot makes an intercepted sidecar's endpoint
+	// address:targetPort (its inbound capture takes it), an explicit one's
+	// address:inboundPort.
+	Interception string
 	// Identity is the SPIFFE ID pilot verified for the node's stream (its TLS
 	// client certificate), "" when the stream is not authenticated. Set by pilot
 	// before generation; never read from or written to metadata, so a node cannot
@@ -133,6 +146,11 @@ func (n *Node) Validate() error {
 	if n.InboundPort > 65535 {
 		return fmt.Errorf("node %s: inboundPort: %d out of range", n.ID, n.InboundPort)
 	}
+	switch n.Interception {
+	case InterceptionNone, InterceptionIPTables, InterceptionEBPF:
+	default:
+		return fmt.Errorf("node %s: interception: %q is not one of iptables, ebpf (or empty: explicit)", n.ID, n.Interception)
+	}
 	return nil
 }
 
@@ -153,6 +171,9 @@ func (n *Node) ToProto() *corev3.Node {
 	}
 	if n.Version != "" {
 		fields[keyVersion] = structpb.NewStringValue(n.Version)
+	}
+	if n.Interception != "" {
+		fields[keyInterception] = structpb.NewStringValue(n.Interception)
 	}
 	if len(n.Labels) > 0 {
 		lf := map[string]*structpb.Value{}
@@ -206,7 +227,7 @@ func FromProto(p *corev3.Node) (*Node, error) {
 		*dst = s.StringValue
 		return nil
 	}
-	for key, dst := range map[string]*string{keyNamespace: &n.Namespace, keyServiceAccount: &n.ServiceAccount, keyAddress: &n.Address, keyVersion: &n.Version} {
+	for key, dst := range map[string]*string{keyNamespace: &n.Namespace, keyServiceAccount: &n.ServiceAccount, keyAddress: &n.Address, keyVersion: &n.Version, keyInterception: &n.Interception} {
 		if err := str(key, dst); err != nil {
 			return nil, err
 		}

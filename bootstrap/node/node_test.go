@@ -140,3 +140,29 @@ func TestProxyless(t *testing.T) {
 		}
 	}
 }
+
+// TestInterception: the mode round-trips through metadata weft.interception,
+// and anything but "", iptables or ebpf is refused.
+func TestInterception(t *testing.T) {
+	for _, mode := range []string{InterceptionNone, InterceptionIPTables, InterceptionEBPF} {
+		got, err := FromProto(registering(func(n *Node) { n.Interception = mode }))
+		if err != nil {
+			t.Fatalf("%q: %v", mode, err)
+		}
+		if got.Interception != mode {
+			t.Errorf("Interception = %q, want %q", got.Interception, mode)
+		}
+	}
+	p := registering(func(*Node) {})
+	if _, ok := p.GetMetadata().GetFields()["weft.interception"]; ok {
+		t.Error("explicit mode wrote weft.interception")
+	}
+	p.Metadata.Fields["weft.interception"] = structpb.NewStringValue("nft")
+	if _, err := FromProto(p); err == nil || err.Error() != `node sidecar-1: interception: "nft" is not one of iptables, ebpf (or empty: explicit)` {
+		t.Errorf("bad mode: err = %v", err)
+	}
+	p.Metadata.Fields["weft.interception"] = structpb.NewNumberValue(1)
+	if _, err := FromProto(p); err == nil || err.Error() != "node sidecar-1: metadata.weft.interception: want string" {
+		t.Errorf("number: err = %v", err)
+	}
+}

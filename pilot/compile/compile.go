@@ -16,8 +16,10 @@
 //   - Endpoints: a Service's endpoints are the Workloads of its namespace and the
 //     registered sidecars (node.Registers) of its namespace whose labels match
 //     its selector; an empty selector selects nothing. A Workload endpoint is
-//     address:targetPort (or the Workload's port override by port name); a
-//     sidecar endpoint is address:inboundPort, the sidecar's inbound listener.
+//     address:targetPort (or the Workload's port override by port name); an
+//     explicit sidecar's endpoint is address:inboundPort, the sidecar's inbound
+//     listener; an intercepted sidecar's (node.Interception set) is
+//     address:targetPort, which its inbound capture takes to that listener.
 //   - Identity: a sidecar may only register the identity it connected with. Its
 //     endpoint carries exactly the node's namespace, service account and labels,
 //     and it only joins Services of its own namespace (pilot/xds/authn binds
@@ -83,7 +85,7 @@ type Input struct {
 // order) gives an identical Mesh.
 func Compile(in Input) (*ir.Mesh, error) {
 	c := &compiler{
-		mesh:      &ir.Mesh{Revision: in.Revision, TrustDomain: ir.DefaultTrustDomain, DefaultMTLS: "STRICT"},
+		mesh:      &ir.Mesh{Revision: in.Revision, TrustDomain: ir.DefaultTrustDomain, DefaultMTLS: "STRICT", OutboundPolicy: ir.OutboundAllowAny},
 		byKind:    map[string][]*resource.Object{},
 		workloads: map[string][]*resource.Object{},
 		previous:  in.Previous,
@@ -229,6 +231,13 @@ func (c *compiler) meshConfig() error {
 		if s.DefaultMTLS != "" {
 			c.mesh.DefaultMTLS = s.DefaultMTLS
 		}
+		switch s.OutboundTrafficPolicy {
+		case "":
+		case ir.OutboundAllowAny, ir.OutboundRegistryOnly:
+			c.mesh.OutboundPolicy = s.OutboundTrafficPolicy
+		default:
+			return fmt.Errorf("%s: spec.outboundTrafficPolicy: %q is not ALLOW_ANY or REGISTRY_ONLY", o, s.OutboundTrafficPolicy)
+		}
 		if c.mesh.CertTTL, err = duration(o, "spec.certificateTTL", s.CertificateTTL); err != nil {
 			return err
 		}
@@ -251,6 +260,17 @@ func (c *compiler) services() error {
 			Host:      ir.ServiceHost(o.Metadata.Name, ns, c.mesh.TrustDomain),
 			Selector:  copyLabels(s.Selector),
 		}
+		field, addrs := resource.ServiceAddresses(o)
+		for i, a := range addrs {
+			ip, err := netip.ParseAddr(a)
+			if err != nil {
+				return fmt.Errorf("%s: %s[%d]: %q is not an IP literal", o, field, i, a)
+			}
+			svc.Addresses = append(svc.Addresses, ip.String())
+		}
+		slices.SortFunc(svc.Addresses, func(a, b string) int {
+			return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b))
+		})
 		for i, p := range s.Ports {
 			field := fmt.Sprintf("spec.ports[%d]", i)
 			if p.Port <= 0 || p.Port > 65535 {
@@ -481,6 +501,7 @@ type candidate struct {
 	health         ir.Health
 	ports          map[string]int32 // Workload port overrides by service port name
 	inboundPort    uint32           // sidecars: every service port goes to the inbound listener
+	intercepted    bool             // sidecars with inbound capture: the endpoint is address:targetPort
 	mtls           bool             // see ir.Endpoint.MTLS
 }
 
@@ -603,6 +624,7 @@ func (c *compiler) sidecarCandidates(proxies []*node.Node) map[string][]candidat
 			weight:         1,
 			health:         ir.HealthHealthy,
 			inboundPort:    inbound,
+			intercepted:    n.Interception != node.InterceptionNone,
 		})
 	}
 	return out
@@ -679,7 +701,7 @@ func (c *compiler) portEndpoints(svc *ir.Service, port *ir.Port, members []candi
 	var eps []ir.Endpoint
 	for _, m := range members {
 		p := port.TargetPort
-		if m.inboundPort != 0 {
+		if m.inboundPort != 0 && !m.intercepted {
 			p = m.inboundPort
 		} else if o, ok := m.ports[port.Name]; ok && port.Name != "" {
 			p = uint32(o)

@@ -140,6 +140,21 @@ func TestEndpoints(t *testing.T) {
 			},
 		},
 		{
+			name: "intercepted sidecar is address:targetPort, explicit one address:inboundPort",
+			objs: []*resource.Object{service("shop", "reviews", app, resource.ServicePort{Name: "http", Port: 9080, TargetPort: 8080})},
+			proxies: []*node.Node{
+				{ID: "p1", Namespace: "shop", Address: "10.1.0.1", Labels: app, Interception: node.InterceptionIPTables},
+				{ID: "p2", Namespace: "shop", Address: "10.1.0.2", InboundPort: 16006, Labels: app, Interception: node.InterceptionEBPF},
+				{ID: "p3", Namespace: "shop", Address: "10.1.0.3", InboundPort: 16006, Labels: app},
+			},
+			cluster: reviews9080,
+			want: []epView{
+				{"10.1.0.1", 8080, "default", ir.HealthHealthy, "sidecar/p1"},
+				{"10.1.0.2", 8080, "default", ir.HealthHealthy, "sidecar/p2"},
+				{"10.1.0.3", 16006, "default", ir.HealthHealthy, "sidecar/p3"},
+			},
+		},
+		{
 			name:    "sidecar from another namespace cannot join even with matching labels",
 			objs:    []*resource.Object{service("shop", "reviews", app, httpPort(9080))},
 			proxies: []*node.Node{sidecar("evil", "attacker", "10.9.9.9", app)},
@@ -542,7 +557,7 @@ func TestMeshConfigAndSecurity(t *testing.T) {
 		Staleness: []*ir.StalenessPolicy{{Namespace: "shop", Name: "default", Rules: []ir.StalenessRule{{Resource: "routes", WarnAfter: 5 * time.Minute, ExpireAfter: 24 * time.Hour, OnExpire: "failClosed", Jitter: 10}}}},
 		Overrides: []*ir.Override{{Namespace: "shop", Name: "block", Revision: 42, TTL: 10 * time.Minute, Reason: "scraper", Action: "DENY", Paths: []string{"/x"}}},
 	}
-	opt := cmpopts.IgnoreFields(ir.Mesh{}, "Revision", "TrustDomain", "DefaultMTLS", "CertTTL", "Services", "Clusters", "Policies", "Scopes", "Warnings")
+	opt := cmpopts.IgnoreFields(ir.Mesh{}, "Revision", "TrustDomain", "DefaultMTLS", "CertTTL", "OutboundPolicy", "Services", "Clusters", "Policies", "Scopes", "Warnings")
 	if diff := cmp.Diff(want, m, opt, cmpopts.IgnoreUnexported(ir.Mesh{}, ir.Cluster{})); diff != "" {
 		t.Errorf("policies (-want +got):\n%s", diff)
 	}
@@ -778,5 +793,39 @@ func TestOverrideExpiry(t *testing.T) {
 				t.Errorf("NextExpiry = %v, want %v", m.NextExpiry, tc.next)
 			}
 		})
+	}
+}
+
+// Service VIPs: spec.addresses, else the allocated status.addresses, sorted
+// (IPv4 first); MeshConfig's outboundTrafficPolicy reaches the mesh.
+func TestServiceAddresses(t *testing.T) {
+	withAddrs := func(o *resource.Object, spec, status []string) *resource.Object {
+		o.Spec.(*resource.ServiceSpec).Addresses = spec
+		if status != nil {
+			o.Status = &resource.Status{Addresses: status}
+		}
+		return o
+	}
+	objs := []*resource.Object{
+		withAddrs(service("shop", "a", nil, httpPort(80)), []string{"fd00::1", "240.240.0.20", "10.0.0.1"}, []string{"240.240.0.1"}),
+		withAddrs(service("shop", "b", nil, httpPort(80)), nil, []string{"240.240.0.2"}),
+		service("shop", "c", nil, httpPort(80)),
+		obj(resource.KindMeshConfig, "", "default", nil, &resource.MeshConfigSpec{OutboundTrafficPolicy: "REGISTRY_ONLY"}),
+	}
+	m := mustCompile(t, Input{Objects: objs})
+	for name, want := range map[string][]string{"a": {"10.0.0.1", "240.240.0.20", "fd00::1"}, "b": {"240.240.0.2"}, "c": nil} {
+		if diff := cmp.Diff(want, m.Service("shop", name).Addresses); diff != "" {
+			t.Errorf("Service %s addresses (-want +got):\n%s", name, diff)
+		}
+	}
+	if m.OutboundPolicy != ir.OutboundRegistryOnly {
+		t.Errorf("OutboundPolicy = %q, want REGISTRY_ONLY", m.OutboundPolicy)
+	}
+	if m := mustCompile(t, Input{Objects: objs[:3]}); m.OutboundPolicy != ir.OutboundAllowAny {
+		t.Errorf("OutboundPolicy without MeshConfig = %q, want ALLOW_ANY", m.OutboundPolicy)
+	}
+	bad := obj(resource.KindMeshConfig, "", "default", nil, &resource.MeshConfigSpec{OutboundTrafficPolicy: "DENY"})
+	if _, err := Compile(Input{Objects: []*resource.Object{bad}}); err == nil || !strings.Contains(err.Error(), `MeshConfig/default: spec.outboundTrafficPolicy: "DENY"`) {
+		t.Errorf("bad policy: err = %v", err)
 	}
 }

@@ -40,6 +40,10 @@ type Mesh struct {
 	TrustDomain string // from MeshConfig, DefaultTrustDomain when unset
 	DefaultMTLS string // STRICT | PERMISSIVE | DISABLE
 	CertTTL     time.Duration
+	// OutboundPolicy is MeshConfig.outboundTrafficPolicy: what an intercepted
+	// sidecar does with a destination outside the mesh (OutboundAllowAny
+	// when unset).
+	OutboundPolicy string
 	// NextExpiry is the earliest expiry (WrittenAt+TTL) still ahead of the
 	// compile's Input.Now among Overrides, zero when none: pilot compiles
 	// again then, so an expired Override leaves every snapshot.
@@ -89,6 +93,12 @@ func (m *Mesh) Index() {
 		m.peerAuthnNS[pa.Namespace] = append(m.peerAuthnNS[pa.Namespace], pa)
 	}
 }
+
+// Outbound traffic policies (MeshConfig.outboundTrafficPolicy, Istio's names).
+const (
+	OutboundAllowAny     = "ALLOW_ANY"
+	OutboundRegistryOnly = "REGISTRY_ONLY"
+)
 
 // mTLS modes of PeerAuthentication and MeshConfig.defaultMtls.
 const (
@@ -140,6 +150,10 @@ type Service struct {
 	Host      string            // <name>.<ns>.svc.<domain>
 	Selector  map[string]string // empty selects nothing
 	Ports     []*Port           // in spec order
+	// Addresses are the Service's VIPs (spec.addresses, else the ones pilot
+	// allocated into status.addresses), canonical literals, sorted (IPv4
+	// before IPv6). Empty: the Service is reachable by Host header only.
+	Addresses []string
 	Policy    *DestinationPolicy
 	// RouteSource is the Route object ("ns/name") of the Service's own
 	// namespace that supplied Ports[*].Rules; "" when it has none.

@@ -1,6 +1,7 @@
 package resource
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,7 +32,11 @@ func TestExamples(t *testing.T) {
 	if len(errs) != 0 {
 		t.Errorf("ValidateSet: errors %v", errs)
 	}
-	// Since issue #9 every kind and field the examples use is enforced.
+	// Since issue #9 every kind and field the examples use is enforced, but
+	// for a Service's spec.addresses until pilot sends VIPs (issue #10).
+	warnings = slices.DeleteFunc(warnings, func(w string) bool {
+		return w == "Service/shop/reviews: spec.addresses: accepted but not enforced by Weft sidecars yet: "+serviceAddressesWhy
+	})
 	if len(warnings) != 0 {
 		t.Errorf("ValidateSet: warnings %q, want none", warnings)
 	}

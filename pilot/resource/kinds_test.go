@@ -570,8 +570,8 @@ func TestMeshConfig(t *testing.T) {
 				Sidecar: &SidecarConfig{Image: "weft/sidecar:dev", CPU: "250m", Memory: "64Mi"}}),
 		},
 		{
-			name: "bad_interception_fields",
-			yaml: doc("MeshConfig", "{name: default}", "{serviceAddressRange: 240.240.0.1/16, outboundTrafficPolicy: DENY, sidecar: {image: 'a b', cpu: 100m, gpu: 1}}"),
+			name:    "bad_interception_fields",
+			yaml:    doc("MeshConfig", "{name: default}", "{serviceAddressRange: 240.240.0.1/16, outboundTrafficPolicy: DENY, sidecar: {image: 'a b', cpu: 100m, gpu: 1}}"),
 			wantErr: []string{"MeshConfig/default: spec.sidecar.gpu: unknown field"},
 		},
 		{

@@ -29,6 +29,8 @@ func TestUnenforcedKindWarnings(t *testing.T) {
 			{Resource: "routes"}, {Resource: "secrets"}, {Resource: "authorization"}}}),
 			[]string{"spec.rules[1].resource: accepted but not enforced by Weft sidecars yet: secrets:"}},
 		{"service", obj(KindService, "shop", &ServiceSpec{}), nil},
+		{"service addresses", obj(KindService, "shop", &ServiceSpec{Addresses: []string{"240.240.0.1"}}),
+			[]string{"Service/shop/x: spec.addresses: accepted but not enforced by Weft sidecars yet: VIPs are not sent to sidecars yet"}},
 		{"mesh config interception defaults", obj(KindMeshConfig, "", &MeshConfigSpec{ServiceAddressRange: "10.0.0.0/8", OutboundTrafficPolicy: "ALLOW_ANY",
 			Sidecar: &SidecarConfig{Image: DefaultSidecarImage, CPU: DefaultSidecarCPU, Memory: DefaultSidecarMemory}}), nil},
 		{"mesh config sidecar set", obj(KindMeshConfig, "", &MeshConfigSpec{Sidecar: &SidecarConfig{Image: "x/y:z", CPU: DefaultSidecarCPU, Memory: DefaultSidecarMemory}}),

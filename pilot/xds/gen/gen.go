@@ -474,16 +474,35 @@ func namespaceBundle(mesh *ir.Mesh, ns string, v clusterVariant) (*bundle, error
 			}
 		}
 	}
-	lis, rcs := outbound(ns, scope)
+	if err := addOutbound(b, mesh, ns, scope, vipWire); err != nil {
+		return nil, err
+	}
+	return b.seal(), nil
+}
+
+// addOutbound adds the outbound listener of namespace ns, its route
+// configurations and (wire) the passthrough clusters to b.
+func addOutbound(b builder, mesh *ir.Mesh, ns string, scope []*ir.Service, wire bool) error {
+	if wire {
+		for _, cl := range passthroughClusters() {
+			if err := b.add(snapshot.ClusterType, cl.Name, cl); err != nil {
+				return err
+			}
+		}
+	}
+	lis, rcs, err := outbound(mesh, ns, scope, wire)
+	if err != nil {
+		return err
+	}
 	if lis != nil {
 		if err := b.add(snapshot.ListenerType, lis.Name, lis); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for _, rc := range rcs {
 		if err := b.add(snapshot.RouteType, rc.Name, rc); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return b.seal(), nil
+	return nil
 }

@@ -45,6 +45,8 @@ type testProxy struct {
 	Locality       string            `json:"locality,omitempty"`
 	// Identity is the SPIFFE ID pilot verified from the proxy's certificate.
 	Identity string `json:"identity,omitempty"`
+	// Interception is node.Interception: "", iptables or ebpf.
+	Interception string `json:"interception,omitempty"`
 }
 
 // loadInput decodes a golden input into the compile input and the proxies to
@@ -89,7 +91,7 @@ func loadInput(t testing.TB, path string) (compile.Input, []*node.Node) {
 			t.Fatalf("%s: document %d: %v", path, i+1, err)
 		}
 		proxies = append(proxies, &node.Node{ID: p.ID, Namespace: p.Namespace, ServiceAccount: p.ServiceAccount,
-			Address: p.Address, InboundPort: p.InboundPort, Labels: p.Labels, Locality: loc, Identity: p.Identity})
+			Address: p.Address, InboundPort: p.InboundPort, Labels: p.Labels, Locality: loc, Identity: p.Identity, Interception: p.Interception})
 	}
 	objs, err := resource.Decode([]byte(strings.Join(resources, "\n---\n")), path)
 	if err != nil {
@@ -142,43 +144,51 @@ func TestGolden(t *testing.T) {
 	for _, in := range inputs {
 		name := strings.TrimSuffix(filepath.Base(in), ".input.yaml")
 		t.Run(name, func(t *testing.T) {
-			cin, proxies := loadInput(t, in)
-			mesh, err := compile.Compile(cin)
-			if err != nil {
-				t.Fatalf("compile: %v", err)
-			}
-			doc := map[string]any{"warnings": mesh.Warnings}
-			snaps := map[string]any{}
-			for _, p := range proxies {
-				s, err := Proxy(mesh, p)
+			compareGolden(t, filepath.Join("testdata", name+".golden.yaml"), func() map[string]any {
+				cin, proxies := loadInput(t, in)
+				mesh, err := compile.Compile(cin)
 				if err != nil {
-					t.Fatalf("Proxy(%s): %v", p.ID, err)
+					t.Fatalf("compile: %v", err)
 				}
-				if err := Consistent(s); err != nil {
-					t.Errorf("snapshot of %s is not consistent:\n%v", p.ID, err)
+				doc := map[string]any{"warnings": mesh.Warnings}
+				snaps := map[string]any{}
+				for _, p := range proxies {
+					s, err := Proxy(mesh, p)
+					if err != nil {
+						t.Fatalf("Proxy(%s): %v", p.ID, err)
+					}
+					if err := Consistent(s); err != nil {
+						t.Errorf("snapshot of %s is not consistent:\n%v", p.ID, err)
+					}
+					snaps[p.ID] = renderSnapshot(t, s)
 				}
-				snaps[p.ID] = renderSnapshot(t, s)
-			}
-			doc["proxies"] = snaps
-			got, err := yaml.Marshal(doc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			golden := filepath.Join("testdata", name+".golden.yaml")
-			if *update {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if !bytes.Equal(want, got) {
-				t.Errorf("%s differs (-want +got; run go test ./pilot/xds/gen -update if intended):\n%s", golden, cmp.Diff(string(want), string(got)))
-			}
+				doc["proxies"] = snaps
+				return doc
+			})
 		})
+	}
+}
+
+// compareGolden checks build's document against the golden file (or rewrites
+// it with -update).
+func compareGolden(t *testing.T, golden string, build func() map[string]any) {
+	t.Helper()
+	got, err := yaml.Marshal(build())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(want, got) {
+		t.Errorf("%s differs (-want +got; run go test ./pilot/xds/gen -update if intended):\n%s", golden, cmp.Diff(string(want), string(got)))
 	}
 }
 

@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"net/netip"
 	"slices"
 	"strconv"
 
@@ -73,22 +74,40 @@ func portMatch(p uint32) *listenerv3.FilterChainMatch {
 }
 
 // outbound renders the outbound listener of namespace ns's sidecars and its
-// route configurations. Traffic is captured to 127.0.0.1:15001 and the chain is
-// picked by original destination port:
-//   - a port with HTTP-family services: one HTTP chain whose route configuration
-//     "outbound|<port>" has a virtual host per such service (by Host header);
-//   - otherwise one tcp_proxy chain to the port's TCP service.
+// route configurations (issue #10's wire). Traffic is captured to
+// 127.0.0.1:15001 and the chain is picked by original destination IP and port:
+//   - a port P with HTTP-family services: one HTTP chain "outbound|P" whose
+//     prefix_ranges are the VIPs of every such service on P, and whose route
+//     configuration "outbound|P" has a virtual host per service (by Host:
+//     its names and its VIPs, each also with ":P");
+//   - a TCP service S on P: a tcp_proxy chain "outbound|P|tcp|<svc>.<ns>"
+//     whose prefix_ranges are S's VIPs, so TCP services sharing a port are
+//     told apart by address. There is no port-only TCP chain;
+//   - anything else: the default_filter_chain, tcp_proxy to
+//     PassthroughCluster (ALLOW_ANY) or BlackHoleCluster (REGISTRY_ONLY).
 //
-// Services have no VIPs, so a TCP service cannot be told apart from another
-// service on the same port: when a port is shared, HTTP wins, then the TCP
-// service of the sidecar's own namespace, then the first in scope order; the
-// others are not reachable through outbound capture on that port. (Envoy could
-// narrow chains by destination IP with prefix_ranges, but our sidecar accepts
-// only destination_port matches.) It returns nil when the scope is empty.
-func outbound(ns string, scope []*ir.Service) (*listenerv3.Listener, []*routev3.RouteConfiguration) {
+// An app that addresses the sidecar explicitly (the destination is the
+// listener's own address) has its chain picked by port alone; the sidecar
+// takes the first chain of the port in wire order, so the chains of a port
+// go HTTP first, then the TCP services of the sidecar's own namespace, then
+// the others in scope order (the choice before VIPs existed). Services
+// without VIPs (stored before issue #10 and not applied since) are reachable
+// that way only: their chain's prefix range is the listener's own address
+// (explicitOnly), which no intercepted connection has; of several such TCP
+// services on a port only the first gets a chain, and none when the port
+// has an HTTP chain. The listener exists for every sidecar, even with
+// nothing in scope: an intercepted app's connections outside the mesh still
+// reach it. It carries the scope's DNS name table (dnsMetadata).
+//
+// With wire false (vipWire, until the sidecar decodes issue #10's wire) it
+// renders the listener as before issue #10: every service as if it had no
+// VIPs, chains matched by port alone (one per port: HTTP, else the first TCP
+// service), no default chain or name table, and no listener for an empty
+// scope.
+func outbound(mesh *ir.Mesh, ns string, scope []*ir.Service, wire bool) (*listenerv3.Listener, []*routev3.RouteConfiguration, error) {
 	type portGroup struct {
 		http []vhostSpec
-		tcp  *ir.Service
+		tcp  []*ir.Service // own namespace first, then scope order
 	}
 	groups := map[uint32]*portGroup{}
 	for _, svc := range scope {
@@ -98,20 +117,17 @@ func outbound(ns string, scope []*ir.Service) (*listenerv3.Listener, []*routev3.
 				g = &portGroup{}
 				groups[p.Port] = g
 			}
-			switch {
-			case p.Protocol.IsHTTP():
-				g.http = append(g.http, vhostSpec{svc: svc, port: p, rules: svc.RulesFor(ns, p), shortNames: svc.Namespace == ns})
-			case g.tcp == nil || g.tcp.Namespace != ns && svc.Namespace == ns:
-				g.tcp = svc
+			if p.Protocol.IsHTTP() {
+				g.http = append(g.http, vhostSpec{svc: svc, port: p, rules: svc.RulesFor(ns, p), shortNames: svc.Namespace == ns, vips: wire})
+				continue
 			}
+			g.tcp = append(g.tcp, svc)
 		}
 	}
-	if len(groups) == 0 {
-		return nil, nil
-	}
 	ports := make([]uint32, 0, len(groups))
-	for p := range groups {
+	for p, g := range groups {
 		ports = append(ports, p)
+		slices.SortStableFunc(g.tcp, func(a, b *ir.Service) int { return boolRank(a.Namespace != ns) - boolRank(b.Namespace != ns) })
 	}
 	slices.Sort(ports)
 	lis := &listenerv3.Listener{
@@ -119,27 +135,76 @@ func outbound(ns string, scope []*ir.Service) (*listenerv3.Listener, []*routev3.
 		Address:         socketAddress(OutboundAddress, OutboundPort),
 		ListenerFilters: []*listenerv3.ListenerFilter{originalDst},
 	}
+	// addrs are a service's VIPs as this wire sees them; explicit is the
+	// prefix range of a chain without VIPs (nil: the port alone).
+	addrs := func(svc *ir.Service) []string { return svc.Addresses }
+	explicit := []netip.Prefix{explicitOnly}
+	tcpName := tcpChainName
+	if wire {
+		md, err := dnsMetadata(ns, mesh.TrustDomain, scope)
+		if err != nil {
+			return nil, nil, err
+		}
+		lis.DefaultFilterChain, lis.Metadata = defaultChain(mesh.OutboundPolicy), md
+	} else {
+		if len(groups) == 0 {
+			return nil, nil, nil
+		}
+		addrs = func(*ir.Service) []string { return nil }
+		explicit = nil
+		tcpName = func(port uint32, _ *ir.Service) string {
+			return "outbound|" + strconv.FormatUint(uint64(port), 10) + "|tcp"
+		}
+	}
 	var rcs []*routev3.RouteConfiguration
 	for _, port := range ports {
 		g := groups[port]
+		explicitTaken := false
 		if len(g.http) > 0 {
 			name := OutboundRouteName(port)
 			rcs = append(rcs, routeConfig(name, g.http))
+			var vips []string
+			for _, v := range g.http {
+				vips = append(vips, addrs(v.svc)...)
+			}
+			prefixes := vipPrefixes(vips)
+			if len(prefixes) == 0 {
+				prefixes = explicit
+			}
 			lis.FilterChains = append(lis.FilterChains, &listenerv3.FilterChain{
 				Name:             name,
-				FilterChainMatch: portMatch(port),
+				FilterChainMatch: vipMatch(port, prefixes),
 				Filters:          []*listenerv3.Filter{networkFilter(hcmFilterName, rdsHCM(name, name))},
 			})
-			continue
+			explicitTaken = true // explicit apps on this port get the HTTP chain
 		}
-		cl := g.tcp.PortByNumber(port).Cluster
-		lis.FilterChains = append(lis.FilterChains, &listenerv3.FilterChain{
-			Name:             "outbound|" + strconv.FormatUint(uint64(port), 10) + "|tcp",
-			FilterChainMatch: portMatch(port),
-			Filters:          []*listenerv3.Filter{tcpProxy(cl, cl)},
-		})
+		for _, svc := range g.tcp {
+			prefixes := vipPrefixes(addrs(svc))
+			if len(prefixes) == 0 {
+				if explicitTaken {
+					continue
+				}
+				prefixes, explicitTaken = explicit, true
+			}
+			cl := svc.PortByNumber(port).Cluster
+			lis.FilterChains = append(lis.FilterChains, &listenerv3.FilterChain{
+				Name:             tcpName(port, svc),
+				FilterChainMatch: vipMatch(port, prefixes),
+				Filters:          []*listenerv3.Filter{tcpProxy(cl, cl)},
+			})
+		}
 	}
-	return lis, rcs
+	if err := checkPrefixBounds(ns, lis.FilterChains); err != nil {
+		return nil, nil, err
+	}
+	return lis, rcs, nil
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // inboundSet is the per-node part of a sidecar's snapshot.

@@ -26,14 +26,19 @@ type vhostSpec struct {
 	port       *ir.Port
 	rules      []*ir.Rule // what svc.RulesFor says for the client
 	shortNames bool
+	vips       bool // also the Service's VIPs as domains (a sidecar's outbound routes)
 }
 
 func routeConfig(name string, vhosts []vhostSpec) *routev3.RouteConfiguration {
 	rc := &routev3.RouteConfiguration{Name: name, VirtualHosts: make([]*routev3.VirtualHost, 0, len(vhosts))}
 	for _, v := range vhosts {
+		ds := domains(v.svc, v.port.Port, v.shortNames)
+		if v.vips {
+			ds = append(ds, vipDomains(v.svc, v.port.Port)...)
+		}
 		rc.VirtualHosts = append(rc.VirtualHosts, &routev3.VirtualHost{
 			Name:    APIListenerName(v.svc.Host, v.port.Port),
-			Domains: domains(v.svc, v.port.Port, v.shortNames),
+			Domains: ds,
 			Routes:  routes(v.port, v.rules),
 		})
 	}
