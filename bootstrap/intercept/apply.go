@@ -197,8 +197,9 @@ type Result struct {
 
 // Apply installs cfg's rules in the current network namespace, idempotently: our
 // chains are created or flushed and refilled, jumps to them deleted and re-added, each
-// table in one iptables-restore transaction (a failing table leaves that table as it
-// was). Chains of ours that cfg no longer uses (DNS turned off, ebpf mode) are removed.
+// table in one iptables-restore transaction. Chains of ours that cfg no longer uses
+// (DNS turned off, ebpf mode) are removed. On a failure none of ours is left (no pod
+// half-intercepted), and the error says what failed.
 func Apply(ctx context.Context, cfg Config) error {
 	_, err := ApplyResult(ctx, cfg)
 	return err
@@ -219,20 +220,45 @@ func ApplyResult(ctx context.Context, cfg Config) (Result, error) {
 		return res, fmt.Errorf("--ipv6 %s: this netns has IPv6 but %s is missing (install it, or pass --ipv6=false)",
 			cfg.IPv6, tool(res.Backend, true, "restore"))
 	}
-	for _, v6 := range families(res.IPv6) {
-		saved, err := save(ctx, res.Backend, v6)
-		if err != nil {
-			return res, fmt.Errorf("reading the current rules: %w", err)
+	for i, v6 := range families(res.IPv6) {
+		err := applyFamily(ctx, res.Backend, v6, ruleSet(cfg, v6))
+		if err == nil {
+			for _, t := range ruleSet(cfg, v6) {
+				res.Count += len(t.rules)
+			}
+			continue
 		}
-		want := ruleSet(cfg, v6)
-		if err := restore(ctx, res.Backend, v6, restoreInput(parseSave(saved), want)); err != nil {
-			return res, fmt.Errorf("installing the rules: %w", err)
+		// iptables-restore commits table by table, and IPv4 may be in while IPv6
+		// failed: take ours out of every family touched rather than leave the pod
+		// half-intercepted (the caller fails; an init container stops the pod).
+		for _, undo := range families(res.IPv6)[:i+1] {
+			if uerr := applyFamily(ctx, res.Backend, undo, nil); uerr != nil {
+				err = fmt.Errorf("%w; and removing the partial rules failed: %v", err, uerr)
+			}
 		}
-		for _, t := range want {
-			res.Count += len(t.rules)
-		}
+		return res, err
 	}
 	return res, nil
+}
+
+// applyFamily replaces ours in one family with want (nil: removes them).
+func applyFamily(ctx context.Context, b Backend, v6 bool, want []*ruleTable) error {
+	fam := "IPv4"
+	if v6 {
+		fam = "IPv6"
+	}
+	saved, err := save(ctx, b, v6)
+	if err != nil {
+		return fmt.Errorf("reading the current %s rules: %w", fam, err)
+	}
+	in := restoreInput(parseSave(saved), want)
+	if in == "" {
+		return nil
+	}
+	if err := restore(ctx, b, v6, in); err != nil {
+		return fmt.Errorf("installing the %s rules: %w", fam, err)
+	}
+	return nil
 }
 
 // Remove deletes exactly our chains and the jumps to them, in both families (IPv6

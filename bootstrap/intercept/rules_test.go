@@ -16,6 +16,11 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
 func TestMain(m *testing.M) {
+	// The test binary doubles as the processes the privileged tests run as other
+	// uids (netns_test.go).
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(runHelper(mode, os.Getenv("WEFT_HELPER_ARG")))
+	}
 	flag.Parse()
 	sweepStale() // netns left by a killed privileged run (netns_test.go)
 	goleak.VerifyTestMain(m)
