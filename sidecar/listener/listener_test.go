@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/net/http2"
 
+	"github.com/weft-mesh/weft/conformance/pods"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
@@ -25,7 +27,12 @@ import (
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if err := pods.Sweep(); err != nil { // what a killed run of these tests left
+		fmt.Fprintln(os.Stderr, err)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 type fixedDest struct{ port uint16 }
 
