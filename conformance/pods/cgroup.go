@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/weft-mesh/weft/tools/testkit"
+	"golang.org/x/sys/unix"
 )
 
 // CgroupRemoveTimeout bounds the wait for a killed cgroup's processes to be gone
@@ -27,17 +27,7 @@ func removeCgroup(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("killing cgroup %s: %w", dir, err)
 	}
-	err := testkit.Poll(CgroupRemoveTimeout, func() error {
-		b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
-		if err != nil {
-			return err
-		}
-		if bytes.Contains(b, []byte("populated 1")) {
-			return fmt.Errorf("cgroup %s still has processes", dir)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := waitUnpopulated(dir, CgroupRemoveTimeout); err != nil {
 		return fmt.Errorf("removing cgroup: %w", err)
 	}
 	var dirs []string
@@ -54,9 +44,49 @@ func removeCgroup(dir string) error {
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
 		// A cgroup's directory holds only its interface files: rmdir, not RemoveAll.
-		if err := testkit.Poll(CgroupRemoveTimeout, func() error { return os.Remove(dirs[i]) }); err != nil {
+		if err := os.Remove(dirs[i]); err != nil {
 			return fmt.Errorf("removing cgroup %s: %w", dirs[i], err)
 		}
 	}
 	return nil
+}
+
+// waitUnpopulated waits, at most timeout, until no process is left in the
+// cgroup dir or below: woken by the kernel's notification of cgroup.events
+// (inotify IN_MODIFY), not by polling.
+func waitUnpopulated(dir string, timeout time.Duration) error {
+	events := filepath.Join(dir, "cgroup.events")
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("inotify: %w", err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.InotifyAddWatch(fd, events, unix.IN_MODIFY); err != nil {
+		return fmt.Errorf("watching %s: %w", events, err)
+	}
+	deadline := time.Now().Add(timeout)
+	buf := make([]byte, 4096)
+	for {
+		// Read after the watch exists, so no change between them is missed.
+		b, err := os.ReadFile(events)
+		if err != nil {
+			return err
+		}
+		if !bytes.Contains(b, []byte("populated 1")) {
+			return nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("cgroup %s still has processes after %s", dir, timeout)
+		}
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(pfd, int(left/time.Millisecond)+1); err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("waiting on %s: %w", events, err)
+		}
+		for {
+			if _, err := unix.Read(fd, buf); err != nil {
+				break // EAGAIN: drained
+			}
+		}
+	}
 }

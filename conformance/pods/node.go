@@ -60,17 +60,10 @@ type Node struct {
 func NewNode(t testing.TB) *Node {
 	t.Helper()
 	Require(t)
-	name := fmt.Sprintf("%s%dx%04x", Prefix, os.Getpid(), rand.IntN(1<<16))
-	n := &Node{
-		Name: name, Subnet: subnet4, Subnet6: subnet6,
-		Gateway: hostAddr(subnet4, 1), Gateway6: hostAddr(subnet6, 1),
-	}
-	n.space = space{ns: name + "-node", cgfd: -1}
-	root, err := CgroupRoot()
+	n, err := newNode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.cgroup = filepath.Join(root, name)
 	// Registered before anything exists, so a half-made node is removed too.
 	t.Cleanup(func() {
 		if err := n.remove(); err != nil {
@@ -81,6 +74,40 @@ func NewNode(t testing.TB) *Node {
 		t.Fatalf("pods: making node %s: %v", n.Name, err)
 	}
 	return n
+}
+
+// New makes a node outside a test (tools/demo): nil and why when pods cannot
+// be made here (Privileged). The caller must Close it.
+func New() (*Node, error) {
+	if err := Privileged(); err != nil {
+		return nil, err
+	}
+	n, err := newNode()
+	if err != nil {
+		return nil, err
+	}
+	if err := n.make(); err != nil {
+		return nil, errors.Join(fmt.Errorf("pods: making node %s: %w", n.Name, err), n.remove())
+	}
+	return n, nil
+}
+
+// Close kills every process of the node and its pods and removes them all.
+func (n *Node) Close() error { return n.remove() }
+
+func newNode() (*Node, error) {
+	name := fmt.Sprintf("%s%dx%04x", Prefix, os.Getpid(), rand.IntN(1<<16))
+	n := &Node{
+		Name: name, Subnet: subnet4, Subnet6: subnet6,
+		Gateway: hostAddr(subnet4, 1), Gateway6: hostAddr(subnet6, 1),
+	}
+	n.space = space{ns: name + "-node", cgfd: -1}
+	root, err := CgroupRoot()
+	if err != nil {
+		return nil, err
+	}
+	n.cgroup = filepath.Join(root, name)
+	return n, nil
 }
 
 func (n *Node) make() error {

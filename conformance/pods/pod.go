@@ -33,33 +33,10 @@ type Pod struct {
 // default) on n; it is removed when t ends (with the node at the latest).
 func (n *Node) AddPod(t testing.TB, name, ns string) *Pod {
 	t.Helper()
-	if name == "" || strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" || name == "node" {
-		t.Fatalf("pods: pod name %q: want lower-case letters, digits and '-', not \"node\"", name)
+	p, err := n.newPod(name, ns)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if ns == "" {
-		ns = "default"
-	}
-	n.mu.Lock()
-	i := len(n.pods)
-	for _, p := range n.pods {
-		if p.Name == name {
-			n.mu.Unlock()
-			t.Fatalf("pods: node %s already has a pod %q", n.Name, name)
-		}
-	}
-	if i >= MaxPods {
-		n.mu.Unlock()
-		t.Fatalf("pods: node %s has %d pods, the most (MaxPods)", n.Name, MaxPods)
-	}
-	p := &Pod{
-		space: space{ns: n.Name + "-" + name, cgfd: -1, dir: n.Dir},
-		Node:  n, Name: name, Namespace: ns,
-		IP: hostAddr(n.Subnet, FirstPod+i), IP6: hostAddr(n.Subnet6, FirstPod+i),
-		Cgroup: filepath.Join(n.cgroup, name),
-		veth:   fmt.Sprintf("vp%d", i),
-	}
-	n.pods = append(n.pods, p)
-	n.mu.Unlock()
 	t.Cleanup(func() {
 		if err := p.remove(); err != nil {
 			t.Errorf("pods: removing pod %s: %v", p.ns, err)
@@ -69,6 +46,52 @@ func (n *Node) AddPod(t testing.TB, name, ns string) *Pod {
 		t.Fatalf("pods: making pod %s: %v", p.ns, err)
 	}
 	return p
+}
+
+// NewPod is AddPod outside a test: the pod goes with the node's Close, or
+// earlier with its own.
+func (n *Node) NewPod(name, ns string) (*Pod, error) {
+	p, err := n.newPod(name, ns)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.make(); err != nil {
+		return nil, errors.Join(fmt.Errorf("pods: making pod %s: %w", p.ns, err), p.remove())
+	}
+	return p, nil
+}
+
+// Close kills the pod's processes and removes it (twice is harmless).
+func (p *Pod) Close() error { return p.remove() }
+
+// newPod checks name and ns and takes the next addresses; nothing is made yet.
+func (n *Node) newPod(name, ns string) (*Pod, error) {
+	if name == "" || strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" || name == "node" {
+		return nil, fmt.Errorf("pods: pod name %q: want lower-case letters, digits and '-', not \"node\"", name)
+	}
+	if ns == "" {
+		ns = "default"
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range n.pods {
+		if p.Name == name {
+			return nil, fmt.Errorf("pods: node %s already has a pod %q", n.Name, name)
+		}
+	}
+	i := len(n.pods)
+	if i >= MaxPods {
+		return nil, fmt.Errorf("pods: node %s has %d pods, the most (MaxPods)", n.Name, MaxPods)
+	}
+	p := &Pod{
+		space: space{ns: n.Name + "-" + name, cgfd: -1, dir: n.Dir},
+		Node:  n, Name: name, Namespace: ns,
+		IP: hostAddr(n.Subnet, FirstPod+i), IP6: hostAddr(n.Subnet6, FirstPod+i),
+		Cgroup: filepath.Join(n.cgroup, name),
+		veth:   fmt.Sprintf("vp%d", i),
+	}
+	n.pods = append(n.pods, p)
+	return p, nil
 }
 
 func (p *Pod) make() error {

@@ -391,3 +391,61 @@ spec:
 		t.Errorf("pilot's status of the sidecar: %v", err)
 	}
 }
+
+// Unprivileged: pod names and the MaxPods bound (nothing is made: newPod only
+// takes the addresses).
+func TestPodNamesAndBound(t *testing.T) {
+	n, err := newNode()
+	if err != nil {
+		t.Skip(err) // no cgroup2 mount: the node cannot even be named
+	}
+	for _, bad := range []string{"", "A", "a_b", "node", "a.b"} {
+		if _, err := n.newPod(bad, ""); err == nil {
+			t.Errorf("pod name %q accepted", bad)
+		}
+	}
+	for i := range MaxPods {
+		p, err := n.newPod(fmt.Sprintf("p%d", i), "")
+		if err != nil {
+			t.Fatalf("pod %d of %d: %v", i+1, MaxPods, err)
+		}
+		if i == MaxPods-1 && p.IP.String() != "10.250.0.254" {
+			t.Errorf("last pod's address %s, want 10.250.0.254", p.IP)
+		}
+	}
+	if _, err := n.newPod("one-more", ""); err == nil || !strings.Contains(err.Error(), "MaxPods") {
+		t.Errorf("pod %d: %v, want the MaxPods error", MaxPods+1, err)
+	}
+	if _, err := n.newPod("p0", ""); err == nil {
+		t.Error("a second pod p0 accepted")
+	}
+	if p := n.Pods(); len(p) != MaxPods || p[0].Namespace != "default" {
+		t.Errorf("%d pods, first of namespace %q", len(p), p[0].Namespace)
+	}
+}
+
+// New, NewPod and Close: the API outside tests (tools/demo).
+func TestNewAndClose(t *testing.T) {
+	Require(t)
+	n, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := n.NewPod("a", "shop")
+	if err != nil {
+		n.Close()
+		t.Fatal(err)
+	}
+	if out, err := a.Command("ip", "-br", "addr", "show", "eth0").CombinedOutput(); err != nil || !strings.Contains(string(out), "10.250.0.11/24") {
+		t.Errorf("pod a's eth0: %v %s", err, out)
+	}
+	if err := a.Close(); err != nil {
+		t.Error(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Error(err)
+	}
+	if l := leftovers(t, n.Name); len(l) > 0 {
+		t.Errorf("left after Close: %q", l)
+	}
+}
