@@ -400,6 +400,11 @@ func wantIPv6(m IPv6) bool {
 	case IPv6Off:
 		return false
 	}
-	b, err := os.ReadFile("/proc/net/if_inet6")
+	// thread-self: /proc/net is the main thread's netns, and a caller may have
+	// entered the pod's on its own thread (tests, a Go init step).
+	b, err := os.ReadFile("/proc/thread-self/net/if_inet6")
+	if err != nil {
+		b, err = os.ReadFile("/proc/net/if_inet6")
+	}
 	return err == nil && len(bytes.TrimSpace(b)) > 0
 }

@@ -1,11 +1,10 @@
 package intercept
 
-// Privileged tests: the rules installed in throw-away network namespaces, with real
-// connections. They skip (with the reason) when not root or without netns support;
-// WEFT_REQUIRE_PRIVILEGED=1 turns the skips into failures.
-//
-// TODO(intercept): this file carries a minimal local netns helper (newPod, inNS,
-// sweepStale) until conformance/pods lands on main; then use it and delete these.
+// Privileged tests: the rules installed in pods of conformance/pods (network
+// namespaces on a node's bridge), with real connections: the node's gateway
+// (10.250.0.1, fd00:250::1) plays the rest of the world and the resolver. They skip
+// (with the reason) when not root, without netns support or without both iptables
+// backends; WEFT_REQUIRE_PRIVILEGED=1 turns the skips into failures.
 
 import (
 	"bufio"
@@ -17,181 +16,47 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/weft-mesh/weft/conformance/pods"
 )
 
-// nsPrefix names every network namespace these tests create: "wint<pid>x<n>", so a
-// later run can sweep those of a killed one.
-const nsPrefix = "wint"
+// doer is a pod or the node: code run inside its network namespace.
+type doer interface{ Do(fn func() error) error }
 
-// sweepStale deletes namespaces of ours whose creating process is gone.
-func sweepStale() {
-	entries, err := os.ReadDir("/run/netns")
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), nsPrefix)
-		if !ok {
-			continue
-		}
-		pidText, _, ok := strings.Cut(rest, "x")
-		pid, err := strconv.Atoi(pidText)
-		if !ok || err != nil || pid == os.Getpid() {
-			continue
-		}
-		if _, err := os.Stat("/proc/" + pidText); err == nil {
-			continue // still running (maybe a parallel run)
-		}
-		_ = exec.Command("ip", "netns", "del", e.Name()).Run()
-	}
-}
-
-// requirePrivileged skips (or fails under WEFT_REQUIRE_PRIVILEGED=1) unless the test
-// can create network namespaces and run both iptables backends.
-func requirePrivileged(t *testing.T) {
+// newPod makes a node and a pod on it, after checking the iptables tools (NewNode
+// checks the rest).
+func newPod(t *testing.T) (*pods.Node, *pods.Pod) {
 	t.Helper()
-	reason := privilegedMissing()
-	if reason == "" {
-		return
-	}
-	if os.Getenv("WEFT_REQUIRE_PRIVILEGED") == "1" {
-		t.Fatalf("WEFT_REQUIRE_PRIVILEGED=1 and %s", reason)
-	}
-	t.Skip(reason)
-}
-
-func privilegedMissing() string {
-	if os.Geteuid() != 0 {
-		return "not root"
-	}
-	for _, name := range []string{"ip", "iptables-nft-restore", "iptables-legacy-restore", "ip6tables-nft-restore", "ip6tables-legacy-restore"} {
+	for _, name := range []string{"iptables-nft-restore", "iptables-legacy-restore", "ip6tables-nft-restore", "ip6tables-legacy-restore"} {
 		if _, err := lookTool(name); err != nil {
-			return err.Error()
-		}
-	}
-	// euid 0 without CAP_SYS_ADMIN cannot make a netns: probe on a throw-away thread.
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		errc <- unix.Unshare(unix.CLONE_NEWNET)
-	}()
-	if err := <-errc; err != nil {
-		return "cannot create a network namespace: " + err.Error()
-	}
-	return ""
-}
-
-var nsSeq atomic.Int64
-
-// pod is a network namespace with eth0 (a veth) to a peer namespace, IPv4 and IPv6:
-// pod 10.250.0.2 / fd77::2, peer 10.250.0.1 / fd77::1 (also its default route).
-type pod struct{ ns, peer string }
-
-var (
-	podV4  = netip.MustParseAddr("10.250.0.2")
-	peerV4 = netip.MustParseAddr("10.250.0.1")
-	podV6  = netip.MustParseAddr("fd77::2")
-	peerV6 = netip.MustParseAddr("fd77::1")
-)
-
-func ipCmd(args ...string) error {
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
-	}
-	return nil
-}
-
-func newPod(t *testing.T) *pod {
-	t.Helper()
-	n := nsSeq.Add(1)
-	p := &pod{
-		ns:   fmt.Sprintf("%s%dx%d", nsPrefix, os.Getpid(), n),
-		peer: fmt.Sprintf("%s%dx%dp", nsPrefix, os.Getpid(), n),
-	}
-	for _, ns := range []string{p.ns, p.peer} {
-		if err := ipCmd("netns", "add", ns); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = ipCmd("netns", "del", ns) }) // veths, rules and sockets' netns go with it
-	}
-	// No duplicate address detection, so the addresses are usable at once. (The first
-	// IPv6 connection over a new veth still takes about 1s, with or without rules.)
-	for _, ns := range []string{p.ns, p.peer} {
-		mustInNS(t, ns, func() error {
-			for _, f := range []string{"all", "default"} {
-				if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+f+"/accept_dad", []byte("0"), 0o644); err != nil {
-					return err
-				}
+			if os.Getenv(pods.RequireEnv) == "1" {
+				t.Fatalf("%s=1 and %v", pods.RequireEnv, err)
 			}
-			return nil
-		})
-	}
-	steps := [][]string{
-		{"-n", p.ns, "link", "set", "lo", "up"},
-		{"-n", p.peer, "link", "set", "lo", "up"},
-		{"-n", p.ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", p.peer},
-		{"-n", p.ns, "addr", "add", podV4.String() + "/24", "dev", "eth0"},
-		{"-n", p.peer, "addr", "add", peerV4.String() + "/24", "dev", "eth0"},
-		{"-n", p.ns, "addr", "add", podV6.String() + "/64", "dev", "eth0", "nodad"},
-		{"-n", p.peer, "addr", "add", peerV6.String() + "/64", "dev", "eth0", "nodad"},
-		{"-n", p.ns, "link", "set", "eth0", "up"},
-		{"-n", p.peer, "link", "set", "eth0", "up"},
-		{"-n", p.ns, "route", "add", "default", "via", peerV4.String()},
-		{"-n", p.ns, "-6", "route", "add", "default", "via", peerV6.String()},
-	}
-	for _, s := range steps {
-		if err := ipCmd(s...); err != nil {
-			t.Fatal(err)
+			t.Skip(err)
 		}
 	}
-	return p
+	n := pods.NewNode(t)
+	return n, n.AddPod(t, "app", "")
 }
 
-// inNS runs fn on a throw-away OS thread inside netns ns. Sockets made there stay in
-// ns; processes started there (iptables-restore, helpers) are in ns.
-func inNS(ns string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: Go discards the thread with the goroutine
-		fd, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", ns, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
-
-func mustInNS(t *testing.T, ns string, fn func() error) {
+func mustDo(t *testing.T, d doer, fn func() error) {
 	t.Helper()
-	if err := inNS(ns, fn); err != nil {
+	if err := d.Do(fn); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func saveIn(t *testing.T, ns string, b Backend, v6 bool) string {
+func saveIn(t *testing.T, d doer, b Backend, v6 bool) string {
 	t.Helper()
 	var s string
-	mustInNS(t, ns, func() (err error) {
+	mustDo(t, d, func() (err error) {
 		s, err = save(context.Background(), b, v6)
 		return err
 	})
@@ -287,27 +152,26 @@ func sameSet(a, b []string) bool {
 var backends = []Backend{BackendNFT, BackendLegacy}
 
 func TestApplyIdempotentAndRemove(t *testing.T) {
-	requirePrivileged(t)
 	for _, b := range backends {
 		t.Run(string(b), func(t *testing.T) {
-			p := newPod(t)
+			_, p := newPod(t)
 			// Someone else's rules and chain, which we must leave alone.
 			foreign := "*nat\n:OTHER - [0:0]\n-A OTHER -p tcp -j RETURN\n-A OUTPUT -p tcp -j OTHER\nCOMMIT\n"
-			mustInNS(t, p.ns, func() error { return restore(context.Background(), b, false, foreign) })
-			mustInNS(t, p.ns, func() error { return restore(context.Background(), b, true, foreign) })
-			foreignV4, foreignV6 := saveIn(t, p.ns, b, false), saveIn(t, p.ns, b, true)
+			mustDo(t, p, func() error { return restore(context.Background(), b, false, foreign) })
+			mustDo(t, p, func() error { return restore(context.Background(), b, true, foreign) })
+			foreignV4, foreignV6 := saveIn(t, p, b, false), saveIn(t, p, b, true)
 
 			cfg := DefaultConfig()
 			cfg.Backend, cfg.IPv6 = b, IPv6On
 			cfg.ExcludeCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00:96::/64")}
 			apply := func() {
 				t.Helper()
-				mustInNS(t, p.ns, func() error { return Apply(context.Background(), cfg) })
+				mustDo(t, p, func() error { return Apply(context.Background(), cfg) })
 			}
 			apply()
-			first := [2]string{saveIn(t, p.ns, b, false), saveIn(t, p.ns, b, true)}
+			first := [2]string{saveIn(t, p, b, false), saveIn(t, p, b, true)}
 			apply()
-			second := [2]string{saveIn(t, p.ns, b, false), saveIn(t, p.ns, b, true)}
+			second := [2]string{saveIn(t, p, b, false), saveIn(t, p, b, true)}
 			for i, fam := range []string{"IPv4", "IPv6"} {
 				if first[i] != second[i] {
 					t.Errorf("%s: a second Apply changed the rules:\nfirst:\n%s\nsecond:\n%s", fam, first[i], second[i])
@@ -329,7 +193,7 @@ func TestApplyIdempotentAndRemove(t *testing.T) {
 			cfg.DNS = false
 			apply()
 			for i, fam := range []string{"IPv4", "IPv6"} {
-				s := saveIn(t, p.ns, b, i == 1)
+				s := saveIn(t, p, b, i == 1)
 				if strings.Contains(s, "WEFT_DNS") || strings.Contains(s, "CT --zone") {
 					t.Errorf("%s: DNS rules left after --dns=false:\n%s", fam, s)
 				}
@@ -340,10 +204,10 @@ func TestApplyIdempotentAndRemove(t *testing.T) {
 
 			// Remove: exactly ours gone, the rest as it was; twice is fine.
 			for range 2 {
-				mustInNS(t, p.ns, func() error { return Remove(context.Background(), cfg) })
+				mustDo(t, p, func() error { return Remove(context.Background(), cfg) })
 			}
 			for i, want := range []string{foreignV4, foreignV6} {
-				got := saveIn(t, p.ns, b, i == 1)
+				got := saveIn(t, p, b, i == 1)
 				if strings.Contains(got, "WEFT_") {
 					t.Errorf("WEFT_ left after Remove:\n%s", got)
 				}
@@ -358,84 +222,49 @@ func TestApplyIdempotentAndRemove(t *testing.T) {
 // TestBackendAuto: auto picks the backend already holding rules, else nft, and
 // Remove with auto cleans whichever holds ours.
 func TestBackendAuto(t *testing.T) {
-	requirePrivileged(t)
-	p := newPod(t)
+	_, p := newPod(t)
 	cfg := DefaultConfig()
 	var res Result
-	mustInNS(t, p.ns, func() (err error) { res, err = ApplyResult(context.Background(), cfg); return err })
+	mustDo(t, p, func() (err error) { res, err = ApplyResult(context.Background(), cfg); return err })
 	if res.Backend != BackendNFT {
 		t.Errorf("fresh netns: backend %s (%s), want nft", res.Backend, res.BackendReason)
 	}
-	mustInNS(t, p.ns, func() error { return Remove(context.Background(), cfg) })
+	mustDo(t, p, func() error { return Remove(context.Background(), cfg) })
 
-	q := newPod(t)
-	mustInNS(t, q.ns, func() error {
+	_, q := newPod(t)
+	mustDo(t, q, func() error {
 		return restore(context.Background(), BackendLegacy, false, "*filter\n-A INPUT -p tcp --dport 9 -j DROP\nCOMMIT\n")
 	})
-	mustInNS(t, q.ns, func() (err error) { res, err = ApplyResult(context.Background(), cfg); return err })
+	mustDo(t, q, func() (err error) { res, err = ApplyResult(context.Background(), cfg); return err })
 	if res.Backend != BackendLegacy {
 		t.Errorf("netns with legacy rules: backend %s (%s), want legacy", res.Backend, res.BackendReason)
 	}
-	if s := saveIn(t, q.ns, BackendNFT, false); strings.Contains(s, "WEFT_") {
+	if s := saveIn(t, q, BackendNFT, false); strings.Contains(s, "WEFT_") {
 		t.Errorf("auto wrote to nft too:\n%s", s)
 	}
-	mustInNS(t, q.ns, func() (err error) { res, err = RemoveResult(context.Background(), cfg); return err })
-	if s := saveIn(t, q.ns, BackendLegacy, false); strings.Contains(s, "WEFT_") || !strings.Contains(s, "--dport 9 -j DROP") {
+	mustDo(t, q, func() (err error) { res, err = RemoveResult(context.Background(), cfg); return err })
+	if s := saveIn(t, q, BackendLegacy, false); strings.Contains(s, "WEFT_") || !strings.Contains(s, "--dport 9 -j DROP") {
 		t.Errorf("auto Remove left:\n%s", s)
 	}
-}
-
-// helperBinary is the test binary, copied where uid 1337 can run it (go test builds
-// in a 0700 directory).
-func helperBinary(t *testing.T) string {
-	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "wint-bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dst := filepath.Join(dir, "helper")
-	in, err := os.Open(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return dst
 }
 
 // helperEnv selects a helper mode in TestMain (see runHelper).
 const helperEnv = "WEFT_INTERCEPT_HELPER"
 
-// startHelper starts the test binary in netns ns as uid/gid, in mode with arg, and
+// startHelper starts the test binary bin in pod p as uid/gid, in mode with arg, and
 // returns its stdout lines. It is killed and reaped at cleanup.
-func startHelper(t *testing.T, bin, ns string, uid, gid uint32, mode, arg string) *bufio.Scanner {
+func startHelper(t *testing.T, bin string, p *pods.Pod, uid, gid int, mode, arg string) *bufio.Scanner {
 	t.Helper()
-	cmd := exec.Command(bin)
-	cmd.Env = []string{helperEnv + "=" + mode, "WEFT_HELPER_ARG=" + arg}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}} // no Pdeathsig: the forking thread dies at once
+	cmd := p.As(pods.User{UID: uid, GID: gid}).Command(bin)
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode, "WEFT_HELPER_ARG="+arg)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustInNS(t, ns, cmd.Start)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -552,10 +381,10 @@ func origDst(c net.Conn) (netip.AddrPort, error) {
 
 // listenIn opens a TCP listener in ns (MPTCP off, as the sidecar's in intercept mode);
 // each accepted connection is answered with name and sent on the returned channel.
-func listenIn(t *testing.T, ns, network, addr, name string) <-chan net.Conn {
+func listenIn(t *testing.T, d doer, network, addr, name string) <-chan net.Conn {
 	t.Helper()
 	var ln net.Listener
-	mustInNS(t, ns, func() (err error) {
+	mustDo(t, d, func() (err error) {
 		var lc net.ListenConfig
 		lc.SetMultipathTCP(false)
 		ln, err = lc.Listen(context.Background(), network, addr)
@@ -592,10 +421,10 @@ func listenIn(t *testing.T, ns, network, addr, name string) <-chan net.Conn {
 
 // dialFrom connects from ns in-process (uid 0: not the proxy), sends "ping" and
 // returns the answer and the local address.
-func dialFrom(t *testing.T, ns string, addr netip.AddrPort) (answer string, local netip.AddrPort) {
+func dialFrom(t *testing.T, d doer, addr netip.AddrPort) (answer string, local netip.AddrPort) {
 	t.Helper()
 	var c net.Conn
-	mustInNS(t, ns, func() (err error) {
+	mustDo(t, d, func() (err error) {
 		c, err = net.DialTimeout("tcp", addr.String(), 5*time.Second)
 		return err
 	})
@@ -627,15 +456,14 @@ func accepted(t *testing.T, conns <-chan net.Conn, what string) net.Conn {
 // proxy's uid and gid go out direct, inbound TCP to the pod goes to 15006 except the
 // excluded and sidecar ports, and DNS to port 53 goes to 15053 (not the proxy's).
 func TestRedirect(t *testing.T) {
-	requirePrivileged(t)
-	bin := helperBinary(t)
 	for _, b := range backends {
 		t.Run(string(b), func(t *testing.T) {
-			p := newPod(t)
+			node, p := newPod(t)
+			bin := node.TestBinary(t)
 			cfg := DefaultConfig()
 			cfg.Backend, cfg.IPv6 = b, IPv6On
 			cfg.ExcludeInboundPorts = []PortRange{{9090, 9090}}
-			mustInNS(t, p.ns, func() error { return Apply(context.Background(), cfg) })
+			mustDo(t, p, func() error { return Apply(context.Background(), cfg) })
 
 			for _, fam := range []struct {
 				name                 string
@@ -643,20 +471,20 @@ func TestRedirect(t *testing.T) {
 				pod, peer            netip.Addr
 				outboundAt, dnsReply string
 			}{
-				{"ipv4", "tcp4", "127.0.0.1", "0.0.0.0", podV4, peerV4, "127.0.0.1:15001", "127.0.0.1:15053"},
-				{"ipv6", "tcp6", "::1", "::", podV6, peerV6, "[::1]:15001", "[::1]:15053"},
+				{"ipv4", "tcp4", "127.0.0.1", "0.0.0.0", p.IP, node.Gateway, "127.0.0.1:15001", "127.0.0.1:15053"},
+				{"ipv6", "tcp6", "::1", "::", p.IP6, node.Gateway6, "[::1]:15001", "[::1]:15053"},
 			} {
 				t.Run(fam.name, func(t *testing.T) {
 					lp := func(a string, port int) string { return net.JoinHostPort(a, strconv.Itoa(port)) }
-					outbound := listenIn(t, p.ns, fam.network, fam.outboundAt, "outbound")
-					inbound := listenIn(t, p.ns, fam.network, lp(fam.any, 15006), "inbound")
-					excluded := listenIn(t, p.ns, fam.network, lp(fam.any, 9090), "app9090")
-					ready := listenIn(t, p.ns, fam.network, lp(fam.any, 15021), "ready")
-					peer := listenIn(t, p.peer, fam.network, lp(fam.peer.String(), 80), "peer")
+					outbound := listenIn(t, p, fam.network, fam.outboundAt, "outbound")
+					inbound := listenIn(t, p, fam.network, lp(fam.any, 15006), "inbound")
+					excluded := listenIn(t, p, fam.network, lp(fam.any, 9090), "app9090")
+					ready := listenIn(t, p, fam.network, lp(fam.any, 15021), "ready")
+					peer := listenIn(t, node, fam.network, lp(fam.peer.String(), 80), "peer")
 					target := netip.AddrPortFrom(fam.peer, 80)
 
 					// Outbound from the app (uid 0): to 15001, original destination kept.
-					ans, local := dialFrom(t, p.ns, target)
+					ans, local := dialFrom(t, p, target)
 					if ans != "outbound" {
 						t.Fatalf("app -> %s answered by %q, want the outbound listener", target, ans)
 					}
@@ -669,8 +497,8 @@ func TestRedirect(t *testing.T) {
 					}
 
 					// The proxy (uid 1337) and anything with gid 1337: direct to the peer.
-					for _, id := range []struct{ uid, gid uint32 }{{DefaultProxyUID, DefaultProxyGID}, {4242, DefaultProxyGID}, {DefaultProxyUID, 4242}} {
-						sc := startHelper(t, bin, p.ns, id.uid, id.gid, "tcp", target.String())
+					for _, id := range []struct{ uid, gid int }{{DefaultProxyUID, DefaultProxyGID}, {4242, DefaultProxyGID}, {DefaultProxyUID, 4242}} {
+						sc := startHelper(t, bin, p, id.uid, id.gid, "tcp", target.String())
 						readLine(t, sc) // local=... remote=...
 						if got := readLine(t, sc); got != "answer=peer" {
 							t.Errorf("uid %d gid %d -> %s: %q, want the peer directly", id.uid, id.gid, target, got)
@@ -678,7 +506,7 @@ func TestRedirect(t *testing.T) {
 						accepted(t, peer, "peer")
 					}
 					// And a process with neither is captured like the test process.
-					sc := startHelper(t, bin, p.ns, 4242, 4242, "tcp", target.String())
+					sc := startHelper(t, bin, p, 4242, 4242, "tcp", target.String())
 					readLine(t, sc)
 					if got := readLine(t, sc); got != "answer=outbound" {
 						t.Errorf("uid 4242 gid 4242: %q, want the outbound listener", got)
@@ -688,7 +516,7 @@ func TestRedirect(t *testing.T) {
 					// Inbound from the peer to the pod: to 15006, original destination kept;
 					// -d 9090 and the sidecar's 15021 reach their listeners directly.
 					dst := netip.AddrPortFrom(fam.pod, 8080)
-					if ans, _ := dialFrom(t, p.peer, dst); ans != "inbound" {
+					if ans, _ := dialFrom(t, node, dst); ans != "inbound" {
 						t.Fatalf("peer -> %s answered by %q, want the inbound listener", dst, ans)
 					}
 					c = accepted(t, inbound, "inbound")
@@ -701,7 +529,7 @@ func TestRedirect(t *testing.T) {
 						ch   <-chan net.Conn
 					}{{9090, "app9090", excluded}, {15021, "ready", ready}} {
 						dst := netip.AddrPortFrom(fam.pod, uint16(tc.port))
-						if ans, _ := dialFrom(t, p.peer, dst); ans != tc.want {
+						if ans, _ := dialFrom(t, node, dst); ans != tc.want {
 							t.Errorf("peer -> %s answered by %q, want %q (not captured)", dst, ans, tc.want)
 						}
 						c := accepted(t, tc.ch, tc.want)
@@ -713,25 +541,25 @@ func TestRedirect(t *testing.T) {
 					// DNS: the app's UDP to port 53 reaches the proxy's 15053 (uid 1337) and
 					// its answer comes back from the address queried; the proxy's own query
 					// goes to the resolver.
-					echo := startHelper(t, bin, p.ns, DefaultProxyUID, DefaultProxyGID, "udpecho", fam.dnsReply)
+					echo := startHelper(t, bin, p, DefaultProxyUID, DefaultProxyGID, "udpecho", fam.dnsReply)
 					if got := readLine(t, echo); got != "ready" {
 						t.Fatalf("udpecho: %q", got)
 					}
-					listenUDPEcho(t, p.peer, lp(fam.peer.String(), 53), "resolver:")
+					listenUDPEcho(t, node, lp(fam.peer.String(), 53), "resolver:")
 					dns := netip.AddrPortFrom(fam.peer, 53)
 					// The query socket is connected: an answer not translated back to
 					// the address queried would be dropped and the helper would fail.
-					q := startHelper(t, bin, p.ns, 4242, 4242, "udpquery", dns.String())
+					q := startHelper(t, bin, p, 4242, 4242, "udpquery", dns.String())
 					if got, want := readLine(t, q), fmt.Sprintf("from=%s data=echo:q", dns); got != want {
 						t.Errorf("app UDP DNS query: %q, want %q (answered by the proxy on 15053)", got, want)
 					}
-					q = startHelper(t, bin, p.ns, DefaultProxyUID, DefaultProxyGID, "udpquery", dns.String())
+					q = startHelper(t, bin, p, DefaultProxyUID, DefaultProxyGID, "udpquery", dns.String())
 					if got, want := readLine(t, q), fmt.Sprintf("from=%s data=resolver:q", dns); got != want {
 						t.Errorf("proxy UDP DNS query: %q, want %q (the resolver itself)", got, want)
 					}
 					// TCP 53 from the app too.
-					dnsTCP := listenIn(t, p.ns, fam.network, fam.dnsReply, "dns-tcp")
-					if ans, _ := dialFrom(t, p.ns, dns); ans != "dns-tcp" {
+					dnsTCP := listenIn(t, p, fam.network, fam.dnsReply, "dns-tcp")
+					if ans, _ := dialFrom(t, p, dns); ans != "dns-tcp" {
 						t.Errorf("app TCP DNS: answered by %q, want the proxy's 15053", ans)
 					}
 					accepted(t, dnsTCP, "dns tcp")
@@ -739,9 +567,9 @@ func TestRedirect(t *testing.T) {
 			}
 
 			// Remove returns the pod to direct traffic.
-			mustInNS(t, p.ns, func() error { return Remove(context.Background(), cfg) })
-			peer := listenIn(t, p.peer, "tcp4", "10.250.0.1:81", "peer81")
-			if ans, _ := dialFrom(t, p.ns, netip.MustParseAddrPort("10.250.0.1:81")); ans != "peer81" {
+			mustDo(t, p, func() error { return Remove(context.Background(), cfg) })
+			peer := listenIn(t, node, "tcp4", netip.AddrPortFrom(node.Gateway, 81).String(), "peer81")
+			if ans, _ := dialFrom(t, p, netip.AddrPortFrom(node.Gateway, 81)); ans != "peer81" {
 				t.Errorf("after Remove: answered by %q, want the peer directly", ans)
 			}
 			accepted(t, peer, "peer after Remove")
@@ -750,10 +578,10 @@ func TestRedirect(t *testing.T) {
 }
 
 // listenUDPEcho answers each datagram with prefix+data, in ns, until cleanup.
-func listenUDPEcho(t *testing.T, ns, addr, prefix string) {
+func listenUDPEcho(t *testing.T, d doer, addr, prefix string) {
 	t.Helper()
 	var pc net.PacketConn
-	mustInNS(t, ns, func() (err error) {
+	mustDo(t, d, func() (err error) {
 		pc, err = net.ListenPacket("udp", addr)
 		return err
 	})
@@ -774,22 +602,67 @@ func listenUDPEcho(t *testing.T, ns, addr, prefix string) {
 
 // TestEBPFModeInboundOnly: --mode ebpf captures inbound and leaves outbound alone.
 func TestEBPFModeInboundOnly(t *testing.T) {
-	requirePrivileged(t)
-	p := newPod(t)
+	node, p := newPod(t)
 	cfg := DefaultConfig()
 	cfg.Mode, cfg.IPv6 = ModeEBPF, IPv6Off
-	mustInNS(t, p.ns, func() error { return Apply(context.Background(), cfg) })
-	inbound := listenIn(t, p.ns, "tcp4", "0.0.0.0:15006", "inbound")
-	peer := listenIn(t, p.peer, "tcp4", "10.250.0.1:80", "peer")
-	if ans, _ := dialFrom(t, p.peer, netip.MustParseAddrPort("10.250.0.2:8080")); ans != "inbound" {
+	mustDo(t, p, func() error { return Apply(context.Background(), cfg) })
+	inbound := listenIn(t, p, "tcp4", "0.0.0.0:15006", "inbound")
+	gw := netip.AddrPortFrom(node.Gateway, 80)
+	peer := listenIn(t, node, "tcp4", gw.String(), "peer")
+	if ans, _ := dialFrom(t, node, netip.AddrPortFrom(p.IP, 8080)); ans != "inbound" {
 		t.Errorf("inbound in ebpf mode answered by %q", ans)
 	}
 	accepted(t, inbound, "inbound")
-	if ans, _ := dialFrom(t, p.ns, netip.MustParseAddrPort("10.250.0.1:80")); ans != "peer" {
+	if ans, _ := dialFrom(t, p, gw); ans != "peer" {
 		t.Errorf("outbound in ebpf mode answered by %q, want the peer (not captured)", ans)
 	}
 	accepted(t, peer, "peer")
-	if s := saveIn(t, p.ns, BackendNFT, false); strings.Contains(s, "WEFT_REDIRECT") || strings.Contains(s, "WEFT_DNS") {
+	if s := saveIn(t, p, BackendNFT, false); strings.Contains(s, "WEFT_REDIRECT") || strings.Contains(s, "WEFT_DNS") {
 		t.Errorf("outbound or DNS chains in ebpf mode:\n%s", s)
+	}
+}
+
+// TestMainApplyRemove: the command itself (what `sidecar intercept` runs) in a pod:
+// installs, says what it chose, removes.
+func TestMainApplyRemove(t *testing.T) {
+	_, p := newPod(t)
+	var out, errb strings.Builder
+	rc := -1
+	mustDo(t, p, func() error { rc = Main([]string{"-d", "9901", "-x", "10.96.0.0/12"}, &out, &errb); return nil })
+	if rc != 0 || !strings.Contains(errb.String(), "installed") || !strings.Contains(errb.String(), "backend nft, IPv4+IPv6") {
+		t.Fatalf("apply: rc %d, %q", rc, errb.String())
+	}
+	if s := saveIn(t, p, BackendNFT, true); !strings.Contains(s, "-A WEFT_INBOUND -p tcp -m tcp --dport 9901 -j RETURN") {
+		t.Errorf("IPv6 rules lack -d 9901:\n%s", s)
+	}
+	errb.Reset()
+	mustDo(t, p, func() error { rc = Main([]string{"--remove"}, &out, &errb); return nil })
+	if rc != 0 || !strings.Contains(errb.String(), "removed") {
+		t.Fatalf("remove: rc %d, %q", rc, errb.String())
+	}
+	for _, v6 := range []bool{false, true} {
+		if s := saveIn(t, p, BackendNFT, v6); strings.Contains(s, "WEFT_") {
+			t.Errorf("left after --remove:\n%s", s)
+		}
+	}
+	if out.Len() != 0 {
+		t.Errorf("stdout: %q (only --dry-run and --help print there)", out.String())
+	}
+}
+
+// TestIPv6Auto: --ipv6 auto follows the pod's netns (thread), not the process's.
+func TestIPv6Auto(t *testing.T) {
+	_, p := newPod(t)
+	var before, after bool
+	mustDo(t, p, func() error {
+		before = wantIPv6(IPv6Auto)
+		if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/disable_ipv6", []byte("1"), 0o644); err != nil {
+			return err
+		}
+		after = wantIPv6(IPv6Auto)
+		return nil
+	})
+	if !before || after {
+		t.Errorf("auto: %v with IPv6 in the pod, %v with it disabled; want true, false", before, after)
 	}
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+
+	"github.com/weft-mesh/weft/conformance/pods"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -22,7 +24,9 @@ func TestMain(m *testing.M) {
 		os.Exit(runHelper(mode, os.Getenv("WEFT_HELPER_ARG")))
 	}
 	flag.Parse()
-	sweepStale() // netns left by a killed privileged run (netns_test.go)
+	if err := pods.Sweep(); err != nil { // what a killed privileged run left
+		fmt.Fprintln(os.Stderr, err)
+	}
 	goleak.VerifyTestMain(m)
 }
 
