@@ -17,6 +17,7 @@ import (
 // keys are the etcd keys under one prefix (see the package doc).
 type keys struct {
 	prefix    string
+	id        string // the store's identity, made by the first Open
 	log       string // watched by every replica: head, compacted, records
 	head      string
 	compacted string
@@ -29,7 +30,7 @@ type keys struct {
 
 func newKeys(prefix string) keys {
 	return keys{
-		prefix: prefix, log: prefix + "l/", head: prefix + "l/head", compacted: prefix + "l/compacted",
+		prefix: prefix, id: prefix + "id", log: prefix + "l/", head: prefix + "l/head", compacted: prefix + "l/compacted",
 		records: prefix + "l/r/", chunks: prefix + "c/", chunkIdx: prefix + "ci/",
 		snapshots: prefix + "s/", manifest: prefix + "s/manifest",
 	}
@@ -168,16 +169,19 @@ type wireObject struct {
 	Kind       string            `json:"kind"`
 	Metadata   resource.Metadata `json:"metadata"`
 	Spec       json.RawMessage   `json:"spec"`
+	Status     *resource.Status  `json:"status,omitempty"`
 }
 
-// contentOf is what decides whether an update is a change: labels, annotations
-// and spec (encoding/json sorts map keys, so equal content gives equal bytes).
+// contentOf is what decides whether an update is a change: labels, annotations,
+// spec and pilot's status (encoding/json sorts map keys, so equal content gives
+// equal bytes).
 func contentOf(o *resource.Object) ([]byte, error) {
 	b, err := json.Marshal(struct {
 		Labels      map[string]string `json:"l,omitempty"`
 		Annotations map[string]string `json:"a,omitempty"`
 		Spec        any               `json:"s"`
-	}{o.Metadata.Labels, o.Metadata.Annotations, o.Spec})
+		Status      *resource.Status  `json:"st,omitempty"`
+	}{o.Metadata.Labels, o.Metadata.Annotations, o.Spec, o.Status})
 	if err != nil {
 		return nil, fmt.Errorf("%s: encode content: %w", o.Key(), err)
 	}
@@ -202,5 +206,5 @@ func decodeObject(data []byte) (*resource.Object, error) {
 	if err := json.Unmarshal(w.Spec, spec); err != nil {
 		return nil, fmt.Errorf("decode object %s: spec: %w", key, err)
 	}
-	return &resource.Object{APIVersion: w.APIVersion, Kind: w.Kind, Metadata: w.Metadata, Spec: spec}, nil
+	return &resource.Object{APIVersion: w.APIVersion, Kind: w.Kind, Metadata: w.Metadata, Spec: spec, Status: w.Status}, nil
 }

@@ -175,6 +175,7 @@ type Store struct {
 	log  hclog.Logger
 	ctx  context.Context // of the follow loop; canceled by Close
 	stop context.CancelFunc
+	id   string        // store.Identifier: made by the first Open of this prefix
 	done chan struct{} // closed by Close; stops watchers
 	wg   sync.WaitGroup
 
@@ -195,6 +196,7 @@ var (
 	_ store.Store         = (*Store)(nil)
 	_ store.Compactor     = (*Store)(nil)
 	_ store.WatchBufferer = (*Store)(nil)
+	_ store.Identifier    = (*Store)(nil)
 )
 
 // Open connects to etcd, loads the store under cfg.Prefix (snapshot and log)
@@ -220,7 +222,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		advanced: make(chan struct{}), watchers: make(map[*watcher]struct{}),
 	}
 	lctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout+cfg.RequestTimeout)
-	at, err := s.load(lctx)
+	s.id, err = s.identity(lctx)
+	var at int64
+	if err == nil {
+		at, err = s.load(lctx)
+	}
 	cancel()
 	if err != nil {
 		stop()
@@ -233,6 +239,27 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	go s.follow(at)
 	return s, nil
 }
+
+// identity reads the store's id, making it if this is the prefix's first Open.
+func (s *Store) identity(ctx context.Context) (string, error) {
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(s.k.id), "=", 0)).
+		Then(clientv3.OpPut(s.k.id, newID())).Else(clientv3.OpGet(s.k.id)).Commit()
+	if err != nil {
+		return "", fmt.Errorf("store id: %w", err)
+	}
+	if !resp.Succeeded {
+		return string(resp.Responses[0].GetResponseRange().Kvs[0].Value), nil
+	}
+	resp2, err := s.cli.Get(ctx, s.k.id)
+	if err != nil || len(resp2.Kvs) != 1 {
+		return "", fmt.Errorf("store id: read back: %v", err)
+	}
+	return string(resp2.Kvs[0].Value), nil
+}
+
+// ID is the store's identity (store.Identifier): made when the prefix was first
+// opened, the same for every replica.
+func (s *Store) ID() string { return s.id }
 
 // state is what load reads: objects at rev.
 type state struct {
@@ -640,7 +667,7 @@ func planOne(m store.Mutation, objects map[string]entry, next store.Revision) (s
 	}
 	md := m.Object.Metadata
 	md.Generation, md.Revision = gen, int64(next)
-	data, err := json.Marshal(&resource.Object{APIVersion: apiVersion, Kind: m.Object.Kind, Metadata: md, Spec: m.Object.Spec})
+	data, err := json.Marshal(&resource.Object{APIVersion: apiVersion, Kind: m.Object.Kind, Metadata: md, Spec: m.Object.Spec, Status: m.Object.Status})
 	if err != nil {
 		return store.Event{}, nil, nil, fmt.Errorf("%w: %s: encode: %w", store.ErrInvalid, key, err)
 	}
