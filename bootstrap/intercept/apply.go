@@ -220,6 +220,11 @@ func ApplyResult(ctx context.Context, cfg Config) (Result, error) {
 		return res, fmt.Errorf("--ipv6 %s: this netns has IPv6 but %s is missing (install it, or pass --ipv6=false)",
 			cfg.IPv6, tool(res.Backend, true, "restore"))
 	}
+	if res.IPv6 {
+		if err := addPassthroughV6(); err != nil {
+			return res, err
+		}
+	}
 	for i, v6 := range families(res.IPv6) {
 		err := applyFamily(ctx, res.Backend, v6, ruleSet(cfg, v6))
 		if err == nil {

@@ -24,9 +24,7 @@
 // ports are always excluded from inbound capture (the contract), Istio leaves that to
 // the injector's -d; malformed list items are errors (Istio ignores bad CIDRs); DNS
 // capture is always "capture all" (Istio's CAPTURE_ALL_DNS), not by resolv.conf
-// server; the ::6 address is not added to lo (the sidecar reaches the app from
-// 127.0.0.6 over IPv4, per the contract; the ::6 RETURN rule is kept for an IPv6 app
-// address). --mode ebpf keeps, besides PREROUTING, the OUTPUT rule that sends the
+// server. --mode ebpf keeps, besides PREROUTING, the OUTPUT rule that sends the
 // proxy's own calls to its pod's address over lo to inbound capture, so inbound
 // handling is the same in both modes (the contract's "only the inbound chains").
 package intercept

@@ -34,8 +34,8 @@ does, with the same letters:
   --dns-port PORT  the sidecar's DNS proxy (15053)
   --mode     iptables (default) or ebpf: only the inbound part, outbound and DNS are the
              BPF programs' (then -o and -x are refused)
-  --ipv6     also ip6tables (::1, ::6 for 127.0.0.1, 127.0.0.6); auto (default): when the
-             netns has IPv6
+  --ipv6     also ip6tables (::1, ::6 for 127.0.0.1, 127.0.0.6; ::6/128 is added to lo
+             as istio-iptables does); auto (default): when the netns has IPv6
   --backend  auto (default: the one holding rules in this netns, else nft), nft, legacy
   --dry-run  print the rules (iptables-restore input) and change nothing
   --remove   delete exactly the chains and jumps this command installs
@@ -209,7 +209,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		v6 := wantIPv6(cfg.IPv6)
 		fmt.Fprintf(stdout, "# iptables-restore --noflush input (IPv4)\n%s", Rules(cfg, false))
 		if v6 {
-			fmt.Fprintf(stdout, "# ip6tables-restore --noflush input (IPv6)\n%s", Rules(cfg, true))
+			fmt.Fprintf(stdout, "# ip6tables-restore --noflush input (IPv6), after adding %s/128 to lo\n%s", InboundPassthroughV6, Rules(cfg, true))
 		}
 		return 0
 	}

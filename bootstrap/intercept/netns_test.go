@@ -281,14 +281,19 @@ func readLine(t *testing.T, sc *bufio.Scanner) string {
 }
 
 // runHelper is the child side: it reports on stdout and exits.
-//   - tcp ADDR: connect, print "local=A remote=B", send "ping", print the answer.
+//   - tcp [SRC,]ADDR: connect (from SRC), print "local=A remote=B", send "ping", print the answer.
 //   - udpecho ADDR: listen, print "ready", answer each datagram with "echo:"+data.
 //   - udpquery ADDR: connected UDP socket, send "q", print "from=B data=D".
 func runHelper(mode, arg string) int {
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "helper:", err); return 1 }
 	switch mode {
 	case "tcp":
-		c, err := net.DialTimeout("tcp", arg, 5*time.Second)
+		d := net.Dialer{Timeout: 5 * time.Second}
+		if src, dst, ok := strings.Cut(arg, ","); ok { // "SRC,DST": bind the source address
+			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(src)}
+			arg = dst
+		}
+		c, err := d.Dial("tcp", arg)
 		if err != nil {
 			return fail(err)
 		}
@@ -470,9 +475,10 @@ func TestRedirect(t *testing.T) {
 				network, lo, any     string
 				pod, peer            netip.Addr
 				outboundAt, dnsReply string
+				passthrough          string
 			}{
-				{"ipv4", "tcp4", "127.0.0.1", "0.0.0.0", p.IP, node.Gateway, "127.0.0.1:15001", "127.0.0.1:15053"},
-				{"ipv6", "tcp6", "::1", "::", p.IP6, node.Gateway6, "[::1]:15001", "[::1]:15053"},
+				{"ipv4", "tcp4", "127.0.0.1", "0.0.0.0", p.IP, node.Gateway, "127.0.0.1:15001", "127.0.0.1:15053", InboundPassthroughV4},
+				{"ipv6", "tcp6", "::1", "::", p.IP6, node.Gateway6, "[::1]:15001", "[::1]:15053", InboundPassthroughV6},
 			} {
 				t.Run(fam.name, func(t *testing.T) {
 					lp := func(a string, port int) string { return net.JoinHostPort(a, strconv.Itoa(port)) }
@@ -537,6 +543,32 @@ func TestRedirect(t *testing.T) {
 							t.Errorf("uncaptured %s arrived at %v", dst, got)
 						}
 					}
+
+					// Calls to the pod's own address over lo (app 8080 listens there):
+					// the proxy's own (uid 1337) go through inbound capture, as Istio's
+					// "app calls its own Service"; the proxy's from the inbound
+					// passthrough source (127.0.0.6, ::6) reach the app; the app's own
+					// reach the app.
+					app := listenIn(t, p, fam.network, lp(fam.any, 8080), "app8080")
+					self := netip.AddrPortFrom(fam.pod, 8080)
+					sc = startHelper(t, bin, p, DefaultProxyUID, DefaultProxyGID, "tcp", self.String())
+					readLine(t, sc)
+					if got := readLine(t, sc); got != "answer=inbound" {
+						t.Errorf("proxy -> own pod %s: %q, want the inbound listener", self, got)
+					}
+					if got, err := origDst(accepted(t, inbound, "inbound (self call)")); err != nil || got != self {
+						t.Errorf("self call SO_ORIGINAL_DST = %v, %v; want %v", got, err, self)
+					}
+					sc = startHelper(t, bin, p, DefaultProxyUID, DefaultProxyGID, "tcp", fam.passthrough+","+self.String())
+					readLine(t, sc)
+					if got := readLine(t, sc); got != "answer=app8080" {
+						t.Errorf("proxy from %s -> %s: %q, want the app directly", fam.passthrough, self, got)
+					}
+					accepted(t, app, "app (passthrough)")
+					if ans, _ := dialFrom(t, p, self); ans != "app8080" {
+						t.Errorf("app -> own pod %s: %q, want the app directly", self, ans)
+					}
+					accepted(t, app, "app (own call)")
 
 					// DNS: the app's UDP to port 53 reaches the proxy's 15053 (uid 1337) and
 					// its answer comes back from the address queried; the proxy's own query
