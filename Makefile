@@ -4,7 +4,7 @@ GO      ?= go
 BIN     ?= bin
 FUZZTIME ?= 10s
 
-.PHONY: all build test vet staticcheck unit demo bench fuzz clean deps
+.PHONY: all build test vet staticcheck unit demo bench fuzz clean deps generate
 
 all: build
 
@@ -28,6 +28,16 @@ build: deps
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/pilot ./pilot/cmd/pilot
 	$(SIDECAR_BUILD) -ldflags "$(LDFLAGS)" -o $(BIN)/sidecar ./sidecar/cmd/sidecar
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/meshctl ./tools/meshctl/cmd/meshctl
+
+# Regenerates the committed eBPF objects (ebpf/bpf) from their C source; needs
+# clang, llvm and libbpf-dev (installed here when missing, as .ci/run does).
+# ebpf/bpf's test checks that the committed output matches the source.
+BPF_APT ?= clang llvm libbpf-dev
+generate: deps
+	@missing=""; for p in $(BPF_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then sudo=""; [ "$$(id -u)" -ne 0 ] && sudo=sudo; \
+	  $$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends $$missing; fi
+	$(GO) generate ./ebpf/bpf
 
 vet: deps
 	$(GO) vet ./...

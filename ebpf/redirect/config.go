@@ -1,0 +1,80 @@
+package redirect
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+)
+
+// Defaults for the zero fields of Config (Istio's numbers, as bootstrap/intercept).
+const (
+	DefaultOutboundPort = 15001
+	DefaultDNSPort      = 15053
+	DefaultProxyUID     = 1337
+	// DefaultMaxConns bounds each connection map (original destination by
+	// socket cookie, and by 4-tuple). Both are LRU maps: past the bound the
+	// least recently used entry goes; a tuple entry is needed only between
+	// the handshake and the sidecar's SO_ORIGINAL_DST, a cookie entry for
+	// getpeername and DNS replies while its socket lives (sock_release frees
+	// it). Map memory is charged to the attaching process's memory cgroup:
+	// about 120 bytes an entry, 2 maps.
+	DefaultMaxConns = 16384
+	// MaxConnsLimit is the largest Config.MaxConns accepted.
+	MaxConnsLimit = 1 << 20
+)
+
+// Config says where and how to redirect. The zero value of every field but
+// Cgroup means its default.
+type Config struct {
+	// Cgroup is the pod's cgroup v2 directory (absolute). The cgroup root is
+	// refused: it holds every process on the machine.
+	Cgroup string
+	// OutboundPort is the sidecar's outbound listener: 127.0.0.1 for IPv4 and
+	// IPv4-mapped destinations, [::1] for IPv6 ones.
+	OutboundPort uint16
+	// DNSPort is the sidecar's DNS proxy (127.0.0.1, or [::1] for IPv6
+	// servers), used when DNS is set.
+	DNSPort uint16
+	// ProxyUID is the sidecar's uid: its sockets are never redirected.
+	ProxyUID uint32
+	// ExcludeMark, when not 0, also excludes sockets carrying this SO_MARK
+	// (set before connect).
+	ExcludeMark uint32
+	// DNS redirects UDP and TCP to port 53 (any address) to DNSPort.
+	DNS bool
+	// MaxConns sizes the connection maps (DefaultMaxConns when 0).
+	MaxConns uint32
+}
+
+// withDefaults fills the zero fields.
+func (c Config) withDefaults() Config {
+	if c.OutboundPort == 0 {
+		c.OutboundPort = DefaultOutboundPort
+	}
+	if c.DNSPort == 0 {
+		c.DNSPort = DefaultDNSPort
+	}
+	if c.ProxyUID == 0 {
+		c.ProxyUID = DefaultProxyUID
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	return c
+}
+
+// Validate checks c (after defaults) without touching the system.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.Cgroup == "":
+		return errors.New("redirect: Config.Cgroup is empty: give the pod's cgroup v2 directory")
+	case !filepath.IsAbs(c.Cgroup):
+		return fmt.Errorf("redirect: Config.Cgroup %q is not an absolute path", c.Cgroup)
+	case c.DNS && c.DNSPort == c.OutboundPort:
+		return fmt.Errorf("redirect: Config.DNSPort %d is also Config.OutboundPort", c.DNSPort)
+	case c.MaxConns > MaxConnsLimit:
+		return fmt.Errorf("redirect: Config.MaxConns %d is above the limit %d", c.MaxConns, MaxConnsLimit)
+	}
+	return nil
+}

@@ -1,0 +1,495 @@
+//go:build linux
+
+package redirect
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-mesh/weft/tools/testkit"
+)
+
+const ioTimeout = 5 * time.Second
+
+// setup attaches cfg to a fresh cgroup that this test process enters, in a
+// fresh netns. Cleanup order: leave the cgroup, detach, remove it, remove the netns.
+func setup(t *testing.T, cfg Config) (*netns, *Redirect) {
+	t.Helper()
+	requirePrivileged(t)
+	n := newNetns(t)
+	cfg.Cgroup = newCgroup(t)
+	r, err := Attach(cfg)
+	if err != nil {
+		t.Fatalf("Attach: %+v", err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	enterCgroup(t, cfg.Cgroup)
+	return n, r
+}
+
+// accept takes one connection from ln within ioTimeout.
+func accept(t *testing.T, ln net.Listener) net.Conn {
+	t.Helper()
+	if err := ln.(*net.TCPListener).SetDeadline(time.Now().Add(ioTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("accept on %s: %v", ln.Addr(), err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// noConn checks nothing is waiting on ln.
+func noConn(t *testing.T, ln net.Listener) {
+	t.Helper()
+	if err := ln.(*net.TCPListener).SetDeadline(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := ln.Accept(); err == nil {
+		c.Close()
+		t.Fatalf("%s got a connection from %s it should not have", ln.Addr(), c.RemoteAddr())
+	}
+}
+
+// checkRedirected: the client c's connection arrived at proxy with
+// SO_ORIGINAL_DST and the client's getpeername both want, and carries bytes.
+func checkRedirected(t *testing.T, proxy net.Listener, c net.Conn, want netip.AddrPort) {
+	t.Helper()
+	s := accept(t, proxy)
+	if got, wantPeer := s.RemoteAddr().String(), c.LocalAddr().String(); got != wantPeer {
+		t.Fatalf("proxy accepted %s, want the client %s", got, wantPeer)
+	}
+	od, err := OriginalDst(s.(*net.TCPConn))
+	if err != nil {
+		t.Fatalf("OriginalDst: %v", err)
+	}
+	if od.Addr().Unmap() != want.Addr() || od.Port() != want.Port() {
+		t.Fatalf("SO_ORIGINAL_DST = %s, want %s", od, want)
+	}
+	if got := tcpAddrPort(c.RemoteAddr()); got != want {
+		t.Fatalf("client's getpeername = %s, want %s", got, want)
+	}
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	_ = s.SetReadDeadline(time.Now().Add(ioTimeout))
+	if _, err := io.ReadFull(s, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("proxy read %q, %v", buf, err)
+	}
+}
+
+func stats(t *testing.T, r *Redirect) Stats {
+	t.Helper()
+	s, err := r.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestRedirectIPv4(t *testing.T) {
+	n, r := setup(t, Config{})
+	proxy := n.listen(t, "tcp4", "127.0.0.1:15001")
+	up := n.listen(t, "tcp4", upstreamIP+":8080")
+	want := netip.MustParseAddrPort(upstreamIP + ":8080")
+
+	c, err := n.dial("tcp4", want.String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	checkRedirected(t, proxy, c, want)
+	noConn(t, up)
+
+	// An explicit client of the proxy is not redirected and has no original destination.
+	c2, err := n.dial("tcp4", "127.0.0.1:15001", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	s2 := accept(t, proxy)
+	if od, err := OriginalDst(s2.(*net.TCPConn)); !errors.Is(err, unix.ENOENT) {
+		t.Fatalf("explicit client's SO_ORIGINAL_DST = %v, %v; want ENOENT", od, err)
+	}
+	if st := stats(t, r); st.Redirected != 1 || st.OrigDstAnswered != 1 || st.OrigDstMissed != 1 {
+		t.Fatalf("stats %+v, want 1 redirected, 1 answered, 1 missed", st)
+	}
+
+	// DNS off: UDP to port 53 is left alone.
+	dns := n.listenUDP(t, "udp4", upstreamIP+":53")
+	u, err := n.dial("udp4", upstreamIP+":53", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	if _, err := u.Write([]byte("q")); err != nil {
+		t.Fatal(err)
+	}
+	_ = dns.SetReadDeadline(time.Now().Add(ioTimeout))
+	buf := make([]byte, 16)
+	if _, from, err := dns.ReadFrom(buf); err != nil || from.String() != u.LocalAddr().String() {
+		t.Fatalf("upstream UDP 53 read from %v, %v; want the client directly", from, err)
+	}
+
+	// Closed: new connections go where they were sent.
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c3, err := n.dial("tcp4", want.String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	accept(t, up)
+}
+
+// TestRedirectIPv4MappedDualStackClient: an AF_INET6 socket (not V6ONLY)
+// connecting to ::ffff:a.b.c.d only passes connect6.
+func TestRedirectIPv4MappedDualStackClient(t *testing.T) {
+	n, _ := setup(t, Config{})
+	proxy := n.listen(t, "tcp4", "127.0.0.1:15001")
+	up := n.listen(t, "tcp4", upstreamIP+":8080")
+	var c net.Conn
+	if err := n.Do(func() error {
+		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		f := os.NewFile(uintptr(fd), "dualstack")
+		defer f.Close()
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0); err != nil {
+			return err
+		}
+		sa := &unix.SockaddrInet6{Port: 8080, Addr: netip.MustParseAddr("::ffff:" + upstreamIP).As16()}
+		if err := unix.Connect(fd, sa); err != nil {
+			return err
+		}
+		c, err = net.FileConn(f)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	checkRedirected(t, proxy, c, netip.MustParseAddrPort(upstreamIP+":8080"))
+	noConn(t, up)
+}
+
+func TestRedirectIPv6(t *testing.T) {
+	n, _ := setup(t, Config{})
+	proxy := n.listen(t, "tcp6", "[::1]:15001")
+	up := n.listen(t, "tcp6", "["+upstreamIP6+"]:8080")
+	want := netip.MustParseAddrPort("[" + upstreamIP6 + "]:8080")
+	c, err := n.dial("tcp6", want.String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	checkRedirected(t, proxy, c, want)
+	noConn(t, up)
+}
+
+// TestProxyNotRedirected: the sidecar's uid and, when set, mark are excluded.
+func TestProxyNotRedirected(t *testing.T) {
+	n, r := setup(t, Config{ExcludeMark: 0x539})
+	proxy := n.listen(t, "tcp4", "127.0.0.1:15001")
+	up := n.listen(t, "tcp4", upstreamIP+":8080")
+
+	t.Run("uid", func(t *testing.T) {
+		cmd := exec.Command("bash", "-c", "exec 3<>/dev/tcp/"+upstreamIP+"/8080 && echo hi >&3")
+		cmd.Dir = "/"
+		cmd.SysProcAttr = credential(DefaultProxyUID)
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		n.start(t, cmd)
+		s := accept(t, up)
+		buf := make([]byte, 3)
+		_ = s.SetReadDeadline(time.Now().Add(ioTimeout))
+		if _, err := io.ReadFull(s, buf); err != nil || string(buf) != "hi\n" {
+			t.Fatalf("upstream read %q, %v", buf, err)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("uid %d client: %v: %s", DefaultProxyUID, err, out.String())
+		}
+	})
+	t.Run("mark", func(t *testing.T) {
+		d := &net.Dialer{Timeout: ioTimeout, Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, 0x539)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}}
+		c, err := n.dial("tcp4", upstreamIP+":8080", d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		accept(t, up)
+	})
+	noConn(t, proxy)
+	if st := stats(t, r); st.Excluded != 2 || st.Redirected != 0 {
+		t.Fatalf("stats %+v, want 2 excluded, 0 redirected", st)
+	}
+}
+
+// fakeDNS answers every datagram on pc with "re:"+query to its sender.
+func fakeDNS(pc net.PacketConn) {
+	buf := make([]byte, 512)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		_, _ = pc.WriteTo(append([]byte("re:"), buf[:n]...), from)
+	}
+}
+
+// readReply reads one answer on pc and returns its source as the app sees it.
+func readReply(t *testing.T, pc net.PacketConn, query string) netip.AddrPort {
+	t.Helper()
+	_ = pc.SetReadDeadline(time.Now().Add(ioTimeout))
+	buf := make([]byte, 512)
+	n, from, err := pc.ReadFrom(buf)
+	if err != nil {
+		t.Fatalf("read DNS reply: %v", err)
+	}
+	if got := string(buf[:n]); got != "re:"+query {
+		t.Fatalf("reply %q, want %q", got, "re:"+query)
+	}
+	return tcpAddrPort(from)
+}
+
+// TestDNSRedirect: UDP (connected and not) and TCP to port 53 reach the DNS
+// proxy, and the app sees replies come from the server it asked.
+func TestDNSRedirect(t *testing.T) {
+	n, r := setup(t, Config{DNS: true})
+	for _, addr := range []string{"127.0.0.1:15053", "[::1]:15053"} {
+		network := "udp4"
+		if strings.HasPrefix(addr, "[") {
+			network = "udp6"
+		}
+		pc := n.listenUDP(t, network, addr)
+		done := make(chan struct{})
+		go func() { defer close(done); fakeDNS(pc) }()
+		t.Cleanup(func() { pc.Close(); <-done })
+	}
+	dnsTCP := n.listen(t, "tcp4", "127.0.0.1:15053")
+	server := netip.MustParseAddrPort("10.250.0.53:53")
+	server6 := netip.MustParseAddrPort("[fd00:250::53]:53")
+
+	t.Run("udp4 connected", func(t *testing.T) {
+		c, err := n.dial("udp4", server.String(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte("a")); err != nil {
+			t.Fatal(err)
+		}
+		if from := readReply(t, c.(*net.UDPConn), "a"); from != server {
+			t.Fatalf("reply from %s, want %s", from, server)
+		}
+		if got := tcpAddrPort(c.RemoteAddr()); got != server {
+			t.Fatalf("getpeername %s, want %s", got, server)
+		}
+	})
+	t.Run("udp4 sendto", func(t *testing.T) {
+		pc := n.listenUDP(t, "udp4", "0.0.0.0:0")
+		if _, err := pc.WriteTo([]byte("b"), net.UDPAddrFromAddrPort(server)); err != nil {
+			t.Fatal(err)
+		}
+		if from := readReply(t, pc, "b"); from != server {
+			t.Fatalf("reply from %s, want %s", from, server)
+		}
+	})
+	t.Run("udp6 connected", func(t *testing.T) {
+		c, err := n.dial("udp6", server6.String(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte("c")); err != nil {
+			t.Fatal(err)
+		}
+		if from := readReply(t, c.(*net.UDPConn), "c"); from != server6 {
+			t.Fatalf("reply from %s, want %s", from, server6)
+		}
+	})
+	t.Run("tcp4", func(t *testing.T) {
+		c, err := n.dial("tcp4", server.String(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		checkRedirected(t, dnsTCP, c, server)
+	})
+	if st := stats(t, r); st.DNSRedirected != 4 || st.Redirected != 0 {
+		t.Fatalf("stats %+v, want 4 DNS redirects", st)
+	}
+}
+
+// TestSIGKILLLeavesNothingAttached: the links die with the attaching process,
+// and after the cgroup is removed no link names it.
+func TestSIGKILLLeavesNothingAttached(t *testing.T) {
+	requirePrivileged(t)
+	cg := newCgroup(t)
+	var st unix.Stat_t
+	if err := unix.Stat(cg, &st); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), attacherEnv+"="+cg)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("attacher: %v", err)
+	}
+	var links []link.ID
+	var progs []ebpf.ProgramID
+	for _, f := range strings.Fields(line) {
+		id, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			t.Fatalf("attacher said %q", line)
+		}
+		l, err := link.NewFromID(link.ID(id))
+		if err != nil {
+			t.Fatalf("link %d: %v", id, err)
+		}
+		info, err := l.Info()
+		l.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cgi := info.Cgroup(); cgi == nil || cgi.CgroupId != st.Ino {
+			t.Fatalf("link %d is not on cgroup %s (id %d): %+v", id, cg, st.Ino, info.Cgroup())
+		}
+		links = append(links, link.ID(id))
+		progs = append(progs, info.Program)
+	}
+	if len(links) != 11 {
+		t.Fatalf("attacher made %d links, want 11 (DNS on)", len(links))
+	}
+	if n := linksOnCgroup(t, st.Ino); n != 11 {
+		t.Fatalf("%d links on the cgroup, want 11", n)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	testkit.Wait(t, ioTimeout, func() error {
+		for _, id := range links {
+			if l, err := link.NewFromID(id); err == nil {
+				l.Close()
+				return errors.New("link " + strconv.Itoa(int(id)) + " still exists")
+			}
+		}
+		for _, id := range progs {
+			if p, err := ebpf.NewProgramFromID(id); err == nil {
+				p.Close()
+				return errors.New("program " + strconv.Itoa(int(id)) + " still loaded")
+			}
+		}
+		return nil
+	})
+	if err := unix.Rmdir(cg); err != nil {
+		t.Fatalf("remove cgroup: %v", err)
+	}
+	if n := linksOnCgroup(t, st.Ino); n != 0 {
+		t.Fatalf("%d links still name the removed cgroup", n)
+	}
+}
+
+// linksOnCgroup counts the kernel's cgroup links on cgroup id ino.
+func linksOnCgroup(t *testing.T, ino uint64) int {
+	t.Helper()
+	var it link.Iterator
+	defer it.Close()
+	n := 0
+	for it.Next() {
+		info, err := it.Link.Info()
+		if err != nil {
+			continue // went away meanwhile
+		}
+		if cgi := info.Cgroup(); cgi != nil && cgi.CgroupId == ino {
+			n++
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestSelfTest(t *testing.T) {
+	requirePrivileged(t)
+	n := newNetns(t)
+	cg := newCgroup(t)
+	t.Run("outside the cgroup", func(t *testing.T) {
+		err := n.Do(func() error { return SelfTest(t.Context(), cg) })
+		if err == nil || !strings.Contains(err.Error(), "not redirected") {
+			t.Fatalf("SelfTest from outside the cgroup = %v, want 'not redirected'", err)
+		}
+	})
+	t.Run("cgroup root", func(t *testing.T) {
+		root, _ := cgroupRoot()
+		err := n.Do(func() error { return SelfTest(t.Context(), root) })
+		if err == nil || !strings.Contains(err.Error(), "cgroup v2 root") {
+			t.Fatalf("SelfTest(root) = %v", err)
+		}
+	})
+	t.Run("inside", func(t *testing.T) {
+		enterCgroup(t, cg)
+		if err := n.Do(func() error { return SelfTest(t.Context(), cg) }); err != nil {
+			t.Fatalf("SelfTest: %+v", err)
+		}
+		if n := linksOnCgroup(t, cgroupID(t, cg)); n != 0 {
+			t.Fatalf("SelfTest left %d links", n)
+		}
+	})
+}
+
+func cgroupID(t *testing.T, dir string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
