@@ -204,6 +204,10 @@ type Content struct {
 	// snapshot has one (HasRootCA); the digest covers it as well.
 	RootCA    [32]byte
 	HasRootCA bool
+	// RollbackEpoch goes up on a deliberate store regression (pilot
+	// --accept-store-regression): content with a lower revision than a
+	// sidecar runs is accepted only with a higher epoch.
+	RollbackEpoch uint64
 }
 
 // Binding says node NodeID belongs to Scope. Pilot signs one per ADS stream, so
@@ -243,12 +247,13 @@ func SignContent(priv ed25519.PrivateKey, c Content) (*Signed, error) {
 		return nil, fmt.Errorf("sign manifest content for scope %q: count %d is negative", c.Scope, c.Count)
 	}
 	pc := &manifestpb.Content{
-		Scope:      c.Scope,
-		Revision:   c.Revision,
-		Digest:     c.Digest[:],
-		Count:      uint64(c.Count),
-		IssuedAt:   timestamppb.New(c.IssuedAt),
-		ValidUntil: timestamppb.New(c.ValidUntil),
+		Scope:         c.Scope,
+		Revision:      c.Revision,
+		Digest:        c.Digest[:],
+		Count:         uint64(c.Count),
+		IssuedAt:      timestamppb.New(c.IssuedAt),
+		ValidUntil:    timestamppb.New(c.ValidUntil),
+		RollbackEpoch: c.RollbackEpoch,
 	}
 	if c.HasRootCA {
 		pc.RootCaSha256 = c.RootCA[:]
@@ -344,6 +349,7 @@ type Manifest struct {
 	NodeID          string
 	Scope           string
 	Revision        int64
+	RollbackEpoch   uint64 // Content.RollbackEpoch
 	Digest          [32]byte
 	Count           int
 	IssuedAt        time.Time // of the content statement
@@ -626,6 +632,7 @@ func decoded(c *manifestpb.Content, b *manifestpb.Binding) (*Manifest, error) {
 		NodeID:          b.GetNodeId(),
 		Scope:           c.GetScope(),
 		Revision:        c.GetRevision(),
+		RollbackEpoch:   c.GetRollbackEpoch(),
 		Count:           int(c.GetCount()),
 		IssuedAt:        c.GetIssuedAt().AsTime(),
 		BindingIssuedAt: b.GetIssuedAt().AsTime(),

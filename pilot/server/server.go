@@ -34,6 +34,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/status/outlieragg"
 	"github.com/weft-mesh/weft/pilot/store"
 	"github.com/weft-mesh/weft/pilot/store/boltstore"
+	"github.com/weft-mesh/weft/pilot/store/highwater"
 )
 
 // DefaultAdminAddr, DefaultXDSAddr and DefaultXDSTLSAddr are Istio's port
@@ -99,6 +100,11 @@ type Config struct {
 	// authenticated xDS): for local development and tests of other features
 	// only. Logged at Warn at start and shown by /healthz.
 	InsecurePlaintextRegistration bool
+	// AcceptStoreRegression starts pilot on a store behind its record of the
+	// revisions it served (pilot/store/highwater), or on another store, and
+	// bumps the rollback epoch so sidecars accept the older revisions. Without
+	// it such a store is refused at start.
+	AcceptStoreRegression bool
 	// CA opens the mesh CA; nil runs without one, and then without the TLS
 	// listener (nothing can register unless InsecurePlaintextRegistration).
 	CA AuthorityFunc
@@ -226,6 +232,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("reading store revision: %w", err)
 	}
 	log.Info("store opened", "data_dir", cfg.DataDir, "revision", rev)
+	served, err := checkServed(cfg, st, rev)
+	if err != nil {
+		return err
+	}
 
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
@@ -302,6 +312,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
+	wg.Go(func() { highwater.Follow(ctx, st, cfg.DataDir, served, highwaterInterval, log.Named("highwater")) })
 	wg.Go(func() {
 		log.Info("admin API listening", "addr", adminLis.Addr().String())
 		if err := srv.Serve(adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -324,7 +335,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 				log.Info("xDS listening", "addr", tlsLis.Addr().String(), "tls", true)
 			}
 			env := XDSEnv{Store: st, Listener: xdsLis, TLSListener: tlsLis, Authority: authority, TrustDomain: cfg.TrustDomain,
-				PlaintextRegistration: cfg.InsecurePlaintextRegistration, Registry: reg, Status: tracker, DataDir: cfg.DataDir, Logger: log.Named("xds")}
+				PlaintextRegistration: cfg.InsecurePlaintextRegistration, Registry: reg, Status: tracker, DataDir: cfg.DataDir, Logger: log.Named("xds"),
+				RollbackEpoch: served.RollbackEpoch}
 			if err := cfg.XDS(ctx, env); err != nil {
 				errc <- fmt.Errorf("xDS: %w", err)
 			}
@@ -360,4 +372,34 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		runErr = errors.Join(runErr, err)
 	}
 	return runErr
+}
+
+// highwaterInterval coalesces writes of the served-revision record: a burst of
+// applies costs one fsync'd write per interval. A regression inside the last
+// interval before a crash is not caught (the record trails by at most this).
+const highwaterInterval = 200 * time.Millisecond
+
+// checkServed refuses a store behind pilot's record of what it served, or
+// another store (an empty or replaced file), unless AcceptStoreRegression; it
+// returns the record to keep, with the rollback epoch manifests carry.
+func checkServed(cfg Config, st store.Store, head store.Revision) (highwater.Record, error) {
+	idr, ok := st.(store.Identifier)
+	if !ok {
+		return highwater.Record{}, fmt.Errorf("store %T has no identity: pilot cannot tell it from another store", st)
+	}
+	rec, found, err := highwater.Load(cfg.DataDir)
+	if err != nil {
+		return highwater.Record{}, err
+	}
+	next, warn, err := highwater.Check(rec, found, idr.ID(), head, cfg.AcceptStoreRegression, time.Now())
+	if err != nil {
+		return highwater.Record{}, fmt.Errorf("store in %s: %w", cfg.DataDir, err)
+	}
+	if warn != "" {
+		cfg.Logger.Warn("store regression accepted: sidecars will be told to take older revisions", "detail", warn, "rollback_epoch", next.RollbackEpoch)
+	}
+	if err := highwater.Save(cfg.DataDir, next); err != nil {
+		return highwater.Record{}, err
+	}
+	return next, nil
 }

@@ -46,6 +46,10 @@ type XDSEnv struct {
 	Status                *status.Tracker
 	DataDir               string
 	Logger                hclog.Logger
+	// RollbackEpoch is signed into every manifest (pilot/store/highwater):
+	// sidecars refuse a lower revision than they run unless it comes with a
+	// higher epoch.
+	RollbackEpoch uint64
 }
 
 // XDSLimits are every limit of the built-in xDS stack. DefaultXDSLimits holds the
@@ -154,7 +158,7 @@ func ServeADS(lim XDSLimits) XDSFunc {
 			return errors.New("xDS: TLSListener and Authority go together")
 		}
 		log := env.Logger
-		pcfg := publish.Config{Logger: log.Named("source"), Validity: lim.ManifestValidity,
+		pcfg := publish.Config{Logger: log.Named("source"), Validity: lim.ManifestValidity, RollbackEpoch: env.RollbackEpoch,
 			ReportGenError: env.Status.GenError, ReportCurrency: env.Status.Currency}
 		// With the mesh CA (pilot/ca.Service), manifests are signed by its
 		// certified publisher (key in the data directory, chain renewed by the CA)

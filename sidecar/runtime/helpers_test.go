@@ -164,6 +164,7 @@ type signOpts struct {
 	issued   time.Time
 	validity time.Duration
 	revision int64
+	epoch    uint64 // the content's rollback epoch
 	extra    []manifest.Entry
 	scope    string // content scope; default "test-scope"
 	bindTo   string // binding scope; default scope
@@ -218,7 +219,7 @@ func (e *env) sign(res dt.Resources, o signOpts) *anypb.Any {
 		e.t.Fatal(err)
 	}
 	content := manifest.Content{Scope: o.scope, Revision: o.revision, Digest: d, Count: len(entries),
-		IssuedAt: o.issued, ValidUntil: o.issued.Add(o.validity)}
+		IssuedAt: o.issued, ValidUntil: o.issued.Add(o.validity), RollbackEpoch: o.epoch}
 	if o.rootCA != nil {
 		content.RootCA, content.HasRootCA = manifest.Hash(o.rootCA), true
 	}

@@ -386,6 +386,15 @@ func (r *Runtime) applyLocked(u *xdsclient.Update) error {
 			r.publishLocked()
 			return nil
 		}
+		// Same resources signed at a lower revision (a lagging or regressed
+		// pilot): nothing served changes, and the manifest kept is the newer
+		// one, so the active revision never goes down.
+		if cur.m != nil && Backwards(cur.m, mv.Verified) != nil {
+			r.counters.NoOps++
+			r.lastConfirmed, r.pending = now, ""
+			r.publishLocked()
+			return nil
+		}
 		// Same resources, re-signed manifest (new validity, a new stream's
 		// binding, or another publisher: a new key, a renewed certificate):
 		// keep the compiled config, record and persist the new manifest.
@@ -408,6 +417,13 @@ func (r *Runtime) applyLocked(u *xdsclient.Update) error {
 		r.persistLocked(now)
 		r.publishLocked()
 		return nil
+	}
+	if cur := r.cur; mv != nil && cur != nil && cur.m != nil {
+		if err := Backwards(cur.m, mv.Verified); err != nil {
+			r.counters.Backwards++
+			r.log.Warn("candidate refused, previous configuration keeps serving", "error", err)
+			return err
+		}
 	}
 	state := make(map[string]map[string]any, len(u.Resources))
 	for typ, byName := range u.Resources {
@@ -652,4 +668,23 @@ func Check(err error) string {
 		return "content"
 	}
 	return "read"
+}
+
+// ErrBackwards is content older than what the sidecar runs.
+var ErrBackwards = errors.New("content older than the active configuration")
+
+// Backwards refuses next when it would move the sidecar backwards: a store
+// revision lower than cur's within the same rollback epoch, or an older epoch.
+// A deliberate regression comes with a higher epoch (pilot
+// --accept-store-regression), and then any revision is taken. Content with
+// the same resources never reaches here (it is a no-op, whatever revision it
+// is signed at).
+func Backwards(cur, next *manifest.Manifest) error {
+	switch {
+	case next.RollbackEpoch < cur.RollbackEpoch:
+		return fmt.Errorf("%w: manifest rollback epoch %d is older than the active %d (revision %d): refused, the active configuration keeps serving", ErrBackwards, next.RollbackEpoch, cur.RollbackEpoch, next.Revision)
+	case next.RollbackEpoch == cur.RollbackEpoch && next.Revision < cur.Revision:
+		return fmt.Errorf("%w: manifest revision %d is lower than the active revision %d (rollback epoch %d): refused, the active configuration keeps serving; pilot's store went backwards (for a deliberate restore, pilot --accept-store-regression raises the epoch)", ErrBackwards, next.Revision, cur.Revision, cur.RollbackEpoch)
+	}
+	return nil
 }

@@ -99,6 +99,9 @@ type Counters struct {
 	Activations uint64 `json:"activations"`
 	Rejected    uint64 `json:"rejected"` // candidates that failed to compile (NACKed)
 	NoOps       uint64 `json:"noOps"`    // candidates equal to the active configuration
+	// Backwards: candidates refused as older than the active configuration
+	// (a lower revision in the same rollback epoch; NACKed).
+	Backwards uint64 `json:"backwards"`
 }
 
 // Dump returns the picture at the time of the call (never nil). The published

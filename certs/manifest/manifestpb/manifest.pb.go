@@ -45,7 +45,11 @@ type Content struct {
 	// (the trust bundle and CRL pilot sends), empty when the scope has none. The
 	// digest covers it too; this copy lets a sidecar keep the bundle with just the
 	// signed manifest that delivered it, as proof of where a root came from.
-	RootCaSha256  []byte `protobuf:"bytes,7,opt,name=root_ca_sha256,json=rootCaSha256,proto3" json:"root_ca_sha256,omitempty"`
+	RootCaSha256 []byte `protobuf:"bytes,7,opt,name=root_ca_sha256,json=rootCaSha256,proto3" json:"root_ca_sha256,omitempty"`
+	// rollback_epoch goes up when an operator starts pilot on a store behind
+	// what it served (pilot --accept-store-regression). A sidecar refuses content
+	// whose revision is lower than the one it runs unless its epoch is higher.
+	RollbackEpoch uint64 `protobuf:"varint,8,opt,name=rollback_epoch,json=rollbackEpoch,proto3" json:"rollback_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -127,6 +131,13 @@ func (x *Content) GetRootCaSha256() []byte {
 		return x.RootCaSha256
 	}
 	return nil
+}
+
+func (x *Content) GetRollbackEpoch() uint64 {
+	if x != nil {
+		return x.RollbackEpoch
+	}
+	return 0
 }
 
 // Binding says that one node belongs to one scope. Pilot signs it per ADS stream
@@ -318,7 +329,7 @@ var File_manifestpb_manifest_proto protoreflect.FileDescriptor
 
 const file_manifestpb_manifest_proto_rawDesc = "" +
 	"\n" +
-	"\x19manifestpb/manifest.proto\x12\x10weft.manifest.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x02\n" +
+	"\x19manifestpb/manifest.proto\x12\x10weft.manifest.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xac\x02\n" +
 	"\aContent\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x16\n" +
@@ -327,7 +338,8 @@ const file_manifestpb_manifest_proto_rawDesc = "" +
 	"\tissued_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt\x12;\n" +
 	"\vvalid_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"validUntil\x12$\n" +
-	"\x0eroot_ca_sha256\x18\a \x01(\fR\frootCaSha256\"\xf1\x01\n" +
+	"\x0eroot_ca_sha256\x18\a \x01(\fR\frootCaSha256\x12%\n" +
+	"\x0erollback_epoch\x18\b \x01(\x04R\rrollbackEpoch\"\xf1\x01\n" +
 	"\aBinding\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x127\n" +

@@ -33,6 +33,8 @@ func run() int {
 		"xDS and the CA's CSR service over TLS (TLS 1.3; client certificates verified against the mesh trust bundle and CRL; without one a client may read, not register)")
 	fs.BoolVar(&cfg.InsecurePlaintextRegistration, "insecure-plaintext-registration", false,
 		"INSECURE: let any client of --xds-addr register as any workload (namespace and labels from its own metadata); for local development and tests only")
+	fs.BoolVar(&cfg.AcceptStoreRegression, "accept-store-regression", false,
+		"start on a store behind the revision this pilot has served, or on another store (refused otherwise), and tell sidecars to accept the older revisions (bumps the rollback epoch); for a deliberate restore")
 	fs.StringVar(&cfg.TrustDomain, "trust-domain", server.DefaultTrustDomain, "the mesh's SPIFFE trust domain")
 	var caOpts caFlags
 	fs.StringVar(&caOpts.rootCert, "ca-root-cert", "", "plugged-in CA: the root certificate (PEM) sidecars trust; without it pilot generates its own root in <data-dir>/ca")

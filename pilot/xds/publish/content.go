@@ -19,6 +19,7 @@ import (
 // wait on that entry alone.
 type contentCache struct {
 	validity time.Duration
+	epoch    uint64 // Config.RollbackEpoch, signed into every content
 
 	mu     sync.Mutex // guards scopes and every scopeContent
 	scopes map[string]*scopeContent
@@ -48,8 +49,8 @@ type contentEntry struct {
 	err    error
 }
 
-func newContentCache(validity time.Duration) *contentCache {
-	return &contentCache{validity: validity, scopes: map[string]*scopeContent{}}
+func newContentCache(validity time.Duration, epoch uint64) *contentCache {
+	return &contentCache{validity: validity, epoch: epoch, scopes: map[string]*scopeContent{}}
 }
 
 func (c *contentCache) acquire(scope string) {
@@ -94,11 +95,18 @@ func (c *contentCache) get(scope string, base *snapshot.Snapshot, now time.Time,
 	}
 	if e == nil {
 		e = &contentEntry{base: base, scope: scope, priv: priv, keyID: keyID, issued: now}
+		// Only the newest content (by revision) is reused for a snapshot with
+		// the same resources: reusing an older one would sign a revert (D at 5,
+		// E at 6, D again at 7) as revision 5, and a sidecar running 6 refuses
+		// a revision lower than its own.
+		var newest *contentEntry
 		for _, x := range sc.entries {
-			if fresh(x) && sameContent(base, x.base) {
-				e.issued, e.from = x.issued, x
-				break
+			if newest == nil || x.base.Revision > newest.base.Revision {
+				newest = x
 			}
+		}
+		if x := newest; x != nil && fresh(x) && x.base.Revision <= base.Revision && sameContent(base, x.base) {
+			e.issued, e.from = x.issued, x
 		}
 		sc.entries = append([]*contentEntry{e}, sc.entries[:min(len(sc.entries), keepContent-1)]...)
 	}
@@ -114,6 +122,6 @@ func (c *contentCache) resolve(e *contentEntry) {
 			e.signed, e.err, e.from = e.from.signed, e.from.err, nil
 			return
 		}
-		e.signed, e.err = sign.Content(e.priv, e.scope, e.base, e.issued, c.validity)
+		e.signed, e.err = sign.ContentAtEpoch(e.priv, e.scope, e.base, e.issued, c.validity, c.epoch)
 	})
 }

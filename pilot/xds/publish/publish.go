@@ -45,8 +45,10 @@ type Config struct {
 	// (covered by its manifest like everything else); a change is pushed to
 	// every stream at once.
 	Trust    TrustSource
-	Validity time.Duration    // manifest validity; re-signed at half of it
-	Clock    func() time.Time // nil = time.Now
+	Validity time.Duration // manifest validity; re-signed at half of it
+	// RollbackEpoch is signed into every manifest content (pilot/store/highwater).
+	RollbackEpoch uint64
+	Clock         func() time.Time // nil = time.Now
 	// ReportGenError shows a proxy's failed (msg != "") or recovered (msg == "")
 	// generation in its status.
 	ReportGenError func(nodeID string, rev int64, msg string)
@@ -106,7 +108,7 @@ func newSource(cfg Config) *Source {
 		cfg.Clock = time.Now
 	}
 	return &Source{cfg: cfg, scopes: map[string]map[*watch]struct{}{}, errs: map[string]scopeErr{}, checked: checkCache{max: maxCheckEntries, run: checkSidecar},
-		contents: newContentCache(cfg.Validity), rootCAs: rootCACache{src: cfg.Trust}}
+		contents: newContentCache(cfg.Validity, cfg.RollbackEpoch), rootCAs: rootCACache{src: cfg.Trust}}
 }
 
 // rootCA is the current ROOTCA; a failure to build it is logged once per

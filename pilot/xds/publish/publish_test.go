@@ -200,7 +200,7 @@ func TestContentCache(t *testing.T) {
 		return s
 	}
 	priv := testKey(t)
-	c := newContentCache(time.Hour)
+	c := newContentCache(time.Hour, 0)
 	c.acquire("a")
 	c.acquire("b")
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -263,7 +263,7 @@ func TestContentSignedOncePerChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, priv := newContentCache(time.Hour), testKey(t)
+	c, priv := newContentCache(time.Hour, 0), testKey(t)
 	c.acquire("s")
 	defer c.release("s")
 	const streams = 64

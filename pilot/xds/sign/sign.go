@@ -46,6 +46,13 @@ type Publisher struct {
 // resource in snap is not covered), with the hash of its ROOTCA Secret apart
 // when it has one, valid from issued for validity (0: DefaultValidity).
 func Content(priv ed25519.PrivateKey, scope string, snap *snapshot.Snapshot, issued time.Time, validity time.Duration) (*manifest.Signed, error) {
+	return ContentAtEpoch(priv, scope, snap, issued, validity, 0)
+}
+
+// ContentAtEpoch is Content carrying pilot's rollback epoch
+// (pilot/store/highwater): sidecars accept a revision lower than the one they
+// run only from a higher epoch.
+func ContentAtEpoch(priv ed25519.PrivateKey, scope string, snap *snapshot.Snapshot, issued time.Time, validity time.Duration, epoch uint64) (*manifest.Signed, error) {
 	what := fmt.Sprintf("sign manifest content for scope %q", scope)
 	validity, err := check(what, priv, issued, validity)
 	if err != nil {
@@ -74,7 +81,7 @@ func Content(priv ed25519.PrivateKey, scope string, snap *snapshot.Snapshot, iss
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	c := manifest.Content{Scope: scope, Revision: snap.Revision, Digest: d, Count: len(entries), IssuedAt: issued, ValidUntil: issued.Add(validity)}
+	c := manifest.Content{Scope: scope, Revision: snap.Revision, Digest: d, Count: len(entries), IssuedAt: issued, ValidUntil: issued.Add(validity), RollbackEpoch: epoch}
 	if r, ok := snap.Resources[manifest.SecretTypeURL][manifest.RootCAName]; ok {
 		c.RootCA, c.HasRootCA = manifest.Hash(r.Any.GetValue()), true
 	}
