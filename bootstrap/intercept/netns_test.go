@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -284,6 +285,7 @@ func readLine(t *testing.T, sc *bufio.Scanner) string {
 //   - tcp [SRC,]ADDR: connect (from SRC), print "local=A remote=B", send "ping", print the answer.
 //   - udpecho ADDR: listen, print "ready", answer each datagram with "echo:"+data.
 //   - udpquery ADDR: connected UDP socket, send "q", print "from=B data=D".
+//   - intercept ARGS: Main(ARGS split on spaces), its exit status.
 func runHelper(mode, arg string) int {
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "helper:", err); return 1 }
 	switch mode {
@@ -341,6 +343,8 @@ func runHelper(mode, arg string) int {
 			return fail(err)
 		}
 		fmt.Printf("from=%s data=%s\n", c.RemoteAddr(), b[:n])
+	case "intercept": // `sidecar intercept ARG...` (ARG split on spaces)
+		return Main(strings.Fields(arg), os.Stdout, os.Stderr)
 	default:
 		return fail(fmt.Errorf("unknown mode %q", mode))
 	}
@@ -655,11 +659,23 @@ func TestEBPFModeInboundOnly(t *testing.T) {
 }
 
 // TestMainApplyRemove: the command itself (what `sidecar intercept` runs) in a pod:
-// installs, says what it chose, removes.
+// a dry run changes nothing, then it installs, says what it chose, removes.
 func TestMainApplyRemove(t *testing.T) {
 	_, p := newPod(t)
 	var out, errb strings.Builder
 	rc := -1
+	mustDo(t, p, func() error { rc = Main([]string{"--dry-run"}, &out, &errb); return nil })
+	if rc != 0 || !strings.Contains(out.String(), "*nat\n") {
+		t.Fatalf("dry run: rc %d, %q %q", rc, out.String(), errb.String())
+	}
+	out.Reset()
+	for _, b := range backends {
+		for _, v6 := range []bool{false, true} {
+			if s := saveIn(t, p, b, v6); strings.Contains(s, "WEFT_") {
+				t.Errorf("a dry run installed rules (%s):\n%s", b, s)
+			}
+		}
+	}
 	mustDo(t, p, func() error { rc = Main([]string{"-d", "9901", "-x", "10.96.0.0/12"}, &out, &errb); return nil })
 	if rc != 0 || !strings.Contains(errb.String(), "installed") || !strings.Contains(errb.String(), "backend nft, IPv4+IPv6") {
 		t.Fatalf("apply: rc %d, %q", rc, errb.String())
@@ -696,5 +712,49 @@ func TestIPv6Auto(t *testing.T) {
 	})
 	if !before || after {
 		t.Errorf("auto: %v with IPv6 in the pod, %v with it disabled; want true, false", before, after)
+	}
+}
+
+// TestCapabilities: the init container's capabilities (NET_ADMIN and NET_RAW only,
+// as root: what the injector grants) suffice for both backends, IPv4 and IPv6, apply
+// and remove; without NET_ADMIN it fails (so the bound really held).
+func TestCapabilities(t *testing.T) {
+	node, p := newPod(t)
+	setpriv, err := lookTool("setpriv")
+	if err != nil {
+		t.Skip(err)
+	}
+	bin := node.TestBinary(t)
+	run := func(caps, args string) (int, string) {
+		cmd := p.Command(setpriv, "--bounding-set", "-all"+caps, "--inh-caps", "-all", "--", bin)
+		cmd.Env = append(os.Environ(), helperEnv+"=intercept", "WEFT_HELPER_ARG="+args)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode(), string(out)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0, string(out)
+	}
+	for _, b := range backends {
+		if rc, out := run(",+net_admin,+net_raw", "--ipv6=true --backend "+string(b)); rc != 0 {
+			t.Fatalf("%s with NET_ADMIN, NET_RAW: exit %d: %s", b, rc, out)
+		}
+		for _, v6 := range []bool{false, true} {
+			if s := saveIn(t, p, b, v6); !strings.Contains(s, "-A WEFT_REDIRECT") {
+				t.Errorf("%s: no rules installed:\n%s", b, s)
+			}
+		}
+		if rc, out := run(",+net_admin,+net_raw", "--remove --backend "+string(b)); rc != 0 {
+			t.Fatalf("%s --remove with NET_ADMIN, NET_RAW: exit %d: %s", b, rc, out)
+		}
+		if s := saveIn(t, p, b, false); strings.Contains(s, "WEFT_") {
+			t.Errorf("%s: left after --remove:\n%s", b, s)
+		}
+	}
+	if rc, out := run(",+net_raw", "--ipv6=false --backend nft"); rc != 1 || !strings.Contains(out, "ermission denied") && !strings.Contains(out, "not permitted") {
+		t.Errorf("without NET_ADMIN: exit %d, want 1 (a permission error): %s", rc, out)
 	}
 }
