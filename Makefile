@@ -4,7 +4,7 @@ GO      ?= go
 BIN     ?= bin
 FUZZTIME ?= 10s
 
-.PHONY: all build test vet staticcheck unit demo bench fuzz clean deps generate
+.PHONY: all build test vet staticcheck unit demo demo-pods bench fuzz clean deps generate
 
 all: build
 
@@ -54,6 +54,13 @@ test: vet staticcheck unit
 # revisions and history, shows a stale --if-match refused, stops and cleans up.
 demo: build
 	$(GO) run ./tools/demo --bin $(BIN) --examples examples
+
+# The demo's pod mode (needs root): pilot in a node network namespace, pods
+# frontend and reviews with the real interception (sidecar intercept, sidecars as
+# uid 1337), curl http://reviews.shop:9080/ by name, pilot killed, interception
+# removed; everything it makes is removed at the end (tools/demo/pods.go).
+demo-pods: build
+	$(GO) run ./tools/demo --bin $(BIN) --pods
 
 # Benchmarks of every package that has them (tools/bench/run.sh; extend it there).
 bench: deps

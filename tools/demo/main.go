@@ -5,7 +5,9 @@
 // each an application and a sidecar; a weighted route, a route change converging,
 // pilot killed with traffic still flowing, proxy-status after pilot restarts.
 // It expects bin/pilot, bin/sidecar and bin/meshctl (make build), cleans up after
-// itself and exits non-zero if any step does not behave as described.
+// itself and exits non-zero if any step does not behave as described. With
+// --pods (make demo-pods, root) it runs the pod mode of pods.go instead: the mesh
+// in network namespaces, reached by name through transparent interception.
 package main
 
 import (
@@ -50,10 +52,16 @@ spec:
 func main() {
 	bin := flag.String("bin", "bin", "directory holding pilot and meshctl")
 	examples := flag.String("examples", "examples", "directory of example resources")
+	podMode := flag.Bool("pods", false, "pod mode only (root): the mesh in network namespaces with transparent interception (pods.go)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, *bin, *examples)
-	if err == nil {
+	var err error
+	if *podMode {
+		var abs string
+		if abs, err = filepath.Abs(*bin); err == nil {
+			err = runPods(ctx, abs)
+		}
+	} else if err = run(ctx, *bin, *examples); err == nil {
 		var abs string
 		if abs, err = filepath.Abs(*bin); err == nil {
 			err = runMesh(ctx, abs)
