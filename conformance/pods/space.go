@@ -120,10 +120,18 @@ func (s *space) HTTPClient(timeout time.Duration) *http.Client {
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: s.DialContext, DisableKeepAlives: true}}
 }
 
+// mountCgroup is command's sh script: mount cgroup2, then run the arguments.
+const mountCgroup = `mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec "$@"`
+
 // command runs bin inside the namespace as u, in the space's cgroup from the
 // fork on.
 func (s *space) command(u User, bin string, args ...string) *exec.Cmd {
-	a := append([]string{"netns", "exec", s.ns}, u.setpriv()...)
+	// `ip netns exec` mounts a fresh sysfs over /sys (in a mount namespace of
+	// its own), which hides the cgroup2 mount below it; mount it again at
+	// /sys/fs/cgroup, as a container sees it, so a process can open its own
+	// cgroup (/proc/self/cgroup): the sidecar in eBPF mode attaches there.
+	// As root, before setpriv; nothing propagates back to the host.
+	a := append([]string{"netns", "exec", s.ns, "sh", "-c", mountCgroup, "sh"}, u.setpriv()...)
 	a = append(append(a, bin), args...)
 	cmd := exec.Command("ip", a...)
 	// No Pdeathsig: it fires when the forking thread exits, and Go may retire

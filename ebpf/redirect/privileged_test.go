@@ -5,11 +5,11 @@ package redirect
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,18 +20,19 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/weft-mesh/weft/conformance/pods"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
-const ioTimeout = 5 * time.Second
-
-// setup attaches cfg to a fresh cgroup that this test process enters, in a
-// fresh netns. Cleanup order: leave the cgroup, detach, remove it, remove the netns.
-func setup(t *testing.T, cfg Config) (*netns, *Redirect) {
+// setup makes a node with one pod, attaches cfg to the pod's cgroup and moves
+// this test process into it (the app's and the proxy's sockets are then the
+// pod's). Cleanups, last first: leave the cgroup, detach, remove pod and node.
+func setup(t *testing.T, cfg Config) (*pods.Node, *pods.Pod, *Redirect) {
 	t.Helper()
-	requirePrivileged(t)
-	n := newNetns(t)
-	cfg.Cgroup = newCgroup(t)
+	requireBPF(t)
+	node := pods.NewNode(t)
+	pod := node.AddPod(t, "app", "")
+	cfg.Cgroup = pod.Cgroup
 	r, err := Attach(cfg)
 	if err != nil {
 		t.Fatalf("Attach: %+v", err)
@@ -42,7 +43,7 @@ func setup(t *testing.T, cfg Config) (*netns, *Redirect) {
 		}
 	})
 	enterCgroup(t, cfg.Cgroup)
-	return n, r
+	return node, pod, r
 }
 
 // accept takes one connection from ln within ioTimeout.
@@ -109,12 +110,12 @@ func stats(t *testing.T, r *Redirect) Stats {
 }
 
 func TestRedirectIPv4(t *testing.T) {
-	n, r := setup(t, Config{})
-	proxy := n.listen(t, "tcp4", "127.0.0.1:15001")
-	up := n.listen(t, "tcp4", upstreamIP+":8080")
-	want := netip.MustParseAddrPort(upstreamIP + ":8080")
+	node, n, r := setup(t, Config{})
+	proxy := listen(t, n, "tcp4", "127.0.0.1:15001")
+	want := netip.AddrPortFrom(node.Gateway, 8080)
+	up := listen(t, node, "tcp4", want.String())
 
-	c, err := n.dial("tcp4", want.String(), nil)
+	c, err := dial(n, "tcp4", want.String(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestRedirectIPv4(t *testing.T) {
 	noConn(t, up)
 
 	// An explicit client of the proxy is not redirected and has no original destination.
-	c2, err := n.dial("tcp4", "127.0.0.1:15001", nil)
+	c2, err := dial(n, "tcp4", "127.0.0.1:15001", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +138,8 @@ func TestRedirectIPv4(t *testing.T) {
 	}
 
 	// DNS off: UDP to port 53 is left alone.
-	dns := n.listenUDP(t, "udp4", upstreamIP+":53")
-	u, err := n.dial("udp4", upstreamIP+":53", nil)
+	dns := node.ListenPacket(t, "udp4", node.DNSAddr().String())
+	u, err := dial(n, "udp4", node.DNSAddr().String(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +157,7 @@ func TestRedirectIPv4(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	c3, err := n.dial("tcp4", want.String(), nil)
+	c3, err := dial(n, "tcp4", want.String(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,9 +168,10 @@ func TestRedirectIPv4(t *testing.T) {
 // TestRedirectIPv4MappedDualStackClient: an AF_INET6 socket (not V6ONLY)
 // connecting to ::ffff:a.b.c.d only passes connect6.
 func TestRedirectIPv4MappedDualStackClient(t *testing.T) {
-	n, _ := setup(t, Config{})
-	proxy := n.listen(t, "tcp4", "127.0.0.1:15001")
-	up := n.listen(t, "tcp4", upstreamIP+":8080")
+	node, n, _ := setup(t, Config{})
+	proxy := listen(t, n, "tcp4", "127.0.0.1:15001")
+	want := netip.AddrPortFrom(node.Gateway, 8080)
+	up := listen(t, node, "tcp4", want.String())
 	var c net.Conn
 	if err := n.Do(func() error {
 		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -181,7 +183,7 @@ func TestRedirectIPv4MappedDualStackClient(t *testing.T) {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0); err != nil {
 			return err
 		}
-		sa := &unix.SockaddrInet6{Port: 8080, Addr: netip.MustParseAddr("::ffff:" + upstreamIP).As16()}
+		sa := &unix.SockaddrInet6{Port: 8080, Addr: node.Gateway.As16() /* ::ffff:10.250.0.1 */}
 		if err := unix.Connect(fd, sa); err != nil {
 			return err
 		}
@@ -191,16 +193,16 @@ func TestRedirectIPv4MappedDualStackClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	checkRedirected(t, proxy, c, netip.MustParseAddrPort(upstreamIP+":8080"))
+	checkRedirected(t, proxy, c, want)
 	noConn(t, up)
 }
 
 func TestRedirectIPv6(t *testing.T) {
-	n, _ := setup(t, Config{})
-	proxy := n.listen(t, "tcp6", "[::1]:15001")
-	up := n.listen(t, "tcp6", "["+upstreamIP6+"]:8080")
-	want := netip.MustParseAddrPort("[" + upstreamIP6 + "]:8080")
-	c, err := n.dial("tcp6", want.String(), nil)
+	node, n, _ := setup(t, Config{})
+	proxy := listen(t, n, "tcp6", "[::1]:15001")
+	want := netip.AddrPortFrom(node.Gateway6, 8080)
+	up := listen(t, node, "tcp6", want.String())
+	c, err := dial(n, "tcp6", want.String(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,17 +213,20 @@ func TestRedirectIPv6(t *testing.T) {
 
 // TestProxyNotRedirected: the sidecar's uid and, when set, mark are excluded.
 func TestProxyNotRedirected(t *testing.T) {
-	n, r := setup(t, Config{ExcludeMark: 0x539})
-	proxy := n.listen(t, "tcp4", "127.0.0.1:15001")
-	up := n.listen(t, "tcp4", upstreamIP+":8080")
+	node, n, r := setup(t, Config{ExcludeMark: 0x539})
+	proxy := listen(t, n, "tcp4", "127.0.0.1:15001")
+	target := netip.AddrPortFrom(node.Gateway, 8080)
+	up := listen(t, node, "tcp4", target.String())
 
 	t.Run("uid", func(t *testing.T) {
-		cmd := exec.Command("bash", "-c", "exec 3<>/dev/tcp/"+upstreamIP+"/8080 && echo hi >&3")
+		// bash's /dev/tcp: a client that is not this process, as the proxy's uid.
+		cmd := n.As(pods.Proxy()).Command("bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/%s/%d && echo hi >&3", target.Addr(), target.Port()))
 		cmd.Dir = "/"
-		cmd.SysProcAttr = credential(DefaultProxyUID)
 		var out strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &out
-		n.start(t, cmd)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
 		s := accept(t, up)
 		buf := make([]byte, 3)
 		_ = s.SetReadDeadline(time.Now().Add(ioTimeout))
@@ -242,7 +247,7 @@ func TestProxyNotRedirected(t *testing.T) {
 			}
 			return serr
 		}}
-		c, err := n.dial("tcp4", upstreamIP+":8080", d)
+		c, err := dial(n, "tcp4", target.String(), d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,23 +290,23 @@ func readReply(t *testing.T, pc net.PacketConn, query string) netip.AddrPort {
 // TestDNSRedirect: UDP (connected and not) and TCP to port 53 reach the DNS
 // proxy, and the app sees replies come from the server it asked.
 func TestDNSRedirect(t *testing.T) {
-	n, r := setup(t, Config{DNS: true})
+	_, n, r := setup(t, Config{DNS: true})
 	for _, addr := range []string{"127.0.0.1:15053", "[::1]:15053"} {
 		network := "udp4"
 		if strings.HasPrefix(addr, "[") {
 			network = "udp6"
 		}
-		pc := n.listenUDP(t, network, addr)
+		pc := n.ListenPacket(t, network, addr)
 		done := make(chan struct{})
 		go func() { defer close(done); fakeDNS(pc) }()
 		t.Cleanup(func() { pc.Close(); <-done })
 	}
-	dnsTCP := n.listen(t, "tcp4", "127.0.0.1:15053")
+	dnsTCP := listen(t, n, "tcp4", "127.0.0.1:15053")
 	server := netip.MustParseAddrPort("10.250.0.53:53")
 	server6 := netip.MustParseAddrPort("[fd00:250::53]:53")
 
 	t.Run("udp4 connected", func(t *testing.T) {
-		c, err := n.dial("udp4", server.String(), nil)
+		c, err := dial(n, "udp4", server.String(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -317,7 +322,7 @@ func TestDNSRedirect(t *testing.T) {
 		}
 	})
 	t.Run("udp4 sendto", func(t *testing.T) {
-		pc := n.listenUDP(t, "udp4", "0.0.0.0:0")
+		pc := n.ListenPacket(t, "udp4", "0.0.0.0:0")
 		if _, err := pc.WriteTo([]byte("b"), net.UDPAddrFromAddrPort(server)); err != nil {
 			t.Fatal(err)
 		}
@@ -326,7 +331,7 @@ func TestDNSRedirect(t *testing.T) {
 		}
 	})
 	t.Run("udp6 connected", func(t *testing.T) {
-		c, err := n.dial("udp6", server6.String(), nil)
+		c, err := dial(n, "udp6", server6.String(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +344,7 @@ func TestDNSRedirect(t *testing.T) {
 		}
 	})
 	t.Run("tcp4", func(t *testing.T) {
-		c, err := n.dial("tcp4", server.String(), nil)
+		c, err := dial(n, "tcp4", server.String(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -351,17 +356,20 @@ func TestDNSRedirect(t *testing.T) {
 	}
 }
 
-// TestSIGKILLLeavesNothingAttached: the links die with the attaching process,
-// and after the cgroup is removed no link names it.
+// ebpfUser is the sidecar in eBPF mode: uid 1337 with exactly these ambient
+// capabilities (what the injector's securityContext grants).
+func ebpfUser() pods.User { return pods.Proxy("net_admin", "bpf", "perfmon") }
+
+// TestSIGKILLLeavesNothingAttached: a process of the sidecar's identity
+// attaches to its own pod's cgroup; SIGKILLed, its links and programs go, and
+// after the cgroup is removed no link names it.
 func TestSIGKILLLeavesNothingAttached(t *testing.T) {
-	requirePrivileged(t)
-	cg := newCgroup(t)
-	var st unix.Stat_t
-	if err := unix.Stat(cg, &st); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), attacherEnv+"="+cg)
+	requireBPF(t)
+	node := pods.NewNode(t)
+	pod := node.AddPod(t, "app", "")
+	ino := cgroupID(t, pod.Cgroup)
+	cmd := pod.As(ebpfUser()).Command(node.TestBinary(t), "-test.run=^$")
+	cmd.Env = append(os.Environ(), attacherEnv+"=own")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -396,8 +404,8 @@ func TestSIGKILLLeavesNothingAttached(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cgi := info.Cgroup(); cgi == nil || cgi.CgroupId != st.Ino {
-			t.Fatalf("link %d is not on cgroup %s (id %d): %+v", id, cg, st.Ino, info.Cgroup())
+		if cgi := info.Cgroup(); cgi == nil || cgi.CgroupId != ino {
+			t.Fatalf("link %d is not on cgroup %s (id %d): %+v", id, pod.Cgroup, ino, info.Cgroup())
 		}
 		links = append(links, link.ID(id))
 		progs = append(progs, info.Program)
@@ -405,10 +413,11 @@ func TestSIGKILLLeavesNothingAttached(t *testing.T) {
 	if len(links) != 11 {
 		t.Fatalf("attacher made %d links, want 11 (DNS on)", len(links))
 	}
-	if n := linksOnCgroup(t, st.Ino); n != 11 {
+	if n := linksOnCgroup(t, ino); n != 11 {
 		t.Fatalf("%d links on the cgroup, want 11", n)
 	}
 
+	// The process itself: ip netns exec and setpriv exec it, same PID.
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -417,21 +426,24 @@ func TestSIGKILLLeavesNothingAttached(t *testing.T) {
 		for _, id := range links {
 			if l, err := link.NewFromID(id); err == nil {
 				l.Close()
-				return errors.New("link " + strconv.Itoa(int(id)) + " still exists")
+				return fmt.Errorf("link %d still exists", id)
 			}
 		}
 		for _, id := range progs {
 			if p, err := ebpf.NewProgramFromID(id); err == nil {
 				p.Close()
-				return errors.New("program " + strconv.Itoa(int(id)) + " still loaded")
+				return fmt.Errorf("program %d still loaded", id)
 			}
 		}
 		return nil
 	})
-	if err := unix.Rmdir(cg); err != nil {
-		t.Fatalf("remove cgroup: %v", err)
+	if n := linksOnCgroup(t, ino); n != 0 {
+		t.Fatalf("%d links on the cgroup after SIGKILL", n)
 	}
-	if n := linksOnCgroup(t, st.Ino); n != 0 {
+	if err := pod.Close(); err != nil {
+		t.Fatalf("remove pod: %v", err)
+	}
+	if n := linksOnCgroup(t, ino); n != 0 {
 		t.Fatalf("%d links still name the removed cgroup", n)
 	}
 }
@@ -458,29 +470,41 @@ func linksOnCgroup(t *testing.T, ino uint64) int {
 }
 
 func TestSelfTest(t *testing.T) {
-	requirePrivileged(t)
-	n := newNetns(t)
-	cg := newCgroup(t)
+	requireBPF(t)
+	node := pods.NewNode(t)
+	n := node.AddPod(t, "app", "")
 	t.Run("outside the cgroup", func(t *testing.T) {
-		err := n.Do(func() error { return SelfTest(t.Context(), cg) })
+		err := n.Do(func() error { return SelfTest(t.Context(), n.Cgroup) })
 		if err == nil || !strings.Contains(err.Error(), "not redirected") {
 			t.Fatalf("SelfTest from outside the cgroup = %v, want 'not redirected'", err)
 		}
 	})
 	t.Run("cgroup root", func(t *testing.T) {
-		root, _ := cgroupRoot()
-		err := n.Do(func() error { return SelfTest(t.Context(), root) })
+		root, err := CgroupMount()
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = n.Do(func() error { return SelfTest(t.Context(), root) })
 		if err == nil || !strings.Contains(err.Error(), "cgroup v2 root") {
 			t.Fatalf("SelfTest(root) = %v", err)
 		}
 	})
 	t.Run("inside", func(t *testing.T) {
-		enterCgroup(t, cg)
-		if err := n.Do(func() error { return SelfTest(t.Context(), cg) }); err != nil {
+		enterCgroup(t, n.Cgroup)
+		if err := n.Do(func() error { return SelfTest(t.Context(), n.Cgroup) }); err != nil {
 			t.Fatalf("SelfTest: %+v", err)
 		}
-		if n := linksOnCgroup(t, cgroupID(t, cg)); n != 0 {
-			t.Fatalf("SelfTest left %d links", n)
+		if l := linksOnCgroup(t, cgroupID(t, n.Cgroup)); l != 0 {
+			t.Fatalf("SelfTest left %d links", l)
+		}
+	})
+	t.Run("as the sidecar", func(t *testing.T) {
+		// uid 1337 with only the eBPF mode's capabilities, in its own cgroup.
+		cmd := n.As(ebpfUser()).Command(node.TestBinary(t), "-test.run=^$")
+		cmd.Env = append(os.Environ(), selfTestEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "ok" {
+			t.Fatalf("SelfTest as uid %d with net_admin,bpf,perfmon: %v: %s", pods.ProxyUID, err, out)
 		}
 	})
 }

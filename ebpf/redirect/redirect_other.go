@@ -27,3 +27,6 @@ type Stats struct{ Redirected, DNSRedirected, Excluded, OrigDstAnswered, OrigDst
 
 // Stats fails off Linux.
 func (*Redirect) Stats() (Stats, error) { return Stats{}, ErrUnsupported }
+
+// OwnCgroup fails off Linux.
+func OwnCgroup() (string, error) { return "", ErrUnsupported }

@@ -4,6 +4,7 @@ package redirect
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -17,24 +18,51 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"go.uber.org/goleak"
 
+	"github.com/weft-mesh/weft/conformance/pods"
 	"github.com/weft-mesh/weft/ebpf/bpf"
 )
 
-// attacherEnv makes the test binary an attaching process (TestSIGKILL...):
-// it attaches to the cgroup named, prints the link ids and blocks on stdin.
-const attacherEnv = "WEFT_EBPF_TEST_ATTACHER"
+// The test binary re-executed in a pod as the sidecar's user:
+// attacherEnv attaches to its own cgroup, prints the link ids and blocks on
+// stdin (TestSIGKILLLeavesNothingAttached); selfTestEnv runs SelfTest on its
+// own cgroup and prints ok.
+const (
+	attacherEnv = "WEFT_EBPF_TEST_ATTACHER"
+	selfTestEnv = "WEFT_EBPF_TEST_SELFTEST"
+)
 
 func TestMain(m *testing.M) {
-	if cg := os.Getenv(attacherEnv); cg != "" {
-		os.Exit(attacher(cg))
+	if os.Getenv(attacherEnv) != "" {
+		os.Exit(attacher())
 	}
-	if os.Geteuid() == 0 {
-		sweep()
+	if os.Getenv(selfTestEnv) != "" {
+		os.Exit(selfTest())
+	}
+	if err := pods.Sweep(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 	}
 	goleak.VerifyTestMain(m)
 }
 
-func attacher(cg string) int {
+func selfTest() int {
+	cg, err := OwnCgroup()
+	if err == nil {
+		err = SelfTest(context.Background(), cg)
+	}
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	fmt.Println("ok")
+	return 0
+}
+
+func attacher() int {
+	cg, err := OwnCgroup()
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
 	r, err := Attach(Config{Cgroup: cg, DNS: true})
 	if err != nil {
 		fmt.Println("error:", err)
@@ -123,7 +151,7 @@ func TestCheckCgroupRefusesNonCgroupAndRoot(t *testing.T) {
 	if err := CheckCgroup("/nonexistent-weft"); err == nil || !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("CheckCgroup(missing) = %v", err)
 	}
-	root, err := cgroupRoot()
+	root, err := CgroupMount()
 	if err != nil {
 		t.Skipf("no cgroup2 mount here: %v", err)
 	}
@@ -140,7 +168,7 @@ func TestCheckCgroupRefusesNonCgroupAndRoot(t *testing.T) {
 // TestVerifierErrorFails: requirePrivileged turns a verifier error into a
 // failure; here a real one (a program that never sets R0) is classified.
 func TestVerifierErrorFails(t *testing.T) {
-	requirePrivileged(t)
+	requireBPF(t)
 	_, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type:         ebpf.CGroupSockAddr,
 		AttachType:   ebpf.AttachCGroupInet4Connect,
@@ -179,4 +207,30 @@ func tcpAddrPort(a net.Addr) netip.AddrPort {
 		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
 	return netip.AddrPort{}
+}
+
+func TestOwnCgroup(t *testing.T) {
+	for _, tc := range []struct{ name, procCgroup, want, err string }{
+		{"v2 only", "0::/pods/a\n", "/mnt/cg/pods/a", ""},
+		{"hybrid", "1:cpu:/\n4:memory:/x\n0::/pods/b\n", "/mnt/cg/pods/b", ""},
+		{"root", "0::/\n", "/mnt/cg", ""},
+		{"v1 only", "1:cpu:/\n", "", "no cgroup v2 (0::) line"},
+		{"odd path", "0::pods\n", "", `unexpected path "pods"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ownCgroup("/mnt/cg", []byte(tc.procCgroup))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("ownCgroup = %q, %v; want error %q", got, err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("ownCgroup = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+	if got := unescapeMount(`/a\040b\\`); got != `/a b\\` {
+		t.Fatalf("unescapeMount = %q", got)
+	}
 }
