@@ -251,6 +251,27 @@ func TestResourceLifecycle(t *testing.T) {
 		}},
 		{name: "get missing", method: "GET", path: nsPath + "/nope", wantCode: 404, wantRev: 3, wantErrs: []string{"Service/shop/nope: not found"}},
 		{name: "history missing", method: "GET", path: nsPath + "/nope/history", wantCode: 404, wantRev: 3},
+		{name: "history first page", method: "GET", path: nsPath + "/reviews/history?limit=1", wantCode: 200, wantRev: 3, check: func(t *testing.T, a answer) {
+			var r api.HistoryResponse
+			if err := json.Unmarshal(a.body, &r); err != nil {
+				t.Fatal(err)
+			}
+			if len(r.History) != 1 || r.History[0].Revision != 1 || r.Next != 1 {
+				t.Errorf("page 1 = %+v, want revision 1 and next 1", r)
+			}
+		}},
+		{name: "history last page", method: "GET", path: nsPath + "/reviews/history?limit=1&after=1", wantCode: 200, wantRev: 3, check: func(t *testing.T, a answer) {
+			var r api.HistoryResponse
+			if err := json.Unmarshal(a.body, &r); err != nil {
+				t.Fatal(err)
+			}
+			if len(r.History) != 1 || r.History[0].Revision != 2 || r.Next != 0 {
+				t.Errorf("page 2 = %+v, want revision 2 and no next", r)
+			}
+		}},
+		{name: "history limit at the bound", method: "GET", path: nsPath + "/reviews/history?limit=1000", wantCode: 200, wantRev: 3},
+		{name: "history limit past the bound", method: "GET", path: nsPath + "/reviews/history?limit=1001", wantCode: 400, wantRev: 3, wantErrs: []string{`limit="1001": want 1..1000`}},
+		{name: "history bad after", method: "GET", path: nsPath + "/reviews/history?after=-1", wantCode: 400, wantRev: 3, wantErrs: []string{`after="-1": not a revision (a number >= 0)`}},
 		{name: "unknown plural", method: "GET", path: api.Prefix + "/namespaces/shop/widgets", wantCode: 404, wantRev: 3,
 			wantErrs: []string{`not found: unknown resource "widgets"`}},
 		{name: "namespaced kind on cluster path", method: "GET", path: api.Prefix + "/services/reviews", wantCode: 404, wantRev: 3},

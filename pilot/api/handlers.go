@@ -110,12 +110,20 @@ func (a *API) history(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	evs, err := a.store.History(r.Context(), key)
+	after, limit, err := historyPage(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	evs, more, err := readHistory(r.Context(), a.store, key, after, limit)
 	if err != nil {
 		a.fail(w, r, err) // the store names the key
 		return
 	}
 	resp := HistoryResponse{History: make([]HistoryEntry, 0, len(evs))}
+	if more && len(evs) > 0 {
+		resp.Next = int64(evs[len(evs)-1].Revision)
+	}
 	for _, ev := range evs {
 		e := HistoryEntry{Revision: int64(ev.Revision), Op: string(ev.Op), Time: ev.Time.UTC(), Object: ev.Object}
 		if ev.Object != nil {
@@ -381,4 +389,51 @@ func relevantWarnings(before []*resource.Object, applied map[string]bool, warns 
 		}
 	}
 	return out
+}
+
+// DefaultHistoryPage is a history page's length when ?limit= is not given.
+const DefaultHistoryPage = 100
+
+// historyPage reads ?after=REV (0: from the start) and ?limit=N
+// (1..store.MaxHistoryPage, default DefaultHistoryPage).
+func historyPage(r *http.Request) (store.Revision, int, error) {
+	q := r.URL.Query()
+	var after int64
+	limit := DefaultHistoryPage
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return 0, 0, badRequest("after=%q: not a revision (a number >= 0)", v)
+		}
+		after = n
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > store.MaxHistoryPage {
+			return 0, 0, badRequest("limit=%q: want 1..%d", v, store.MaxHistoryPage)
+		}
+		limit = n
+	}
+	return store.Revision(after), limit, nil
+}
+
+// readHistory reads one page: by the store's pager when it has one, else
+// from its whole history.
+func readHistory(ctx context.Context, st store.Store, key resource.Key, after store.Revision, limit int) ([]store.Event, bool, error) {
+	if p, ok := st.(store.HistoryPager); ok {
+		return p.HistoryPage(ctx, key, after, limit)
+	}
+	evs, err := st.History(ctx, key)
+	if err != nil {
+		return nil, false, err
+	}
+	i := 0
+	for i < len(evs) && evs[i].Revision <= after {
+		i++
+	}
+	evs = evs[i:]
+	if len(evs) > limit {
+		return evs[:limit], true, nil
+	}
+	return evs, false, nil
 }

@@ -42,6 +42,9 @@ type DeleteResponse struct {
 type HistoryResponse struct {
 	Revision int64          `json:"revision"`
 	History  []HistoryEntry `json:"history"`
+	// Next, when set, is the after= of the next page: history is paged
+	// (?limit=, default DefaultHistoryPage, at most store.MaxHistoryPage).
+	Next int64 `json:"next,omitempty"`
 }
 
 // HistoryEntry is one change of one object.

@@ -34,6 +34,17 @@ type Compactor interface {
 	Compact(ctx context.Context, before Revision) error
 }
 
+// HistoryPager is implemented by stores that read one page of an object's
+// history without the rest: the events with revision > after, oldest first, at
+// most limit of them (1..MaxHistoryPage); more says later ones remain. An
+// object with no retained history is ErrNotFound, as History.
+type HistoryPager interface {
+	HistoryPage(ctx context.Context, key resource.Key, after Revision, limit int) (events []Event, more bool, err error)
+}
+
+// MaxHistoryPage bounds one page of history (HistoryPager, the admin API).
+const MaxHistoryPage = 1000
+
 // WatchBufferer reports how many committed revisions a watcher may have pending
 // before it is cut off with ErrWatchOverflow; the contract suite uses it to exceed it.
 type WatchBufferer interface {

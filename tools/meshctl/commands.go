@@ -12,6 +12,7 @@ import (
 
 	"github.com/weft-mesh/weft/pilot/api"
 	"github.com/weft-mesh/weft/pilot/resource"
+	"github.com/weft-mesh/weft/pilot/store"
 )
 
 // noIfMatch marks an unset --if-match (generations are >= 0).
@@ -212,18 +213,34 @@ func (e *env) history(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var resp api.HistoryResponse
-	if err := e.client.getJSON(ctx, t.path(false)+"/history", &resp); err != nil {
-		return err
-	}
 	// Aligned columns under a header; every other line starts with its revision.
+	// Pilot pages history; meshctl follows the pages (at most maxHistoryPages).
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "REVISION\tOP\tGENERATION\tTIME")
-	for _, h := range resp.History {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", h.Revision, h.Op, h.Generation, h.Time.UTC().Format(time.RFC3339))
+	var after int64
+	for page := 0; ; page++ {
+		if page == maxHistoryPages {
+			fmt.Fprintf(tw, "... more history after revision %d (meshctl reads at most %d pages)\n", after, maxHistoryPages)
+			break
+		}
+		var resp api.HistoryResponse
+		path := fmt.Sprintf("%s/history?limit=%d&after=%d", t.path(false), store.MaxHistoryPage, after)
+		if err := e.client.getJSON(ctx, path, &resp); err != nil {
+			return err
+		}
+		for _, h := range resp.History {
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", h.Revision, h.Op, h.Generation, h.Time.UTC().Format(time.RFC3339))
+		}
+		if resp.Next == 0 || resp.Next <= after {
+			break
+		}
+		after = resp.Next
 	}
 	return tw.Flush()
 }
+
+// maxHistoryPages bounds how many pages of history meshctl history reads.
+const maxHistoryPages = 100
 
 func objects(n int) string {
 	if n == 1 {

@@ -106,6 +106,7 @@ var (
 	_ store.Compactor     = (*Store)(nil)
 	_ store.WatchBufferer = (*Store)(nil)
 	_ store.Identifier    = (*Store)(nil)
+	_ store.HistoryPager  = (*Store)(nil)
 )
 
 // Open opens (creating if needed) the store in dir/store.db and loads the current
@@ -470,18 +471,42 @@ func (s *Store) publish(rev store.Revision, changes []change) {
 
 // History returns every retained change of one object, oldest first.
 func (s *Store) History(ctx context.Context, key resource.Key) ([]store.Event, error) {
+	out, _, err := s.history(ctx, key, 0, 0)
+	return out, err
+}
+
+// HistoryPage is store.HistoryPager: a seek in the key index, so a page costs
+// its own entries, not the object's whole history.
+func (s *Store) HistoryPage(ctx context.Context, key resource.Key, after store.Revision, limit int) ([]store.Event, bool, error) {
+	if limit < 1 || limit > store.MaxHistoryPage {
+		return nil, false, fmt.Errorf("%w: history page limit %d outside 1..%d", store.ErrInvalid, limit, store.MaxHistoryPage)
+	}
+	return s.history(ctx, key, after, limit)
+}
+
+// history reads key's events after revision after, at most limit (0: all).
+func (s *Store) history(ctx context.Context, key resource.Key, after store.Revision, limit int) ([]store.Event, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if s.isClosed() {
-		return nil, store.ErrClosed
+		return nil, false, store.ErrClosed
 	}
 	prefix := []byte(objectKey(key) + "\x00")
 	var out []store.Event
+	more := false
 	err := s.view(func(tx *bolt.Tx) error {
 		hist := tx.Bucket(bucketHistory)
 		c := tx.Bucket(bucketKeyIndex).Cursor()
-		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		start := prefix
+		if after > 0 {
+			start = indexKey(objectKey(key), after+1, 0)
+		}
+		for k, _ := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			if limit > 0 && len(out) == limit {
+				more = true
+				break
+			}
 			hk := k[len(prefix):]
 			v := hist.Get(hk)
 			if v == nil {
@@ -496,15 +521,15 @@ func (s *Store) History(ctx context.Context, key resource.Key) ([]store.Event, e
 		return nil
 	})
 	if errors.Is(err, store.ErrClosed) {
-		return nil, err
+		return nil, false, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("boltstore: history of %s: %w", key, err)
+		return nil, false, fmt.Errorf("boltstore: history of %s: %w", key, err)
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("history of %s: %w", key, store.ErrNotFound)
+	if len(out) == 0 && after == 0 {
+		return nil, false, fmt.Errorf("history of %s: %w", key, store.ErrNotFound)
 	}
-	return out, nil
+	return out, more, nil
 }
 
 // Compact drops history before revision `before` (which must not exceed the

@@ -262,3 +262,53 @@ func TestApplyBytesLimit(t *testing.T) {
 		t.Fatalf("Apply within the byte limit: %v", err)
 	}
 }
+
+// TestHistoryPage: pages of one object's history, by a seek after a revision,
+// bounded by store.MaxHistoryPage (at the bound and one past it).
+func TestHistoryPage(t *testing.T) {
+	s := openTemp(t)
+	ctx := context.Background()
+	var revs []store.Revision
+	for i := range 7 {
+		res, err := s.Apply(ctx, []store.Mutation{{Op: store.OpPut, Object: storetest.Service("shop", "a", int32(80+i))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, res.Revision)
+		if _, err := s.Apply(ctx, []store.Mutation{{Op: store.OpPut, Object: storetest.Service("shop", "other", int32(80+i))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := storetest.Service("shop", "a", 80).Key()
+	var got []store.Revision
+	var after store.Revision
+	pages := 0
+	for {
+		evs, more, err := s.HistoryPage(ctx, key, after, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, ev := range evs {
+			got = append(got, ev.Revision)
+		}
+		if !more {
+			break
+		}
+		after = evs[len(evs)-1].Revision
+	}
+	if diff := cmp.Diff(revs, got); diff != "" || pages != 3 {
+		t.Fatalf("paged history (%d pages) differs (-want +got):\n%s", pages, diff)
+	}
+	if _, _, err := s.HistoryPage(ctx, key, 0, store.MaxHistoryPage); err != nil {
+		t.Fatalf("limit at the bound: %v", err)
+	}
+	for _, n := range []int{0, store.MaxHistoryPage + 1} {
+		if _, _, err := s.HistoryPage(ctx, key, 0, n); !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("limit %d: err = %v, want ErrInvalid", n, err)
+		}
+	}
+	if _, _, err := s.HistoryPage(ctx, storetest.Service("shop", "none", 80).Key(), 0, 10); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("no history: err = %v, want ErrNotFound", err)
+	}
+}
