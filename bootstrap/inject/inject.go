@@ -307,6 +307,9 @@ type Status struct {
 
 func plan(t template, s *settings) (*mutation, error) {
 	spec, f := t.spec, t.field
+	if len(spec.Containers) == 0 {
+		return nil, fmt.Errorf("%sspec.containers: empty (a pod has at least one container)", f)
+	}
 	for i, c := range spec.InitContainers {
 		if c.Name == InitName || c.Name == ProxyName {
 			return nil, fmt.Errorf("%sspec.initContainers[%d].name: %q is reserved for injection (and the pod has no %s annotation)", f, i, c.Name, StatusAnnotation)
@@ -709,7 +712,7 @@ func (m *mutation) patch(t template) []Op {
 		}
 	}
 	switch {
-	case t.path != "" && isZero(t.meta):
+	case isZero(t.meta):
 		// A template may have no metadata at all: add it whole.
 		ops = append(ops, Op{Op: "add", Path: t.path + "/metadata", Value: map[string]any{"annotations": map[string]string{StatusAnnotation: m.status}}})
 	case len(t.meta.Annotations) == 0:

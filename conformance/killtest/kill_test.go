@@ -150,7 +150,7 @@ func startPilot(t *testing.T, bin, dataDir string, iter int) *pilotProc {
 	for attempt := 0; ; attempt++ {
 		addr := freePort(t)
 		p := &pilotProc{url: "http://" + addr, Proc: proc.Start(t, fmt.Sprintf("pilot %d (attempt %d)", iter, attempt), bin,
-			"--data-dir", dataDir, "--admin-addr", addr, "--xds-addr", "127.0.0.1:0", "--xds-tls-addr", "127.0.0.1:0", "--log-level", "warn")}
+			"--data-dir", dataDir, "--admin-addr", addr, "--xds-addr", "127.0.0.1:0", "--xds-tls-addr", "127.0.0.1:0", "--webhook-addr", "127.0.0.1:0", "--log-level", "warn")}
 		err := p.waitHealthy(time.Until(deadline))
 		if err == nil {
 			return p

@@ -28,6 +28,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
+	"github.com/weft-mesh/weft/bootstrap/inject"
+	"github.com/weft-mesh/weft/bootstrap/webhook"
 	"github.com/weft-mesh/weft/certs/revoke"
 	"github.com/weft-mesh/weft/pilot/api"
 	"github.com/weft-mesh/weft/pilot/status"
@@ -131,6 +133,17 @@ type Config struct {
 
 	// Status bounds the xDS status tracker; zero means DefaultStatusLimits.
 	Status StatusLimits
+
+	// WebhookAddr serves the sidecar injection webhook (bootstrap/webhook) over
+	// HTTPS with pilot's serving certificate from the mesh CA; it needs CA. ""
+	// is off (pilot's --webhook-addr defaults to DefaultWebhookAddr).
+	WebhookAddr string
+	// WebhookMesh is what injected sidecars are told (pilot's address, the CA
+	// root ConfigMap, the token Secret); empty fields take inject's defaults,
+	// and the trust domain is TrustDomain.
+	WebhookMesh inject.Mesh
+	// OnWebhookReady, when set and the webhook runs, is called with its bound address.
+	OnWebhookReady func(webhookAddr net.Addr)
 }
 
 // StatusLimits bound what the xDS status tracker remembers.
@@ -155,6 +168,9 @@ func (c *Config) check() error {
 	}
 	if c.Logger == nil {
 		errs = append(errs, errors.New("a Logger is required"))
+	}
+	if c.WebhookAddr != "" && c.CA == nil {
+		errs = append(errs, errors.New("the injection webhook (--webhook-addr) needs the mesh CA for its serving certificate"))
 	}
 	if c.AdminAllowRemote && c.AdminTokenFile == "" {
 		errs = append(errs, errors.New("--admin-allow-remote requires --admin-token-file"))
@@ -198,6 +214,15 @@ func ReadToken(path string) ([]byte, error) {
 		return nil, fmt.Errorf("admin token file %s is empty", path)
 	}
 	return []byte(tok), nil
+}
+
+// closeAll closes the listeners that were opened (nil ones are skipped).
+func closeAll(ls ...net.Listener) {
+	for _, l := range ls {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
 }
 
 // Run opens the store in cfg.DataDir, serves the admin API (and xDS when
@@ -302,6 +327,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 	}
 
+	var webhookLis net.Listener
+	var hook *webhook.Handler
+	if cfg.WebhookAddr != "" {
+		if hook, err = webhook.New(webhook.Config{Logger: log.Named("webhook"), Registerer: reg,
+			Settings: injectSettings(st, cfg.WebhookMesh, cfg.TrustDomain)}); err != nil {
+			closeAll(adminLis, xdsLis, tlsLis)
+			return err
+		}
+		if webhookLis, err = net.Listen("tcp", cfg.WebhookAddr); err != nil {
+			closeAll(adminLis, xdsLis, tlsLis)
+			return fmt.Errorf("injection webhook listener on %s: %w", cfg.WebhookAddr, err)
+		}
+	}
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	srv := &http.Server{
@@ -311,7 +350,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	wg.Go(func() { highwater.Follow(ctx, st, cfg.DataDir, served, highwaterInterval, log.Named("highwater")) })
 	wg.Go(func() {
 		log.Info("admin API listening", "addr", adminLis.Addr().String())
@@ -342,8 +381,19 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 		})
 	}
+	if webhookLis != nil {
+		wg.Go(func() {
+			log.Info("injection webhook listening", "addr", webhookLis.Addr().String(), "path", webhook.Path)
+			if err := webhook.ServeTLS(ctx, webhookLis, hook, authority.ServingCert, log.Named("webhook")); err != nil {
+				errc <- fmt.Errorf("injection webhook: %w", err)
+			}
+		})
+	}
 	if cfg.OnReady != nil {
 		cfg.OnReady(adminLis.Addr())
+	}
+	if cfg.OnWebhookReady != nil && webhookLis != nil {
+		cfg.OnWebhookReady(webhookLis.Addr())
 	}
 	if cfg.OnXDSReady != nil && xdsLis != nil {
 		cfg.OnXDSReady(xdsLis.Addr())

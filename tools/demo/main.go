@@ -143,7 +143,7 @@ func run(ctx context.Context, bin, examples string) (err error) {
 		return err
 	}
 	defer logf.Close()
-	pilot := exec.Command(pilotBin, "--data-dir", dataDir, "--admin-addr", addr, "--xds-addr", "127.0.0.1:0", "--xds-tls-addr", "127.0.0.1:0")
+	pilot := exec.Command(pilotBin, "--data-dir", dataDir, "--admin-addr", addr, "--xds-addr", "127.0.0.1:0", "--xds-tls-addr", "127.0.0.1:0", "--webhook-addr", "127.0.0.1:0")
 	pilot.Stdout, pilot.Stderr = logf, logf
 	if err := pilot.Start(); err != nil {
 		return fmt.Errorf("starting pilot: %w", err)

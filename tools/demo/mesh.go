@@ -259,7 +259,7 @@ func (m *mesh) startPilot() error {
 	// Sidecars register over mTLS on 15012 with certificates from pilot's CA;
 	// the plaintext port only serves readers.
 	cmd := exec.Command(filepath.Join(m.bin, "pilot"), "--data-dir", m.dataDir, "--admin-addr", pilotIP+":15014", "--xds-addr", pilotIP+":15010",
-		"--xds-tls-addr", pilotIP+":15012")
+		"--xds-tls-addr", pilotIP+":15012", "--webhook-addr", pilotIP+":15017")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting pilot: %w", err)

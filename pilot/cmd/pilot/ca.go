@@ -14,7 +14,10 @@ import (
 type caFlags struct {
 	rootCert, rootKey, chain string
 	sans                     sanList
-	maxIssued                int
+	// webhookSANs are added to the serving certificate when the injection
+	// webhook runs: the API server verifies it by the Service's DNS name.
+	webhookSANs sanList
+	maxIssued   int
 }
 
 // open is server.Config.CA: pilot/ca on the data directory, certificateTTL and
@@ -25,8 +28,9 @@ func (f *caFlags) open(_ context.Context, env server.AuthorityEnv) (server.Autho
 		DataDir: env.DataDir, TrustDomain: env.TrustDomain,
 		RootCertFile: f.rootCert, RootKeyFile: f.rootKey, ChainFile: f.chain,
 		CertTTL: certTTL, CRLValidity: crlValidity, MaxIssued: f.maxIssued,
-		ServingDNS: f.sans.dns, ServingIPs: f.sans.ips,
-		Logger: env.Logger, Registerer: env.Registry,
+		ServingDNS: append(append([]string(nil), f.sans.dns...), f.webhookSANs.dns...),
+		ServingIPs: append(append([]net.IP(nil), f.sans.ips...), f.webhookSANs.ips...),
+		Logger:     env.Logger, Registerer: env.Registry,
 	})
 }
 

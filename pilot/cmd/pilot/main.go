@@ -12,7 +12,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/weft-mesh/weft/bootstrap/inject"
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/bootstrap/webhook"
 	"github.com/weft-mesh/weft/internal/version"
 	"github.com/weft-mesh/weft/pilot/ca"
 	"github.com/weft-mesh/weft/pilot/server"
@@ -41,6 +43,10 @@ func run() int {
 	fs.StringVar(&caOpts.rootKey, "ca-root-key", "", "plugged-in CA: the private key of the signer (the first certificate of --ca-chain, else the root)")
 	fs.StringVar(&caOpts.chain, "ca-chain", "", "plugged-in CA: the intermediate(s) that sign, signer first, up to but not including the root (optional)")
 	fs.Var(&caOpts.sans, "tls-san", "extra DNS name or IP SAN of pilot's TLS serving certificate (repeatable or comma-separated; at most 32 of each)")
+	webhookAddr := fs.String("webhook-addr", server.DefaultWebhookAddr,
+		"sidecar injection webhook (HTTPS, POST "+webhook.Path+", a serving certificate from the mesh CA); \"off\" disables it")
+	fs.Var(&caOpts.webhookSANs, "webhook-san", "DNS name the API server calls the webhook by, added to pilot's serving certificate (repeatable or comma-separated; default "+server.DefaultWebhookDNS+")")
+	fs.StringVar(&cfg.WebhookMesh.PilotAddress, "inject-pilot-addr", inject.DefaultPilotAddress, "injected sidecars' --pilot: pilot's TLS xDS address as pods reach it")
 	fs.IntVar(&caOpts.maxIssued, "max-issued", ca.DefaultMaxIssued,
 		"issued certificates pilot remembers (for cert list, revocation by SPIFFE ID and rotation); at the bound expired ones are dropped, oldest first, and when none is expired new certificates are refused")
 	fs.BoolVar(&cfg.AdminAllowRemote, "admin-allow-remote", false, "accept admin requests from non-loopback clients (requires --admin-token-file)")
@@ -92,6 +98,14 @@ func run() int {
 		return 2
 	}
 	lim.MaxConcurrentStreams = uint32(maxStreams)
+	if *webhookAddr != "off" {
+		cfg.WebhookAddr = *webhookAddr
+		if len(caOpts.webhookSANs.dns)+len(caOpts.webhookSANs.ips) == 0 {
+			caOpts.webhookSANs.dns = []string{server.DefaultWebhookDNS}
+		}
+	} else {
+		caOpts.webhookSANs = sanList{}
+	}
 	if *showVersion {
 		fmt.Println(version.String("pilot"))
 		return 0

@@ -26,7 +26,7 @@ until_ok() {
 # start_pilot BIN_DIR IP: a real pilot on RUN/pilot, admin on IP:15014, xDS on
 # IP:15010; returns once it is healthy and has written its publisher key.
 start_pilot() {
-	"$1/pilot" --data-dir "$RUN/pilot" --admin-addr "$2:15014" --xds-addr "$2:15010" --xds-tls-addr "$2:15012" --insecure-plaintext-registration >"$RUN/pilot.log" 2>&1 &
+	"$1/pilot" --data-dir "$RUN/pilot" --admin-addr "$2:15014" --xds-addr "$2:15010" --xds-tls-addr "$2:15012" --webhook-addr "$2:15017" --insecure-plaintext-registration >"$RUN/pilot.log" 2>&1 &
 	PIDS+=($!)
 	until_ok 20 test -s "$RUN/pilot/publisher.pub" || fail "pilot wrote no publisher key"
 	until_ok 20 curl -sf "http://$2:15014/healthz" || fail "pilot not healthy"

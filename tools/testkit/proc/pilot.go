@@ -19,7 +19,8 @@ import (
 const PilotStartTimeout = 30 * time.Second
 
 // PilotProcess is a running bin/pilot with its admin API on IP:15014, xDS on IP:15010
-// (plaintext) and IP:15012 (TLS, once pilot has its CA) and its store in DataDir.
+// (plaintext) and IP:15012 (TLS, once pilot has its CA), the injection webhook on
+// IP:15017 and its store in DataDir.
 type PilotProcess struct {
 	*Proc
 	IP, DataDir string
@@ -67,7 +68,7 @@ func StartPilotIn(t testing.TB, ns Netns, ip, dataDir string, extra ...string) *
 		flags = append(flags, f)
 	}
 	args := []string{"--data-dir", dataDir, "--admin-addr", p.adminIP + ":15014", "--xds-addr", p.XDSAddr(), "--xds-tls-addr", p.XDSTLSAddr(),
-		"--xds-debounce", "10ms"}
+		"--webhook-addr", p.WebhookAddr(), "--xds-debounce", "10ms"}
 	if !p.Secure {
 		args = append(args, "--insecure-plaintext-registration")
 	}
@@ -105,6 +106,9 @@ func (p *PilotProcess) XDSAddr() string { return p.IP + ":15010" }
 
 // XDSTLSAddr is pilot's xDS (and CSR) address over TLS.
 func (p *PilotProcess) XDSTLSAddr() string { return p.IP + ":15012" }
+
+// WebhookAddr is pilot's injection webhook (HTTPS, bootstrap/webhook).
+func (p *PilotProcess) WebhookAddr() string { return p.IP + ":15017" }
 
 // CARootFile is the mesh CA's root certificate pilot writes (a sidecar's
 // --ca-root).
