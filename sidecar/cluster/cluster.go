@@ -130,6 +130,7 @@ type Cluster struct {
 	Hashed         bool                  // picker wants a request hash (ring hash)
 	OriginalDst    bool                  // Spec.OriginalDst
 	BlackHole      bool                  // Spec.BlackHole
+	dynamic        dynamicHosts          // OriginalDst: endpoints by destination (passthrough.go)
 	endpoints      []*Endpoint
 	usable         []*Endpoint // what the picker picks from (PickAvoiding's scan)
 	picker         picker

@@ -370,7 +370,7 @@ func (p *Proxy) exchangeH1(ctx context.Context, cbr *bufio.Reader, cbw *bufio.Wr
 	if c.Hashed {
 		hash = requestHash(route, &st.hdrs, t.Source)
 	}
-	e, err := c.PickAvoiding(hash, st.try.triedHosts())
+	e, err := p.pickEndpoint(c, hash, st.try.triedHosts(), t)
 	if err != nil {
 		return failNoHost, causeLocal
 	}

@@ -291,7 +291,7 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, rb *replayBuf, t
 			hash = requestHash(route, httpHeaders{r: r}, t.Source)
 		}
 		var err error
-		if e, err = c.PickAvoiding(hash, tr.triedHosts()); err != nil {
+		if e, err = p.pickEndpoint(c, hash, tr.triedHosts(), t); err != nil {
 			return attemptResult{err: fmt.Errorf("%w: %w", errNotSent, err), cause: causeLocal, noHost: true, unsent: true}
 		}
 	}

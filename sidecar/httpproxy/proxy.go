@@ -72,6 +72,11 @@ type Config struct {
 	Logger hclog.Logger // required
 	// Pool is the HTTP/1.1 upstream pool; required. It outlives config swaps.
 	Pool *cluster.Pool
+	// Passthrough gives requests routed to an original-destination cluster
+	// their connection's original destination (Target.Dest) and refuses, and
+	// counts, loops to the sidecar's own listeners and black-hole clusters;
+	// nil: a private one that knows no own addresses.
+	Passthrough *cluster.Passthrough
 	// Degraded, when set and reporting true, makes every request answer 503 with
 	// header x-weft-degraded: <reason>.
 	Degraded DegradedFunc
@@ -254,6 +259,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.Pool == nil {
 		return nil, errors.New("httpproxy: Pool is required")
+	}
+	if cfg.Passthrough == nil {
+		cfg.Passthrough = cluster.NewPassthrough(nil)
 	}
 	if cfg.BufferSize == 0 {
 		cfg.BufferSize = DefaultBufferSize
@@ -693,6 +701,20 @@ func hostPort(host string) uint16 {
 		}
 	}
 	return 80
+}
+
+// pickEndpoint is the endpoint of c for one attempt: the original
+// destination for an original-destination cluster (none for a black hole),
+// else c's pick preferring one not yet tried.
+func (p *Proxy) pickEndpoint(c *cluster.Cluster, hash uint64, tried []*cluster.Endpoint, t *Target) (*cluster.Endpoint, error) {
+	if !c.Special() {
+		return c.PickAvoiding(hash, tried)
+	}
+	e, err := p.cfg.Passthrough.Endpoint(c, t.Dest)
+	if err != nil {
+		p.log.Debug("passthrough refused", "cluster", c.Name, "destination", t.Dest, "listener", t.Listener, "error", err)
+	}
+	return e, err
 }
 
 // requestHash computes the ring-hash key for a route's hash policy.

@@ -316,7 +316,7 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 		}
 	}
 	if fc != nil && fc.TCP != nil {
-		if err := s.cfg.TCP.Serve(ctx, c, fc.TCP, src); err != nil {
+		if err := s.cfg.TCP.ServeTo(ctx, c, fc.TCP, src, dst); err != nil {
 			s.log.Debug("tcp proxy", "error", err)
 		}
 		return

@@ -39,6 +39,11 @@ type Config struct {
 	// (cluster.DialEndpoint); nil: this sidecar has no identity and such
 	// endpoints are refused, never reached in plaintext.
 	MTLS *mtls.Manager
+	// Passthrough gives connections to an original-destination cluster their
+	// original destination and refuses, and counts, loops to the sidecar's own
+	// listeners and black-hole clusters; nil: a private one that knows no own
+	// addresses.
+	Passthrough *cluster.Passthrough
 }
 
 // Observer receives one call per proxied connection, when it ends.
@@ -70,12 +75,23 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Uint64
 	}
+	if cfg.Passthrough == nil {
+		cfg.Passthrough = cluster.NewPassthrough(nil)
+	}
 	return &Proxy{cfg: cfg}, nil
 }
 
-// Serve proxies client to a cluster of route until either side finishes or ctx ends.
-// It closes client. src is used for ring-hash clusters (hash of the source address).
+// Serve is ServeTo with no original destination known (a passthrough is
+// then refused).
 func (p *Proxy) Serve(ctx context.Context, client net.Conn, route *dataplane.TCPRoute, src netip.Addr) error {
+	return p.ServeTo(ctx, client, route, src, netip.AddrPort{})
+}
+
+// ServeTo proxies client to a cluster of route until either side finishes or
+// ctx ends. It closes client. src is used for ring-hash clusters (hash of the
+// source address); dst is the connection's original destination, where an
+// original-destination (passthrough) cluster sends it.
+func (p *Proxy) ServeTo(ctx context.Context, client net.Conn, route *dataplane.TCPRoute, src netip.Addr, dst netip.AddrPort) error {
 	defer client.Close()
 	now := time.Now()
 	if err := p.authorize(client, route, now); err != nil {
@@ -92,7 +108,13 @@ func (p *Proxy) Serve(ctx context.Context, client net.Conn, route *dataplane.TCP
 		b := src.As16()
 		hash = cluster.Hash(b[:])
 	}
-	e, err := c.Pick(hash)
+	var e *cluster.Endpoint
+	var err error
+	if c.Special() {
+		e, err = p.cfg.Passthrough.Endpoint(c, dst) // refusals counted there
+	} else {
+		e, err = c.Pick(hash)
+	}
 	if err != nil {
 		return err
 	}
