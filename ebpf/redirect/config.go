@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 )
 
 // Defaults for the zero fields of Config (Istio's numbers, as bootstrap/intercept).
@@ -21,6 +22,8 @@ const (
 	DefaultMaxConns = 16384
 	// MaxConnsLimit is the largest Config.MaxConns accepted.
 	MaxConnsLimit = 1 << 20
+	// DefaultSelfTestTimeout bounds SelfTest when its context has no deadline.
+	DefaultSelfTestTimeout = 2 * time.Second
 )
 
 // Config says where and how to redirect. The zero value of every field but

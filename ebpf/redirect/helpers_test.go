@@ -16,7 +16,6 @@ import (
 	"github.com/cilium/ebpf/features"
 
 	"github.com/weft-mesh/weft/conformance/pods"
-	"github.com/weft-mesh/weft/ebpf/bpf"
 )
 
 // requireBPF skips (fails with WEFT_REQUIRE_PRIVILEGED=1) unless pods can be
@@ -45,18 +44,14 @@ func skippable(err error) bool {
 	return !errors.As(err, &ve)
 }
 
-// loadCheck loads the objects once.
+// loadCheck: the program types, then the objects themselves.
 func loadCheck() error {
 	for _, pt := range []ebpf.ProgramType{ebpf.CGroupSockAddr, ebpf.SockOps, ebpf.CGroupSockopt, ebpf.CGroupSock} {
 		if err := features.HaveProgramType(pt); err != nil {
 			return fmt.Errorf("program type %s: %w", pt, err)
 		}
 	}
-	var objs bpf.RedirectObjects
-	if err := bpf.LoadRedirectObjects(&objs, nil); err != nil {
-		return fmt.Errorf("load: %w", err)
-	}
-	return objs.Close()
+	return Check()
 }
 
 // enterCgroup moves this test process into dir until cleanup, so the sockets

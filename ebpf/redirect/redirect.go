@@ -94,10 +94,7 @@ func attach(cfg Config, pr *probe) (_ *Redirect, err error) {
 	if err := CheckCgroup(cfg.Cgroup); err != nil {
 		return nil, err
 	}
-	// No-op from 5.11 (memcg accounting); needed before it.
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("redirect: memlock rlimit: %w", err)
-	}
+	removeMemlock()
 	spec, err := bpf.LoadRedirect()
 	if err != nil {
 		return nil, fmt.Errorf("redirect: read the embedded object: %w", err)
@@ -177,6 +174,24 @@ func mapConfig(cfg Config, pr *probe) bpf.RedirectConfig {
 	}
 	return c
 }
+
+// Check loads the programs and frees them: nil, or why this kernel or
+// process cannot (an *ebpf.VerifierError is the programs' fault, anything
+// else the environment's: privileges, kernel features).
+func Check() error {
+	removeMemlock()
+	var objs bpf.RedirectObjects
+	if err := bpf.LoadRedirectObjects(&objs, nil); err != nil {
+		return fmt.Errorf("redirect: load programs: %w", err)
+	}
+	return objs.Close()
+}
+
+// removeMemlock lifts RLIMIT_MEMLOCK for kernels before 5.11 (later ones
+// account BPF memory to the memory cgroup and ignore it). Its failure is not
+// reported: without the privilege to raise it the load fails anyway, with
+// the error that says so (EPERM from bpf), not this one.
+func removeMemlock() { _ = rlimit.RemoveMemlock() }
 
 // Cgroup is the directory the programs are attached to.
 func (r *Redirect) Cgroup() string { return r.cgroup }

@@ -30,3 +30,6 @@ func (*Redirect) Stats() (Stats, error) { return Stats{}, ErrUnsupported }
 
 // OwnCgroup fails off Linux.
 func OwnCgroup() (string, error) { return "", ErrUnsupported }
+
+// Check fails off Linux.
+func Check() error { return ErrUnsupported }

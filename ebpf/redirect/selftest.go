@@ -7,15 +7,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"time"
 )
 
 // ProbeAddr is where the self-test connects: TEST-NET-1 (RFC 5737), which no
 // application uses. Only the self-test's attachment redirects it.
 var ProbeAddr = netip.MustParseAddrPort("192.0.2.1:9")
-
-// DefaultSelfTestTimeout bounds SelfTest when ctx has no deadline.
-const DefaultSelfTestTimeout = 2 * time.Second
 
 // SelfTest checks, on cgroup itself, that this process can load and attach
 // the programs and that they work for it: it attaches a probe-only
