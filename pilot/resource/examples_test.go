@@ -1,7 +1,6 @@
 package resource
 
 import (
-	"slices"
 	"strings"
 	"testing"
 
@@ -32,11 +31,7 @@ func TestExamples(t *testing.T) {
 	if len(errs) != 0 {
 		t.Errorf("ValidateSet: errors %v", errs)
 	}
-	// Since issue #9 every kind and field the examples use is enforced, but
-	// for a Service's spec.addresses until pilot sends VIPs (issue #10).
-	warnings = slices.DeleteFunc(warnings, func(w string) bool {
-		return w == "Service/shop/reviews: spec.addresses: accepted but not enforced by Weft sidecars yet: "+serviceAddressesWhy
-	})
+	// Since issue #9 every kind and field the examples use is enforced.
 	if len(warnings) != 0 {
 		t.Errorf("ValidateSet: warnings %q, want none", warnings)
 	}

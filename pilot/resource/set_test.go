@@ -2,8 +2,6 @@ package resource
 
 import (
 	"math/rand/v2"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -110,11 +108,6 @@ func TestValidateSet(t *testing.T) {
 			// The result must not depend on input order.
 			for range 5 {
 				errs, warnings := ValidateSet(tc.objs)
-				// Tested in unenforced_kinds_test.go; here only the set's own.
-				warnings = slices.DeleteFunc(warnings, func(w string) bool { return strings.HasSuffix(w, serviceAddressesWhy) })
-				if len(warnings) == 0 {
-					warnings = nil
-				}
 				var got []string
 				for _, e := range errs {
 					got = append(got, e.Error())

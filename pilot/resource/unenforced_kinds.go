@@ -51,11 +51,6 @@ var notEnforcedStalenessClasses = map[string]string{
 	"revocation": "a sidecar uses a revocation list until its NextUpdate plus the sidecar's --crl-grace (default 1h), whatever a rule says; then new mTLS handshakes are refused",
 }
 
-// serviceAddressesWhy is why a Service's spec.addresses are not enforced yet.
-// Remove it when pilot/xds/gen's vipWire is on (issue #10: the sidecar decodes
-// prefix_ranges): until then sidecars match chains by port alone.
-const serviceAddressesWhy = "VIPs are not sent to sidecars yet: they match outbound chains by port alone, and a TCP port shared by two Services reaches only one"
-
 // unenforcedKindWarnings are o's warnings for a kind, field or staleness class no
 // sidecar enforces yet.
 func unenforcedKindWarnings(o *Object) []string {
@@ -73,10 +68,6 @@ func unenforcedKindWarnings(o *Object) []string {
 			if s != nil && f.set(s) {
 				out = append(out, w(f.field, f.why))
 			}
-		}
-	case *ServiceSpec:
-		if s != nil && len(s.Addresses) > 0 && serviceAddressesWhy != "" {
-			out = append(out, w("spec.addresses", serviceAddressesWhy))
 		}
 	case *OverrideSpec:
 		if s != nil && s.Action == "ALLOW" {

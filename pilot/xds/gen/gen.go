@@ -107,8 +107,8 @@ func Proxy(mesh *ir.Mesh, n *node.Node) (*snapshot.Snapshot, error) {
 // ScopeKey returns a key such that, for any one mesh, nodes with equal keys get
 // the same snapshot from Proxy: it is everything of the node Proxy reads. A
 // node that does not register reads nothing (every such node shares one key);
-// a sidecar reads its namespace, labels, inbound port and whether it has an
-// identity, not its ID, address, service account, locality or which identity.
+// a sidecar reads its namespace, labels, inbound port, whether it has an
+// identity and whether it is intercepted, not its ID, address, service account, locality or which identity.
 // A proxyless node reads whether it has an identity, and its address (server
 // listeners). Callers may generate once per key.
 func ScopeKey(n *node.Node) string {
@@ -123,7 +123,11 @@ func ScopeKey(n *node.Node) string {
 	if port == 0 {
 		port = InboundPort
 	}
-	return "sidecar\x00" + tls + "\x00" + n.Namespace + "\x00" + strconv.FormatUint(uint64(port), 10) + "\x00" + node.LabelString(n.Labels)
+	mode := "explicit"
+	if n.Interception != node.InterceptionNone {
+		mode = "intercepted" // iptables and ebpf get the same snapshot
+	}
+	return "sidecar\x00" + tls + "\x00" + mode + "\x00" + n.Namespace + "\x00" + strconv.FormatUint(uint64(port), 10) + "\x00" + node.LabelString(n.Labels)
 }
 
 // class is what a sidecar's snapshot depends on.
@@ -134,9 +138,12 @@ type class struct {
 	staleness   stalenessPick // the StalenessPolicies that select it
 	// tls: the node has a verified identity (node.Identity): its inbound
 	// gets TLS chains by mode and its outbound clusters transport sockets.
-	tls   bool
-	mode  string    // its resolved mTLS mode (ir.Mesh.MTLSMode)
-	authz authzPick // the authorization policies and overrides that apply to it
+	tls bool
+	// intercepted: the node's traffic is intercepted (node.Interception):
+	// it gets the outbound wire by VIP:port (outbound).
+	intercepted bool
+	mode        string    // its resolved mTLS mode (ir.Mesh.MTLSMode)
+	authz       authzPick // the authorization policies and overrides that apply to it
 }
 
 // tlsChains reports whether the inbound listener has TLS chains.
@@ -147,7 +154,7 @@ type classKey string
 
 func workloadClass(mesh *ir.Mesh, n *node.Node) class {
 	c := class{namespace: n.Namespace, inboundPort: n.InboundPort, staleness: pickStaleness(mesh, n),
-		tls: n.Identity != "", authz: pickAuthz(mesh, n.Namespace, n.Labels)}
+		tls: n.Identity != "", authz: pickAuthz(mesh, n.Namespace, n.Labels), intercepted: n.Interception != node.InterceptionNone}
 	c.mode, _ = mesh.MTLSMode(n.Namespace, n.Labels)
 	if c.inboundPort == 0 {
 		c.inboundPort = InboundPort
@@ -209,6 +216,9 @@ func (c class) key() classKey {
 		b.WriteByte(3)
 		b.WriteString(c.authz.key())
 	}
+	if c.intercepted {
+		b.WriteByte(4)
+	}
 	return classKey(b.String())
 }
 
@@ -217,7 +227,9 @@ func sidecarSnapshot(mesh *ir.Mesh, c class) (*snapshot.Snapshot, error) {
 	if c.tls {
 		v = sidecarTLS
 	}
-	b, err := derive(mesh, nsKey{c.namespace, v}, func() (*bundle, error) { return namespaceBundle(mesh, c.namespace, v) })
+	b, err := derive(mesh, nsKey{c.namespace, v, c.intercepted}, func() (*bundle, error) {
+		return namespaceBundle(mesh, c.namespace, v, c.intercepted)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -238,6 +250,9 @@ func sidecarSnapshot(mesh *ir.Mesh, c class) (*snapshot.Snapshot, error) {
 		var sig strings.Builder
 		sig.WriteString(c.namespace)
 		sig.WriteByte(byte(v))
+		if c.intercepted { // its bundle has the passthrough clusters
+			sig.WriteByte(0xff)
+		}
 		for _, n := range names {
 			sig.WriteByte(0)
 			sig.WriteString(n)
@@ -261,11 +276,12 @@ type (
 	meshKey     struct{ v clusterVariant }
 	meshSnapKey struct{ v clusterVariant }
 	nsKey       struct {
-		ns string
-		v  clusterVariant
+		ns          string
+		v           clusterVariant
+		intercepted bool
 	}
 	allKey        struct{ v clusterVariant }
-	clusterSetKey string // namespace, variant and inbound clusters (name, version)
+	clusterSetKey string // namespace, variant, interception and inbound clusters (name, version)
 )
 
 // clusterVariant is which form of the outbound clusters a node gets.
@@ -459,7 +475,7 @@ func wholeMesh(mesh *ir.Mesh, v clusterVariant) (*bundle, error) {
 // namespaceBundle is everything a sidecar of namespace ns shares with the other
 // sidecars of ns: its scope's clusters and assignments, the outbound listener
 // and its route configurations.
-func namespaceBundle(mesh *ir.Mesh, ns string, v clusterVariant) (*bundle, error) {
+func namespaceBundle(mesh *ir.Mesh, ns string, v clusterVariant, intercepted bool) (*bundle, error) {
 	sh, err := sharedClusters(mesh, v)
 	if err != nil {
 		return nil, err
@@ -474,23 +490,25 @@ func namespaceBundle(mesh *ir.Mesh, ns string, v clusterVariant) (*bundle, error
 			}
 		}
 	}
-	if err := addOutbound(b, mesh, ns, scope, vipWire); err != nil {
+	if err := addOutbound(b, mesh, ns, scope, intercepted); err != nil {
 		return nil, err
 	}
 	return b.seal(), nil
 }
 
 // addOutbound adds the outbound listener of namespace ns, its route
-// configurations and (wire) the passthrough clusters to b.
-func addOutbound(b builder, mesh *ir.Mesh, ns string, scope []*ir.Service, wire bool) error {
-	if wire {
-		for _, cl := range passthroughClusters() {
-			if err := b.add(snapshot.ClusterType, cl.Name, cl); err != nil {
-				return err
-			}
+// configurations and (intercept) the passthrough clusters to b.
+func addOutbound(b builder, mesh *ir.Mesh, ns string, scope []*ir.Service, intercept bool) error {
+	if intercept {
+		rs, err := passthroughResources()
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			b[snapshot.ClusterType][r.Name] = r
 		}
 	}
-	lis, rcs, err := outbound(mesh, ns, scope, wire)
+	lis, rcs, err := outbound(mesh, ns, scope, intercept)
 	if err != nil {
 		return err
 	}

@@ -362,6 +362,12 @@ func TestScopeKey(t *testing.T) {
 		{ID: "g"},
 		{ID: "h", Namespace: "shop", Address: "10.1.0.7", Labels: app, Identity: "spiffe://cluster.local/ns/shop/sa/default"},
 		{ID: "i", Namespace: "shop", Address: "10.1.0.1", Labels: app, Proxyless: true},
+		{ID: "j", Namespace: "shop", Address: "10.1.0.1", Labels: app, Interception: node.InterceptionIPTables},
+	}
+	// iptables and eBPF interception read the same wire.
+	if a, b := (&node.Node{ID: "k", Namespace: "shop", Address: "10.1.0.1", Labels: app, Interception: node.InterceptionIPTables}),
+		(&node.Node{ID: "l", Namespace: "shop", Address: "10.1.0.2", Labels: app, Interception: node.InterceptionEBPF}); ScopeKey(a) != ScopeKey(b) {
+		t.Errorf("iptables and ebpf keys differ: %q, %q", ScopeKey(a), ScopeKey(b))
 	}
 	want := mustProxy(t, m, base)
 	for _, n := range same {

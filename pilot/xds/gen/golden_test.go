@@ -160,6 +160,7 @@ func TestGolden(t *testing.T) {
 					if err := Consistent(s); err != nil {
 						t.Errorf("snapshot of %s is not consistent:\n%v", p.ID, err)
 					}
+					validateAll(t, s)
 					snaps[p.ID] = renderSnapshot(t, s)
 				}
 				doc["proxies"] = snaps

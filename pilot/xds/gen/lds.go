@@ -3,7 +3,6 @@ package gen
 import (
 	"net/netip"
 	"slices"
-	"strconv"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -99,12 +98,17 @@ func portMatch(p uint32) *listenerv3.FilterChainMatch {
 // nothing in scope: an intercepted app's connections outside the mesh still
 // reach it. It carries the scope's DNS name table (dnsMetadata).
 //
-// With wire false (vipWire, until the sidecar decodes issue #10's wire) it
-// renders the listener as before issue #10: every service as if it had no
-// VIPs, chains matched by port alone (one per port: HTTP, else the first TCP
-// service), no default chain or name table, and no listener for an empty
-// scope.
-func outbound(mesh *ir.Mesh, ns string, scope []*ir.Service, wire bool) (*listenerv3.Listener, []*routev3.RouteConfiguration, error) {
+// The wire above is what an intercepted sidecar (node.Interception set) gets.
+// An explicit one (intercept false) gets its chains by port alone (no
+// prefix_ranges: one chain per port, HTTP else the first TCP service), no
+// default chain or passthrough clusters, and no listener for an empty scope,
+// as before issue #10; its vhosts still list the VIPs, and the listener the
+// name table. Why: such a sidecar recognises a connection made to it
+// explicitly by the listener's own address from LDS (127.0.0.1:15001), but
+// sidecars listen where --outbound-addr says (tests use 127.x.y.z addresses,
+// or the service port), and such a connection would then be matched by IP
+// (no VIP matches; the default chain would pass it through to itself).
+func outbound(mesh *ir.Mesh, ns string, scope []*ir.Service, intercept bool) (*listenerv3.Listener, []*routev3.RouteConfiguration, error) {
 	type portGroup struct {
 		http []vhostSpec
 		tcp  []*ir.Service // own namespace first, then scope order
@@ -118,7 +122,7 @@ func outbound(mesh *ir.Mesh, ns string, scope []*ir.Service, wire bool) (*listen
 				groups[p.Port] = g
 			}
 			if p.Protocol.IsHTTP() {
-				g.http = append(g.http, vhostSpec{svc: svc, port: p, rules: svc.RulesFor(ns, p), shortNames: svc.Namespace == ns, vips: wire})
+				g.http = append(g.http, vhostSpec{svc: svc, port: p, rules: svc.RulesFor(ns, p), shortNames: svc.Namespace == ns, vips: true})
 				continue
 			}
 			g.tcp = append(g.tcp, svc)
@@ -139,23 +143,20 @@ func outbound(mesh *ir.Mesh, ns string, scope []*ir.Service, wire bool) (*listen
 	// prefix range of a chain without VIPs (nil: the port alone).
 	addrs := func(svc *ir.Service) []string { return svc.Addresses }
 	explicit := []netip.Prefix{explicitOnly}
-	tcpName := tcpChainName
-	if wire {
-		md, err := dnsMetadata(ns, mesh.TrustDomain, scope)
-		if err != nil {
-			return nil, nil, err
-		}
-		lis.DefaultFilterChain, lis.Metadata = defaultChain(mesh.OutboundPolicy), md
+	if intercept {
+		lis.DefaultFilterChain = defaultChain(mesh.OutboundPolicy)
 	} else {
 		if len(groups) == 0 {
 			return nil, nil, nil
 		}
 		addrs = func(*ir.Service) []string { return nil }
 		explicit = nil
-		tcpName = func(port uint32, _ *ir.Service) string {
-			return "outbound|" + strconv.FormatUint(uint64(port), 10) + "|tcp"
-		}
 	}
+	md, err := dnsMetadata(ns, mesh.TrustDomain, scope)
+	if err != nil {
+		return nil, nil, err
+	}
+	lis.Metadata = md
 	var rcs []*routev3.RouteConfiguration
 	for _, port := range ports {
 		g := groups[port]
@@ -188,7 +189,7 @@ func outbound(mesh *ir.Mesh, ns string, scope []*ir.Service, wire bool) (*listen
 			}
 			cl := svc.PortByNumber(port).Cluster
 			lis.FilterChains = append(lis.FilterChains, &listenerv3.FilterChain{
-				Name:             tcpName(port, svc),
+				Name:             tcpChainName(port, svc),
 				FilterChainMatch: vipMatch(port, prefixes),
 				Filters:          []*listenerv3.Filter{tcpProxy(cl, cl)},
 			})

@@ -5,26 +5,19 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"sync"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/weft-mesh/weft/pilot/ir"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // Issue #10's outbound wire (VIPs, passthrough, DNS names); see outbound.
-
-// vipWire turns issue #10's outbound wire on for every sidecar: chains by
-// VIP:port (prefix_ranges), the passthrough default chain and its two
-// clusters, VIP domains and the DNS name table. It is off until the sidecar's
-// decoder accepts prefix_ranges and ORIGINAL_DST clusters (the origdst
-// helper's part): pilot's publish check runs every snapshot through that
-// decoder, so sending the wire before would stop every push. The wire itself
-// is built and checked now (outbound(..., true), testdata/vip.golden.yaml).
-const vipWire = false
 
 // Clusters for destinations outside the mesh (Istio's names), in every
 // sidecar's CDS. The outbound listener's default_filter_chain sends to one of
@@ -119,6 +112,20 @@ func defaultChain(policy string) *listenerv3.FilterChain {
 	}
 	return &listenerv3.FilterChain{Name: "PassthroughFilterChain", Filters: []*listenerv3.Filter{tcpProxy(PassthroughCluster, PassthroughCluster)}}
 }
+
+// passthroughResources are passthroughClusters marshalled once: every
+// sidecar's snapshot shares them (immutable, like every snapshot.Resource).
+var passthroughResources = sync.OnceValues(func() ([]snapshot.Resource, error) {
+	var out []snapshot.Resource
+	for _, cl := range passthroughClusters() {
+		r, err := snapshot.NewResource(snapshot.ClusterType, cl.Name, cl)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+})
 
 // passthroughClusters are the two clusters every sidecar gets for non-mesh
 // destinations. The sidecar refuses an ORIGINAL_DST cluster with endpoints,

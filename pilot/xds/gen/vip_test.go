@@ -12,57 +12,6 @@ import (
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
 
-// wireSnapshot is what issue #10's wire gives namespace ns of mesh: the
-// outbound listener, its route configurations and the passthrough clusters,
-// plus the scope's clusters and endpoints (so Consistent can follow every
-// reference).
-func wireSnapshot(t testing.TB, mesh *ir.Mesh, ns string) *snapshot.Snapshot {
-	t.Helper()
-	b, err := namespaceBundle(mesh, ns, plainClusters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wb := newBuilder()
-	for typ, set := range b.sets() {
-		if typ == snapshot.ClusterType || typ == snapshot.EndpointType {
-			for name, r := range set.Resources {
-				wb[typ][name] = r
-			}
-		}
-	}
-	if err := addOutbound(wb, mesh, ns, mesh.Scopes[ns], true); err != nil {
-		t.Fatal(err)
-	}
-	return snapshot.FromSets(mesh.Revision, wb.seal().sets())
-}
-
-// TestVIPWireGolden renders issue #10's outbound wire (vipWire off: not yet
-// sent) for every golden input that has VIPs, one document per namespace of
-// a registered proxy: testdata/<input>.wire.golden.yaml. It is what the
-// sidecar's decoder (origdst) and DNS proxy (dns) read once vipWire is on.
-func TestVIPWireGolden(t *testing.T) {
-	for _, name := range []string{"vip", "tcp"} {
-		t.Run(name, func(t *testing.T) {
-			mesh, proxies := meshFromFile(t, "testdata/"+name+".input.yaml")
-			compareGolden(t, "testdata/"+name+".wire.golden.yaml", func() map[string]any {
-				out := map[string]any{}
-				for _, p := range proxies {
-					if !p.Registers() || out[p.Namespace] != nil {
-						continue
-					}
-					s := wireSnapshot(t, mesh, p.Namespace)
-					if err := Consistent(s); err != nil {
-						t.Errorf("namespace %s: not consistent:\n%v", p.Namespace, err)
-					}
-					validateAll(t, s)
-					out[p.Namespace] = renderSnapshot(t, s)
-				}
-				return map[string]any{"namespaces": out}
-			})
-		})
-	}
-}
-
 // validateAll runs go-control-plane's generated validation (Envoy's proto
 // constraints) over every resource of s.
 func validateAll(t testing.TB, s *snapshot.Snapshot) {
@@ -160,6 +109,9 @@ func TestOutboundWireChains(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mesh := &ir.Mesh{TrustDomain: ir.DefaultTrustDomain, OutboundPolicy: tc.policy}
+			if tc.policy == "" {
+				mesh.OutboundPolicy = ir.OutboundAllowAny
+			}
 			lis, _, err := outbound(mesh, "own", tc.scope, true)
 			if err != nil {
 				t.Fatal(err)
@@ -262,4 +214,41 @@ func TestWireBounds(t *testing.T) {
 			t.Fatalf("past the bound: %v, want %s", err, want)
 		}
 	})
+}
+
+// An explicit sidecar's chains go by port alone, one per port (HTTP, else the
+// first TCP service, own namespace first), with no default chain; its
+// listener still carries the name table.
+func TestOutboundExplicitChains(t *testing.T) {
+	http := &ir.Port{Name: "http", Port: 80, TargetPort: 80, Protocol: ir.ProtocolHTTP}
+	tcp := &ir.Port{Name: "tcp", Port: 80, TargetPort: 80, Protocol: ir.ProtocolTCP}
+	tcp5432 := &ir.Port{Name: "pg", Port: 5432, TargetPort: 5432, Protocol: ir.ProtocolTCP}
+	mesh := &ir.Mesh{TrustDomain: ir.DefaultTrustDomain, OutboundPolicy: ir.OutboundAllowAny}
+	if lis, rcs, err := outbound(mesh, "own", nil, false); lis != nil || rcs != nil || err != nil {
+		t.Fatalf("empty scope: %v %v %v, want no listener", lis, rcs, err)
+	}
+	scope := []*ir.Service{
+		svcWith("a", "web", []string{"240.240.0.1"}, http),
+		svcWith("a", "db", []string{"240.240.0.3"}, tcp),
+		svcWith("b", "pg", []string{"240.240.0.4"}, tcp5432),
+		svcWith("own", "pg", []string{"240.240.0.2"}, tcp5432),
+	}
+	lis, _, err := outbound(mesh, "own", scope, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, fc := range lis.GetFilterChains() {
+		got = append(got, chainView(fc))
+	}
+	want := []string{"outbound|80 80 ", "outbound|5432|tcp|pg.own 5432 "}
+	if !slices.Equal(got, want) {
+		t.Errorf("chains:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if d := lis.GetDefaultFilterChain(); d != nil {
+		t.Errorf("default chain %q, want none", d.GetName())
+	}
+	if lis.GetMetadata().GetFilterMetadata()[DNSMetadataKey] == nil {
+		t.Error("no name table")
+	}
 }
