@@ -78,6 +78,16 @@ type Config struct {
 	// MTLS, when set, adds the certificate and CRL lines to /healthz/ready, which
 	// is 503 while mTLS is needed and cannot be done (see mtls.Status).
 	MTLS *mtls.Manager
+	// Interception, when set, is config_dump's "interception": the mode chosen
+	// at start (ebpf/mode) and why.
+	Interception *Interception
+}
+
+// Interception is how the sidecar's traffic reaches it: mode none, iptables or
+// ebpf, and the reason (for auto, why eBPF was or was not had).
+type Interception struct {
+	Mode   string `json:"mode"`
+	Reason string `json:"reason"`
 }
 
 // Admin holds the handlers.
@@ -163,6 +173,7 @@ type ConfigDump struct {
 	LastKnownGood runtime.LKGInfo       `json:"lastKnownGood"`
 	Counters      runtime.Counters      `json:"counters"`
 	XDS           *XDS                  `json:"xds,omitempty"`
+	Interception  *Interception         `json:"interception,omitempty"`
 }
 
 // XDS is the xDS client's part of /config_dump.
@@ -194,7 +205,8 @@ type XDSTypeIn struct {
 func (a *Admin) Snapshot() *ConfigDump {
 	d := a.cfg.Runtime.Dump()
 	cd := &ConfigDump{NodeID: d.NodeID, Ready: d.Ready, Reason: d.Reason, Active: d.Active, Pending: d.Pending,
-		LastConfirmed: d.LastConfirmed, Staleness: d.Staleness, LastKnownGood: d.LastKnownGood, Counters: d.Counters}
+		LastConfirmed: d.LastConfirmed, Staleness: d.Staleness, LastKnownGood: d.LastKnownGood, Counters: d.Counters,
+		Interception: a.cfg.Interception}
 	if d.Active != nil {
 		cd.Revision, cd.Manifest = d.Active.Revision, d.Active.Manifest
 	}

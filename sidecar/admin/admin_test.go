@@ -92,6 +92,27 @@ func TestConfigDump(t *testing.T) {
 	}
 }
 
+// TestConfigDumpInterception: the mode chosen at start, and nothing when unset.
+func TestConfigDumpInterception(t *testing.T) {
+	rt := &fakeRuntime{}
+	rt.d.Store(activeDump())
+	if _, body := get(t, newAdmin(t, rt).Handler(), "/config_dump"); strings.Contains(body, `"interception"`) {
+		t.Errorf("config_dump without Interception shows one:\n%s", body)
+	}
+	a, err := New(Config{Logger: hclog.NewNullLogger(), Runtime: rt, Gatherer: prometheus.NewRegistry(),
+		Interception: &Interception{Mode: "iptables", Reason: "auto: eBPF unavailable, iptables rules assumed: x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, a.Handler(), "/config_dump")
+	if want := `"interception": {
+    "mode": "iptables",
+    "reason": "auto: eBPF unavailable, iptables rules assumed: x"
+  }`; !strings.Contains(body, want) {
+		t.Errorf("config_dump lacks\n%s\nin\n%s", want, body)
+	}
+}
+
 func TestStatsAndMetrics(t *testing.T) {
 	rt := &fakeRuntime{}
 	rt.d.Store(activeDump())
