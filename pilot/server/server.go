@@ -37,6 +37,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/store"
 	"github.com/weft-mesh/weft/pilot/store/boltstore"
 	"github.com/weft-mesh/weft/pilot/store/highwater"
+	"github.com/weft-mesh/weft/pilot/store/retention"
 )
 
 // DefaultAdminAddr, DefaultXDSAddr and DefaultXDSTLSAddr are Istio's port
@@ -107,6 +108,9 @@ type Config struct {
 	// bumps the rollback epoch so sidecars accept the older revisions. Without
 	// it such a store is refused at start.
 	AcceptStoreRegression bool
+	// History is what store history pilot keeps (pilot/store/retention);
+	// zero fields take the defaults.
+	History retention.Policy
 	// CA opens the mesh CA; nil runs without one, and then without the TLS
 	// listener (nothing can register unless InsecurePlaintextRegistration).
 	CA AuthorityFunc
@@ -195,6 +199,16 @@ func (c *Config) check() error {
 	}
 	if c.Status == (StatusLimits{}) {
 		c.Status = DefaultStatusLimits()
+	}
+	d := retention.DefaultPolicy()
+	if c.History.KeepRevisions == 0 {
+		c.History.KeepRevisions = d.KeepRevisions
+	}
+	if c.History.Interval == 0 {
+		c.History.Interval = d.Interval
+	}
+	if err := c.History.Check(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("pilot config: %w", err)
@@ -352,6 +366,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var wg sync.WaitGroup
 	errc := make(chan error, 4)
 	wg.Go(func() { highwater.Follow(ctx, st, cfg.DataDir, served, highwaterInterval, log.Named("highwater")) })
+	wg.Go(func() {
+		if err := retention.Run(ctx, st, cfg.History, log.Named("retention")); err != nil {
+			errc <- fmt.Errorf("history retention: %w", err)
+		}
+	})
 	wg.Go(func() {
 		log.Info("admin API listening", "addr", adminLis.Addr().String())
 		if err := srv.Serve(adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -18,6 +18,7 @@ import (
 	"github.com/weft-mesh/weft/internal/version"
 	"github.com/weft-mesh/weft/pilot/ca"
 	"github.com/weft-mesh/weft/pilot/server"
+	"github.com/weft-mesh/weft/pilot/store/retention"
 )
 
 func main() {
@@ -37,6 +38,12 @@ func run() int {
 		"INSECURE: let any client of --xds-addr register as any workload (namespace and labels from its own metadata); for local development and tests only")
 	fs.BoolVar(&cfg.AcceptStoreRegression, "accept-store-regression", false,
 		"start on a store behind the revision this pilot has served, or on another store (refused otherwise), and tell sidecars to accept the older revisions (bumps the rollback epoch); for a deliberate restore")
+	fs.Int64Var(&cfg.History.KeepRevisions, "history-revisions", retention.DefaultKeepRevisions,
+		fmt.Sprintf("store history kept: at least the last this many revisions (%d..%d)", retention.MinKeepRevisions, retention.MaxKeepRevisions))
+	fs.DurationVar(&cfg.History.KeepFor, "history-retention", retention.DefaultKeepFor,
+		fmt.Sprintf("store history kept: at least this much time of it (0..%s); older history beyond --history-revisions is compacted", retention.MaxKeepFor))
+	fs.DurationVar(&cfg.History.Interval, "compact-interval", retention.DefaultInterval,
+		fmt.Sprintf("how often the store's history is compacted (%s..%s)", retention.MinInterval, retention.MaxInterval))
 	fs.StringVar(&cfg.TrustDomain, "trust-domain", server.DefaultTrustDomain, "the mesh's SPIFFE trust domain")
 	var caOpts caFlags
 	fs.StringVar(&caOpts.rootCert, "ca-root-cert", "", "plugged-in CA: the root certificate (PEM) sidecars trust; without it pilot generates its own root in <data-dir>/ca")

@@ -552,6 +552,12 @@ func (s *Store) Compact(ctx context.Context, before store.Revision) error {
 	if before <= comp {
 		return nil
 	}
+	// Raise compacted before the history goes, so no watcher subscribing
+	// meanwhile can catch up across the deleted entries unaware (a gap): it
+	// gets ErrCompacted, a moment early at worst. Restored if the delete fails.
+	s.stateMu.Lock()
+	s.compacted = before
+	s.stateMu.Unlock()
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		hist, idx := tx.Bucket(bucketHistory), tx.Bucket(bucketKeyIndex)
 		c := hist.Cursor()
@@ -577,11 +583,11 @@ func (s *Store) Compact(ctx context.Context, before store.Revision) error {
 		return tx.Bucket(bucketMeta).Put(metaCompacted, encodeUint(int64(before)))
 	})
 	if err != nil {
+		s.stateMu.Lock()
+		s.compacted = comp
+		s.stateMu.Unlock()
 		return fmt.Errorf("boltstore: compact before %d: %w", before, err)
 	}
-	s.stateMu.Lock()
-	s.compacted = before
-	s.stateMu.Unlock()
 	s.cfg.logger.Info("history compacted", "before", before)
 	return nil
 }
