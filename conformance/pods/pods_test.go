@@ -186,6 +186,12 @@ func TestPodProcess(t *testing.T) {
 	if !strings.Contains(string(out), "\n0::"+rel+"\n") {
 		t.Errorf("cgroup in the pod:\n%s\nwant 0::%s", out, rel)
 	}
+	// The cgroup2 hierarchy is visible at /sys/fs/cgroup (ip netns exec remounts
+	// /sys), with the process in its pod's cgroup there; /sys/class/net is the pod's.
+	out, err = a.As(Proxy()).Command("sh", "-c", "grep -c \"^$$\\$\" /sys/fs/cgroup"+rel+"/cgroup.procs; ls /sys/class/net").CombinedOutput()
+	if err != nil || string(out) != "1\neth0\nlo\n" {
+		t.Errorf("cgroup2 at /sys/fs/cgroup in the pod: %v: %q", err, out)
+	}
 	// As the proxy, with eBPF mode's ambient capabilities.
 	out, err = a.As(Proxy("net_admin", "bpf", "perfmon")).Command("sh", "-c", "id -u; id -g; id -G; grep CapAmb /proc/self/status").CombinedOutput()
 	if err != nil {

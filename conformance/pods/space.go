@@ -120,17 +120,17 @@ func (s *space) HTTPClient(timeout time.Duration) *http.Client {
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: s.DialContext, DisableKeepAlives: true}}
 }
 
-// mountCgroup is command's sh script: mount cgroup2, then run the arguments.
-const mountCgroup = `mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec "$@"`
+// mountCgroup is what a process of Command runs first, as root, in the mount
+// namespace `ip netns exec` made for it: that remounts /sys (so /sys/class/net
+// is the pod's), which hides the host's cgroup mounts below it; the cgroup2
+// hierarchy goes back at /sys/fs/cgroup, as a container sees it, so a process
+// finds its own cgroup (/proc/self/cgroup, mountinfo) to attach eBPF programs to.
+// Then it execs the rest (same PID).
+const mountCgroup = `mount -t cgroup2 cgroup2 /sys/fs/cgroup || exit 125; exec "$@"`
 
 // command runs bin inside the namespace as u, in the space's cgroup from the
 // fork on.
 func (s *space) command(u User, bin string, args ...string) *exec.Cmd {
-	// `ip netns exec` mounts a fresh sysfs over /sys (in a mount namespace of
-	// its own), which hides the cgroup2 mount below it; mount it again at
-	// /sys/fs/cgroup, as a container sees it, so a process can open its own
-	// cgroup (/proc/self/cgroup): the sidecar in eBPF mode attaches there.
-	// As root, before setpriv; nothing propagates back to the host.
 	a := append([]string{"netns", "exec", s.ns, "sh", "-c", mountCgroup, "sh"}, u.setpriv()...)
 	a = append(append(a, bin), args...)
 	cmd := exec.Command("ip", a...)
@@ -141,7 +141,8 @@ func (s *space) command(u User, bin string, args ...string) *exec.Cmd {
 }
 
 // Command is a command running bin with args in the namespace as root (ip
-// netns exec: it sees the namespace's /etc/netns files), in its cgroup.
+// netns exec: it sees the namespace's /etc/netns files, and its /sys; the
+// cgroup2 hierarchy is at /sys/fs/cgroup), in its cgroup.
 func (s *space) Command(bin string, args ...string) *exec.Cmd { return s.command(User{}, bin, args...) }
 
 // TempDir is a fresh directory under the node's Dir (root's; see Runner.TempDir
