@@ -32,10 +32,13 @@ import (
 	"github.com/weft-mesh/weft/sidecar/admin"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/tools/testkit"
+	"github.com/weft-mesh/weft/tools/testkit/etcdtest"
 	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(proc.Cleanup)) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) { proc.Cleanup(code); etcdtest.Cleanup(code) }))
+}
 
 // ws is one workload's addresses: a loopback IP of its own.
 type ws struct {

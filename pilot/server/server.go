@@ -148,6 +148,9 @@ type Config struct {
 	WebhookMesh inject.Mesh
 	// OnWebhookReady, when set and the webhook runs, is called with its bound address.
 	OnWebhookReady func(webhookAddr net.Addr)
+	// OpenStore opens the store (pilot --store etcd: etcdstore); nil opens the
+	// embedded boltstore in DataDir.
+	OpenStore func(ctx context.Context, log hclog.Logger) (store.Store, error)
 }
 
 // StatusLimits bound what the xDS status tracker remembers.
@@ -257,9 +260,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("creating data dir: %w", err)
 	}
-	st, err := boltstore.Open(cfg.DataDir)
+	var st store.Store
+	if cfg.OpenStore != nil {
+		st, err = cfg.OpenStore(ctx, log.Named("store"))
+	} else if st, err = boltstore.Open(cfg.DataDir); err != nil {
+		err = fmt.Errorf("opening store in %s: %w", cfg.DataDir, err)
+	}
 	if err != nil {
-		return fmt.Errorf("opening store in %s: %w", cfg.DataDir, err)
+		return err
 	}
 	defer func() {
 		if cerr := st.Close(); cerr != nil && err == nil {

@@ -45,6 +45,8 @@ func run() int {
 	fs.DurationVar(&cfg.History.Interval, "compact-interval", retention.DefaultInterval,
 		fmt.Sprintf("how often the store's history is compacted (%s..%s)", retention.MinInterval, retention.MaxInterval))
 	fs.StringVar(&cfg.TrustDomain, "trust-domain", server.DefaultTrustDomain, "the mesh's SPIFFE trust domain")
+	var storeOpts storeFlags
+	storeOpts.register(fs)
 	var caOpts caFlags
 	fs.StringVar(&caOpts.rootCert, "ca-root-cert", "", "plugged-in CA: the root certificate (PEM) sidecars trust; without it pilot generates its own root in <data-dir>/ca")
 	fs.StringVar(&caOpts.rootKey, "ca-root-key", "", "plugged-in CA: the private key of the signer (the first certificate of --ca-chain, else the root)")
@@ -128,6 +130,12 @@ func run() int {
 	}
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "pilot", Level: lvl, JSONFormat: *jsonLogs, Output: os.Stderr})
 
+	openStore, err := storeOpts.open(fs)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pilot: %v\n", err)
+		return 2
+	}
+	cfg.OpenStore = openStore
 	cfg.XDS = server.ServeADS(lim)
 	cfg.CA = caOpts.open
 
