@@ -62,7 +62,7 @@ func activeRevision(s *proc.SidecarProcess) (int64, error) {
 // output once it exits, failing the test if it does not exit non-zero.
 func startFails(t *testing.T, dataDir string, extra ...string) string {
 	t.Helper()
-	args := append([]string{"--data-dir", dataDir, "--admin-addr", ip + ":15014", "--xds-addr", ip + ":15010", "--xds-tls-addr", ip + ":15012"}, extra...)
+	args := append([]string{"--data-dir", dataDir, "--admin-addr", ip + ":15014", "--xds-addr", ip + ":15010", "--xds-tls-addr", ip + ":15012", "--webhook-addr", ip + ":15017"}, extra...)
 	p := proc.Start(t, "pilot (refusing)", proc.Build(t, proc.Pilot), args...)
 	select {
 	case <-p.Exited():

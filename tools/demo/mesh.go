@@ -255,7 +255,7 @@ func (m *mesh) startPilot() error {
 		return err
 	}
 	defer logf.Close()
-	fmt.Printf("$ pilot --data-dir %s --admin-addr %s:15014 --xds-addr %s:15010 --xds-tls-addr %s:15012\n", m.dataDir, pilotIP, pilotIP, pilotIP)
+	fmt.Printf("$ pilot --data-dir %s --admin-addr %s:15014 --xds-addr %s:15010 --xds-tls-addr %s:15012 --webhook-addr %s:15017\n", m.dataDir, pilotIP, pilotIP, pilotIP, pilotIP)
 	// Sidecars register over mTLS on 15012 with certificates from pilot's CA;
 	// the plaintext port only serves readers.
 	cmd := exec.Command(filepath.Join(m.bin, "pilot"), "--data-dir", m.dataDir, "--admin-addr", pilotIP+":15014", "--xds-addr", pilotIP+":15010",

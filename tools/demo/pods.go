@@ -233,7 +233,7 @@ func (m *podMesh) meshctl(stdout io.Writer, args ...string) error {
 func (m *podMesh) startPilot() error {
 	m.dataDir = filepath.Join(m.node.Dir, "pilot-data")
 	gw := m.node.Gateway.String()
-	args := []string{"--data-dir", m.dataDir, "--admin-addr", "127.0.0.1:15014", "--xds-addr", gw + ":15010", "--xds-tls-addr", gw + ":15012"}
+	args := []string{"--data-dir", m.dataDir, "--admin-addr", "127.0.0.1:15014", "--xds-addr", gw + ":15010", "--xds-tls-addr", gw + ":15012", "--webhook-addr", gw + ":15017"}
 	fmt.Printf("[node]$ pilot %s\n", strings.Join(args, " "))
 	m.pilot = m.node.Command(filepath.Join(m.bin, "pilot"), args...)
 	m.logs["pilot"] = filepath.Join(m.node.Dir, "pilot.log")
