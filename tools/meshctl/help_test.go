@@ -18,6 +18,7 @@ func TestHelp(t *testing.T) {
 		"delete":         regexp.MustCompile(`^usage: meshctl delete KIND NAME`),
 		"history":        regexp.MustCompile(`^usage: meshctl history KIND NAME`),
 		"validate":       regexp.MustCompile(`^usage: meshctl validate -f PATH\n`),
+		"inject":         regexp.MustCompile(`^usage: meshctl inject -f FILE \[--meshconfig FILE\]`),
 		"proxy-status":   regexp.MustCompile(`^usage: meshctl proxy-status\n`),
 		"rollout status": regexp.MustCompile(`^usage: meshctl rollout status \[REV\]`),
 		"rollout":        regexp.MustCompile(`^usage: meshctl rollout status \[REV\]`),
@@ -26,7 +27,7 @@ func TestHelp(t *testing.T) {
 	}
 	flagsOf := map[string][]string{ // each flag the command has must be in its help
 		"apply": {"-f", "-if-match"}, "get": {"-n", "-A", "-o"}, "delete": {"-n", "-if-match"}, "history": {"-n"},
-		"validate": {"-f"}, "rollout status": {"-wait", "-timeout"}, "rollout": {"-wait", "-timeout"}, "outliers": {"-o"},
+		"validate": {"-f"}, "inject": {"-f", "-meshconfig", "-inject-pilot-addr", "-trust-domain", "-n"}, "rollout status": {"-wait", "-timeout"}, "rollout": {"-wait", "-timeout"}, "outliers": {"-o"},
 	}
 	for cmd, want := range cmds {
 		for _, h := range []string{"-h", "-help", "--help"} {

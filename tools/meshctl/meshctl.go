@@ -45,6 +45,7 @@ var commandDocs = []struct{ name, use, about string }{
 	{"delete", "delete KIND NAME [-n NS] [--if-match GEN]", "delete one object as one revision"},
 	{"history", "history KIND NAME [-n NS]", "one line per revision: REVISION  OP  GENERATION  TIME"},
 	{"validate", "validate -f PATH", "validate offline, one line per error"},
+	{"inject", injectUse, "add the sidecar to the Pods, Deployments, StatefulSets,\nDaemonSets and Jobs of a Kubernetes YAML file, offline,\nas pilot's injection webhook does; YAML on stdout"},
 	{"proxy-status", "proxy-status", "one row per proxy: each xDS type SYNCED, PENDING_ACK,\n" +
 		"NACKED, NOT_SENT or DISCONNECTED; effective revision"},
 	{"rollout status", "rollout status [REV] [--wait] [--timeout D]", "how far store revision REV (default: current) has\n" +
@@ -170,6 +171,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "validate":
 		err = e.validate(rest)
+	case "inject":
+		err = e.inject(rest)
 	case "apply", "get", "delete", "history", "proxy-status", "rollout", "config-dump", "outliers", "token", "cert", "ca":
 		c, cerr := newClient(*pilot, *tokenFile, *timeout)
 		if cerr != nil {
