@@ -156,7 +156,7 @@ func (c *Client) streamDown(now time.Time) {
 var ErrRunning = errors.New("xdsclient: already running")
 
 // Run keeps a stream to the first server that answers until ctx ends, reconnecting
-// with backoff and failing over in order. State survives reconnects. It returns
+// with backoff and failing over in order from a random first one (roundOrder). State survives reconnects. It returns
 // ctx.Err().
 func (c *Client) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
@@ -172,7 +172,7 @@ func (c *Client) Run(ctx context.Context) error {
 			redial = c.cfg.Redial()
 		}
 		healthy := false
-		for _, srv := range c.cfg.Servers {
+		for _, srv := range roundOrder(c.cfg.Servers, c.cfg.Ordered, rand.IntN) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -185,7 +185,7 @@ func (c *Client) Run(ctx context.Context) error {
 			c.log.Warn("stream ended", "server", srv, "error", err)
 			if ok {
 				healthy = true
-				break // start again from the first server
+				break // a new round, from a new random server
 			}
 		}
 		if healthy {
@@ -201,6 +201,16 @@ func (c *Client) Run(ctx context.Context) error {
 			round = 0
 		}
 	}
+}
+
+// roundOrder is the order of one round of connection attempts: servers
+// rotated to start at a random one (intn(n)), or as given when ordered.
+func roundOrder(servers []string, ordered bool, intn func(int) int) []string {
+	if ordered || len(servers) < 2 {
+		return servers
+	}
+	k := intn(len(servers))
+	return append(append(make([]string, 0, len(servers)), servers[k:]...), servers[:k]...)
 }
 
 // backoff is full jitter over an exponentially growing cap.

@@ -92,7 +92,12 @@ type Backoff struct {
 // Config of a Client; checked by New.
 type Config struct {
 	Node    *node.Node
-	Servers []string // host:port, tried in order; the next one on failure
+	// Servers are pilot replicas (host:port). Each round of connection
+	// attempts starts at a random one and goes on in order on failure, so a
+	// fleet restarting at once spreads over the replicas instead of all
+	// landing on the first; Ordered starts every round at Servers[0].
+	Servers []string
+	Ordered bool
 	Mode    Mode
 	// Types to subscribe, in the order the initial requests are sent.
 	Types []string
