@@ -91,7 +91,7 @@ type Backoff struct {
 
 // Config of a Client; checked by New.
 type Config struct {
-	Node    *node.Node
+	Node *node.Node
 	// Servers are pilot replicas (host:port). Each round of connection
 	// attempts starts at a random one and goes on in order on failure, so a
 	// fleet restarting at once spreads over the replicas instead of all
