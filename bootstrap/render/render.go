@@ -97,6 +97,8 @@ type Settings struct {
 	Staleness []string
 	// Limits are the sidecar's own overload bounds.
 	Limits Limits
+	// DNS is the DNS proxy's (dns.go).
+	DNS DNS
 	// Concurrency is how many OS threads run the sidecar's Go code at once
 	// (GOMAXPROCS): its worker cores, as Envoy's --concurrency.
 	// DefaultConcurrency..MaxConcurrency.
@@ -146,8 +148,9 @@ type File struct {
 	// InsecureSkipManifest and Staleness: see Settings.
 	InsecureSkipManifest bool     `json:"insecure-skip-manifest,omitempty"`
 	Staleness            []string `json:"staleness,omitempty"`
-	// Overload bounds, inline: the keys are the flag names.
+	// Overload bounds and the DNS proxy's settings, inline: the keys are the flag names.
 	FileLimits
+	FileDNS
 	// Concurrency and Pprof: see Settings.
 	Concurrency int  `json:"concurrency,omitempty"`
 	Pprof       bool `json:"pprof,omitempty"`
@@ -185,6 +188,7 @@ func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, err
 	fs.StringVar(&f.TrustDomain, "trust-domain", "", "SPIFFE trust domain (default "+DefaultTrustDomain+")")
 	fs.BoolVar(&f.InsecureSkipManifest, "insecure-skip-manifest", false, "activate without pilot's signed manifest (plain xDS servers); allows no publisher-key")
 	limitFlags(fs, &f.FileLimits)
+	dnsFlags(fs, &f.FileDNS)
 	fs.IntVar(&f.Concurrency, "concurrency", 0, fmt.Sprintf("worker threads (GOMAXPROCS), 1..%d (default %d)", MaxConcurrency, DefaultConcurrency))
 	fs.BoolVar(&f.Pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ on the admin address (loopback only; a sidecar built with -tags weftpprof)")
 	fs.Var(&stale, "staleness", "operator override CLASS=WARN/EXPIRE[/ONEXPIRE], repeatable; beats pilot's StalenessPolicy for that class")
@@ -257,6 +261,7 @@ func (f File) overriddenBy(cmd File, set map[string]bool) File {
 		f.InsecureSkipManifest = cmd.InsecureSkipManifest
 	}
 	f.FileLimits.override(cmd.FileLimits, set)
+	f.FileDNS.override(cmd.FileDNS, set)
 	if set["pprof"] {
 		f.Pprof = cmd.Pprof
 	}
@@ -317,6 +322,9 @@ func (f File) Settings() (*Settings, error) {
 		return nil, err
 	}
 	s.Limits = lim
+	if s.DNS, err = f.FileDNS.settings(); err != nil {
+		return nil, err
+	}
 	if len(f.Staleness) > MaxStalenessOverrides {
 		return nil, fmt.Errorf("staleness: %d overrides, limit %d", len(f.Staleness), MaxStalenessOverrides)
 	}
@@ -377,6 +385,9 @@ func (f File) Settings() (*Settings, error) {
 		}
 		used[ap] = l.name
 		*l.out = ap
+	}
+	if other, dup := used[s.DNS.Addr]; dup { // its TCP side (Listen with the default is checked at bind)
+		return nil, fmt.Errorf("dns-addr: %s already used by %s", s.DNS.Addr, other)
 	}
 	if s.Pprof && !s.AdminAddr.Addr().IsLoopback() {
 		return nil, fmt.Errorf("pprof: admin-addr %s is not a loopback address; the profiler is served on loopback only", s.AdminAddr)

@@ -79,6 +79,7 @@ func want(mut func(*Settings)) *Settings {
 		TrustDomain:  DefaultTrustDomain,
 		Concurrency:  DefaultConcurrency,
 		Limits:       DefaultLimits(),
+		DNS:          DefaultDNS(),
 	}
 	if mut != nil {
 		mut(s)

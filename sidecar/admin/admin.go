@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/weft-mesh/weft/sidecar/cluster"
+	"github.com/weft-mesh/weft/sidecar/dns"
 	"github.com/weft-mesh/weft/sidecar/mtls"
 	"github.com/weft-mesh/weft/sidecar/runtime"
 	"github.com/weft-mesh/weft/sidecar/xdsclient"
@@ -81,6 +82,9 @@ type Config struct {
 	// Interception, when set, is config_dump's "interception": the mode chosen
 	// at start (ebpf/mode) and why.
 	Interception *Interception
+	// DNS, when set, adds the DNS proxy's section to /config_dump (it has no
+	// say in readiness).
+	DNS func() *dns.Status
 }
 
 // Interception is how the sidecar's traffic reaches it: mode none, iptables or
@@ -174,6 +178,7 @@ type ConfigDump struct {
 	Counters      runtime.Counters      `json:"counters"`
 	XDS           *XDS                  `json:"xds,omitempty"`
 	Interception  *Interception         `json:"interception,omitempty"`
+	DNS           *dns.Status           `json:"dns,omitempty"`
 }
 
 // XDS is the xDS client's part of /config_dump.
@@ -219,6 +224,9 @@ func (a *Admin) Snapshot() *ConfigDump {
 				Subscribed: t.Subscribed, LastUpdate: t.LastUpdate})
 		}
 		cd.XDS = x
+	}
+	if a.cfg.DNS != nil {
+		cd.DNS = a.cfg.DNS()
 	}
 	return cd
 }

@@ -254,6 +254,14 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		}
 		lns[a.name] = ln
 	}
+	dnsp, err := newDNS(s, rt, log.Named("dns"))
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	defer dnsp.close() // Serve closes them too; this covers a failed start
+	if dnsp != nil {
+		reg.MustRegister(dnsp.srv)
+	}
 
 	// activated tells the memory goroutine a configuration was swapped in (one
 	// pending signal is enough; the stream never waits on it).
@@ -379,7 +387,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		reg.MustRegister(mc)
 	}
 	adm, err := admin.New(admin.Config{Logger: log.Named("admin"), Runtime: rt, XDS: client.Status, Gatherer: reg, Requests: reqs, Pprof: s.Pprof,
-		Outliers: registry, MTLS: mt})
+		Outliers: registry, MTLS: mt, DNS: dnsp.status()})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
@@ -402,6 +410,9 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	run("inbound", func() error { return servers[InboundListener].Serve(ctx, lns["inbound"]) })
 	run("admin", func() error { return admin.Serve(ctx, lns["admin"], adm.Handler(), log.Named("admin")) })
 	run("ready", func() error { return admin.Serve(ctx, lns["ready"], adm.ReadyHandler(), log.Named("ready")) })
+	if dnsp != nil {
+		run("dns", func() error { return dnsp.srv.Serve(ctx, dnsp.pc, dnsp.ln) })
+	}
 	run("memory-guard", func() error { mem.Run(ctx); return nil })
 	run("pool-reaper", func() error { reapPool(ctx, pool, rt, cluster.ReapInterval); return nil })
 	if o.MemoryRelease > 0 {

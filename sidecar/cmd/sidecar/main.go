@@ -49,7 +49,12 @@ Overload bounds (each also a bootstrap file key; over a bound: connection closed
   --read-header-timeout D (30s)  --idle-timeout D (5m)  --default-route-timeout D (15s; 0s: none)
   --drain-timeout D (5s: on shutdown, HTTP/2 streams finish after GOAWAY)
   --pending-timeout D (1s: a request queued for an upstream connection, then 503 maxConnections)
-  --memory-limit SIZE (256MiB: Go soft limit)  --memory-high-water F (0.9: shed new requests)`
+  --memory-limit SIZE (256MiB: Go soft limit)  --memory-high-water F (0.9: shed new requests)
+DNS proxy (UDP and TCP: the mesh's names from the active configuration, the rest
+forwarded to resolv.conf's nameservers; on at 127.0.0.1:15053 when intercepting,
+off in explicit mode unless set):
+  --dns-addr IP:PORT|off  --dns-resolv-conf FILE (/etc/resolv.conf)  --dns-max-in-flight N (1024)
+  --dns-forward-timeout D (2s)  --dns-max-tcp-connections N (256)`
 
 func main() {
 	// `sidecar intercept [flags]` installs the pod's interception rules (istio-init's
