@@ -21,6 +21,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/store"
 	"github.com/weft-mesh/weft/pilot/xds/ads"
+	"github.com/weft-mesh/weft/pilot/xds/adscodec"
 	"github.com/weft-mesh/weft/pilot/xds/gen"
 	"github.com/weft-mesh/weft/pilot/xds/meshcache"
 	"github.com/weft-mesh/weft/pilot/xds/outlierrpc"
@@ -86,6 +87,20 @@ type XDSLimits struct {
 	// gRPC
 	MaxRecvMsgBytes      int    // one request from a proxy
 	MaxConcurrentStreams uint32 // per connection
+	// Per-connection transport buffers and receive windows. A connection
+	// costs pilot its read buffer while open and its write buffer only while
+	// writing (grpc-go shares write buffers by default: taken from a pool per flush), so 10,000
+	// sidecars, each on its own connection, cost 10,000 read buffers.
+	// Windows bound what a proxy may send before pilot reads it (gRPC's
+	// dynamic window growth, up to 16 MiB, is off once they are set); what
+	// pilot sends is bounded per stream by gRPC's write quota (64 KiB queued
+	// before Send blocks) and one Send in flight, cut after SendTimeout, and
+	// by MaxUnacked; the big pieces are referenced, not copied
+	// (pilot/xds/adscodec).
+	GRPCReadBufferBytes  int
+	GRPCWriteBufferBytes int
+	GRPCStreamWindow     int32 // per stream, at least MinGRPCWindow
+	GRPCConnWindow       int32 // per connection, at least MinGRPCWindow
 
 	// ManifestValidity is how long a signed manifest is valid; pilot re-signs at
 	// half of it.
@@ -103,10 +118,15 @@ func DefaultXDSLimits() XDSLimits {
 		MaxUnacked: 64, SendTimeout: 30 * time.Second, RecvQueue: 16, MaxSubscriptions: ads.DefaultMaxSubscriptions, MaxReadOnlySubscriptions: ads.DefaultMaxReadOnlySubscriptions, DiffCacheEntries: 4096,
 		MaxResourceNameBytes: ads.DefaultMaxResourceNameBytes, MaxStreamsPerIdentity: ads.DefaultMaxStreamsPerIdentity, MaxReadOnlyStreams: ads.DefaultMaxReadOnlyStreams,
 		MaxRecvMsgBytes: 4 << 20, MaxConcurrentStreams: 16,
+		GRPCReadBufferBytes: 8 << 10, GRPCWriteBufferBytes: 32 << 10, GRPCStreamWindow: MinGRPCWindow, GRPCConnWindow: 1 << 20,
 		ManifestValidity:     sign.DefaultValidity,
 		MaxConcurrentReports: outlierrpc.DefaultMaxConcurrent,
 	}
 }
+
+// MinGRPCWindow is the smallest flow-control window gRPC accepts (it ignores a
+// smaller one): 64 KiB, HTTP/2's initial window.
+const MinGRPCWindow = 64 << 10
 
 func (l XDSLimits) check() error {
 	var errs []error
@@ -123,9 +143,17 @@ func (l XDSLimits) check() error {
 		v    int
 	}{{"GenWorkers", l.GenWorkers}, {"MaxUnacked", l.MaxUnacked}, {"RecvQueue", l.RecvQueue}, {"MaxSubscriptions", l.MaxSubscriptions},
 		{"DiffCacheEntries", l.DiffCacheEntries}, {"MaxRecvMsgBytes", l.MaxRecvMsgBytes}, {"MaxConcurrentStreams", int(l.MaxConcurrentStreams)},
-		{"MaxConcurrentReports", l.MaxConcurrentReports}, {"MaxResourceNameBytes", l.MaxResourceNameBytes}, {"MaxReadOnlySubscriptions", l.MaxReadOnlySubscriptions}, {"MaxStreamsPerIdentity", l.MaxStreamsPerIdentity}, {"MaxReadOnlyStreams", l.MaxReadOnlyStreams}} {
+		{"MaxConcurrentReports", l.MaxConcurrentReports}, {"GRPCReadBufferBytes", l.GRPCReadBufferBytes}, {"GRPCWriteBufferBytes", l.GRPCWriteBufferBytes}, {"MaxResourceNameBytes", l.MaxResourceNameBytes}, {"MaxReadOnlySubscriptions", l.MaxReadOnlySubscriptions}, {"MaxStreamsPerIdentity", l.MaxStreamsPerIdentity}, {"MaxReadOnlyStreams", l.MaxReadOnlyStreams}} {
 		if n.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be > 0, got %d", n.name, n.v))
+		}
+	}
+	for _, w := range []struct {
+		name string
+		v    int32
+	}{{"GRPCStreamWindow", l.GRPCStreamWindow}, {"GRPCConnWindow", l.GRPCConnWindow}} {
+		if w.v < MinGRPCWindow {
+			errs = append(errs, fmt.Errorf("%s must be >= %d (gRPC ignores a smaller window), got %d", w.name, MinGRPCWindow, w.v))
 		}
 	}
 	if l.CurrentWait > meshcache.MaxCurrentWait {
@@ -220,6 +248,13 @@ func ServeADS(lim XDSLimits) XDSFunc {
 		opts := []grpc.ServerOption{
 			grpc.MaxRecvMsgSize(lim.MaxRecvMsgBytes),
 			grpc.MaxConcurrentStreams(lim.MaxConcurrentStreams),
+			// Every stream that sends a resource version shares its marshalled
+			// bytes instead of encoding a copy of its own.
+			adscodec.ServerOption(),
+			grpc.ReadBufferSize(lim.GRPCReadBufferBytes),
+			grpc.WriteBufferSize(lim.GRPCWriteBufferBytes),
+			grpc.InitialWindowSize(lim.GRPCStreamWindow),
+			grpc.InitialConnWindowSize(lim.GRPCConnWindow),
 			// Proxies keep one long-lived stream; let them ping to keep NATs open.
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		}

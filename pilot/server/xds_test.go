@@ -168,6 +168,11 @@ func TestServeADSLimits(t *testing.T) {
 		{"identity bounds", func(l *server.XDSLimits) {
 			l.MaxStreamsPerIdentity, l.MaxReadOnlyStreams, l.MaxReadOnlySubscriptions, l.MaxResourceNameBytes = 0, 0, 0, 0
 		}, "xDS limits: MaxResourceNameBytes must be > 0, got 0\nMaxReadOnlySubscriptions must be > 0, got 0\nMaxStreamsPerIdentity must be > 0, got 0\nMaxReadOnlyStreams must be > 0, got 0"},
+		{"gRPC buffers", func(l *server.XDSLimits) { l.GRPCReadBufferBytes, l.GRPCWriteBufferBytes = 0, -1 },
+			"xDS limits: GRPCReadBufferBytes must be > 0, got 0\nGRPCWriteBufferBytes must be > 0, got -1"},
+		{"gRPC windows one under their bound", func(l *server.XDSLimits) {
+			l.GRPCStreamWindow, l.GRPCConnWindow = server.MinGRPCWindow-1, server.MinGRPCWindow-1
+		}, "xDS limits: GRPCStreamWindow must be >= 65536 (gRPC ignores a smaller window), got 65535\nGRPCConnWindow must be >= 65536 (gRPC ignores a smaller window), got 65535"},
 		{"two at once", func(l *server.XDSLimits) { l.MaxUnacked, l.RecvQueue = 0, -1 },
 			"xDS limits: MaxUnacked must be > 0, got 0\nRecvQueue must be > 0, got -1"},
 	}

@@ -80,6 +80,11 @@ func run() int {
 	fs.IntVar(&lim.MaxRecvMsgBytes, "xds-max-recv-bytes", lim.MaxRecvMsgBytes, "bytes of one request from a proxy")
 	var maxStreams uint
 	fs.UintVar(&maxStreams, "xds-max-streams-per-connection", uint(lim.MaxConcurrentStreams), "concurrent gRPC streams on one connection")
+	fs.IntVar(&lim.GRPCReadBufferBytes, "xds-grpc-read-buffer", lim.GRPCReadBufferBytes, "bytes of each xDS connection's read buffer")
+	fs.IntVar(&lim.GRPCWriteBufferBytes, "xds-grpc-write-buffer", lim.GRPCWriteBufferBytes, "bytes of an xDS connection's write buffer (taken from a pool while writing)")
+	streamWin, connWin := int(lim.GRPCStreamWindow), int(lim.GRPCConnWindow)
+	fs.IntVar(&streamWin, "xds-grpc-stream-window", streamWin, "bytes a proxy may send on one stream before pilot reads them (at least 65536)")
+	fs.IntVar(&connWin, "xds-grpc-conn-window", connWin, "bytes a proxy may send on one connection before pilot reads them (at least 65536)")
 	fs.DurationVar(&lim.ManifestValidity, "manifest-validity", lim.ManifestValidity, "validity of each sidecar's signed manifest (re-signed at half)")
 	fs.IntVar(&lim.MaxConcurrentReports, "xds-max-concurrent-reports", lim.MaxConcurrentReports,
 		"outlier reports handled at once; one more is refused at once (reports are dropped first under load)")
@@ -107,6 +112,17 @@ func run() int {
 		return 2
 	}
 	lim.MaxConcurrentStreams = uint32(maxStreams)
+	for _, w := range []struct {
+		flag string
+		v    int
+		dst  *int32
+	}{{"--xds-grpc-stream-window", streamWin, &lim.GRPCStreamWindow}, {"--xds-grpc-conn-window", connWin, &lim.GRPCConnWindow}} {
+		if w.v > 1<<30 {
+			fmt.Fprintf(os.Stderr, "pilot: %s %d is too large (at most %d)\n", w.flag, w.v, 1<<30)
+			return 2
+		}
+		*w.dst = int32(w.v) // below the minimum: refused with the other limits
+	}
 	if *webhookAddr != "off" {
 		cfg.WebhookAddr = *webhookAddr
 		if len(caOpts.webhookSANs.dns)+len(caOpts.webhookSANs.ips) == 0 {

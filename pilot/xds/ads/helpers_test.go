@@ -24,6 +24,7 @@ import (
 
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/pilot/status"
+	"github.com/weft-mesh/weft/pilot/xds/adscodec"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
@@ -138,7 +139,9 @@ func startWith(t *testing.T, edit func(*Config), sopts []grpc.ServerOption, opts
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(sopts...)
+	// With pilot's codec, as pilot/server serves: every test also checks that
+	// what it encodes is what the stream sent.
+	g := grpc.NewServer(append([]grpc.ServerOption{adscodec.ServerOption()}, sopts...)...)
 	s.Register(g)
 	e.server = s
 	served := make(chan struct{})

@@ -1,0 +1,301 @@
+// Package adscodec is pilot's gRPC codec: protobuf, except that an ADS response
+// (DeltaDiscoveryResponse, DiscoveryResponse) is encoded without copying its
+// resources' marshalled bytes. Each resource's Any.Value is the immutable
+// output of snapshot.NewResource, shared by every snapshot and stream that
+// sends that resource version; the codec writes only the few bytes that
+// differ per stream (nonce, versions, the wrappers' tags and lengths) into a
+// small buffer of the stream's own and hands gRPC's transport a BufferSlice
+// that references the shared Any.Value slices in place. So a ~2,000-endpoint
+// ClusterLoadAssignment pushed to 10,000 streams is held once, not 10,000
+// times (the default codec marshals a full copy per Send into gRPC's buffer
+// pool, which holds it until the stream's flow control lets it out).
+//
+// Contract of the sender: the bytes of every Any.Value it sends must not
+// change after Send (pilot's snapshots are immutable: DESIGN.md convention
+// 1). Every other field is encoded by protobuf itself, so the output parses to
+// a message equal to the input (tested over every field by reflection).
+package adscodec
+
+import (
+	"fmt"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// InlineMax is the largest Any.Value copied into the stream's own buffer
+// instead of referenced: below it a reference (a 24-byte boxed slice header and
+// a BufferSlice entry) costs about as much as the copy, and a full sync of a
+// thousand small clusters would otherwise be thousands of tiny writes.
+const InlineMax = 512
+
+// Codec is an encoding.CodecV2. The zero value is ready to use.
+type Codec struct{}
+
+var _ encoding.CodecV2 = Codec{}
+
+// ServerOption makes a gRPC server use Codec for every message.
+func ServerOption() grpc.ServerOption { return grpc.ForceServerCodecV2(Codec{}) }
+
+// fallback is grpc-go's own protobuf codec (registered by its package's init).
+var fallback = encoding.GetCodecV2(grpcproto.Name)
+
+// Name is "proto": the wire format is protobuf, so clients see no difference.
+func (Codec) Name() string { return grpcproto.Name }
+
+// Unmarshal is grpc-go's.
+func (Codec) Unmarshal(data mem.BufferSlice, v any) error { return fallback.Unmarshal(data, v) }
+
+// Marshal encodes ADS responses sharing their resources' bytes, and anything
+// else as grpc-go's codec does.
+func (Codec) Marshal(v any) (mem.BufferSlice, error) {
+	switch m := v.(type) {
+	case *discoveryv3.DeltaDiscoveryResponse:
+		return marshalDelta(m)
+	case *discoveryv3.DiscoveryResponse:
+		return marshalSotW(m)
+	}
+	return fallback.Marshal(v)
+}
+
+var (
+	deltaResources = (&discoveryv3.DeltaDiscoveryResponse{}).ProtoReflect().Descriptor().Fields().ByName("resources")
+	sotwResources  = (&discoveryv3.DiscoveryResponse{}).ProtoReflect().Descriptor().Fields().ByName("resources")
+	resourceAny    = (&discoveryv3.Resource{}).ProtoReflect().Descriptor().Fields().ByName("resource")
+)
+
+// without returns a shallow copy of m lacking field skip: protobuf encodes
+// every other field (known, future and unknown ones) without this package
+// listing them. Values are shared with m, not copied.
+func without(m protoreflect.Message, skip protoreflect.FieldDescriptor) proto.Message {
+	out := m.Type().New()
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd != skip {
+			out.Set(fd, v)
+		}
+		return true
+	})
+	if u := m.GetUnknown(); len(u) > 0 {
+		out.SetUnknown(u)
+	}
+	return out.Interface()
+}
+
+// builder accumulates one message: bytes of its own in buf, shared values
+// referenced between them. Segments of buf are cut when a shared value is
+// referenced, so out interleaves them in wire order.
+type builder struct {
+	buf   []byte
+	cut   int // buf[:cut] is already in out
+	out   mem.BufferSlice
+	refs  int // values referenced, not copied
+}
+
+var opts = proto.MarshalOptions{Deterministic: true}
+
+func (b *builder) share(v []byte) {
+	if len(v) <= InlineMax {
+		b.buf = append(b.buf, v...)
+		return
+	}
+	if b.cut < len(b.buf) {
+		b.out = append(b.out, mem.SliceBuffer(b.buf[b.cut:len(b.buf):len(b.buf)]))
+		b.cut = len(b.buf)
+	}
+	b.out = append(b.out, mem.SliceBuffer(v))
+	b.refs++
+}
+
+func (b *builder) finish() mem.BufferSlice {
+	if b.cut < len(b.buf) {
+		b.out = append(b.out, mem.SliceBuffer(b.buf[b.cut:]))
+	}
+	return b.out
+}
+
+// appendAny appends Any a as field num of the enclosing message: its type_url,
+// and its value shared. An Any with unknown fields is marshalled whole.
+func (b *builder) appendAny(num protowire.Number, a *anypb.Any) error {
+	if a == nil {
+		return nil
+	}
+	if len(a.ProtoReflect().GetUnknown()) > 0 {
+		enc, err := opts.Marshal(a)
+		if err != nil {
+			return err
+		}
+		b.buf = protowire.AppendTag(b.buf, num, protowire.BytesType)
+		b.buf = protowire.AppendBytes(b.buf, enc)
+		return nil
+	}
+	b.buf = protowire.AppendTag(b.buf, num, protowire.BytesType)
+	b.buf = protowire.AppendVarint(b.buf, uint64(anySize(a)))
+	if a.TypeUrl != "" {
+		b.buf = protowire.AppendTag(b.buf, 1, protowire.BytesType)
+		b.buf = protowire.AppendString(b.buf, a.TypeUrl)
+	}
+	if len(a.Value) > 0 {
+		b.buf = protowire.AppendTag(b.buf, 2, protowire.BytesType)
+		b.buf = protowire.AppendVarint(b.buf, uint64(len(a.Value)))
+		b.share(a.Value)
+	}
+	return nil
+}
+
+// anySize is the encoded size of an Any without unknown fields.
+func anySize(a *anypb.Any) int {
+	n := 0
+	if a.TypeUrl != "" {
+		n += protowire.SizeTag(1) + protowire.SizeBytes(len(a.TypeUrl))
+	}
+	if len(a.Value) > 0 {
+		n += protowire.SizeTag(2) + protowire.SizeBytes(len(a.Value))
+	}
+	return n
+}
+
+// inlined is how many of an Any's value bytes go into the message's own buffer.
+func inlined(a *anypb.Any) int {
+	if len(a.Value) <= InlineMax {
+		return len(a.Value)
+	}
+	return 0
+}
+
+// anyOwn is the bytes appendAny writes into the own buffer for a as field num,
+// and the Any's full encoded size.
+func anyOwn(a *anypb.Any) (own, size int) {
+	if len(a.ProtoReflect().GetUnknown()) > 0 {
+		size = proto.Size(a)
+		return protowire.SizeTag(2) + protowire.SizeBytes(size), size
+	}
+	size = anySize(a)
+	return protowire.SizeTag(2) + protowire.SizeVarint(uint64(size)) + size - len(a.Value) + inlined(a), size
+}
+
+func marshalDelta(m *discoveryv3.DeltaDiscoveryResponse) (mem.BufferSlice, error) {
+	head, err := opts.Marshal(without(m.ProtoReflect(), deltaResources))
+	if err != nil {
+		return nil, fmt.Errorf("adscodec: marshal DeltaDiscoveryResponse: %w", err)
+	}
+	// First the sizes, so the stream's own bytes are allocated once, exactly.
+	shells := make([]proto.Message, len(m.Resources))
+	sizes := make([]int, len(m.Resources))
+	own := len(head)
+	for i, r := range m.Resources {
+		size := 0
+		if r != nil {
+			if plain(r) {
+				size = plainSize(r)
+			} else {
+				shells[i] = without(r.ProtoReflect(), resourceAny)
+				size = proto.Size(shells[i])
+			}
+			own += size
+			if a := r.Resource; a != nil {
+				o, s := anyOwn(a)
+				own += o
+				size += protowire.SizeTag(2) + protowire.SizeBytes(s)
+			}
+		}
+		sizes[i] = size
+		own += protowire.SizeTag(2) + protowire.SizeVarint(uint64(size))
+	}
+	b := builder{buf: make([]byte, 0, own)}
+	b.buf = append(b.buf, head...)
+	num := protowire.Number(deltaResources.Number())
+	for i, r := range m.Resources {
+		b.buf = protowire.AppendTag(b.buf, num, protowire.BytesType)
+		b.buf = protowire.AppendVarint(b.buf, uint64(sizes[i]))
+		if r == nil {
+			continue // protobuf encodes a nil element as an empty message
+		}
+		if shells[i] == nil {
+			b.buf = appendPlain(b.buf, r)
+		} else if b.buf, err = sized.MarshalAppend(b.buf, shells[i]); err != nil {
+			return nil, fmt.Errorf("adscodec: marshal resource %d (%q): %w", i, r.Name, err)
+		}
+		if err := b.appendAny(protowire.Number(resourceAny.Number()), r.Resource); err != nil {
+			return nil, fmt.Errorf("adscodec: marshal resource %d (%q): %w", i, r.Name, err)
+		}
+	}
+	return b.finish(), nil
+}
+
+// resourceFields are the fields of discoveryv3.Resource plain knows of; a test
+// fails when go-control-plane adds one, so plain never drops a new field.
+var resourceFields = []protoreflect.Name{"name", "version", "resource", "aliases", "ttl", "cache_control", "metadata", "resource_name"}
+
+// plain reports whether r has nothing but a name, a version and its Any (as
+// every Resource pilot sends): its shell is then written without protobuf's
+// reflection, allocation-free.
+func plain(r *discoveryv3.Resource) bool {
+	return r.Aliases == nil && r.Ttl == nil && r.CacheControl == nil && r.Metadata == nil && r.ResourceName == nil &&
+		len(r.ProtoReflect().GetUnknown()) == 0
+}
+
+// plainSize is the encoded size of a plain r without its Any.
+func plainSize(r *discoveryv3.Resource) int {
+	n := 0
+	if r.Version != "" {
+		n += protowire.SizeTag(1) + protowire.SizeBytes(len(r.Version))
+	}
+	if r.Name != "" {
+		n += protowire.SizeTag(3) + protowire.SizeBytes(len(r.Name))
+	}
+	return n
+}
+
+// appendPlain writes a plain r's version and name as protobuf would (in field
+// number order).
+func appendPlain(b []byte, r *discoveryv3.Resource) []byte {
+	if r.Version != "" {
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendString(b, r.Version)
+	}
+	if r.Name != "" {
+		b = protowire.AppendTag(b, 3, protowire.BytesType)
+		b = protowire.AppendString(b, r.Name)
+	}
+	return b
+}
+
+// sized marshals a message whose size was just computed by proto.Size.
+var sized = proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
+
+func marshalSotW(m *discoveryv3.DiscoveryResponse) (mem.BufferSlice, error) {
+	head, err := opts.Marshal(without(m.ProtoReflect(), sotwResources))
+	if err != nil {
+		return nil, fmt.Errorf("adscodec: marshal DiscoveryResponse: %w", err)
+	}
+	own := len(head)
+	for _, a := range m.Resources {
+		own += protowire.SizeTag(2)
+		if a == nil {
+			own += protowire.SizeVarint(0)
+			continue
+		}
+		o, _ := anyOwn(a)
+		own += o - protowire.SizeTag(2)
+	}
+	b := builder{buf: make([]byte, 0, own)}
+	b.buf = append(b.buf, head...)
+	for i, a := range m.Resources {
+		if a == nil {
+			b.buf = protowire.AppendTag(b.buf, protowire.Number(sotwResources.Number()), protowire.BytesType)
+			b.buf = protowire.AppendVarint(b.buf, 0)
+			continue
+		}
+		if err := b.appendAny(protowire.Number(sotwResources.Number()), a); err != nil {
+			return nil, fmt.Errorf("adscodec: marshal resource %d: %w", i, err)
+		}
+	}
+	return b.finish(), nil
+}
