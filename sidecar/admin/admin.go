@@ -2,8 +2,9 @@
 // default): /config_dump (JSON: effective revision, per-type xDS versions, nonces
 // and errors, staleness per class, manifest, last-known-good), /stats (plain text
 // counters), /metrics (Prometheus, the sidecar's own registry); and, on its own
-// address, the readiness probe /healthz/ready (503 with the reason until a valid
-// configuration is active).
+// address (15021), the readiness probe /healthz/ready (503 with the reason until a
+// valid configuration is active), the liveness probe /healthz/live and the
+// application's probes the injector moved behind the sidecar (/app-health/...).
 //
 // Everything shown is read from immutable snapshots (runtime.Dump,
 // xdsclient.Status), so a scrape never blocks the stream or the request path.
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"sort"
 	"strings"
 	"time"
@@ -24,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/weft-mesh/weft/bootstrap/probe"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dns"
 	"github.com/weft-mesh/weft/sidecar/mtls"
@@ -85,6 +88,12 @@ type Config struct {
 	// DNS, when set, adds the DNS proxy's section to /config_dump (it has no
 	// say in readiness).
 	DNS func() *dns.Status
+	// AppProbers are the application's HTTP probes the injector moved behind
+	// the sidecar (WEFT_KUBE_APP_PROBERS): the readiness address serves each at
+	// its /app-health/<container>/<kind> path, forwarded to AppAddress
+	// (default 127.0.0.1).
+	AppProbers probe.Probers
+	AppAddress netip.Addr
 }
 
 // Interception is how the sidecar's traffic reaches it: mode none, iptables or
@@ -96,7 +105,8 @@ type Interception struct {
 
 // Admin holds the handlers.
 type Admin struct {
-	cfg Config
+	cfg    Config
+	prober *appProber // nil without AppProbers
 }
 
 // New checks cfg.
@@ -117,7 +127,14 @@ func New(cfg Config) (*Admin, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Admin{cfg: cfg}, nil
+	a := &Admin{cfg: cfg}
+	if len(cfg.AppProbers) > 0 {
+		if err := cfg.AppProbers.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		a.prober = newAppProber(cfg.AppProbers, cfg.AppAddress)
+	}
+	return a, nil
 }
 
 // Handler serves /config_dump, /stats, /metrics and /outliers.
@@ -137,9 +154,14 @@ func (a *Admin) Handler() http.Handler {
 }
 
 // ReadyHandler serves /healthz/ready: 200 "ready" (plus the classes that are not
-// fresh) or 503 with the reason.
+// fresh) or 503 with the reason; /healthz/live; and the application's probes
+// under /app-health/ (Config.AppProbers).
 func (a *Admin) ReadyHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz/live", liveHandler)
+	if a.prober != nil {
+		mux.Handle("GET "+probe.PathPrefix, a.prober)
+	}
 	mux.HandleFunc("GET /healthz/ready", func(w http.ResponseWriter, _ *http.Request) {
 		ok, body := a.cfg.Runtime.Ready()
 		if a.cfg.MTLS != nil {

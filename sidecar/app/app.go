@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
+	"github.com/weft-mesh/weft/bootstrap/probe"
 	"github.com/weft-mesh/weft/bootstrap/render"
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/internal/outlierreport"
@@ -100,6 +101,9 @@ type Options struct {
 	// (tools/bench/proxy/activationrss.sh): RSS 54, 68, 81, 68 MiB after four
 	// activations without it.
 	MemoryRelease time.Duration
+	// AppProbers are the application's probes served on the readiness address
+	// (cmd/sidecar reads them from WEFT_KUBE_APP_PROBERS, set by injection).
+	AppProbers probe.Probers
 
 	// release replaces debug.FreeOSMemory in tests.
 	release func()
@@ -387,7 +391,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		reg.MustRegister(mc)
 	}
 	adm, err := admin.New(admin.Config{Logger: log.Named("admin"), Runtime: rt, XDS: client.Status, Gatherer: reg, Requests: reqs, Pprof: s.Pprof,
-		Outliers: registry, MTLS: mt, DNS: dnsp.status()})
+		Outliers: registry, MTLS: mt, DNS: dnsp.status(), AppProbers: o.AppProbers, AppAddress: s.AppAddress})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}

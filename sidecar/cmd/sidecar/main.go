@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/weft-mesh/weft/bootstrap/intercept"
+	"github.com/weft-mesh/weft/bootstrap/probe"
 	"github.com/weft-mesh/weft/bootstrap/render"
 	"github.com/weft-mesh/weft/internal/version"
 	"github.com/weft-mesh/weft/sidecar/app"
@@ -32,7 +33,9 @@ const usage = `usage: sidecar --node-id ID --namespace NS --service-account SA -
 Defaults: admin 127.0.0.1:15000, outbound 127.0.0.1:15001, inbound <address>:15006,
 ready <address>:15021, app address 127.0.0.1, xds-mode delta, concurrency 1 (GOMAXPROCS
 in the environment overrides it), trust-domain cluster.local. WEFT_LOG_LEVEL sets
-the log level (trace, debug, info, warn, error).
+the log level (trace, debug, info, warn, error). WEFT_KUBE_APP_PROBERS (set by
+injection) is the application's HTTP probes served under /app-health/ on the
+ready address.
 Identity: --token-file FILE (bootstrap token, at most 4096 bytes) gets a workload
 certificate spiffe://TD/ns/NS/sa/SA from pilot (key made in the process, never
 written; renewed at 50-60% of its lifetime) and dials pilot over mTLS: --pilot is
@@ -81,6 +84,13 @@ func main() {
 		}
 		os.Exit(1)
 	}
+	// The application's HTTP probes moved behind the sidecar by injection
+	// (bootstrap/inject); a bad value is a start-up error, as a bad flag is.
+	probers, err := probe.Parse(os.Getenv(probe.EnvName))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sidecar:", err)
+		os.Exit(2)
+	}
 	// The sidecar's worker threads (render.DefaultConcurrency explains the
 	// default); an operator's GOMAXPROCS wins.
 	if os.Getenv("GOMAXPROCS") == "" {
@@ -93,7 +103,7 @@ func main() {
 	log := hclog.New(&hclog.LoggerOptions{Name: "sidecar", Level: level, Output: os.Stderr})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := app.Run(ctx, s, app.Options{Logger: log.With("node", s.Node.ID)}); err != nil {
+	if err := app.Run(ctx, s, app.Options{Logger: log.With("node", s.Node.ID), AppProbers: probers}); err != nil {
 		log.Error("exit", "error", err)
 		os.Exit(1)
 	}
