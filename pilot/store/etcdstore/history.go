@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -17,49 +18,77 @@ import (
 // the retained log (catchUpRecords records per request) at one etcd revision:
 // its cost grows with the retained history, which compaction bounds.
 func (s *Store) History(ctx context.Context, key resource.Key) ([]store.Event, error) {
+	evs, _, err := s.history(ctx, key, 0, 0)
+	return evs, err
+}
+
+// HistoryPage is store.HistoryPager: key's events after revision after, at most
+// limit (1..store.MaxHistoryPage). It reads the log from after on, so paging
+// through an object's history costs one pass over the retained log in all.
+func (s *Store) HistoryPage(ctx context.Context, key resource.Key, after store.Revision, limit int) ([]store.Event, bool, error) {
+	if limit < 1 || limit > store.MaxHistoryPage {
+		return nil, false, fmt.Errorf("%w: history page limit %d outside 1..%d", store.ErrInvalid, limit, store.MaxHistoryPage)
+	}
+	if after < 0 {
+		return nil, false, fmt.Errorf("%w: history page after revision %d is negative", store.ErrInvalid, after)
+	}
+	return s.history(ctx, key, after, limit)
+}
+
+// errPageFull stops a log read once a history page has one event past its limit.
+var errPageFull = errors.New("page full")
+
+// history reads key's events after revision after, at most limit (0: all).
+func (s *Store) history(ctx context.Context, key resource.Key, after store.Revision, limit int) ([]store.Event, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if s.isClosed() {
-		return nil, store.ErrClosed
+		return nil, false, store.ErrClosed
 	}
 	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.k.head), clientv3.OpGet(s.k.compacted)).Commit()
 	if err != nil {
 		if s.isClosed() {
-			return nil, store.ErrClosed
+			return nil, false, store.ErrClosed
 		}
-		return nil, fmt.Errorf("etcdstore: history of %s: %w", key, err)
+		return nil, false, fmt.Errorf("etcdstore: history of %s: %w", key, err)
 	}
 	var head, comp store.Revision
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 		if head, err = parseRevision(s.k.head, kvs[0].Value); err != nil {
-			return nil, fmt.Errorf("etcdstore: %w", err)
+			return nil, false, fmt.Errorf("etcdstore: %w", err)
 		}
 	}
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 1 {
 		if comp, err = parseRevision(s.k.compacted, kvs[0].Value); err != nil {
-			return nil, fmt.Errorf("etcdstore: %w", err)
+			return nil, false, fmt.Errorf("etcdstore: %w", err)
 		}
 	}
 	var out []store.Event
-	err = s.readRecords(ctx, max(comp-1, 0), head, resp.Header.Revision, func(_ store.Revision, evs []store.Event) error {
+	more := false
+	err = s.readRecords(ctx, max(comp-1, after, 0), head, resp.Header.Revision, func(_ store.Revision, evs []store.Event) error {
 		for _, ev := range evs {
-			if ev.Object.Key() == key {
-				out = append(out, ev)
+			if ev.Object.Key() != key {
+				continue
 			}
+			if limit > 0 && len(out) == limit {
+				more = true
+				return errPageFull
+			}
+			out = append(out, ev)
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errPageFull) {
 		if s.isClosed() {
-			return nil, store.ErrClosed
+			return nil, false, store.ErrClosed
 		}
-		return nil, fmt.Errorf("etcdstore: history of %s: %w", key, err)
+		return nil, false, fmt.Errorf("etcdstore: history of %s: %w", key, err)
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("history of %s: %w", key, store.ErrNotFound)
+	if len(out) == 0 && after == 0 {
+		return nil, false, fmt.Errorf("history of %s: %w", key, store.ErrNotFound)
 	}
-	return out, nil
+	return out, more, nil
 }
 
 // Compact drops history before revision `before` (at most the head + 1): it

@@ -17,8 +17,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/weft-mesh/weft/pilot/resource"
 	"github.com/weft-mesh/weft/pilot/store"
@@ -175,9 +178,11 @@ type Store struct {
 	log  hclog.Logger
 	ctx  context.Context // of the follow loop; canceled by Close
 	stop context.CancelFunc
-	id   string        // store.Identifier: made by the first Open of this prefix
-	done chan struct{} // closed by Close; stops watchers
-	wg   sync.WaitGroup
+	id   string // store.Identifier: made by the first Open of this prefix
+	// beforeCommit, set by tests only, runs between staging and the commit.
+	beforeCommit func(id string)
+	done         chan struct{} // closed by Close; stops watchers
+	wg           sync.WaitGroup
 
 	// applyMu serialises this replica's writers (Apply, Compact); across
 	// replicas the compare on l/head does.
@@ -197,6 +202,7 @@ var (
 	_ store.Compactor     = (*Store)(nil)
 	_ store.WatchBufferer = (*Store)(nil)
 	_ store.Identifier    = (*Store)(nil)
+	_ store.HistoryPager  = (*Store)(nil)
 )
 
 // Open connects to etcd, loads the store under cfg.Prefix (snapshot and log)
@@ -696,6 +702,7 @@ func (s *Store) Apply(ctx context.Context, muts []store.Mutation) (store.ApplyRe
 	// Attempts whose outcome was unknown, by the revision they would have made:
 	// if one of them did commit, that is this Apply's result.
 	unknown := map[string]plan{}
+	var lastUnknown error
 	for attempt := 1; attempt <= MaxCommitAttempts; attempt++ {
 		p, err := s.planApply(muts)
 		if err != nil {
@@ -717,7 +724,7 @@ func (s *Store) Apply(ctx context.Context, muts []store.Mutation) (store.ApplyRe
 		case err != nil && !res.unknown:
 			return store.ApplyResult{}, err
 		case err != nil:
-			unknown[id] = p
+			unknown[id], lastUnknown = p, err
 			s.log.Warn("commit outcome unknown; reading it back", "revision", p.base+1, "error", err)
 			if res, err = s.resolve(ctx, p.base+1); err != nil {
 				return store.ApplyResult{}, err
@@ -731,6 +738,9 @@ func (s *Store) Apply(ctx context.Context, muts []store.Mutation) (store.ApplyRe
 		if err := s.waitRev(ctx, res.head); err != nil {
 			return store.ApplyResult{}, err
 		}
+	}
+	if lastUnknown != nil {
+		return store.ApplyResult{}, fmt.Errorf("etcdstore: apply: not committed after %d attempts (transient: retry); last: %w", MaxCommitAttempts, lastUnknown)
 	}
 	return store.ApplyResult{}, fmt.Errorf("etcdstore: apply: other replicas committed first %d times in a row; retry", MaxCommitAttempts)
 }
@@ -780,6 +790,9 @@ func (s *Store) commit(ctx context.Context, p plan, id string, now time.Time) (c
 	if err != nil {
 		return commitResult{}, fmt.Errorf("etcdstore: encode record: %w", err)
 	}
+	if s.beforeCommit != nil {
+		s.beforeCommit(id)
+	}
 	ops = append(ops, clientv3.OpPut(s.k.head, strconv.FormatInt(int64(next), 10)), clientv3.OpPut(s.k.record(next), string(data)))
 	resp, err := s.cli.Txn(ctx).If(s.headCompare(p.base)).Then(ops...).Else(clientv3.OpGet(s.k.head), clientv3.OpGet(s.k.record(next))).Commit()
 	if err != nil {
@@ -790,12 +803,31 @@ func (s *Store) commit(ctx context.Context, p plan, id string, now time.Time) (c
 			// The caller gave up; whether it committed shows in the log.
 			return commitResult{}, fmt.Errorf("etcdstore: commit revision %d (outcome unknown: read it back): %w", next, ctx.Err())
 		}
+		if refused(err) {
+			return commitResult{}, fmt.Errorf("etcdstore: commit revision %d refused by etcd: %w", next, err)
+		}
 		return commitResult{unknown: true}, fmt.Errorf("etcdstore: commit revision %d: %w", next, err)
 	}
 	if resp.Succeeded {
 		return commitResult{committed: true}, nil
 	}
 	return s.lost(resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange())
+}
+
+// refused reports whether etcd refused a request before proposing it (too
+// large, too many operations, a chunk key gone), so it certainly did not commit.
+func refused(err error) bool {
+	code := status.Code(err)
+	var ee rpctypes.EtcdError // what clientv3 turns the server's errors into
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	}
+	switch code {
+	case codes.InvalidArgument, codes.ResourceExhausted, codes.OutOfRange, codes.FailedPrecondition,
+		codes.PermissionDenied, codes.Unauthenticated:
+		return true
+	}
+	return false
 }
 
 // lost reads what a failed compare returned: the head and record base+1.
