@@ -45,3 +45,14 @@ if [ "$#" -eq 0 ]; then
   echo "== pilot ADS load test (tools/bench/adsload)"
   go run ./tools/bench/adsload -stack real -proxies "${ADSLOAD_PROXIES:-1000,10000}" -services 1000
 fi
+
+# Interception in pods (issue #10): wrk in a client pod calling a Service by name,
+# through the real sidecars with iptables and eBPF capture, beside direct
+# pod-to-pod, interleaved rounds (needs root: network namespaces, cgroups).
+if [ "$#" -eq 0 ] && [ -z "${SKIP_PROXY_BENCH:-}" ] && [ "$(id -u)" = 0 ]; then
+  echo "== interception in pods (tools/bench/proxy/podbench)"
+  bin=$(mktemp -d /tmp/weft-bench-bin.XXXXXX)
+  make -s build BIN="$bin" >/dev/null
+  go run ./tools/bench/proxy/podbench --bin "$bin" --rounds "${PROXY_BENCH_ROUNDS:-3}" --duration "${DURATION:-10s}"
+  rm -rf "$bin"
+fi
