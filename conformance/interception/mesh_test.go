@@ -129,8 +129,7 @@ func newMesh(t *testing.T, mode string, before func(*pods.Node)) *mesh {
 	start := func(p *pods.Pod, app string) *proc.SidecarProcess {
 		return proc.StartSidecar(t, proc.SidecarConfig{
 			NodeID: app, Namespace: "shop", ServiceAccount: app, Labels: map[string]string{"app": app},
-			IP: p.IP.String(), Pilot: m.pilot, Netns: p.As(user),
-			Extra: []string{"--intercept", mode, "--outbound-addr", "127.0.0.1:15001"},
+			IP: p.IP.String(), Pilot: m.pilot, Netns: p.As(user), Intercept: mode,
 		})
 	}
 	m.sa, m.sb = start(m.a, "frontend"), start(m.b, "reviews")

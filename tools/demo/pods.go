@@ -325,7 +325,7 @@ func (m *podMesh) startSidecar(p *pods.Pod, app string) error {
 		"--address", ip, "--pilot", m.node.Gateway.String() + ":15012", "--token-file", filepath.Join(dir, "token"),
 		"--ca-root", filepath.Join(dir, "root.pem"), "--publisher-key", filepath.Join(dir, "publisher.pub"),
 		"--state-dir", filepath.Join(dir, "state"), "--admin-addr", ip + ":15000",
-		"--intercept", "iptables", "--outbound-addr", "127.0.0.1:15001"}
+		"--intercept", "iptables"}
 	fmt.Printf("[%s]$ setpriv --reuid 1337 --regid 1337 --clear-groups -- sidecar %s\n", p.Name, strings.Join(args, " "))
 	cmd := run.Command(filepath.Join(m.bin, "sidecar"), args...)
 	m.logs[app] = filepath.Join(m.node.Dir, app+".log")

@@ -78,6 +78,10 @@ type SidecarConfig struct {
 	TokenTTL   time.Duration
 	// Extra flags, after the others (they win).
 	Extra []string
+	// Intercept, when set (iptables, ebpf, auto), is the sidecar's --intercept:
+	// then the outbound listener is the mode's default (loopback :15001, where
+	// the capture delivers), not IP:15001.
+	Intercept string
 	// Netns: the sidecar runs inside it (a pod, as the pod's proxy user:
 	// pods.Pod.As); its files (state, token, and copies of pilot's publisher
 	// key and CA root, taken at start) are in a directory of Netns.TempDir. Nil: here.
@@ -93,8 +97,14 @@ type SidecarProcess struct {
 // AdminURL is the sidecar's admin address (IP:15000).
 func (s *SidecarProcess) AdminURL() string { return "http://" + s.Config.IP + ":15000" }
 
-// OutboundAddr is the sidecar's outbound listener (IP:15001).
-func (s *SidecarProcess) OutboundAddr() string { return s.Config.IP + ":15001" }
+// OutboundAddr is the sidecar's outbound listener (IP:15001; 127.0.0.1:15001
+// with Intercept).
+func (s *SidecarProcess) OutboundAddr() string {
+	if s.Config.Intercept != "" {
+		return "127.0.0.1:15001"
+	}
+	return s.Config.IP + ":15001"
+}
 
 // InboundAddr is the sidecar's inbound listener (IP:15006).
 func (s *SidecarProcess) InboundAddr() string { return s.Config.IP + ":15006" }
@@ -120,7 +130,12 @@ func StartSidecar(t testing.TB, cfg SidecarConfig) *SidecarProcess {
 	}
 	args := []string{"--node-id", cfg.NodeID, "--namespace", cfg.Namespace, "--service-account", cfg.ServiceAccount,
 		"--labels", strings.Join(labels, ","), "--address", cfg.IP, "--state-dir", cfg.StateDir,
-		"--admin-addr", cfg.IP + ":15000", "--outbound-addr", cfg.IP + ":15001"}
+		"--admin-addr", cfg.IP + ":15000"}
+	if cfg.Intercept != "" {
+		args = append(args, "--intercept", cfg.Intercept)
+	} else {
+		args = append(args, "--outbound-addr", cfg.IP+":15001")
+	}
 	switch {
 	case cfg.Pilot != nil && cfg.Netns != nil:
 		// The sidecar (another user, maybe) cannot read pilot's 0700 data

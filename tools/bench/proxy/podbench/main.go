@@ -336,7 +336,7 @@ func (b *bench) sidecar(p *pods.Pod, app, node, mode string) (*exec.Cmd, error) 
 		"--labels", "app="+app, "--address", ip, "--pilot", b.node.Gateway.String()+":15012",
 		"--token-file", filepath.Join(dir, "token"), "--ca-root", filepath.Join(dir, "root.pem"),
 		"--publisher-key", filepath.Join(dir, "publisher.pub"), "--state-dir", filepath.Join(dir, "state"),
-		"--admin-addr", ip+":15000", "--intercept", mode, "--outbound-addr", "127.0.0.1:15001")
+		"--admin-addr", ip+":15000", "--intercept", mode)
 	// The benchmarks' runtime setting (tools/bench/proxy/run.sh SIDECAR_GODEBUG).
 	cmd.Env = append(os.Environ(), "GODEBUG=schedtrace=3600000")
 	return cmd, b.launch("sidecar-"+node, cmd)
