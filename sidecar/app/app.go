@@ -415,7 +415,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	run("admin", func() error { return admin.Serve(ctx, lns["admin"], adm.Handler(), log.Named("admin")) })
 	run("ready", func() error { return admin.Serve(ctx, lns["ready"], adm.ReadyHandler(), log.Named("ready")) })
 	if dnsp != nil {
-		run("dns", func() error { return dnsp.srv.Serve(ctx, dnsp.pc, dnsp.ln) })
+		run("dns", func() error { return dnsp.serve(ctx) })
 	}
 	run("memory-guard", func() error { mem.Run(ctx); return nil })
 	run("pool-reaper", func() error { reapPool(ctx, pool, rt, cluster.ReapInterval); return nil })

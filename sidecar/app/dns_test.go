@@ -87,7 +87,7 @@ func TestRunDNS(t *testing.T) {
 		return string(b)
 	}
 	cd := body("http://127.77.9.9:15000/config_dump")
-	for _, want := range []string{`"dns": {`, `"addr": "127.77.9.9:15053"`, `"namespace": "shop"`, `"upstream_error": 2`, `"maxInFlight": 17`} {
+	for _, want := range []string{`"dns": {`, `"addrs": [`, `"127.77.9.9:15053"`, `"namespace": "shop"`, `"upstream_error": 2`, `"maxInFlight": 17`} {
 		if !strings.Contains(cd, want) {
 			t.Fatalf("config_dump lacks %s:\n%s", want, cd)
 		}

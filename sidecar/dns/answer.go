@@ -83,6 +83,7 @@ func Answer(req *mdns.Msg, t *dataplane.DNSTable, namespace string) (*mdns.Msg, 
 	case dataplane.DNSFound:
 		r := reply(req, mdns.RcodeSuccess)
 		r.Authoritative = true
+		r.Answer = make([]mdns.RR, 0, len(h.A)+len(h.AAAA))
 		if q.Qtype == mdns.TypeA || q.Qtype == mdns.TypeANY {
 			for _, ip := range h.A {
 				r.Answer = append(r.Answer, &mdns.A{Hdr: hdr(q.Name, mdns.TypeA), A: ip})

@@ -99,8 +99,9 @@ type Server struct {
 	tcpConns   atomic.Int64
 	tcpRefused atomic.Uint64
 	queries    [numOutcomes][2]atomic.Uint64 // by outcome, by transport (udp, tcp)
-	// addr is the bound address (Serve sets it before serving).
-	addr atomic.Pointer[netip.AddrPort]
+	// addrs are the addresses served (each Serve adds its own).
+	mu    sync.Mutex
+	addrs []string
 }
 
 // New checks cfg and applies defaults.
@@ -167,10 +168,13 @@ func Listen(addr netip.AddrPort) (net.PacketConn, net.Listener, error) {
 }
 
 // Serve answers on pc (UDP) and ln (TCP), which it closes, until ctx ends; then
-// it waits up to ShutdownTimeout for queries in flight.
+// it waits up to ShutdownTimeout for queries in flight. It may run once per
+// address at the same time (127.0.0.1 and ::1): the bounds and counters are
+// the Server's.
 func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) error {
-	ap := ln.Addr().(*net.TCPAddr).AddrPort()
-	s.addr.Store(&ap)
+	s.mu.Lock()
+	s.addrs = append(s.addrs, ln.Addr().String())
+	s.mu.Unlock()
 	// Forwards in flight end with the servers (their deadlines bound them anyway).
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()

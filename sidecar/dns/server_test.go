@@ -63,7 +63,7 @@ func TestGoResolverMeshNames(t *testing.T) {
 	if st.Queries["mesh"] != 30 || st.Queries["nxdomain"] != 4 || st.Queries["forwarded"] != 0 {
 		t.Fatalf("queries %v", st.Queries)
 	}
-	if st.Hosts != len(meshHosts) || st.Domain != "cluster.local" || st.Addr != p.addr || st.InFlight != 0 {
+	if st.Hosts != len(meshHosts) || st.Domain != "cluster.local" || len(st.Addrs) != 1 || st.Addrs[0] != p.addr || st.InFlight != 0 {
 		t.Fatalf("status %+v", st)
 	}
 }
@@ -515,5 +515,75 @@ func TestNewErrors(t *testing.T) {
 	if _, err := dns.New(dns.Config{Logger: log, Snapshot: snap, MaxInFlight: dns.MaxMaxInFlight, ForwardTimeout: dns.MaxForwardTimeout,
 		MaxTCPConns: dns.MaxMaxTCPConns, Upstreams: []string{"10.0.0.1:53", "[fd00::1]:53", "10.0.0.3:5353"}}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestServeTwoAddresses: one Server on two addresses (as on 127.0.0.1 and
+// ::1): both answer, the bounds and counters are shared, Status lists both.
+func TestServeTwoAddresses(t *testing.T) {
+	s, err := dns.New(dns.Config{Logger: hclogNull(), Snapshot: newSnapshot(config(t, meshHosts)), Namespace: "shop", MaxInFlight: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var addrs []string
+	for _, ip := range []string{"127.0.0.1", "127.0.0.2"} {
+		pc, ln, err := dns.Listen(netip.MustParseAddrPort(ip + ":0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, ln.Addr().String())
+		wg.Go(func() {
+			if err := s.Serve(ctx, pc, ln); err != nil {
+				t.Errorf("Serve %s: %v", ip, err)
+			}
+		})
+	}
+	defer func() { cancel(); wg.Wait() }()
+	for _, a := range addrs {
+		if r := exchange(t, "udp", a, query("reviews.", mdns.TypeA)); len(r.Answer) != 2 {
+			t.Fatalf("%s: %v", a, r)
+		}
+	}
+	st := s.Status()
+	slices.Sort(st.Addrs)
+	if !slices.Equal(st.Addrs, addrs) || st.Queries["mesh"] != 2 {
+		t.Fatalf("status %+v, want addresses %v", st, addrs)
+	}
+}
+
+// TestStopCutsForwards: stopping the proxy ends a forward in flight at once,
+// not at its ForwardTimeout.
+func TestStopCutsForwards(t *testing.T) {
+	s, err := dns.New(dns.Config{Logger: hclogNull(), Snapshot: newSnapshot(nil), Upstreams: []string{blackhole(t)},
+		ForwardTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, ln, err := dns.Listen(netip.MustParseAddrPort("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, pc, ln) }()
+	asked := make(chan error, 1)
+	go func() {
+		_, _, err := (&mdns.Client{Net: "udp", Timeout: 20 * time.Second}).Exchange(query("slow.example.", mdns.TypeA), ln.Addr().String())
+		asked <- err
+	}()
+	testkit.Eventually(t, 5*time.Second, "forward in flight", func() bool { return s.Status().InFlight == 1 })
+	start := time.Now()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("stopped in %v with a forward in flight", d)
+	}
+	<-asked // answered SERVFAIL or cut: either way the client is not left waiting
+	if q := s.Status().Queries; q["upstream_error"] != 1 {
+		t.Fatalf("queries %v", q)
 	}
 }

@@ -7,7 +7,7 @@ import (
 // Status is the proxy's part of /config_dump. It says what the proxy does; it
 // has no say in readiness (a sidecar without DNS routes all the same).
 type Status struct {
-	Addr       string   `json:"addr"`
+	Addrs      []string `json:"addrs"`
 	Namespace  string   `json:"namespace"`
 	ResolvConf string   `json:"resolvConf,omitempty"`
 	Upstreams  []string `json:"upstreams"`
@@ -40,9 +40,9 @@ func (s *Server) Status() *Status {
 		Limits: Limits{MaxInFlight: s.cfg.MaxInFlight, ForwardTimeout: s.cfg.ForwardTimeout.String(), MaxTCPConns: s.cfg.MaxTCPConns,
 			TCPIdleTimeout: s.cfg.TCPIdleTimeout.String(), MaxUDPSize: MaxUDPSize},
 		Queries: make(map[string]uint64, numOutcomes)}
-	if a := s.addr.Load(); a != nil {
-		st.Addr = a.String()
-	}
+	s.mu.Lock()
+	st.Addrs = append([]string{}, s.addrs...)
+	s.mu.Unlock()
 	t := s.cfg.Snapshot.Load().DNS()
 	st.Domain, st.Hosts = t.Domain(), t.Len()
 	for o := range numOutcomes {
