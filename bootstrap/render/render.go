@@ -106,7 +106,24 @@ type Settings struct {
 	// Pprof serves Go's profiler (runtime/pprof) under /debug/pprof/ on the admin
 	// address, which must then be a loopback address: profiles reveal memory.
 	Pprof bool
+	// Intercept is --intercept: "" (none: explicit), "iptables", "ebpf" or
+	// "auto" (ebpf/mode decides at start: eBPF after a self-test, else
+	// iptables). Node.Interception says the mode; for auto it is "iptables"
+	// until the sidecar has decided (either is an intercept mode, which is
+	// what the defaults depend on: the DNS proxy's, for one).
+	Intercept string
+	// InterceptCgroup is --intercept-cgroup: the cgroup v2 directory eBPF
+	// attaches to (ebpf, auto); "" is the sidecar's own.
+	InterceptCgroup string
 }
+
+// The --intercept values (ebpf/mode's).
+const (
+	InterceptNone     = "none"
+	InterceptIPTables = "iptables"
+	InterceptEBPF     = "ebpf"
+	InterceptAuto     = "auto"
+)
 
 // DefaultConcurrency is one worker core, as linkerd2-proxy defaults to. Measured
 // on 2 CPUs (tools/bench/proxy/run.sh, sidecar-alt A/B, 1 KiB HTTP/1.1): at
@@ -154,6 +171,9 @@ type File struct {
 	// Concurrency and Pprof: see Settings.
 	Concurrency int  `json:"concurrency,omitempty"`
 	Pprof       bool `json:"pprof,omitempty"`
+	// Intercept and InterceptCgroup: see Settings.
+	Intercept       string `json:"intercept,omitempty"`
+	InterceptCgroup string `json:"intercept-cgroup,omitempty"`
 }
 
 // ErrUsage wraps every error Parse returns, so cmd/sidecar can exit 2.
@@ -191,6 +211,8 @@ func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, err
 	dnsFlags(fs, &f.FileDNS)
 	fs.IntVar(&f.Concurrency, "concurrency", 0, fmt.Sprintf("worker threads (GOMAXPROCS), 1..%d (default %d)", MaxConcurrency, DefaultConcurrency))
 	fs.BoolVar(&f.Pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ on the admin address (loopback only; a sidecar built with -tags weftpprof)")
+	fs.StringVar(&f.Intercept, "intercept", "", "none|iptables|ebpf|auto: how traffic reaches the sidecar (default none: applications address it)")
+	fs.StringVar(&f.InterceptCgroup, "intercept-cgroup", "", "ebpf, auto: the pod's cgroup v2 directory to attach to (default the sidecar's own)")
 	fs.Var(&stale, "staleness", "operator override CLASS=WARN/EXPIRE[/ONEXPIRE], repeatable; beats pilot's StalenessPolicy for that class")
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
@@ -243,6 +265,7 @@ func (f File) overriddenBy(cmd File, set map[string]bool) File {
 		"ready-addr": {&f.ReadyAddr, &cmd.ReadyAddr}, "app-address": {&f.AppAddress, &cmd.AppAddress},
 		"xds-mode": {&f.XDSMode, &cmd.XDSMode}, "token-file": {&f.TokenFile, &cmd.TokenFile},
 		"ca-root": {&f.CARoot, &cmd.CARoot}, "trust-domain": {&f.TrustDomain, &cmd.TrustDomain},
+		"intercept": {&f.Intercept, &cmd.Intercept}, "intercept-cgroup": {&f.InterceptCgroup, &cmd.InterceptCgroup},
 	} {
 		if set[name] {
 			*v[0] = *v[1]
@@ -405,16 +428,48 @@ func (f File) Settings() (*Settings, error) {
 	if err := s.checkIdentity(); err != nil {
 		return nil, err
 	}
+	interception, err := s.checkIntercept(f.Intercept, f.InterceptCgroup)
+	if err != nil {
+		return nil, err
+	}
 	labels := make(map[string]string, len(f.Labels))
 	for k, v := range f.Labels {
 		labels[k] = v
 	}
 	s.Node = node.Node{ID: f.NodeID, Namespace: f.Namespace, ServiceAccount: f.ServiceAccount, Labels: labels,
-		Address: addr.String(), InboundPort: uint32(s.InboundAddr.Port()), Locality: loc}
+		Address: addr.String(), InboundPort: uint32(s.InboundAddr.Port()), Locality: loc, Interception: interception}
 	if err := s.Node.Validate(); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkIntercept sets Intercept and InterceptCgroup and returns the
+// Node.Interception known at parse time (auto's provisional one: iptables).
+func (s *Settings) checkIntercept(mode, cgroup string) (string, error) {
+	var interception string
+	switch mode {
+	case "", InterceptNone:
+		mode = ""
+	case InterceptIPTables:
+		interception = node.InterceptionIPTables
+	case InterceptEBPF:
+		interception = node.InterceptionEBPF
+	case InterceptAuto:
+		interception = node.InterceptionIPTables
+	default:
+		return "", fmt.Errorf("intercept: %q, want none, iptables, ebpf or auto", mode)
+	}
+	if cgroup != "" {
+		if mode != InterceptEBPF && mode != InterceptAuto {
+			return "", fmt.Errorf("intercept-cgroup: only with --intercept=ebpf or auto")
+		}
+		if !strings.HasPrefix(cgroup, "/") {
+			return "", fmt.Errorf("intercept-cgroup: %q is not an absolute path", cgroup)
+		}
+	}
+	s.Intercept, s.InterceptCgroup = mode, cgroup
+	return interception, nil
 }
 
 func checkID(name, v string, limit int) error {

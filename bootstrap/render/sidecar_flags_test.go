@@ -25,6 +25,19 @@ func TestParseRuntimeFlags(t *testing.T) {
 			"--staleness", "a", "--staleness", "a", "--staleness", "a", "--staleness", "a", "--staleness", "a", "--staleness", "a",
 			"--staleness", "a", "--staleness", "a", "--staleness", "a", "--staleness", "a", "--staleness", "a", "--staleness", "a"),
 			nil, "sidecar settings: staleness: 17 overrides, limit 16"},
+		{"intercept none", with("--intercept", "none"), want(func(*Settings) {}), ""},
+		{"intercept iptables", with("--intercept", "iptables"),
+			want(func(s *Settings) { s.Intercept, s.Node.Interception = "iptables", "iptables" }), ""},
+		{"intercept ebpf in a cgroup", with("--intercept", "ebpf", "--intercept-cgroup", "/sys/fs/cgroup/pod"),
+			want(func(s *Settings) {
+				s.Intercept, s.InterceptCgroup, s.Node.Interception = "ebpf", "/sys/fs/cgroup/pod", "ebpf"
+			}), ""},
+		{"intercept auto", with("--intercept", "auto"), want(func(s *Settings) { s.Intercept, s.Node.Interception = "auto", "iptables" }), ""},
+		{"intercept unknown", with("--intercept", "tproxy"), nil, `sidecar settings: intercept: "tproxy", want none, iptables, ebpf or auto`},
+		{"cgroup without ebpf", with("--intercept", "iptables", "--intercept-cgroup", "/sys/fs/cgroup/pod"), nil,
+			"sidecar settings: intercept-cgroup: only with --intercept=ebpf or auto"},
+		{"relative cgroup", with("--intercept", "auto", "--intercept-cgroup", "pod"), nil,
+			`sidecar settings: intercept-cgroup: "pod" is not an absolute path`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -52,7 +52,9 @@ type Config struct {
 	// the sidecar's own (redirect.OwnCgroup).
 	Cgroup string
 	// Redirect has the ports, the proxy's uid and mark, and DNS; its Cgroup
-	// is set from Cgroup.
+	// is set from Cgroup. ProxyUID is the sidecar's own uid: eBPF tells the
+	// sidecar's connections from the app's by it, so root (0, which would
+	// mean "exclude every root process") is refused for ebpf and auto.
 	Redirect redirect.Config
 	// SelfTestTimeout bounds the self-test (DefaultSelfTestTimeout when 0, at
 	// most MaxSelfTestTimeout).
@@ -172,6 +174,9 @@ func choose(ctx context.Context, cfg Config, o ops) (*Active, error) {
 
 // attachEBPF self-tests on the cgroup, then attaches the real configuration.
 func attachEBPF(ctx context.Context, cfg Config, o ops) (*redirect.Redirect, string, error) {
+	if cfg.Redirect.ProxyUID == 0 {
+		return nil, "", errors.New("the sidecar runs as root: its own connections cannot be told from the application's by uid (run it as uid 1337)")
+	}
 	cgroup := cfg.Cgroup
 	if cgroup == "" {
 		var err error

@@ -69,6 +69,7 @@ type fake struct {
 	tested, attached        string
 	attachedCfg             redirect.Config
 	testDeadline            time.Duration
+	root                    bool // the sidecar's uid is 0
 }
 
 func (f *fake) ops() ops {
@@ -116,12 +117,17 @@ func TestChoose(t *testing.T) {
 		{"auto attach fails", Auto, "", fake{own: "/cg/pod", attErr: boom}, Decision{IPTables, "auto: eBPF unavailable, iptables rules assumed: boom"}, "", "/cg/pod", "/cg/pod", "[WARN]"},
 		{"auto no own cgroup", Auto, "", fake{ownErr: boom}, Decision{IPTables, "auto: eBPF unavailable, iptables rules assumed: boom"}, "", "", "", "[WARN]"},
 		{"bad request", "tproxy", "", fake{}, Decision{}, `--intercept: "tproxy" is not one of`, "", "", ""},
+		{"ebpf as root", EBPF, "", fake{own: "/cg/pod", root: true}, Decision{}, "--intercept=ebpf: the sidecar runs as root", "", "", ""},
+		{"auto as root", Auto, "", fake{own: "/cg/pod", root: true}, Decision{IPTables, "auto: eBPF unavailable, iptables rules assumed: the sidecar runs as root: its own connections cannot be told from the application's by uid (run it as uid 1337)"}, "", "", "", "[WARN]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
 			log := hclog.New(&hclog.LoggerOptions{Output: &out})
 			f := tc.f
 			rc := redirect.Config{DNS: true, DNSPort: 15053, OutboundPort: 15001, ProxyUID: 1337}
+			if f.root {
+				rc.ProxyUID = 0
+			}
 			a, err := choose(t.Context(), Config{Requested: tc.requested, Cgroup: tc.cgroup, Redirect: rc, Logger: log}, f.ops())
 			if f.tested != tc.tested || f.attached != tc.attached {
 				t.Errorf("self-tested %q, attached %q; want %q, %q", f.tested, f.attached, tc.tested, tc.attached)

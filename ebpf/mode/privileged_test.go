@@ -25,7 +25,8 @@ import (
 const chooseEnv = "WEFT_MODE_TEST_CHOOSE"
 
 func chooseChild() int {
-	a, err := Choose(context.Background(), Config{Requested: os.Getenv(chooseEnv), Logger: hclog.NewNullLogger()})
+	a, err := Choose(context.Background(), Config{Requested: os.Getenv(chooseEnv), Logger: hclog.NewNullLogger(),
+		Redirect: redirect.Config{ProxyUID: uint32(os.Getuid())}})
 	if err != nil {
 		fmt.Println(`{"error":` + quote(err.Error()) + `}`)
 		return 0
@@ -93,6 +94,9 @@ func TestChooseInPod(t *testing.T) {
 		t.Errorf("auto without capabilities: %+v %s; want iptables with the reason", d, errs)
 	}
 	t.Logf("auto without capabilities: %s", d.Reason)
+	if d, errs := choice(t, node, pod.As(pods.User{}), Auto); errs != "" || d.Mode != IPTables || !strings.Contains(d.Reason, "runs as root") {
+		t.Errorf("auto as root: %+v %s; want iptables, root refused", d, errs)
+	}
 	if d, errs := choice(t, node, bare, EBPF); !strings.Contains(errs, "--intercept=ebpf: ") {
 		t.Errorf("ebpf without capabilities: %+v %q; want a start error", d, errs)
 	}

@@ -12,6 +12,11 @@
 // loopback 4-tuples cannot meet another pod's (the netns cookie is in the key
 // as well, for a cgroup whose processes span network namespaces).
 //
+// Kernel: 5.15 or later (bpf_get_netns_cookie in sockops and getsockopt
+// programs). BPF memory is then charged to the memory cgroup, so
+// RLIMIT_MEMLOCK is left alone (cilium/ebpf/rlimit would probe it with a map
+// at every sidecar start, whatever the mode).
+//
 // Inbound is not here: in eBPF mode it stays iptables PREROUTING (the init step
 // runs `sidecar intercept --mode ebpf`), see issue10-design.md.
 package redirect
@@ -24,8 +29,6 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-mesh/weft/ebpf/bpf"
@@ -66,8 +69,7 @@ type probe struct {
 type Redirect struct {
 	cgroup string
 	objs   bpf.RedirectObjects
-	links  []link.Link
-	ids    []link.ID
+	links  []*cgroupLink
 
 	closeOnce sync.Once
 	closeErr  error
@@ -77,7 +79,7 @@ type Redirect struct {
 type attachment struct {
 	name string
 	prog *ebpf.Program
-	typ  ebpf.AttachType
+	typ  uint32 // BPF_CGROUP_*
 }
 
 // Attach loads the programs and attaches them to cfg.Cgroup. On error nothing
@@ -94,7 +96,6 @@ func attach(cfg Config, pr *probe) (_ *Redirect, err error) {
 	if err := CheckCgroup(cfg.Cgroup); err != nil {
 		return nil, err
 	}
-	removeMemlock()
 	spec, err := bpf.LoadRedirect()
 	if err != nil {
 		return nil, fmt.Errorf("redirect: read the embedded object: %w", err)
@@ -117,20 +118,20 @@ func attach(cfg Config, pr *probe) (_ *Redirect, err error) {
 
 	p := &r.objs.RedirectPrograms
 	hooks := []attachment{
-		{"connect4", p.WeftConnect4, ebpf.AttachCGroupInet4Connect},
-		{"connect6", p.WeftConnect6, ebpf.AttachCGroupInet6Connect},
-		{"sockops", p.WeftSockops, ebpf.AttachCGroupSockOps},
-		{"getsockopt", p.WeftGetsockopt, ebpf.AttachCGroupGetsockopt},
-		{"getpeername4", p.WeftGetpeername4, ebpf.AttachCgroupInet4GetPeername},
-		{"getpeername6", p.WeftGetpeername6, ebpf.AttachCgroupInet6GetPeername},
-		{"sock_release", p.WeftSockRelease, ebpf.AttachCgroupInetSockRelease},
+		{"connect4", p.WeftConnect4, unix.BPF_CGROUP_INET4_CONNECT},
+		{"connect6", p.WeftConnect6, unix.BPF_CGROUP_INET6_CONNECT},
+		{"sockops", p.WeftSockops, unix.BPF_CGROUP_SOCK_OPS},
+		{"getsockopt", p.WeftGetsockopt, unix.BPF_CGROUP_GETSOCKOPT},
+		{"getpeername4", p.WeftGetpeername4, unix.BPF_CGROUP_INET4_GETPEERNAME},
+		{"getpeername6", p.WeftGetpeername6, unix.BPF_CGROUP_INET6_GETPEERNAME},
+		{"sock_release", p.WeftSockRelease, unix.BPF_CGROUP_INET_SOCK_RELEASE},
 	}
 	if cfg.DNS {
 		hooks = append(hooks,
-			attachment{"sendmsg4", p.WeftSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
-			attachment{"sendmsg6", p.WeftSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
-			attachment{"recvmsg4", p.WeftRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
-			attachment{"recvmsg6", p.WeftRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
+			attachment{"sendmsg4", p.WeftSendmsg4, unix.BPF_CGROUP_UDP4_SENDMSG},
+			attachment{"sendmsg6", p.WeftSendmsg6, unix.BPF_CGROUP_UDP6_SENDMSG},
+			attachment{"recvmsg4", p.WeftRecvmsg4, unix.BPF_CGROUP_UDP4_RECVMSG},
+			attachment{"recvmsg6", p.WeftRecvmsg6, unix.BPF_CGROUP_UDP6_RECVMSG},
 		)
 	}
 	dir, err := os.Open(cfg.Cgroup)
@@ -139,16 +140,11 @@ func attach(cfg Config, pr *probe) (_ *Redirect, err error) {
 	}
 	defer dir.Close() // each link holds its own reference to the cgroup
 	for _, h := range hooks {
-		l, err := link.AttachRawLink(link.RawLinkOptions{Target: int(dir.Fd()), Program: h.prog, Attach: h.typ})
+		l, err := linkCgroup(int(dir.Fd()), h.prog.FD(), h.typ)
 		if err != nil {
 			return nil, fmt.Errorf("redirect: attach %s to cgroup %q: %w", h.name, cfg.Cgroup, err)
 		}
 		r.links = append(r.links, l)
-		info, err := l.Info()
-		if err != nil {
-			return nil, fmt.Errorf("redirect: link info of %s: %w", h.name, err)
-		}
-		r.ids = append(r.ids, info.ID)
 	}
 	return r, nil
 }
@@ -179,7 +175,6 @@ func mapConfig(cfg Config, pr *probe) bpf.RedirectConfig {
 // process cannot (an *ebpf.VerifierError is the programs' fault, anything
 // else the environment's: privileges, kernel features).
 func Check() error {
-	removeMemlock()
 	var objs bpf.RedirectObjects
 	if err := bpf.LoadRedirectObjects(&objs, nil); err != nil {
 		return fmt.Errorf("redirect: load programs: %w", err)
@@ -187,17 +182,17 @@ func Check() error {
 	return objs.Close()
 }
 
-// removeMemlock lifts RLIMIT_MEMLOCK for kernels before 5.11 (later ones
-// account BPF memory to the memory cgroup and ignore it). Its failure is not
-// reported: without the privilege to raise it the load fails anyway, with
-// the error that says so (EPERM from bpf), not this one.
-func removeMemlock() { _ = rlimit.RemoveMemlock() }
-
 // Cgroup is the directory the programs are attached to.
 func (r *Redirect) Cgroup() string { return r.cgroup }
 
 // LinkIDs are the kernel ids of the attachment's bpf_links.
-func (r *Redirect) LinkIDs() []link.ID { return append([]link.ID(nil), r.ids...) }
+func (r *Redirect) LinkIDs() []uint32 {
+	ids := make([]uint32, len(r.links))
+	for i, l := range r.links {
+		ids[i] = l.id
+	}
+	return ids
+}
 
 // Close detaches the programs and frees the maps. Safe to call twice.
 func (r *Redirect) Close() error {

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -29,9 +30,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
+	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/bootstrap/probe"
 	"github.com/weft-mesh/weft/bootstrap/render"
 	"github.com/weft-mesh/weft/certs/manifest"
+	"github.com/weft-mesh/weft/ebpf/mode"
+	"github.com/weft-mesh/weft/ebpf/redirect"
 	"github.com/weft-mesh/weft/internal/outlierreport"
 	"github.com/weft-mesh/weft/sidecar/admin"
 	"github.com/weft-mesh/weft/sidecar/authz"
@@ -267,6 +271,23 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		reg.MustRegister(dnsp.srv)
 	}
 
+	// Interception (ebpf/mode): chosen once the listeners are bound (a
+	// connection redirected from the first moment waits in their accept
+	// queue) and before the xDS client registers the node, whose
+	// Interception says the chosen mode. ebpf that cannot be had fails the start.
+	icfg, err := interceptConfig(s, log.Named("interception"))
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	intercept, err := mode.Choose(ctx, icfg)
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	defer intercept.Close() // detaches the eBPF programs (dying does too)
+	reg.MustRegister(intercept.Collector())
+	nodeInfo := s.Node
+	nodeInfo.Interception = intercept.Node()
+
 	// activated tells the memory goroutine a configuration was swapped in (one
 	// pending signal is enough; the stream never waits on it).
 	activated := make(chan struct{}, 1)
@@ -275,7 +296,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	if err != nil {
 		return fmt.Errorf("sidecar: identity: %w", err)
 	}
-	xcfg := xdsclient.Config{Node: &s.Node, Servers: s.Pilot, Types: rt.Types(), Decode: rt.Decode, Apply: applied(rt, activated),
+	xcfg := xdsclient.Config{Node: &nodeInfo, Servers: s.Pilot, Types: rt.Types(), Decode: rt.Decode, Apply: applied(rt, activated),
 		Logger: log, Backoff: o.Backoff, ConfirmAfter: o.ConfirmAfter, Initial: initial, InitialConfirmed: rt.LastKnownGoodConfirmed()}
 	if ident != nil {
 		xcfg.TLS, xcfg.Redial = ident.xdsTLS, holder.Changed
@@ -391,7 +412,8 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		reg.MustRegister(mc)
 	}
 	adm, err := admin.New(admin.Config{Logger: log.Named("admin"), Runtime: rt, XDS: client.Status, Gatherer: reg, Requests: reqs, Pprof: s.Pprof,
-		Outliers: registry, MTLS: mt, DNS: dnsp.status(), AppProbers: o.AppProbers, AppAddress: s.AppAddress})
+		Outliers: registry, MTLS: mt, DNS: dnsp.status(), AppProbers: o.AppProbers, AppAddress: s.AppAddress,
+		Interception: &admin.Interception{Mode: intercept.Mode, Reason: intercept.Reason}})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
@@ -488,6 +510,22 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	}
 	log.Info("sidecar stopped")
 	return errors.Join(errs...)
+}
+
+// interceptConfig is ebpf/mode's view of the settings: the outbound port the
+// programs redirect to, the DNS proxy's port when it runs (port 53 goes to
+// 127.0.0.1 or [::1] there), the sidecar's own uid (its connections are left
+// alone).
+func interceptConfig(s *render.Settings, log hclog.Logger) (mode.Config, error) {
+	c := mode.Config{Requested: s.Intercept, Cgroup: s.InterceptCgroup, Logger: log,
+		Redirect: redirect.Config{OutboundPort: s.OutboundAddr.Port(), ProxyUID: uint32(os.Getuid())}}
+	if dnsAddr, on := s.DNS.Listen(s.Node.Interception != node.InterceptionNone); on {
+		if (s.Intercept == render.InterceptEBPF || s.Intercept == render.InterceptAuto) && dnsAddr.Addr() != netip.AddrFrom4([4]byte{127, 0, 0, 1}) {
+			return c, fmt.Errorf("dns-addr: %s: with --intercept=%s port 53 is redirected to 127.0.0.1:<port>", dnsAddr, s.Intercept)
+		}
+		c.Redirect.DNS, c.Redirect.DNSPort = true, dnsAddr.Port()
+	}
+	return c, nil
 }
 
 // newReporter reports the sidecar's outlier ejections to pilot on the ADS

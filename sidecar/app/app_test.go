@@ -99,6 +99,11 @@ func TestRunRefusesToStart(t *testing.T) {
 			}
 		})
 	}
+	// --intercept=ebpf that cannot be had (as root, or no such cgroup) fails the start.
+	if err := Run(context.Background(), settings(t, "127.77.9.1", "--intercept", "ebpf", "--intercept-cgroup", "/nonexistent-weft"),
+		Options{Logger: log}); err == nil || !strings.HasPrefix(err.Error(), "sidecar: --intercept=ebpf: ") {
+		t.Fatalf("ebpf without eBPF: %v", err)
+	}
 	s := settings(t, "127.77.9.1")
 	s.PublisherKey = filepath.Join(t.TempDir(), "missing.pub")
 	if err := Run(context.Background(), s, Options{Logger: log}); err == nil || !strings.HasPrefix(err.Error(), "sidecar: publisher key: ") {
@@ -147,6 +152,9 @@ func TestRunNotReadyWithoutPilot(t *testing.T) {
 	for _, w := range []struct{ path, line string }{
 		{"/metrics", `weft_sidecar_requests_total{cluster="none",code="503"} 1`},
 		{"/stats", "cluster.none.rq_503: 1"},
+		// The interception mode (explicit here), with the reason in config_dump.
+		{"/metrics", `weft_interception_mode{mode="none"} 1`},
+		{"/config_dump", `    "mode": "none",`},
 	} {
 		testkit.Wait(t, 5*time.Second, func() error {
 			resp, err := hc.Get(admin + w.path)

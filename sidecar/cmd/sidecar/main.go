@@ -27,6 +27,7 @@ const usage = `usage: sidecar --node-id ID --namespace NS --service-account SA -
                [--staleness CLASS=WARN/EXPIRE[/ONEXPIRE]]... [--insecure-skip-manifest] [--concurrency N]
                [--pprof (built with -tags weftpprof)]
                [--token-file FILE] [--ca-root FILE] [--trust-domain TD]
+               [--intercept none|iptables|ebpf|auto] [--intercept-cgroup DIR]
        sidecar --bootstrap FILE [flags overriding the file]
        sidecar --version | --help
        sidecar intercept [flags] (the pod's interception rules; sidecar intercept --help)
@@ -43,6 +44,12 @@ then pilot's TLS address (:15012) and --ca-root FILE (pilot's <data-dir>/ca/root
 verifies it as spiffe://TD/weft/pilot. Without --token-file: plaintext xDS, no mTLS.
 --ca-root also trusts manifests from publishers the mesh CA certifies (then
 --publisher-key, a pin, is optional).
+Interception (--intercept, default none: applications address the sidecar): iptables
+(the init step's 'sidecar intercept' rules redirect); ebpf (cgroup eBPF outbound and
+DNS redirect attached to --intercept-cgroup, default the sidecar's own cgroup, after a
+self-test; the sidecar runs as uid 1337 with CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON, and
+does not start without it); auto (ebpf when its self-test passes, else iptables). The
+choice and why: one log line, weft_interception_mode{mode}, config_dump "interception".
 Overload bounds (each also a bootstrap file key; over a bound: connection closed, or
 503 with x-weft-overflow; a route timeout answers 504 with x-weft-timeout):
   --max-connections N (10000, all listeners)   --max-connections-per-listener N (10000)
