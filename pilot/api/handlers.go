@@ -15,6 +15,7 @@ import (
 
 	"github.com/weft-mesh/weft/pilot/resource"
 	"github.com/weft-mesh/weft/pilot/store"
+	"github.com/weft-mesh/weft/pilot/vip"
 )
 
 // kindFor resolves the {plural} (and {ns}) path values. namespaced says whether
@@ -230,6 +231,13 @@ func (a *API) apply(w http.ResponseWriter, r *http.Request) {
 // write runs the cross-object checks over the objects that will exist after muts
 // and commits muts as one revision. ValidateSet errors block the write; its
 // warnings are returned either way.
+//
+// Services get their VIPs here (pilot/vip.Assign: the stored ones kept, else
+// the lowest free address of the range). When muts put a Service, the commit
+// is conditional on the store revision the objects were read at
+// (store.RevisionApplier), so a write by another pilot on the same store in
+// between cannot make two Services take one address: the apply is planned
+// again, at most MaxApplyAttempts times.
 func (a *API) write(ctx context.Context, muts []store.Mutation) (store.ApplyResult, []string, error) {
 	start := time.Now()
 	outcome := "error"
@@ -237,9 +245,44 @@ func (a *API) write(ctx context.Context, muts []store.Mutation) (store.ApplyResu
 
 	a.writeMu.Lock()
 	defer a.writeMu.Unlock()
-	current, _, err := a.store.List(ctx, "", "")
+	ra, atHead := a.store.(store.RevisionApplier)
+	atHead = atHead && putsService(muts)
+	for attempt := 1; ; attempt++ {
+		res, warns, err := a.writeOnce(ctx, muts, ra, atHead, &outcome)
+		var rc *store.RevisionConflictError
+		if !errors.As(err, &rc) {
+			return res, warns, err
+		}
+		if attempt == MaxApplyAttempts {
+			return store.ApplyResult{}, warns, fmt.Errorf("the store moved under %d attempts at this apply (other writers on it): %w", attempt, err)
+		}
+		a.log.Debug("store moved under an apply; planning it again", "attempt", attempt, "error", err)
+	}
+}
+
+// MaxApplyAttempts bounds how often one apply is planned again because the
+// store revision moved between reading it and committing (write).
+const MaxApplyAttempts = 5
+
+func putsService(muts []store.Mutation) bool {
+	for _, m := range muts {
+		if m.Op == store.OpPut && m.Object.Kind == resource.KindService {
+			return true
+		}
+	}
+	return false
+}
+
+// writeOnce is one attempt of write: read, assign VIPs, check, commit.
+func (a *API) writeOnce(ctx context.Context, muts []store.Mutation, ra store.RevisionApplier, atHead bool, outcome *string) (store.ApplyResult, []string, error) {
+	current, rev, err := a.store.List(ctx, "", "")
 	if err != nil {
 		return store.ApplyResult{}, nil, fmt.Errorf("listing objects for cross-object checks: %w", err)
+	}
+	muts, err = vip.Assign(current, muts)
+	if err != nil {
+		*outcome = "invalid"
+		return store.ApplyResult{}, nil, err
 	}
 	after := make(map[resource.Key]*resource.Object, len(current)+len(muts))
 	for _, o := range current {
@@ -260,18 +303,22 @@ func (a *API) write(ctx context.Context, muts []store.Mutation) (store.ApplyResu
 		warns = append(warns, plaintextWarnings(muts)...)
 	}
 	if len(errs) > 0 {
-		outcome = "invalid"
+		*outcome = "invalid"
 		return store.ApplyResult{}, warns, errs
 	}
-	res, err := a.store.Apply(ctx, muts)
+	var res store.ApplyResult
+	if atHead {
+		res, err = ra.ApplyAt(ctx, rev, muts)
+	} else {
+		res, err = a.store.Apply(ctx, muts)
+	}
 	if err != nil {
-		var ce *store.ConflictError
-		if errors.As(err, &ce) {
-			outcome = "conflict"
+		if errors.Is(err, store.ErrConflict) { // an If-Match or the revision moved
+			*outcome = "conflict"
 		}
 		return store.ApplyResult{}, warns, err
 	}
-	outcome = "ok"
+	*outcome = "ok"
 	a.log.Info("applied", "revision", res.Revision, "objects", len(muts), "changed", res.Changed, "warnings", len(warns))
 	return res, warns, nil
 }
@@ -347,6 +394,8 @@ func classify(err error) (int, ErrorResponse) {
 			Errors:   []string{ce.Error()},
 			Conflict: &Conflict{Object: ce.Key.String(), Expected: ce.Expected, Actual: ce.Actual},
 		}
+	case errors.As(err, new(*store.RevisionConflictError)):
+		return http.StatusConflict, ErrorResponse{Errors: []string{err.Error()}}
 	case errors.As(err, &el):
 		lines := make([]string, 0, len(el))
 		for _, e := range el {

@@ -34,6 +34,17 @@ type Compactor interface {
 	Compact(ctx context.Context, before Revision) error
 }
 
+// RevisionApplier is implemented by stores that can make an Apply
+// conditional on the whole store: ApplyAt commits muts (as Apply, with their
+// own If-Match) only if the store revision is still head, and otherwise
+// returns a *RevisionConflictError and writes nothing. A writer that derives
+// one object from others (pilot's VIP allocation reads every Service) uses
+// it so that a write committed in between, by another pilot on the same
+// store, cannot make its result stale.
+type RevisionApplier interface {
+	ApplyAt(ctx context.Context, head Revision, muts []Mutation) (ApplyResult, error)
+}
+
 // HistoryPager is implemented by stores that read one page of an object's
 // history without the rest: the events with revision > after, oldest first, at
 // most limit of them (1..MaxHistoryPage); more says later ones remain. An

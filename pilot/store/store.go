@@ -47,6 +47,19 @@ func (e *ConflictError) Error() string {
 
 func (e *ConflictError) Unwrap() error { return ErrConflict }
 
+// RevisionConflictError says the store's revision moved under an
+// ApplyAt: another write committed after the one the caller read.
+type RevisionConflictError struct {
+	Expected Revision // the head the caller read
+	Actual   Revision // the store's revision now (or the newer one seen)
+}
+
+func (e *RevisionConflictError) Error() string {
+	return fmt.Sprintf("store revision is %d, the apply was planned at %d", e.Actual, e.Expected)
+}
+
+func (e *RevisionConflictError) Unwrap() error { return ErrConflict }
+
 // Revision is the store-wide monotonic revision. 0 means the empty store.
 type Revision int64
 

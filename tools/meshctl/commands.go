@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -158,15 +159,46 @@ func (e *env) get(ctx context.Context, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tNAMESPACE\tNAME\tGENERATION\tREVISION")
+	svc := t.kind.Kind == resource.KindService
+	if svc {
+		fmt.Fprintln(tw, "KIND\tNAMESPACE\tNAME\tADDRESSES\tGENERATION\tREVISION")
+	} else {
+		fmt.Fprintln(tw, "KIND\tNAMESPACE\tNAME\tGENERATION\tREVISION")
+	}
 	for _, o := range objs {
 		nsCol := o.Metadata.Namespace
 		if nsCol == "" {
 			nsCol = "-"
 		}
+		if svc {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", o.Kind, nsCol, o.Metadata.Name, serviceAddresses(o), o.Metadata.Generation, o.Metadata.Revision)
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", o.Kind, nsCol, o.Metadata.Name, o.Metadata.Generation, o.Metadata.Revision)
 	}
 	return tw.Flush()
+}
+
+// serviceAddresses is a listed Service's VIPs for the table: spec.addresses
+// when set, else those pilot allocated (status.addresses), comma-separated;
+// "<none>" when it has neither. The client decodes a spec as a generic map.
+func serviceAddresses(o *resource.Object) string {
+	var addrs []string
+	if m, ok := o.Spec.(map[string]any); ok {
+		l, _ := m["addresses"].([]any)
+		for _, a := range l {
+			if s, ok := a.(string); ok {
+				addrs = append(addrs, s)
+			}
+		}
+	}
+	if len(addrs) == 0 && o.Status != nil {
+		addrs = o.Status.Addresses
+	}
+	if len(addrs) == 0 {
+		return "<none>"
+	}
+	return strings.Join(addrs, ",")
 }
 
 func (e *env) delete(ctx context.Context, args []string) error {

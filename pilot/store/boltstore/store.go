@@ -293,6 +293,15 @@ type change struct {
 
 // Apply commits all mutations as one revision in one bbolt transaction, or nothing.
 func (s *Store) Apply(ctx context.Context, muts []store.Mutation) (store.ApplyResult, error) {
+	return s.apply(ctx, nil, muts)
+}
+
+// ApplyAt is Apply only while the store revision is head (store.RevisionApplier).
+func (s *Store) ApplyAt(ctx context.Context, head store.Revision, muts []store.Mutation) (store.ApplyResult, error) {
+	return s.apply(ctx, &head, muts)
+}
+
+func (s *Store) apply(ctx context.Context, head *store.Revision, muts []store.Mutation) (store.ApplyResult, error) {
 	if err := ctx.Err(); err != nil {
 		return store.ApplyResult{}, err
 	}
@@ -306,6 +315,9 @@ func (s *Store) Apply(ctx context.Context, muts []store.Mutation) (store.ApplyRe
 	s.stateMu.RUnlock()
 	if closed {
 		return store.ApplyResult{}, store.ErrClosed
+	}
+	if head != nil && *head != cur {
+		return store.ApplyResult{}, &store.RevisionConflictError{Expected: *head, Actual: cur}
 	}
 	// Check every precondition before planning anything, so a conflict anywhere
 	// in a bulk apply writes nothing.
@@ -386,7 +398,7 @@ func plan(m store.Mutation, objects map[string]entry, next store.Revision, now t
 	}
 	md := m.Object.Metadata
 	md.Generation, md.Revision = gen, int64(next)
-	data, err := encodeObject(&resource.Object{APIVersion: apiVersion, Kind: m.Object.Kind, Metadata: md, Spec: m.Object.Spec})
+	data, err := encodeObject(&resource.Object{APIVersion: apiVersion, Kind: m.Object.Kind, Metadata: md, Spec: m.Object.Spec, Status: m.Object.Status})
 	if err != nil {
 		return change{}, nil, fmt.Errorf("%w: %w", store.ErrInvalid, err)
 	}

@@ -691,6 +691,18 @@ func planOne(m store.Mutation, objects map[string]entry, next store.Revision) (s
 
 // Apply commits all mutations as one revision (one etcd transaction), or none.
 func (s *Store) Apply(ctx context.Context, muts []store.Mutation) (store.ApplyResult, error) {
+	return s.apply(ctx, nil, muts)
+}
+
+// ApplyAt is Apply only while the store revision is head
+// (store.RevisionApplier): every attempt is planned on this replica's view
+// and committed only if etcd's head is that view's, so a replica behind head
+// or another replica's commit in between is a conflict.
+func (s *Store) ApplyAt(ctx context.Context, head store.Revision, muts []store.Mutation) (store.ApplyResult, error) {
+	return s.apply(ctx, &head, muts)
+}
+
+func (s *Store) apply(ctx context.Context, head *store.Revision, muts []store.Mutation) (store.ApplyResult, error) {
 	if err := ctx.Err(); err != nil {
 		return store.ApplyResult{}, err
 	}
@@ -707,6 +719,9 @@ func (s *Store) Apply(ctx context.Context, muts []store.Mutation) (store.ApplyRe
 		p, err := s.planApply(muts)
 		if err != nil {
 			return store.ApplyResult{}, err
+		}
+		if head != nil && p.base != *head {
+			return store.ApplyResult{}, &store.RevisionConflictError{Expected: *head, Actual: p.base}
 		}
 		if len(p.events) == 0 {
 			return p.res, nil

@@ -41,6 +41,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentApplyAndRead", testConcurrency},
 		{"ConcurrentIfMatch", testConcurrentIfMatch},
 		{"ContextCanceled", testContextCanceled},
+		{"ApplyAtHead", testApplyAt},
 	}
 	for _, tc := range tests {
 		switch tc.name {
@@ -131,6 +132,7 @@ func testCreateUpdate(t *testing.T, s store.Store) {
 			t.Fatalf("%s: generation %d revision %d, want %d %d", tc.name, got.Metadata.Generation, got.Metadata.Revision, tc.wantGen, tc.wantRev)
 		}
 		diff(t, tc.name+": ApplyResult object", got, res.Objects[0])
+		diff(t, tc.name+": stored status", tc.obj.Status, got.Status)
 		if r := mustRevision(t, s); r != tc.wantRev {
 			t.Fatalf("%s: store revision %d, want %d", tc.name, r, tc.wantRev)
 		}
@@ -745,5 +747,37 @@ func RunPersistent(t *testing.T, open func(t *testing.T, dir string) store.Store
 	wantErrIs(t, "History of a with all its entries compacted", err, store.ErrNotFound)
 	if r := mustRevision(t, s); r != rev+1 {
 		t.Fatalf("revision %d after second reopen, want %d", r, rev+1)
+	}
+}
+
+// testApplyAt: ApplyAt commits only while the store revision is the head it
+// names; a stale head is a *RevisionConflictError (errors.Is ErrConflict) and
+// writes nothing, and per-object If-Match still holds under it.
+func testApplyAt(t *testing.T, s store.Store) {
+	ra, ok := s.(store.RevisionApplier)
+	if !ok {
+		t.Skip("backend does not implement store.RevisionApplier")
+	}
+	ctx := context.Background()
+	r0 := mustApply(t, s, put(Service("default", "a", 0))).Revision
+	res, err := ra.ApplyAt(ctx, r0, []store.Mutation{put(Service("default", "b", 0))})
+	if err != nil || res.Revision != r0+1 || !res.Changed {
+		t.Fatalf("ApplyAt(head %d): %+v, %v; want revision %d", r0, res, err, r0+1)
+	}
+	_, err = ra.ApplyAt(ctx, r0, []store.Mutation{put(Service("default", "c", 0))})
+	var rc *store.RevisionConflictError
+	if !errors.As(err, &rc) || !errors.Is(err, store.ErrConflict) || rc.Expected != r0 || rc.Actual != r0+1 {
+		t.Fatalf("ApplyAt(stale head %d): err = %v, want a RevisionConflictError %d -> %d", r0, err, r0, r0+1)
+	}
+	if r := mustRevision(t, s); r != r0+1 {
+		t.Fatalf("revision %d after a refused ApplyAt, want %d", r, r0+1)
+	}
+	if _, err := s.Get(ctx, key(Service("default", "c", 0))); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("refused ApplyAt wrote c: %v", err)
+	}
+	_, err = ra.ApplyAt(ctx, r0+1, []store.Mutation{putIf(Service("default", "b", 1), 7)})
+	wantErrIs(t, "ApplyAt at head with a wrong If-Match", err, store.ErrConflict)
+	if errors.As(err, &rc) {
+		t.Fatalf("wrong If-Match reported as a revision conflict: %v", err)
 	}
 }
