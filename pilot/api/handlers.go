@@ -486,3 +486,34 @@ func readHistory(ctx context.Context, st store.Store, key resource.Key, after st
 	}
 	return evs, false, nil
 }
+
+// AllocateStored gives every stored Service that has no VIP (stored before
+// pilot allocated them, or while its range was full) one, as an apply of it
+// unchanged would: in batches of at most store.MaxMutationsPerApply, each
+// guarded by the Services' generations (a Service changed meanwhile is left
+// for its own apply). Pilot calls it once at start. It returns how many got
+// one; a full range is an error naming the Services left without.
+func (a *API) AllocateStored(ctx context.Context) (int, error) {
+	objs, _, err := a.store.List(ctx, resource.KindService, "")
+	if err != nil {
+		return 0, fmt.Errorf("listing Services: %w", err)
+	}
+	var muts []store.Mutation
+	for _, o := range objs {
+		if _, addrs := resource.ServiceAddresses(o); len(addrs) > 0 {
+			continue
+		}
+		gen := o.Metadata.Generation
+		muts = append(muts, store.Mutation{Op: store.OpPut, Object: o, IfMatch: &gen})
+	}
+	done := 0
+	for len(muts) > 0 {
+		n := min(len(muts), store.MaxMutationsPerApply)
+		if _, _, err := a.write(ctx, muts[:n]); err != nil {
+			return done, fmt.Errorf("allocating VIPs of %d stored Services: %w", n, err)
+		}
+		done += n
+		muts = muts[n:]
+	}
+	return done, nil
+}

@@ -217,3 +217,35 @@ func TestVIPRevisionRetry(t *testing.T) {
 		})
 	}
 }
+
+// Services stored without a VIP (before pilot allocated them) get one from
+// AllocateStored, in one revision; those with addresses are left alone, and
+// a second call does nothing.
+func TestAllocateStored(t *testing.T) {
+	f := newFixture(t, api.Config{})
+	old := func(name string, addrs ...string) store.Mutation {
+		return store.Mutation{Op: store.OpPut, Object: &resource.Object{APIVersion: resource.APIVersion, Kind: resource.KindService,
+			Metadata: resource.Metadata{Namespace: "shop", Name: name},
+			Spec:     &resource.ServiceSpec{Ports: []resource.ServicePort{{Name: "http", Port: 80, TargetPort: 80, Protocol: "HTTP"}}, Addresses: addrs}}}
+	}
+	if _, err := f.st.Apply(context.Background(), []store.Mutation{old("a"), old("b"), old("c", "240.240.0.1")}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := api.New(api.Config{Store: f.st, Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := a.AllocateStored(context.Background())
+	if err != nil || n != 2 {
+		t.Fatalf("AllocateStored = %d, %v; want 2", n, err)
+	}
+	if got := status(t, f.st, "shop", "a") + " " + status(t, f.st, "shop", "b") + " " + status(t, f.st, "shop", "c"); got != "240.240.0.2 240.240.0.3 " {
+		t.Fatalf("statuses %q", got)
+	}
+	if f.revision() != 2 {
+		t.Fatalf("revision %d, want 2 (one apply)", f.revision())
+	}
+	if n, err := a.AllocateStored(context.Background()); n != 0 || err != nil || f.revision() != 2 {
+		t.Fatalf("second call: %d, %v, revision %d", n, err, f.revision())
+	}
+}

@@ -323,6 +323,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	// Services stored before pilot allocated VIPs (or while the range was
+	// full) get one now; a failure leaves them reachable by name only and
+	// does not stop pilot.
+	if n, err := handler.AllocateStored(ctx); err != nil {
+		log.Warn("stored Services left without a VIP", "allocated", n, "error", err)
+	} else if n > 0 {
+		log.Info("allocated VIPs of stored Services", "services", n)
+	}
 	handler.Handle("/apis/status/v1/", tracker.Handler())
 	if authority != nil {
 		handler.Handle("/apis/ca/v1/", authority.Handler())
