@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-mesh/weft/conformance/pods"
@@ -105,6 +106,19 @@ func TestSidecarEBPF(t *testing.T) {
 		t.Fatalf("the app reached %s directly", up.Addr())
 	}
 
+	// DNS: glibc (getent) asks the pod's nameserver, the node's gateway; the
+	// query goes to the sidecar's DNS proxy, which forwards it (as uid 1337:
+	// not redirected again) to the node's upstream; glibc takes the answer
+	// only from the address it asked (recvmsg restores it).
+	upstreamDNS(t, node, "outside.example.", net.IPv4(10, 250, 0, 99))
+	out, err := pod.Command("getent", "hosts", "outside.example.").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "10.250.0.99 ") {
+		t.Fatalf("getent hosts outside.example.: %v: %q", err, out)
+	}
+	if m, err := sc.Metric(`weft_interception_ebpf_total{event="dns_redirected"}`); err != nil || m == `weft_interception_ebpf_total{event="dns_redirected"} 0` {
+		t.Fatalf("metric %q, %v: the query did not go through the DNS proxy", m, err)
+	}
+
 	if err := sc.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +151,35 @@ func TestSidecarAutoFallsBack(t *testing.T) {
 	if n := linksOn(t, cgroupIno(t, pod.Cgroup)); n != 0 {
 		t.Fatalf("%d links left by the failed self-test", n)
 	}
+}
+
+// upstreamDNS answers A queries for name with ip (NXDOMAIN otherwise) on the
+// node's DNS address, the pods' nameserver.
+func upstreamDNS(t *testing.T, node *pods.Node, name string, ip net.IP) {
+	t.Helper()
+	srv := &dns.Server{PacketConn: node.ListenPacket(t, "udp4", node.DNSAddr().String()),
+		Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+			m := new(dns.Msg)
+			m.SetReply(r)
+			if len(r.Question) == 1 && r.Question[0].Name == name {
+				if r.Question[0].Qtype == dns.TypeA {
+					m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 5}, A: ip})
+				}
+			} else {
+				m.Rcode = dns.RcodeNameError
+			}
+			_ = w.WriteMsg(m)
+		})}
+	started := make(chan struct{})
+	srv.NotifyStartedFunc = func() { close(started) }
+	done := make(chan error, 1)
+	go func() { done <- srv.ActivateAndServe() }()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("upstream DNS: %v", err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(); <-done })
 }
 
 func cgroupIno(t *testing.T, dir string) uint64 {
