@@ -226,12 +226,14 @@ func TestEtcdLeaderKilledDuringBulkApplies(t *testing.T) {
 		strings.Count(p.Logs.String(), "commit outcome unknown"), strings.Count(p.Logs.String(), "reading the log again"))
 }
 
-// TestEtcd37Smoke: bin/pilot on a 3-member etcd 3.7 cluster (the store contract
-// runs fully on 3.7 in pilot/store/etcdstore): a bulk apply of 1,000 objects
-// is one revision, and a second pilot replica on the same cluster serves it.
+// TestEtcd37Smoke: bin/pilot on a 3-member etcd 3.7 cluster over TLS with
+// client certificates (--etcd-ca, --etcd-cert, --etcd-key; the store contract
+// runs fully on 3.7 in pilot/store/etcdstore): a bulk apply of 1,000 objects is
+// one revision, and a second pilot replica on the same cluster serves it.
 func TestEtcd37Smoke(t *testing.T) {
-	c := etcdtest.Start(t, etcdtest.Options{Binary: etcdtest.Etcd37Binary(t)})
-	flags := []string{"--store", "etcd", "--etcd-endpoints", strings.Join(c.Endpoints, ",")}
+	c := etcdtest.Start(t, etcdtest.Options{Binary: etcdtest.Etcd37Binary(t), TLS: true})
+	flags := []string{"--store", "etcd", "--etcd-endpoints", strings.Join(c.Endpoints, ","),
+		"--etcd-ca", c.TLS.CAFile, "--etcd-cert", c.TLS.CertFile, "--etcd-key", c.TLS.KeyFile}
 	p1 := proc.StartPilot(t, "127.93.2.1", filepath.Join(t.TempDir(), "p1"), flags...)
 	hc := &http.Client{Timeout: 60 * time.Second}
 	r := bulkApply(hc, p1, 7)

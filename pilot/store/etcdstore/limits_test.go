@@ -166,7 +166,9 @@ func TestLimits(t *testing.T) {
 		}
 		// Misconfigured: chunks past what the server takes fail the apply at once.
 		prefix := newPrefix(t)
-		s = open(t, prefix, func(cfg *Config) { cfg.MaxRequestBytes, cfg.InlineBytes, cfg.ChunkBytes = 4*limitReqBytes, 1, 2*limitReqBytes })
+		s = open(t, prefix, func(cfg *Config) {
+			cfg.MaxRequestBytes, cfg.InlineBytes, cfg.ChunkBytes = 4*limitReqBytes, 1, 2*limitReqBytes
+		})
 		if _, err := s.Apply(ctx, big); err == nil || !strings.Contains(err.Error(), "request is too large") {
 			t.Fatalf("chunks past the server's limit: %v", err)
 		}

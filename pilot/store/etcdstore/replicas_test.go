@@ -240,3 +240,41 @@ func TestOpenConfig(t *testing.T) {
 		t.Fatalf("Open with no etcd took %s", d)
 	}
 }
+
+// TestTLS: against a cluster that serves TLS and requires client certificates,
+// the store connects with TLSConfig(ca, cert, key), and is refused without the
+// client certificate or without the CA.
+func TestTLS(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{TLS: true})
+	ctx := context.Background()
+	open := func(ca, cert, key string) (*Store, error) {
+		tlsCfg, err := TLSConfig(ca, cert, key)
+		if err != nil {
+			return nil, err
+		}
+		return Open(ctx, Config{Endpoints: c.Endpoints, TLS: tlsCfg, Prefix: newPrefix(t), DialTimeout: 2 * time.Second, RequestTimeout: 2 * time.Second})
+	}
+	s, err := open(c.TLS.CAFile, c.TLS.CertFile, c.TLS.KeyFile)
+	if err != nil {
+		t.Fatalf("Open over TLS: %v", err)
+	}
+	defer s.Close()
+	if res, err := s.Apply(ctx, []store.Mutation{{Op: store.OpPut, Object: storetest.Service("default", "a", 0)}}); err != nil || res.Revision != 1 {
+		t.Fatalf("Apply over TLS: %+v %v", res, err)
+	}
+	for name, files := range map[string][3]string{
+		"no client certificate": {c.TLS.CAFile, "", ""},
+		"no CA (system roots)":  {"", c.TLS.CertFile, c.TLS.KeyFile},
+	} {
+		if s, err := open(files[0], files[1], files[2]); err == nil {
+			s.Close()
+			t.Errorf("%s: Open succeeded", name)
+		}
+	}
+	if _, err := TLSConfig(c.TLS.CAFile, c.TLS.CertFile, ""); err == nil || err.Error() != "etcd client certificate and key must be given together" {
+		t.Errorf("TLSConfig with a certificate and no key: %v", err)
+	}
+	if _, err := TLSConfig(c.TLS.KeyFile, "", ""); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Errorf("TLSConfig with a key as CA: %v", err)
+	}
+}

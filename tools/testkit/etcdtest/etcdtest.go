@@ -7,6 +7,7 @@ package etcdtest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -47,12 +48,17 @@ type Options struct {
 	Members         int    // default 3
 	MaxTxnOps       int    // --max-txn-ops (etcd default 128)
 	MaxRequestBytes int    // --max-request-bytes (etcd default 1.5 MiB)
+	// TLS serves clients over TLS and requires a client certificate
+	// (Cluster.TLS has the files).
+	TLS bool
 }
 
 // Cluster is a running etcd cluster.
 type Cluster struct {
 	Members   []*Member
-	Endpoints []string // client URLs, one per member
+	Endpoints []string  // client URLs, one per member
+	TLS       *TLSFiles // with Options.TLS
+	tlsConfig *tls.Config
 	opts      Options
 	t         testing.TB
 }
@@ -175,11 +181,17 @@ func Start(t testing.TB, o Options) *Cluster {
 	}
 	c := &Cluster{opts: o, t: t}
 	root := t.TempDir()
+	scheme := "http"
+	if o.TLS {
+		c.TLS = newTLSFiles(t, root)
+		c.tlsConfig = c.TLS.Config(t)
+		scheme = "https"
+	}
 	var initial []string
 	for i := range o.Members {
 		m := &Member{
 			Name:      fmt.Sprintf("m%d", i),
-			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			ClientURL: fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[2*i]),
 			PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
 			Dir:       filepath.Join(root, fmt.Sprintf("m%d", i)),
 		}
@@ -203,6 +215,10 @@ func Start(t testing.TB, o Options) *Cluster {
 		}
 		if o.MaxRequestBytes != 0 {
 			m.args = append(m.args, "--max-request-bytes", strconv.Itoa(o.MaxRequestBytes))
+		}
+		if c.TLS != nil {
+			m.args = append(m.args, "--cert-file", c.TLS.serverCertFile, "--key-file", c.TLS.serverKeyFile,
+				"--trusted-ca-file", c.TLS.CAFile, "--client-cert-auth")
 		}
 		if o.Binary == Etcd34Binary {
 			m.args = append(m.args, "--logger", "zap", "--log-level", "error")
@@ -234,7 +250,7 @@ func (m *Member) Running() bool {
 // Client is a client of every member, closed when the test ends.
 func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(c.clientConfig(5 * time.Second))
 	if err != nil {
 		t.Fatalf("etcdtest: client: %v", err)
 	}
@@ -242,10 +258,18 @@ func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 	return cli
 }
 
+func (c *Cluster) clientConfig(dial time.Duration) clientv3.Config {
+	cfg := clientv3.Config{Endpoints: c.Endpoints, DialTimeout: dial, Logger: zap.NewNop()}
+	if c.TLS != nil {
+		cfg.TLS = c.tlsConfig
+	}
+	return cfg
+}
+
 // leader asks every running member for its status and returns the leader they
 // all name, or an error saying what is missing.
 func (c *Cluster) leader() (*Member, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(c.clientConfig(2 * time.Second))
 	if err != nil {
 		return nil, err
 	}
