@@ -16,7 +16,8 @@
 //   getsockopt     answers SO_ORIGINAL_DST (SOL_IP and SOL_IPV6, optname 80) on
 //                  the sidecar's accepted socket from that map, as conntrack does
 //                  in iptables mode, so the listener code is one.
-//   getpeername4/6 the app sees its original peer, not the sidecar.
+//   getpeername4/6 the app sees its original peer, not the sidecar (for an
+//                  MPTCP client, whose subflow the hooks saw, by 4-tuple).
 //   recvmsg4/6     a DNS reply's source is the server the app asked (glibc
 //                  drops replies from another address).
 //   sock_release   forgets a socket's cookie entry.
@@ -43,6 +44,9 @@
 #define SOL_IP 0
 #define SOL_IPV6 41
 #define SO_ORIGINAL_DST 80 /* also IP6T_SO_ORIGINAL_DST */
+#ifndef IPPROTO_MPTCP
+#define IPPROTO_MPTCP 262
+#endif
 #define PAGE_SIZE_MIN 4096
 
 #define barrier() asm volatile("" ::: "memory")
@@ -414,11 +418,46 @@ int weft_getsockopt(struct bpf_sockopt *ctx)
 	return 1;
 }
 
-SEC("cgroup/getpeername4")
-int weft_getpeername4(struct bpf_sock_addr *ctx)
+/* The original destination of the app's socket behind ctx: by its cookie, or,
+ * for an MPTCP socket (the hooks ran on its first subflow, whose cookie is
+ * another), by the 4-tuple sockops saved, when its peer is the sidecar. */
+static __always_inline struct orig_dst *peer_orig(struct bpf_sock_addr *ctx, int v6)
 {
 	__u64 cookie = bpf_get_socket_cookie(ctx);
 	struct orig_dst *o = bpf_map_lookup_elem(&cookie_orig, &cookie);
+	if (o)
+		return o;
+	struct config *cfg = get_config();
+	struct bpf_sock *sk = ctx->sk;
+	if (!cfg || !sk || (__u16)ctx->user_port != cfg->outbound_port ||
+	    SK32(sk, protocol) != IPPROTO_MPTCP)
+		return 0;
+	struct tuple t = {};
+	t.netns = bpf_get_netns_cookie(ctx);
+	if (v6) {
+		t.saddr[0] = SK32(sk, src_ip6[0]);
+		t.saddr[1] = SK32(sk, src_ip6[1]);
+		t.saddr[2] = SK32(sk, src_ip6[2]);
+		t.saddr[3] = SK32(sk, src_ip6[3]);
+		t.daddr[0] = ADDR32(ctx, user_ip6[0]);
+		t.daddr[1] = ADDR32(ctx, user_ip6[1]);
+		t.daddr[2] = ADDR32(ctx, user_ip6[2]);
+		t.daddr[3] = ADDR32(ctx, user_ip6[3]);
+	} else {
+		t.saddr[2] = bpf_htonl(0xffff);
+		t.saddr[3] = SK32(sk, src_ip4);
+		t.daddr[2] = bpf_htonl(0xffff);
+		t.daddr[3] = ADDR32(ctx, user_ip4);
+	}
+	t.sport = bpf_htons((__u16)SK32(sk, src_port));
+	t.dport = cfg->outbound_port;
+	return bpf_map_lookup_elem(&tuple_orig, &t);
+}
+
+SEC("cgroup/getpeername4")
+int weft_getpeername4(struct bpf_sock_addr *ctx)
+{
+	struct orig_dst *o = peer_orig(ctx, 0);
 	if (!o || o->family != AF_INET)
 		return 1;
 	ctx->user_ip4 = o->addr[3];
@@ -429,8 +468,7 @@ int weft_getpeername4(struct bpf_sock_addr *ctx)
 SEC("cgroup/getpeername6")
 int weft_getpeername6(struct bpf_sock_addr *ctx)
 {
-	__u64 cookie = bpf_get_socket_cookie(ctx);
-	struct orig_dst *o = bpf_map_lookup_elem(&cookie_orig, &cookie);
+	struct orig_dst *o = peer_orig(ctx, 1);
 	if (!o || o->family != AF_INET6)
 		return 1;
 	ctx->user_ip6[0] = o->addr[0];

@@ -5,9 +5,9 @@ package bpf
 // What redirect_bpfel.o was built from (see gen.go and bpf_test.go).
 const (
 	// SourceSHA256 digests the bpf2go line of gen.go and redirect.c.
-	SourceSHA256 = "9f70e4ea84bd302d103b968c3105db932365cc586556da0a099e8ffa4ae71257"
+	SourceSHA256 = "2825169d2308f1250ab819f6559dec568fc80c31fd48f542b85ca0c875e0181f"
 	// ObjectSHA256 digests redirect_bpfel.o.
-	ObjectSHA256 = "47c433ad45cbd35c889e98339cf5af01782a31854d672946215fd111eca87a82"
+	ObjectSHA256 = "d7d6580e99827cc89dd6ed1b09d925c3173c5643b7ddb369a15143e04d681b89"
 	// Compiler is the first line of clang --version at generation: another
 	// clang may emit other bytes from the same source.
 	Compiler = "Debian clang version 14.0.6"
