@@ -41,6 +41,16 @@ func LoadOrCreate(path, what string) (key ed25519.PrivateKey, created bool, err 
 	return priv, true, nil
 }
 
+// Load reads an existing key file (one several pilot replicas share): unlike
+// LoadOrCreate, a missing file is an error.
+func Load(path, what string) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return parse(path, what, b)
+}
+
 func parse(path, what string, b []byte) (ed25519.PrivateKey, error) {
 	blk, _ := pem.Decode(b)
 	if blk == nil || blk.Type != "PRIVATE KEY" {

@@ -74,6 +74,11 @@ type ServiceConfig struct {
 	TrustDomain string // DefaultTrustDomain when empty
 	// Plugged-in CA (pilot's --ca-root-cert/--ca-root-key/--ca-chain); see certs/ca.Config.
 	RootCertFile, RootKeyFile, ChainFile string
+	// TokenKeyFile and PublisherKeyFile, when set, are existing ed25519 keys
+	// (PKCS#8 PEM) used instead of the ones made in DataDir: pilot replicas on
+	// one store share them (with the plugged-in root), so a bootstrap token
+	// minted by one is accepted by all and they publish under one key.
+	TokenKeyFile, PublisherKeyFile string
 	// CertTTL is the lifetime of each certificate issued (MeshConfig.certificateTTL);
 	// read on every issuance. nil or a result <= 0 means DefaultCertTTL; results
 	// over certs/ca.MaxTTL are refused by the CA.
@@ -188,10 +193,23 @@ func New(cfg ServiceConfig) (*Service, error) {
 	if s.publisherID, err = spiffe.Publisher(cfg.TrustDomain); err != nil {
 		return nil, fmt.Errorf("pilot ca: %w", err)
 	}
-	if s.tokenKey, _, err = edkey.LoadOrCreate(filepath.Join(dir, TokenKeyFile), "token key"); err != nil {
+	if cfg.TokenKeyFile != "" {
+		s.tokenKey, err = edkey.Load(cfg.TokenKeyFile, "token key")
+	} else {
+		s.tokenKey, _, err = edkey.LoadOrCreate(filepath.Join(dir, TokenKeyFile), "token key")
+	}
+	if err != nil {
 		return nil, fmt.Errorf("pilot ca: %w", err)
 	}
-	if s.pubKey, err = manifest.LoadOrCreateKey(cfg.DataDir); err != nil {
+	if cfg.PublisherKeyFile != "" {
+		if s.pubKey, err = edkey.Load(cfg.PublisherKeyFile, "publisher key"); err == nil {
+			// Sidecars may pin the key from <data-dir>/publisher.pub, as with one pilot.
+			err = manifest.WritePublicKey(filepath.Join(cfg.DataDir, manifest.PublicKeyFile), s.pubKey.Public().(ed25519.PublicKey))
+		}
+	} else {
+		s.pubKey, err = manifest.LoadOrCreateKey(cfg.DataDir)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("pilot ca: %w", err)
 	}
 	if s.crlNumber, err = s.reg.load(dir); err != nil {

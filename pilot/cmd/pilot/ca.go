@@ -13,6 +13,7 @@ import (
 // caFlags are the mesh CA's flags.
 type caFlags struct {
 	rootCert, rootKey, chain string
+	tokenKey, publisherKey   string
 	sans                     sanList
 	// webhookSANs are added to the serving certificate when the injection
 	// webhook runs: the API server verifies it by the Service's DNS name.
@@ -27,6 +28,7 @@ func (f *caFlags) open(_ context.Context, env server.AuthorityEnv) (server.Autho
 	return ca.New(ca.ServiceConfig{
 		DataDir: env.DataDir, TrustDomain: env.TrustDomain,
 		RootCertFile: f.rootCert, RootKeyFile: f.rootKey, ChainFile: f.chain,
+		TokenKeyFile: f.tokenKey, PublisherKeyFile: f.publisherKey,
 		CertTTL: certTTL, CRLValidity: crlValidity, MaxIssued: f.maxIssued,
 		ServingDNS: append(append([]string(nil), f.sans.dns...), f.webhookSANs.dns...),
 		ServingIPs: append(append([]net.IP(nil), f.sans.ips...), f.webhookSANs.ips...),

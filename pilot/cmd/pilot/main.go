@@ -51,6 +51,10 @@ func run() int {
 	fs.StringVar(&caOpts.rootCert, "ca-root-cert", "", "plugged-in CA: the root certificate (PEM) sidecars trust; without it pilot generates its own root in <data-dir>/ca")
 	fs.StringVar(&caOpts.rootKey, "ca-root-key", "", "plugged-in CA: the private key of the signer (the first certificate of --ca-chain, else the root)")
 	fs.StringVar(&caOpts.chain, "ca-chain", "", "plugged-in CA: the intermediate(s) that sign, signer first, up to but not including the root (optional)")
+	fs.StringVar(&caOpts.tokenKey, "ca-token-key", "",
+		"existing ed25519 key file (PKCS#8 PEM) that signs and verifies bootstrap tokens, instead of <data-dir>/ca's: pilot replicas on one store share it")
+	fs.StringVar(&caOpts.publisherKey, "publisher-key-file", "",
+		"existing ed25519 key file (PKCS#8 PEM) pilot signs manifests with, instead of <data-dir>'s (its public key is still written to <data-dir>/publisher.pub): replicas share it")
 	fs.Var(&caOpts.sans, "tls-san", "extra DNS name or IP SAN of pilot's TLS serving certificate (repeatable or comma-separated; at most 32 of each)")
 	webhookAddr := fs.String("webhook-addr", server.DefaultWebhookAddr,
 		"sidecar injection webhook (HTTPS, POST "+webhook.Path+", a serving certificate from the mesh CA); \"off\" disables it")
