@@ -105,7 +105,7 @@ const (
 // share a snapshot.
 func DefaultScopeKey(n *node.Node) string {
 	return strings.Join([]string{n.Namespace, n.ServiceAccount, node.LabelString(n.Labels), n.Address,
-		strconv.FormatUint(uint64(n.InboundPort), 10), n.Locality.String(), n.Identity, strconv.FormatBool(n.Proxyless)}, "\x00")
+		strconv.FormatUint(uint64(n.InboundPort), 10), n.Locality.String(), n.Identity, strconv.FormatBool(n.Proxyless), n.Interception}, "\x00")
 }
 
 // Cache is safe for concurrent use. Run must be running for snapshots to exist.

@@ -616,3 +616,15 @@ func TestListedOverrideWriteTime(t *testing.T) {
 		t.Errorf("overrides %+v, next expiry %v", m.Overrides, m.NextExpiry)
 	}
 }
+
+// DefaultScopeKey tells apart every node field generation reads: a sidecar
+// that restarts at one address in another interception mode gets another
+// snapshot (gen gives intercepted sidecars the VIP wire).
+func TestDefaultScopeKeyInterception(t *testing.T) {
+	a := &node.Node{ID: "a", Namespace: "shop", Address: "10.0.0.1"}
+	b := *a
+	b.Interception = node.InterceptionIPTables
+	if DefaultScopeKey(a) == DefaultScopeKey(&b) {
+		t.Fatal("explicit and intercepted nodes share a scope key")
+	}
+}
