@@ -34,7 +34,11 @@ func CgroupMount() (string, error) {
 }
 
 // OwnCgroup is this process's cgroup v2 directory: the sidecar's default
-// --intercept-cgroup (in a pod, the pod's cgroup).
+// --intercept-cgroup (in a pod of conformance/pods, the pod's cgroup). A
+// process at the root of its cgroup namespace gets an error instead: that is
+// the machine's root, or a container's own cgroup (Kubernetes with cgroup
+// namespaces), which holds the sidecar's container and not the application's,
+// whose traffic would then pass unseen.
 func OwnCgroup() (string, error) {
 	mount, err := CgroupMount()
 	if err != nil {
@@ -54,6 +58,9 @@ func ownCgroup(mount string, b []byte) (string, error) {
 		if p, ok := strings.CutPrefix(sc.Text(), "0::"); ok {
 			if !strings.HasPrefix(p, "/") {
 				return "", fmt.Errorf("redirect: own cgroup: unexpected path %q in /proc/self/cgroup", p)
+			}
+			if p == "/" {
+				return "", errors.New("redirect: own cgroup is the root of this process's cgroup namespace (the machine's, or a container's own, which holds no application): give the pod's cgroup (--intercept-cgroup)")
 			}
 			return filepath.Join(mount, p), nil
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,7 +60,7 @@ func loadCheck() error {
 // to where it was) must run before the pod's removal kills the pod's cgroup.
 func enterCgroup(t *testing.T, dir string) {
 	t.Helper()
-	orig, err := OwnCgroup()
+	orig, err := currentCgroup()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +74,25 @@ func enterCgroup(t *testing.T, dir string) {
 			os.Exit(2)
 		}
 	})
+}
+
+// currentCgroup is this process's cgroup directory, the root included
+// (OwnCgroup refuses that one).
+func currentCgroup() (string, error) {
+	mount, err := CgroupMount()
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			return filepath.Join(mount, p), nil
+		}
+	}
+	return "", errors.New("no cgroup v2 line in /proc/self/cgroup")
 }
 
 func writeProcs(dir string, pid int) error {

@@ -213,7 +213,7 @@ func TestOwnCgroup(t *testing.T) {
 	for _, tc := range []struct{ name, procCgroup, want, err string }{
 		{"v2 only", "0::/pods/a\n", "/mnt/cg/pods/a", ""},
 		{"hybrid", "1:cpu:/\n4:memory:/x\n0::/pods/b\n", "/mnt/cg/pods/b", ""},
-		{"root", "0::/\n", "/mnt/cg", ""},
+		{"namespace root", "0::/\n", "", "root of this process's cgroup namespace"},
 		{"v1 only", "1:cpu:/\n", "", "no cgroup v2 (0::) line"},
 		{"odd path", "0::pods\n", "", `unexpected path "pods"`},
 	} {
