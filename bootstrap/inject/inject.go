@@ -49,6 +49,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/weft-mesh/weft/bootstrap/intercept"
 	"github.com/weft-mesh/weft/bootstrap/probe"
 	"github.com/weft-mesh/weft/bootstrap/render"
 )
@@ -92,15 +93,15 @@ const (
 	NamespaceEnabled = "enabled"
 )
 
-// The sidecar's identity and ports (bootstrap/intercept's defaults; DESIGN.md
-// Ports). Kept here as numbers so this package does not link the rule code.
+// The sidecar's identity and ports (DESIGN.md Ports): bootstrap/intercept's
+// and bootstrap/render's defaults, so the rules, the sidecar and the pod agree.
 const (
-	ProxyUID     = 1337
-	ProxyGID     = 1337
-	OutboundPort = 15001
-	InboundPort  = 15006
+	ProxyUID     = intercept.DefaultProxyUID
+	ProxyGID     = intercept.DefaultProxyGID
+	OutboundPort = intercept.DefaultOutboundPort
+	InboundPort  = intercept.DefaultInboundPort
 	HealthPort   = render.DefaultReadyPort // 15021
-	DNSPort      = 15053
+	DNSPort      = intercept.DefaultDNSPort
 )
 
 // ReservedPorts are the sidecar's in the pod's network namespace: an

@@ -40,6 +40,8 @@ func TestConfigErrors(t *testing.T) {
 			wantErr: "reading admin token file: open " + filepath.Join(dir, "nope") + ": no such file or directory"},
 		{name: "empty token file", cfg: server.Config{DataDir: dir, Logger: log, AdminTokenFile: empty},
 			wantErr: "admin token file " + empty + " is empty"},
+		{name: "webhook without CA", cfg: server.Config{DataDir: dir, Logger: log, WebhookAddr: "127.0.0.1:0"},
+			wantErr: "pilot config: the injection webhook (--webhook-addr) needs the mesh CA"},
 		{name: "bad admin addr", cfg: server.Config{DataDir: dir, Logger: log, AdminAddr: "256.0.0.1:1"},
 			wantErr: "admin listener on 256.0.0.1:1"},
 	}
