@@ -40,7 +40,11 @@ func injectSettings(st store.Store, mesh inject.Mesh, trustDomain string) func(c
 	}
 }
 
-// meshSidecar is MeshConfig's spec.sidecar (API.md). The field comes with the
-// Service VIP work (resource.MeshConfigSpec.Sidecar); until it is on main the
-// injection defaults apply.
-func meshSidecar(*resource.MeshConfigSpec) inject.Sidecar { return inject.Sidecar{} }
+// meshSidecar is MeshConfig's spec.sidecar (API.md); unset fields are
+// injection's defaults (the same as resource's).
+func meshSidecar(spec *resource.MeshConfigSpec) inject.Sidecar {
+	if spec.Sidecar == nil {
+		return inject.Sidecar{}
+	}
+	return inject.Sidecar{Image: spec.Sidecar.Image, CPU: spec.Sidecar.CPU, Memory: spec.Sidecar.Memory}
+}

@@ -29,18 +29,29 @@ func TestInjectSettings(t *testing.T) {
 	if cfg.Mesh.PilotAddress != "pilot.test:15012" || cfg.Mesh.TrustDomain != "example.org" || cfg.Sidecar != (inject.Sidecar{}) || cfg.Validate() != nil {
 		t.Fatalf("no MeshConfig: %+v", cfg)
 	}
-	objs, err := resource.Decode([]byte("apiVersion: mesh.weft.dev/v1alpha1\nkind: MeshConfig\nmetadata: {name: default}\nspec: {trustDomain: example.org}\n"), "mesh.yaml")
+	objs, err := resource.Decode([]byte("apiVersion: mesh.weft.dev/v1alpha1\nkind: MeshConfig\nmetadata: {name: default}\nspec: {trustDomain: example.org, sidecar: {image: reg.example/weft/sidecar:1.2, memory: 128Mi}}\n"), "mesh.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Apply(ctx, []store.Mutation{{Op: store.OpPut, Object: objs[0]}}); err != nil {
 		t.Fatal(err)
 	}
-	if cfg, err = settings(ctx); err != nil || cfg.Validate() != nil || cfg.Mesh.TrustDomain != "example.org" {
-		t.Fatalf("with a MeshConfig: %+v %v", cfg, err)
+	// The stored MeshConfig's sidecar (resource's defaults fill what it leaves out).
+	want := inject.Sidecar{Image: "reg.example/weft/sidecar:1.2", CPU: resource.DefaultSidecarCPU, Memory: "128Mi"}
+	if cfg, err = settings(ctx); err != nil || cfg.Validate() != nil || cfg.Mesh.TrustDomain != "example.org" || cfg.Sidecar != want {
+		t.Fatalf("with a MeshConfig: %+v %v, want sidecar %+v", cfg, err, want)
 	}
 	st.Close()
 	if _, err := settings(ctx); err == nil || errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("closed store: %v, want an error", err)
+	}
+}
+
+// TestSidecarDefaultsAgree: resource's MeshConfig defaults and injection's are
+// one set of numbers.
+func TestSidecarDefaultsAgree(t *testing.T) {
+	if resource.DefaultSidecarImage != inject.DefaultImage || resource.DefaultSidecarCPU != inject.DefaultCPU || resource.DefaultSidecarMemory != inject.DefaultMemory {
+		t.Errorf("resource %s %s %s, inject %s %s %s", resource.DefaultSidecarImage, resource.DefaultSidecarCPU, resource.DefaultSidecarMemory,
+			inject.DefaultImage, inject.DefaultCPU, inject.DefaultMemory)
 	}
 }

@@ -136,9 +136,13 @@ func readMeshConfig(path string) (*resource.MeshConfigSpec, error) {
 }
 
 // meshSidecar is MeshConfig's spec.sidecar (API.md), as pilot reads it
-// (pilot/server). The field comes with the Service VIP work
-// (resource.MeshConfigSpec.Sidecar); until it is on main the defaults apply.
-func meshSidecar(*resource.MeshConfigSpec) inject.Sidecar { return inject.Sidecar{} }
+// (pilot/server); unset fields are injection's defaults.
+func meshSidecar(spec *resource.MeshConfigSpec) inject.Sidecar {
+	if spec.Sidecar == nil {
+		return inject.Sidecar{}
+	}
+	return inject.Sidecar{Image: spec.Sidecar.Image, CPU: spec.Sidecar.CPU, Memory: spec.Sidecar.Memory}
+}
 
 // splitDocuments splits multi-document YAML (or JSON) into JSON documents;
 // empty and comment-only documents are dropped.

@@ -192,11 +192,12 @@ func TestInjectPolicy(t *testing.T) {
 
 	// Settings: --inject-pilot-addr and the MeshConfig's trust domain reach the sidecar.
 	mc := filepath.Join(t.TempDir(), "mesh.yaml")
-	if err := os.WriteFile(mc, []byte("apiVersion: mesh.weft.dev/v1alpha1\nkind: MeshConfig\nmetadata: {name: default}\nspec: {trustDomain: example.org}\n"), 0o600); err != nil {
+	if err := os.WriteFile(mc, []byte("apiVersion: mesh.weft.dev/v1alpha1\nkind: MeshConfig\nmetadata: {name: default}\nspec: {trustDomain: example.org, sidecar: {image: reg.example/sidecar:2, cpu: 250m}}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r = injectFile(t, fmt.Sprintf(plainDeployment, "shop", ""), "--meshconfig", mc, "--inject-pilot-addr", "pilot.mesh:15012")
-	if r.code != 0 || !strings.Contains(r.stdout, "--trust-domain=example.org") || !strings.Contains(r.stdout, "--pilot=pilot.mesh:15012") {
+	if r.code != 0 || !strings.Contains(r.stdout, "--trust-domain=example.org") || !strings.Contains(r.stdout, "--pilot=pilot.mesh:15012") ||
+		strings.Count(r.stdout, "image: reg.example/sidecar:2") != 2 || strings.Count(r.stdout, "cpu: 250m") != 2 {
 		t.Fatalf("settings: exit %d stderr %q", r.code, r.stderr)
 	}
 }

@@ -78,8 +78,24 @@ func TestWebhookServesTLS(t *testing.T) {
 	if _, err := webhookClient(t, p, "evil.weft-system.svc").Post("https://"+p.WebhookAddr()+webhook.Path, "application/json", bytes.NewReader(body)); err == nil {
 		t.Error("a name the certificate does not carry verified")
 	}
-	if n, err := metric(p, `weft_pilot_webhook_reviews_total{result="injected"}`); err != nil || n != 1 {
-		t.Errorf("injected reviews metric %v %v, want 1", n, err)
+	// MeshConfig's sidecar is read on every review: the next pod gets it.
+	p.Apply(t, "apiVersion: mesh.weft.dev/v1alpha1\nkind: MeshConfig\nmetadata: {name: default}\nspec:\n  sidecar: {image: reg.example/weft/sidecar:1.2, cpu: 200m, memory: 96Mi}\n")
+	resp, err = hc.Post("https://"+p.WebhookAddr()+webhook.Path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || json.Unmarshal(out, &r) != nil || r.Response == nil {
+		t.Fatalf("second review: %v %s", err, out)
+	}
+	for _, want := range []string{`"image":"reg.example/weft/sidecar:1.2"`, `"cpu":"200m"`, `"memory":"96Mi"`} {
+		if !bytes.Contains(r.Response.Patch, []byte(want)) {
+			t.Errorf("after the MeshConfig, the patch lacks %s", want)
+		}
+	}
+	if n, err := metric(p, `weft_pilot_webhook_reviews_total{result="injected"}`); err != nil || n != 2 {
+		t.Errorf("injected reviews metric %v %v, want 2", n, err)
 	}
 }
 
