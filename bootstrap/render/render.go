@@ -199,7 +199,7 @@ func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, err
 	fs.StringVar(&f.StateDir, "state-dir", "", "state directory")
 	fs.StringVar(&f.AdminAddr, "admin-addr", "", "admin IP:PORT (default "+DefaultAdminAddr+")")
 	fs.StringVar(&f.OutboundAddr, "outbound-addr", "", "outbound IP:PORT (default "+DefaultOutboundAddr+")")
-	fs.StringVar(&f.InboundAddr, "inbound-addr", "", "inbound IP:PORT (default <address>:15006)")
+	fs.StringVar(&f.InboundAddr, "inbound-addr", "", "inbound IP:PORT (default <address>:15006; "+DefaultInterceptInboundAddr+" when intercepting)")
 	fs.StringVar(&f.ReadyAddr, "ready-addr", "", "readiness IP:PORT (default <address>:15021)")
 	fs.StringVar(&f.AppAddress, "app-address", "", "application IP (default "+DefaultAppAddress+")")
 	fs.StringVar(&f.XDSMode, "xds-mode", "", "delta|sotw (default delta)")
@@ -390,7 +390,7 @@ func (f File) Settings() (*Settings, error) {
 	}{
 		{"admin-addr", f.AdminAddr, DefaultAdminAddr, &s.AdminAddr},
 		{"outbound-addr", f.OutboundAddr, DefaultOutboundAddr, &s.OutboundAddr},
-		{"inbound-addr", f.InboundAddr, netip.AddrPortFrom(addr, DefaultInboundPort).String(), &s.InboundAddr},
+		{"inbound-addr", f.InboundAddr, defaultInboundAddr(f.Intercept, addr), &s.InboundAddr},
 		{"ready-addr", f.ReadyAddr, netip.AddrPortFrom(addr, DefaultReadyPort).String(), &s.ReadyAddr},
 	}
 	used := map[netip.AddrPort]string{}
@@ -442,6 +442,20 @@ func (f File) Settings() (*Settings, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// DefaultInterceptInboundAddr is --inbound-addr's default when the sidecar
+// intercepts: the wildcard, where iptables' inbound REDIRECT delivers (the
+// sidecar binds [::]:15006 beside it when the pod has IPv6).
+const DefaultInterceptInboundAddr = "0.0.0.0:15006"
+
+// defaultInboundAddr is --inbound-addr's default for --intercept mode (an
+// unknown mode is refused by checkIntercept).
+func defaultInboundAddr(mode string, addr netip.Addr) string {
+	if mode != "" && mode != InterceptNone {
+		return DefaultInterceptInboundAddr
+	}
+	return netip.AddrPortFrom(addr, DefaultInboundPort).String()
 }
 
 // checkIntercept sets Intercept and InterceptCgroup and returns the

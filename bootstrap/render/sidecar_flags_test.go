@@ -8,6 +8,9 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
+// wildInbound is --inbound-addr's default when intercepting.
+var wildInbound = netip.MustParseAddrPort(DefaultInterceptInboundAddr)
+
 // Flags the sidecar runtime added: --insecure-skip-manifest and --staleness.
 func TestParseRuntimeFlags(t *testing.T) {
 	tests := []struct {
@@ -27,12 +30,19 @@ func TestParseRuntimeFlags(t *testing.T) {
 			nil, "sidecar settings: staleness: 17 overrides, limit 16"},
 		{"intercept none", with("--intercept", "none"), want(func(*Settings) {}), ""},
 		{"intercept iptables", with("--intercept", "iptables"),
-			want(func(s *Settings) { s.Intercept, s.Node.Interception = "iptables", "iptables" }), ""},
+			want(func(s *Settings) {
+				s.Intercept, s.Node.Interception, s.InboundAddr = "iptables", "iptables", wildInbound
+			}), ""},
+		{"intercepting, an inbound address given", with("--intercept", "iptables", "--inbound-addr", "127.0.0.21:15007"),
+			want(func(s *Settings) {
+				s.Intercept, s.Node.Interception, s.Node.InboundPort = "iptables", "iptables", 15007
+				s.InboundAddr = netip.MustParseAddrPort("127.0.0.21:15007")
+			}), ""},
 		{"intercept ebpf in a cgroup", with("--intercept", "ebpf", "--intercept-cgroup", "/sys/fs/cgroup/pod"),
 			want(func(s *Settings) {
-				s.Intercept, s.InterceptCgroup, s.Node.Interception = "ebpf", "/sys/fs/cgroup/pod", "ebpf"
+				s.Intercept, s.InterceptCgroup, s.Node.Interception, s.InboundAddr = "ebpf", "/sys/fs/cgroup/pod", "ebpf", wildInbound
 			}), ""},
-		{"intercept auto", with("--intercept", "auto"), want(func(s *Settings) { s.Intercept, s.Node.Interception = "auto", "iptables" }), ""},
+		{"intercept auto", with("--intercept", "auto"), want(func(s *Settings) { s.Intercept, s.Node.Interception, s.InboundAddr = "auto", "iptables", wildInbound }), ""},
 		{"intercept unknown", with("--intercept", "tproxy"), nil, `sidecar settings: intercept: "tproxy", want none, iptables, ebpf or auto`},
 		{"cgroup without ebpf", with("--intercept", "iptables", "--intercept-cgroup", "/sys/fs/cgroup/pod"), nil,
 			"sidecar settings: intercept-cgroup: only with --intercept=ebpf or auto"},

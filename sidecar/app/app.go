@@ -242,34 +242,55 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		return fmt.Errorf("sidecar: %w", err)
 	}
 
-	// Bind everything before starting anything.
-	addrs := []struct{ name, addr string }{
-		{"outbound", s.OutboundAddr.String()}, {"inbound", s.InboundAddr.String()},
-		{"admin", s.AdminAddr.String()}, {"ready", s.ReadyAddr.String()},
+	// Bind everything before starting anything. Intercepting, the outbound
+	// and inbound listeners are tcp4/tcp6 sockets with MPTCP off, with their
+	// IPv6 twins when the pod has IPv6 (listenIntercept).
+	icept := intercepting(s)
+	addrs := []struct {
+		name string
+		addr netip.AddrPort
+	}{
+		{"outbound", s.OutboundAddr}, {"inbound", s.InboundAddr},
+		{"admin", s.AdminAddr}, {"ready", s.ReadyAddr},
 	}
-	lns := make(map[string]net.Listener, len(addrs))
+	lns := make(map[string][]net.Listener, len(addrs))
 	defer func() {
 		// The servers close their listeners when they stop; this covers a failed
 		// start (closing twice is harmless).
-		for _, ln := range lns {
-			ln.Close()
+		for _, l := range lns {
+			for _, ln := range l {
+				ln.Close()
+			}
 		}
 	}()
 	for _, a := range addrs {
-		ln, err := net.Listen("tcp", a.addr)
+		if icept && (a.name == "outbound" || a.name == "inbound") {
+			l, err := listenIntercept(ctx, a.name, a.addr, log)
+			if err != nil {
+				return fmt.Errorf("sidecar: %s listener: %w", a.name, err)
+			}
+			lns[a.name] = l
+			continue
+		}
+		ln, err := net.Listen("tcp", a.addr.String())
 		if err != nil {
 			return fmt.Errorf("sidecar: %s listener: %w", a.name, err)
 		}
-		lns[a.name] = ln
+		lns[a.name] = []net.Listener{ln}
 	}
 	dnsp, err := newDNS(s, rt, log.Named("dns"))
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	defer dnsp.close() // Serve closes them too; this covers a failed start
+	var dnsLns []net.Listener
 	if dnsp != nil {
 		reg.MustRegister(dnsp.srv)
+		dnsLns = dnsp.lns
 	}
+	// Never pass a connection through to one of these (the loop guard).
+	passthrough := cluster.NewPassthrough(cluster.NewSelf(ownAddrs(lns, dnsLns...)))
+	dial := upstreamDial(icept, log)
 
 	// Interception (ebpf/mode): chosen once the listeners are bound (a
 	// connection redirected from the first moment waits in their accept
@@ -308,7 +329,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
-	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 256, IdleTimeout: cluster.DefaultIdleTimeout, BufferSize: 16 << 10, MTLS: mt})
+	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 256, IdleTimeout: cluster.DefaultIdleTimeout, BufferSize: 16 << 10, MTLS: mt, Dial: dial})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
@@ -343,12 +364,12 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		BufferSize: lim.BufferSize, MaxHeaderBytes: lim.MaxHeaderBytes, MaxHeaderFields: lim.MaxHeaderFields,
 		IdleTimeout: lim.IdleTimeout, ReadHeaderTimeout: lim.ReadHeaderTimeout, MaxConcurrentStreams: lim.MaxConcurrentStreams,
 		H2StreamBuffer: lim.H2StreamBuffer, H2ConnBuffer: lim.H2ConnBuffer, H2MaxFrameSize: lim.H2MaxFrameSize, Memory: mem,
-		MaxRetryBodyBytes: lim.MaxRetryBody, MTLS: mt})
+		MaxRetryBodyBytes: lim.MaxRetryBody, MTLS: mt, Dial: dial, Passthrough: passthrough})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	defer hp.Close()
-	tp, err := tcpproxy.New(tcpproxy.Config{Logger: plog, Observer: reqs, MTLS: mt, AuthzExpired: rt.AuthzExpired})
+	tp, err := tcpproxy.New(tcpproxy.Config{Logger: plog, Observer: reqs, MTLS: mt, AuthzExpired: rt.AuthzExpired, Dial: dial, Passthrough: passthrough})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
@@ -356,7 +377,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	for _, name := range []string{OutboundListener, InboundListener} {
 		srv, err := listener.New(listener.Config{Name: name, Logger: log.Named(name), Snapshot: rt, HTTP: hp, TCP: tp,
 			MaxConnections: lim.MaxConnectionsPerListener, Connections: conns, MaxRequests: lim.MaxRequestsPerListener,
-			DrainTimeout: lim.DrainTimeout, MTLS: mt})
+			DrainTimeout: lim.DrainTimeout, MTLS: mt, Destination: destination(icept)})
 		if err != nil {
 			return fmt.Errorf("sidecar: %s listener: %w", name, err)
 		}
@@ -400,6 +421,11 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	reg.MustRegister(azc)
+	ptc, err := admin.NewPassthroughCollector(passthrough)
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	reg.MustRegister(ptc)
 	reports, err := newReporter(s.Node.ID, log, client, mem, reg, registry.Ejections)
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
@@ -432,10 +458,11 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 			}
 		}()
 	}
-	run("outbound", func() error { return servers[OutboundListener].Serve(ctx, lns["outbound"]) })
-	run("inbound", func() error { return servers[InboundListener].Serve(ctx, lns["inbound"]) })
-	run("admin", func() error { return admin.Serve(ctx, lns["admin"], adm.Handler(), log.Named("admin")) })
-	run("ready", func() error { return admin.Serve(ctx, lns["ready"], adm.ReadyHandler(), log.Named("ready")) })
+	outboundLn, inboundLn := listener.Merge(lns["outbound"]...), listener.Merge(lns["inbound"]...)
+	run("outbound", func() error { return servers[OutboundListener].Serve(ctx, outboundLn) })
+	run("inbound", func() error { return servers[InboundListener].Serve(ctx, inboundLn) })
+	run("admin", func() error { return admin.Serve(ctx, lns["admin"][0], adm.Handler(), log.Named("admin")) })
+	run("ready", func() error { return admin.Serve(ctx, lns["ready"][0], adm.ReadyHandler(), log.Named("ready")) })
 	if dnsp != nil {
 		run("dns", func() error { return dnsp.serve(ctx) })
 	}
@@ -496,7 +523,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 			}
 		}
 	})
-	log.Info("sidecar started", "outbound", s.OutboundAddr, "inbound", s.InboundAddr,
+	log.Info("sidecar started", "outbound", listenAddrs(lns["outbound"]), "inbound", listenAddrs(lns["inbound"]), "intercept", intercept.Mode,
 		"admin", s.AdminAddr, "ready", s.ReadyAddr, "pilot", s.Pilot, "xds", s.XDSMode, "identity", identityLog(s))
 	<-ctx.Done()
 	wg.Wait()
@@ -526,6 +553,15 @@ func interceptConfig(s *render.Settings, log hclog.Logger) (mode.Config, error) 
 		c.Redirect.DNS, c.Redirect.DNSPort = true, dnsAddr.Port()
 	}
 	return c, nil
+}
+
+// listenAddrs are the addresses lns are bound to, for the start-up log.
+func listenAddrs(lns []net.Listener) []string {
+	out := make([]string, len(lns))
+	for i, ln := range lns {
+		out[i] = ln.Addr().String()
+	}
+	return out
 }
 
 // newReporter reports the sidecar's outlier ejections to pilot on the ADS

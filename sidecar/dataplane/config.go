@@ -199,13 +199,14 @@ func (s *chainSet) hasHTTP() bool {
 // Explicit says dst is the listener's own address: the connection was made to
 // the listener (explicit mode, or a peer sidecar dialling the inbound port),
 // not redirected to it. A wildcard listener (0.0.0.0, ::) owns its port on
-// every local address.
+// every local address, a loopback one on loopback in both families (the
+// sidecar binds [::1] beside 127.0.0.1 when intercepting).
 func (l *Listener) Explicit(dst netip.AddrPort) bool {
 	if dst.Port() != l.Addr.Port() {
 		return false
 	}
-	a := l.Addr.Addr()
-	return a.IsUnspecified() || a == dst.Addr().Unmap()
+	a, d := l.Addr.Addr(), dst.Addr().Unmap()
+	return a.IsUnspecified() || a == d || a.IsLoopback() && d.IsLoopback()
 }
 
 // setDest is the chain set for a connection whose original destination is
@@ -216,8 +217,8 @@ func (l *Listener) Explicit(dst netip.AddrPort) bool {
 // connection whose transport none of its chains takes is refused, never
 // handed to a wider set: a STRICT port must not fall through to a plaintext
 // default chain.
-func (l *Listener) setDest(dst netip.AddrPort) *chainSet {
-	if l.Explicit(dst) {
+func (l *Listener) setDest(dst netip.AddrPort, direct bool) *chainSet {
+	if direct || l.Explicit(dst) {
 		return l.setPort(dst.Port())
 	}
 	ip := dst.Addr().Unmap()
@@ -263,7 +264,15 @@ func (l *Listener) Select(port uint16, tls bool) *FilterChain { return l.setPort
 // address in explicit mode, then chosen by port alone) and whose first byte
 // was a TLS record (tls) or not. Allocation-free.
 func (l *Listener) SelectDest(dst netip.AddrPort, tls bool) *FilterChain {
-	return l.setDest(dst).pick(tls)
+	return l.setDest(dst, false).pick(tls)
+}
+
+// SelectConn is SelectDest for a connection the listener knows more about:
+// direct says its destination is the very address it was accepted on (not
+// redirected: explicit mode, wherever the sidecar is bound, which may differ
+// from the LDS listener's address), so it is matched by port alone.
+func (l *Listener) SelectConn(dst netip.AddrPort, direct, tls bool) *FilterChain {
+	return l.setDest(dst, direct).pick(tls)
 }
 
 // Sniff says the chains for port include an mTLS one: the listener must look at
@@ -275,8 +284,11 @@ func (l *Listener) Sniff(port uint16) bool {
 }
 
 // SniffDest is Sniff for a connection whose original destination is dst.
-func (l *Listener) SniffDest(dst netip.AddrPort) bool {
-	s := l.setDest(dst)
+func (l *Listener) SniffDest(dst netip.AddrPort) bool { return l.SniffConn(dst, false) }
+
+// SniffConn is SniffDest with direct as in SelectConn.
+func (l *Listener) SniffConn(dst netip.AddrPort, direct bool) bool {
+	s := l.setDest(dst, direct)
 	return s != nil && s.tls != nil
 }
 

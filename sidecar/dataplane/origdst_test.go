@@ -80,6 +80,7 @@ func TestSelectDest(t *testing.T) {
 		{"192.168.3.3:9000", "anyport"}, // port 9000 has no chain for it: the any-port chains
 		{"8.8.8.8:443", "default"},
 		{"127.0.0.1:15001", "<nil>"}, // explicit: a passthrough default cannot serve the listener itself
+		{"[::1]:15001", "<nil>"},     // explicit too: the [::1] twin of the loopback listener
 		{"127.0.0.1:15002", "default"},
 	} {
 		dst := dt.MustAddr(tc.dst)
@@ -107,6 +108,17 @@ func TestSelectDest(t *testing.T) {
 		if got := chainName(l.Chain(tc.port)); got != tc.want {
 			t.Errorf("Chain(%d) = %s, want %s", tc.port, got, tc.want)
 		}
+	}
+	// Direct (accepted where it was sent, wherever the sidecar is bound):
+	// by port alone too, whatever the LDS listener's address.
+	if got := chainName(l.SelectConn(dt.MustAddr("10.1.0.7:15001"), true, false)); got != "<nil>" {
+		t.Errorf("direct to the pod IP's 15001: %s, want no chain (HTTP by Host)", got)
+	}
+	if got := chainName(l.SelectConn(dt.MustAddr("10.1.0.7:15001"), false, false)); got != "default" {
+		t.Errorf("redirected to 10.1.0.7:15001: %s, want the default", got)
+	}
+	if l.SniffConn(dt.MustAddr("10.1.0.7:15001"), true) {
+		t.Error("SniffConn: no mTLS chain here")
 	}
 	if got := l.HTTPPorts("reviews.shop"); len(got) != 1 || got[0] != 9080 {
 		t.Errorf("HTTPPorts = %v, want [9080]", got)

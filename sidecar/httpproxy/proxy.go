@@ -72,6 +72,9 @@ type Config struct {
 	Logger hclog.Logger // required
 	// Pool is the HTTP/1.1 upstream pool; required. It outlives config swaps.
 	Pool *cluster.Pool
+	// Dial opens the HTTP/2 pool's upstream connections and those of upgraded
+	// requests (the HTTP/1.1 Pool has its own PoolConfig.Dial); nil: net.Dialer.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// Passthrough gives requests routed to an original-destination cluster
 	// their connection's original destination (Target.Dest) and refuses, and
 	// counts, loops to the sidecar's own listeners and black-hole clusters;
@@ -330,17 +333,21 @@ func New(cfg Config) (*Proxy, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Proxy{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel}
 	p.bodies.New = func() any { b := make([]byte, 0, cfg.MaxRetryBodyBytes); return &b }
-	dialer := &net.Dialer{}
+	dial := cfg.Dial
+	if dial == nil {
+		d := &net.Dialer{}
+		dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
 	var h2c http.Protocols
 	h2c.SetUnencryptedHTTP2(true) // prior knowledge: to peers inside mTLS (the pool's TLS), h2c otherwise
-	h2, err := cluster.NewH2Pool(cluster.H2Config{IdleTimeout: h2IdleTimeout, PingTimeout: h2PingTimeout, MTLS: cfg.MTLS})
+	h2, err := cluster.NewH2Pool(cluster.H2Config{IdleTimeout: h2IdleTimeout, PingTimeout: h2PingTimeout, MTLS: cfg.MTLS, Dial: cfg.Dial})
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("httpproxy: %w", err)
 	}
 	p.h2 = h2
 	p.h1std = &http.Transport{
-		DialContext:         dialer.DialContext,
+		DialContext:         func(ctx context.Context, _, addr string) (net.Conn, error) { return dial(ctx, addr) },
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
@@ -435,7 +442,11 @@ type Target struct {
 	Snapshot Snapshot
 	Listener string
 	Dest     netip.AddrPort
-	Source   netip.Addr // client address (ring hash on source IP)
+	// Direct: Dest is the address the connection was accepted on (explicit
+	// mode, not redirected): chains are chosen by port alone, the port in
+	// Host when the listener's own port has none.
+	Direct bool
+	Source netip.Addr // client address (ring hash on source IP)
 	// Requests bounds the listener's requests in flight (HTTP/1.1 requests and
 	// HTTP/2 streams together); nil is unbounded.
 	Requests *overload.Limit
@@ -627,8 +638,8 @@ func (p *Proxy) resolve(cfg *dataplane.Config, t *Target, host, path string, h d
 	// picks one, by port alone.
 	port := t.Dest.Port()
 	tls := !t.Peer.IsZero() // the listener terminated mTLS: the TLS chain's routes
-	fc := l.SelectDest(t.Dest, tls)
-	if fc == nil && port == l.Addr.Port() {
+	fc := l.SelectConn(t.Dest, t.Direct, tls)
+	if fc == nil && (t.Direct || port == l.Addr.Port()) {
 		port = hostPort(host)
 		fc = l.Select(port, tls)
 	}

@@ -298,6 +298,13 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		src = a.AddrPort().Addr()
 	}
+	// Direct: made to the address it was accepted on, not redirected here
+	// (explicit mode): chains are then chosen by port alone.
+	var direct bool
+	if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
+		la := a.AddrPort()
+		direct = la.Port() == dst.Port() && la.Addr().Unmap() == dst.Addr().Unmap()
+	}
 	// The chain's kind is decided once per connection; HTTP requests then re-load the
 	// config per request, TCP streams keep the snapshot they started with.
 	cfg := s.cfg.Snapshot.Load()
@@ -305,11 +312,11 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 	var peer spiffeid.ID
 	if cfg != nil {
 		if l := cfg.Listener(s.cfg.Name); l != nil {
-			if !l.SniffDest(dst) {
-				fc = l.SelectDest(dst, false) // no mTLS for this destination: nothing is read first
+			if !l.SniffConn(dst, direct) {
+				fc = l.SelectConn(dst, direct, false) // no mTLS for this destination: nothing is read first
 			} else {
 				var ok bool
-				if c, fc, peer, ok = s.terminate(ctx, c, l, dst); !ok {
+				if c, fc, peer, ok = s.terminate(ctx, c, l, dst, direct); !ok {
 					return
 				}
 			}
@@ -324,7 +331,7 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 	// HTTP, or nothing configured yet: the HTTP proxy answers 503/404 with a reason.
 	// ServeConn returns when the connection has closed, HTTP/2 ones included, so
 	// the connection stays counted and is drained and closed on shutdown.
-	s.cfg.HTTP.ServeConn(ctx, c, httpproxy.Target{Snapshot: s.cfg.Snapshot, Listener: s.cfg.Name, Dest: dst, Source: src,
+	s.cfg.HTTP.ServeConn(ctx, c, httpproxy.Target{Snapshot: s.cfg.Snapshot, Listener: s.cfg.Name, Dest: dst, Direct: direct, Source: src,
 		Requests: s.requests, Drain: s.drain, Peer: peer})
 }
 
@@ -334,7 +341,7 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 // connection and its peer go on to the chain's HTTP or TCP handling. A
 // connection no chain takes is closed and counted: plaintext to a STRICT port,
 // TLS to a DISABLE one. ok=false: c was closed.
-func (s *Server) terminate(ctx context.Context, c net.Conn, l *dataplane.Listener, dst netip.AddrPort) (net.Conn, *dataplane.FilterChain, spiffeid.ID, bool) {
+func (s *Server) terminate(ctx context.Context, c net.Conn, l *dataplane.Listener, dst netip.AddrPort, direct bool) (net.Conn, *dataplane.FilterChain, spiffeid.ID, bool) {
 	_ = c.SetReadDeadline(time.Now().Add(s.cfg.SniffTimeout))
 	b, peeked, err := peekByte(c)
 	if !peeked && err == nil {
@@ -351,7 +358,7 @@ func (s *Server) terminate(ctx context.Context, c net.Conn, l *dataplane.Listene
 		return nil, nil, spiffeid.ID{}, false
 	}
 	isTLS := b == tlsRecordHandshake
-	fc := l.SelectDest(dst, isTLS)
+	fc := l.SelectConn(dst, direct, isTLS)
 	switch {
 	case fc == nil && !isTLS:
 		s.refusedPlaintext.Add(1)
