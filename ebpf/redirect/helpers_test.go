@@ -22,7 +22,7 @@ import (
 // requireBPF skips (fails with WEFT_REQUIRE_PRIVILEGED=1) unless pods can be
 // made and BPF loaded here. A verifier error is the programs' bug: a failure,
 // never a skip.
-func requireBPF(t *testing.T) {
+func requireBPF(t testing.TB) {
 	t.Helper()
 	pods.Require(t)
 	err := loadCheck()
@@ -58,7 +58,7 @@ func loadCheck() error {
 // enterCgroup moves this test process into dir until cleanup, so the sockets
 // its goroutines make are the pod's. Call it after AddPod: its cleanup (back
 // to where it was) must run before the pod's removal kills the pod's cgroup.
-func enterCgroup(t *testing.T, dir string) {
+func enterCgroup(t testing.TB, dir string) {
 	t.Helper()
 	orig, err := currentCgroup()
 	if err != nil {
@@ -103,7 +103,7 @@ func writeProcs(dir string, pid int) error {
 type doer interface{ Do(func() error) error }
 
 // listen listens in ns without MPTCP, as the sidecar's listeners do.
-func listen(t *testing.T, ns doer, network, addr string) net.Listener {
+func listen(t testing.TB, ns doer, network, addr string) net.Listener {
 	t.Helper()
 	var ln net.Listener
 	if err := ns.Do(func() (err error) {

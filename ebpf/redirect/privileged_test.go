@@ -27,7 +27,7 @@ import (
 // setup makes a node with one pod, attaches cfg to the pod's cgroup and moves
 // this test process into it (the app's and the proxy's sockets are then the
 // pod's). Cleanups, last first: leave the cgroup, detach, remove pod and node.
-func setup(t *testing.T, cfg Config) (*pods.Node, *pods.Pod, *Redirect) {
+func setup(t testing.TB, cfg Config) (*pods.Node, *pods.Pod, *Redirect) {
 	t.Helper()
 	requireBPF(t)
 	node := pods.NewNode(t)
