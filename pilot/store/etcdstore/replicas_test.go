@@ -14,6 +14,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/resource"
 	"github.com/weft-mesh/weft/pilot/store"
 	"github.com/weft-mesh/weft/pilot/store/storetest"
+	"github.com/weft-mesh/weft/tools/testkit"
 	"github.com/weft-mesh/weft/tools/testkit/etcdtest"
 )
 
@@ -276,5 +277,48 @@ func TestTLS(t *testing.T) {
 	}
 	if _, err := TLSConfig(c.TLS.KeyFile, "", ""); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Errorf("TLSConfig with a key as CA: %v", err)
+	}
+}
+
+// TestAnnounce: replicas announce themselves on leases: listed while alive
+// (kept alive past several TTLs), gone at once after a clean Close. A killed
+// replica's lease expiring is shown by the two-replica drill.
+func TestAnnounce(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	ctx := context.Background()
+	prefix := newPrefix(t)
+	a, b := openT(t, c, prefix), openT(t, c, prefix)
+	defer b.Close()
+	if err := a.Announce(ctx, Replica{ID: "a", AdminURL: "http://127.0.0.1:1"}, MinReplicaTTL-time.Millisecond); err == nil {
+		t.Fatal("Announce below MinReplicaTTL accepted")
+	}
+	for _, s := range []*Store{a, b} {
+		if err := s.Announce(ctx, Replica{ID: fmt.Sprintf("r%p", s), AdminURL: "http://x"}, MinReplicaTTL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func() int {
+		rs, err := b.Replicas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rs)
+	}
+	if n := list(); n != 2 {
+		t.Fatalf("%d replicas announced, want 2", n)
+	}
+	// Kept alive past several TTLs.
+	deadline := time.Now().Add(3 * etcdtest.ElectionTimeout)
+	testkit.Eventually(t, 30*time.Second, "three election timeouts pass with both announced", func() bool {
+		if list() != 2 {
+			t.Fatalf("an announcement expired while its replica ran")
+		}
+		return time.Now().After(deadline)
+	})
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := list(); n != 1 {
+		t.Fatalf("%d replicas after a clean Close, want 1", n)
 	}
 }
