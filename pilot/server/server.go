@@ -36,6 +36,7 @@ import (
 	"github.com/weft-mesh/weft/pilot/status/outlieragg"
 	"github.com/weft-mesh/weft/pilot/store"
 	"github.com/weft-mesh/weft/pilot/store/boltstore"
+	"github.com/weft-mesh/weft/pilot/store/etcdstore"
 	"github.com/weft-mesh/weft/pilot/store/highwater"
 	"github.com/weft-mesh/weft/pilot/store/retention"
 )
@@ -148,6 +149,11 @@ type Config struct {
 	WebhookMesh inject.Mesh
 	// OnWebhookReady, when set and the webhook runs, is called with its bound address.
 	OnWebhookReady func(webhookAddr net.Addr)
+	// AdminAdvertiseURL is how other pilot replicas on the same store reach
+	// this one's admin API (status across replicas); default http://<bound
+	// admin address>. Only stores with replicas (etcd) use it.
+	AdminAdvertiseURL string
+
 	// OpenStore opens the store (pilot --store etcd: etcdstore); nil opens the
 	// embedded boltstore in DataDir.
 	OpenStore func(ctx context.Context, log hclog.Logger) (store.Store, error)
@@ -242,6 +248,41 @@ func closeAll(ls ...net.Listener) {
 	}
 }
 
+// replicaStore is a store several pilot replicas share (etcdstore), where they
+// find each other.
+type replicaStore interface {
+	Announce(ctx context.Context, r etcdstore.Replica, ttl time.Duration) error
+	Replicas(ctx context.Context) ([]etcdstore.Replica, error)
+}
+
+// replicaStatus is the status API: on a store with replicas this replica
+// announces itself and answers for all of them (status.FanOutHandler).
+func replicaStatus(ctx context.Context, cfg Config, st store.Store, tracker *status.Tracker, admin net.Addr, token []byte) (http.Handler, error) {
+	rs, ok := st.(replicaStore)
+	if !ok {
+		return tracker.Handler(), nil
+	}
+	self := cfg.AdminAdvertiseURL
+	if self == "" {
+		if tcp, ok := admin.(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+			return nil, fmt.Errorf("admin address %s is a wildcard: set the admin URL other replicas reach this one at (--admin-advertise-url)", admin)
+		}
+		self = "http://" + admin.String()
+	}
+	if err := rs.Announce(ctx, etcdstore.Replica{ID: self, AdminURL: self, Started: time.Now().UTC()}, etcdstore.DefaultReplicaTTL); err != nil {
+		return nil, fmt.Errorf("announcing this replica: %w", err)
+	}
+	cfg.Logger.Info("replica announced; status API answers for every replica", "admin_url", self)
+	return tracker.FanOutHandler(status.FanOut{Self: self, Token: string(token), Peers: func(ctx context.Context) ([]status.Peer, error) {
+		list, err := rs.Replicas(ctx)
+		peers := make([]status.Peer, len(list))
+		for i, r := range list {
+			peers[i] = status.Peer{ID: r.ID, AdminURL: r.AdminURL}
+		}
+		return peers, err
+	}}), nil
+}
+
 // Run opens the store in cfg.DataDir, serves the admin API (and xDS when
 // cfg.XDS is set) and blocks until ctx ends or a server fails; then it shuts
 // everything down and closes the store.
@@ -331,7 +372,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	} else if n > 0 {
 		log.Info("allocated VIPs of stored Services", "services", n)
 	}
-	handler.Handle("/apis/status/v1/", tracker.Handler())
 	if authority != nil {
 		handler.Handle("/apis/ca/v1/", authority.Handler())
 	}
@@ -340,6 +380,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("admin listener on %s: %w", cfg.AdminAddr, err)
 	}
+	statusAPI, err := replicaStatus(ctx, cfg, st, tracker, adminLis.Addr(), token)
+	if err != nil {
+		adminLis.Close()
+		return err
+	}
+	handler.Handle("/apis/status/v1/", statusAPI)
 	var xdsLis, tlsLis net.Listener
 	if cfg.XDS != nil {
 		if xdsLis, err = net.Listen("tcp", cfg.XDSAddr); err != nil {

@@ -264,6 +264,9 @@ type ProxyStatus struct {
 	// a Weft sidecar is not ready on it. Cleared when a current one is sent.
 	StreamRevision int64 `json:"streamRevision,omitempty"`
 	NotCurrent     bool  `json:"notCurrent,omitempty"`
+	// Replica is the pilot replica the status came from, in a status API
+	// answer across replicas (FanOutHandler).
+	Replica string `json:"replica,omitempty"`
 }
 
 // Status returns a copy of the connection's status.

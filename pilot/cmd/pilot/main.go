@@ -63,6 +63,8 @@ func run() int {
 	fs.IntVar(&caOpts.maxIssued, "max-issued", ca.DefaultMaxIssued,
 		"issued certificates pilot remembers (for cert list, revocation by SPIFFE ID and rotation); at the bound expired ones are dropped, oldest first, and when none is expired new certificates are refused")
 	fs.BoolVar(&cfg.AdminAllowRemote, "admin-allow-remote", false, "accept admin requests from non-loopback clients (requires --admin-token-file)")
+	fs.StringVar(&cfg.AdminAdvertiseURL, "admin-advertise-url", "",
+		"--store etcd: the URL other pilot replicas reach this one's admin API at, for status across replicas (default http://<--admin-addr>)")
 	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the bearer token every admin request must carry")
 	lim := server.DefaultXDSLimits()
 	fs.DurationVar(&lim.Debounce, "xds-debounce", lim.Debounce, "quiet period after a store change before pushing")
