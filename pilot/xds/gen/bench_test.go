@@ -164,6 +164,36 @@ func BenchmarkRevision1000Services10000Sidecars(b *testing.B) {
 			}
 		}
 	})
+	// Issue #10's wire: every Service has a VIP (as pilot allocates) and
+	// every sidecar is intercepted, so each outbound listener carries chains
+	// by VIP:port, the passthrough pieces and its scope's DNS name table.
+	b.Run("full-vips-intercepted", func(b *testing.B) {
+		vin := in
+		vin.Objects = slices.Clone(in.Objects)
+		n := 0
+		for i, o := range vin.Objects {
+			if o.Kind == resource.KindService {
+				cp := *o
+				cp.Status = &resource.Status{Addresses: []string{fmt.Sprintf("240.240.%d.%d", n/250, n%250+1)}}
+				vin.Objects[i] = &cp
+				n++
+			}
+		}
+		inodes := make([]*node.Node, len(nodes))
+		for i, nd := range nodes {
+			cp := *nd
+			cp.Interception = node.InterceptionIPTables
+			inodes[i] = &cp
+		}
+		vin.Proxies = inodes
+		b.ReportAllocs()
+		for b.Loop() {
+			mesh := mustMesh(b, vin)
+			for _, n := range inodes {
+				mustProxy(b, mesh, n)
+			}
+		}
+	})
 	// One Workload's address flips every revision and compile gets the
 	// previous mesh: what the load test's single endpoint change costs.
 	b.Run("one-endpoint-change", func(b *testing.B) {
