@@ -23,17 +23,8 @@ var notEnforcedMeshFields = []struct {
 }{
 	// defaultMtls is enforced (the mode of workloads no PeerAuthentication
 	// selects), certificateTTL is the CA's lifetime, serviceAddressRange is
-	// pilot's own (VIP allocation).
-	{
-		// Remove when pilot serves the injection webhook and meshctl inject
-		// (issue #10's inject part) read it.
-		field: "spec.sidecar",
-		set: func(s *MeshConfigSpec) bool {
-			d := SidecarConfig{Image: DefaultSidecarImage, CPU: DefaultSidecarCPU, Memory: DefaultSidecarMemory}
-			return s.Sidecar != nil && *s.Sidecar != d && *s.Sidecar != (SidecarConfig{})
-		},
-		why: "nothing injects sidecars yet (the injection webhook and meshctl inject will add this container)",
-	},
+	// pilot's own (VIP allocation), sidecar is what the injection webhook and
+	// meshctl inject add.
 	{
 		// Stays while explicit mode exists: it is a property of interception.
 		field: "spec.outboundTrafficPolicy",

@@ -32,8 +32,7 @@ func TestUnenforcedKindWarnings(t *testing.T) {
 		{"service addresses", obj(KindService, "shop", &ServiceSpec{Addresses: []string{"240.240.0.1"}}), nil},
 		{"mesh config interception defaults", obj(KindMeshConfig, "", &MeshConfigSpec{ServiceAddressRange: "10.0.0.0/8", OutboundTrafficPolicy: "ALLOW_ANY",
 			Sidecar: &SidecarConfig{Image: DefaultSidecarImage, CPU: DefaultSidecarCPU, Memory: DefaultSidecarMemory}}), nil},
-		{"mesh config sidecar set", obj(KindMeshConfig, "", &MeshConfigSpec{Sidecar: &SidecarConfig{Image: "x/y:z", CPU: DefaultSidecarCPU, Memory: DefaultSidecarMemory}}),
-			[]string{"MeshConfig/x: spec.sidecar: accepted but not enforced by Weft sidecars yet: nothing injects sidecars yet"}},
+		{"mesh config sidecar set", obj(KindMeshConfig, "", &MeshConfigSpec{Sidecar: &SidecarConfig{Image: "x/y:z", CPU: DefaultSidecarCPU, Memory: DefaultSidecarMemory}}), nil},
 		{"mesh config registry only", obj(KindMeshConfig, "", &MeshConfigSpec{OutboundTrafficPolicy: "REGISTRY_ONLY"}),
 			[]string{"MeshConfig/x: spec.outboundTrafficPolicy: accepted but not enforced by Weft sidecars yet: REGISTRY_ONLY applies only to intercepted sidecars"}},
 	} {
