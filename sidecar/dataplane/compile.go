@@ -448,8 +448,16 @@ func (cfg *Config) compileListener(xl *xdsresource.Listener) (*Listener, error) 
 					break
 				}
 			}
-			if pc.explicit == nil {
+			switch {
+			case pc.explicit != nil:
+			case pc.none != nil:
 				pc.explicit = pc.none
+			case port != 0:
+				// Only prefix-matched TCP chains: the port's first in wire
+				// order (pilot puts the sidecar's own namespace first). The
+				// any-port chains are never taken this way: an explicit
+				// connection to a port without chains is HTTP by Host.
+				pc.explicit = share(b.order[0])
 			}
 		}
 		if port == 0 {

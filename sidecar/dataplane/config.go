@@ -120,8 +120,10 @@ type Listener struct {
 // map entry; shorter ones are scanned longest first; chains without
 // prefix_ranges serve every other address. explicit is the set a connection
 // made to the listener itself uses, which has no destination IP to go by:
-// the chains without prefix_ranges, else the first set with an HTTP chain (the
-// Host header then picks the virtual host).
+// the chains without prefix_ranges when they include HTTP, else the first set
+// with an HTTP chain (the Host header then picks the virtual host), else the
+// chains without prefix_ranges, else (a port's, not the any-port chains) the
+// port's first chain in wire order (pilot orders a port's chains for this).
 type portChains struct {
 	exact    map[netip.Addr]*chainSet
 	prefixes []prefixSet

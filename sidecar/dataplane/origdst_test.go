@@ -98,7 +98,7 @@ func TestSelectDest(t *testing.T) {
 	}{
 		{9080, "http9080"}, // the HTTP chain, whatever its VIPs
 		{7000, "portonly"},
-		{9000, "<nil>"},  // only VIP-matched TCP chains: nothing to choose by
+		{9000, "a"},      // only VIP-matched TCP chains: the port's first in wire order
 		{15001, "<nil>"}, // the passthrough default is skipped
 		{1234, "<nil>"},
 	} {
