@@ -158,7 +158,7 @@ func (t *DNSTable) resolve(q []byte, namespace string) *DNSHost {
 		key = join(&buf, q, ".", namespace, t.svcZone)
 	case dots == 1: // svc.ns
 		key = join(&buf, q, t.svcZone, "", "")
-	case dots == 2 && string(q[len(q)-4:]) == ".svc": // svc.ns.svc
+	case dots == 2 && len(q) > 4 && string(q[len(q)-4:]) == ".svc": // svc.ns.svc
 		key = join(&buf, q, t.dotZone, "", "")
 	}
 	if key == nil {

@@ -86,6 +86,8 @@ func TestDNSLookup(t *testing.T) {
 		{"reviews.shop.cluster.", "shop", dataplane.DNSForward, ""},
 		{`reviews\.shop.svc.cluster.local.`, "shop", dataplane.DNSForward, ""},
 		{".", "shop", dataplane.DNSForward, ""},
+		{"..0", "0", dataplane.DNSForward, ""}, // empty labels (never from the wire): no panic
+		{"a..svc", "shop", dataplane.DNSForward, ""},
 		{"", "shop", dataplane.DNSForward, ""},
 		{strings.Repeat("a.", 127), "shop", dataplane.DNSForward, ""},
 	}
