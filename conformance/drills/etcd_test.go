@@ -14,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-mesh/weft/internal/edkey"
 	"github.com/weft-mesh/weft/pilot/api"
 	"github.com/weft-mesh/weft/pilot/store"
 	"github.com/weft-mesh/weft/pilot/store/etcdstore"
 	"github.com/weft-mesh/weft/tools/testkit"
+	"github.com/weft-mesh/weft/tools/testkit/certfiles"
 	"github.com/weft-mesh/weft/tools/testkit/etcdtest"
 	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
@@ -252,4 +254,147 @@ func TestEtcd37Smoke(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Items) != bulkObjects {
 		t.Fatalf("second replica lists %d services (%v), want %d", len(list.Items), err, bulkObjects)
 	}
+}
+
+// replicaStatus is a status API answer across replicas.
+type replicaStatus struct {
+	Proxies []struct {
+		Node           string     `json:"node"`
+		Status         string     `json:"status"`
+		Replica        string     `json:"replica"`
+		DisconnectedAt *time.Time `json:"disconnectedAt"`
+	} `json:"proxies"`
+	Replicas []struct {
+		ID    string `json:"id"`
+		Error string `json:"error"`
+	} `json:"replicas"`
+}
+
+func getJSON(hc *http.Client, u string, v any) error {
+	resp, err := hc.Get(u)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s: %s: %s", u, resp.Status, b)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// TestTwoPilotReplicasOnEtcd: two bin/pilot replicas on one etcd cluster,
+// sharing the CA root, the token key and the publisher key from files; real
+// sidecars list both (--pilot a,b) and spread over them. Either replica's
+// proxy status lists every sidecar (fan-out). One replica is SIGKILLed: every
+// sidecar it served reconnects to the survivor (timed), the survivor's status
+// shows all of them connected to it, and a change applied after the kill
+// converges on all.
+func TestTwoPilotReplicasOnEtcd(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	root := certfiles.NewCA(t, "cluster.local")
+	keys := t.TempDir()
+	tokenKey, pubKey := filepath.Join(keys, "token.key"), filepath.Join(keys, "publisher.key")
+	for _, f := range []string{tokenKey, pubKey} {
+		if _, _, err := edkey.LoadOrCreate(f, "shared key"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flags := []string{"--store", "etcd", "--etcd-endpoints", strings.Join(c.Endpoints, ","),
+		"--ca-root-cert", root.RootCertFile, "--ca-root-key", root.RootKeyFile, "--ca-token-key", tokenKey, "--publisher-key-file", pubKey}
+	pilots := []*proc.PilotProcess{
+		proc.StartPilot(t, "127.93.4.1", filepath.Join(t.TempDir(), "p1"), flags...),
+		proc.StartPilot(t, "127.93.4.2", filepath.Join(t.TempDir(), "p2"), flags...),
+	}
+	pilots[0].Apply(t, `apiVersion: mesh.weft.dev/v1alpha1
+kind: Service
+metadata: {name: productpage, namespace: shop}
+spec:
+  selector: {app: productpage}
+  ports: [{name: http, port: 9080, targetPort: 9080, protocol: HTTP}]
+`)
+	const n = 6
+	both := pilots[0].XDSAddr() + "," + pilots[1].XDSAddr()
+	for i := range n {
+		w := ws{ip: fmt.Sprintf("127.93.5.%d", i+1), nodeID: fmt.Sprintf("replica-node-%d", i), stateDir: t.TempDir(), keyFile: pilots[0].KeyFile()}
+		startSidecar(t, w, both).waitReady(60 * time.Second)
+	}
+	hc := &http.Client{Timeout: 10 * time.Second}
+	statusOf := func(p *proc.PilotProcess) (replicaStatus, error) {
+		var rs replicaStatus
+		return rs, getJSON(hc, p.URL()+"/apis/status/v1/proxies", &rs)
+	}
+	perReplica := map[string]int{}
+	for _, p := range pilots {
+		testkit.Wait(t, 30*time.Second, func() error {
+			rs, err := statusOf(p)
+			if err != nil {
+				return err
+			}
+			clear(perReplica)
+			for _, px := range rs.Proxies {
+				if px.DisconnectedAt == nil {
+					perReplica[px.Replica]++
+				}
+			}
+			if total := perReplica[pilots[0].URL()] + perReplica[pilots[1].URL()]; total != n {
+				return fmt.Errorf("%s lists %d connected sidecars (%v), want %d", p.URL(), total, perReplica, n)
+			}
+			return nil
+		})
+	}
+	t.Logf("sidecars per replica: %v", perReplica)
+	victim, survivor := pilots[0], pilots[1]
+	if perReplica[pilots[1].URL()] > perReplica[pilots[0].URL()] {
+		victim, survivor = pilots[1], pilots[0]
+	}
+	moved := perReplica[victim.URL()]
+	if err := victim.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	var reconnected time.Duration
+	testkit.Wait(t, 60*time.Second, func() error {
+		rs, err := statusOf(survivor)
+		if err != nil {
+			return err
+		}
+		on := 0
+		for _, px := range rs.Proxies {
+			if px.DisconnectedAt == nil && px.Replica == survivor.URL() {
+				on++
+			}
+		}
+		if on != n {
+			return fmt.Errorf("%d of %d sidecars connected to the survivor", on, n)
+		}
+		reconnected = time.Since(killed)
+		return nil
+	})
+	t.Logf("replica with %d of %d sidecars SIGKILLed: all connected to the survivor %.2fs later (bound of the issue: 5s)", moved, n, reconnected.Seconds())
+	if reconnected > 5*time.Second {
+		t.Errorf("sidecars took %s to reconnect to the survivor, want at most 5s", reconnected)
+	}
+	survivor.Apply(t, `apiVersion: mesh.weft.dev/v1alpha1
+kind: Service
+metadata: {name: reviews, namespace: shop}
+spec:
+  selector: {app: reviews}
+  ports: [{name: http, port: 9080, targetPort: 9080, protocol: HTTP}]
+`)
+	testkit.Wait(t, 30*time.Second, func() error {
+		var rv struct {
+			Revision  int64 `json:"revision"`
+			Connected int   `json:"connected"`
+			Effective int   `json:"effective"`
+			Converged bool  `json:"converged"`
+		}
+		if err := getJSON(hc, survivor.URL()+"/apis/status/v1/revisions/latest", &rv); err != nil {
+			return err
+		}
+		if !rv.Converged || rv.Connected != n || rv.Revision < 2 {
+			return fmt.Errorf("rollout of the change after the kill: %+v", rv)
+		}
+		return nil
+	})
 }
