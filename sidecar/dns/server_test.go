@@ -587,3 +587,86 @@ func TestStopCutsForwards(t *testing.T) {
 		t.Fatalf("queries %v", q)
 	}
 }
+
+// padded is a query for name padded (EDNS0 padding) to exactly size bytes.
+func padded(t *testing.T, name string, size int) *mdns.Msg {
+	t.Helper()
+	m := query(name, mdns.TypeA)
+	m.SetEdns0(dns.MaxUDPSize, false)
+	b, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.IsEdns0().Option = append(m.IsEdns0().Option, &mdns.EDNS0_PADDING{Padding: make([]byte, size-len(b)-4)})
+	if b, err = m.Pack(); err != nil || len(b) != size {
+		t.Fatalf("padded query: %d bytes, %v", len(b), err)
+	}
+	return m
+}
+
+// TestUDPQuerySize: a UDP query of MaxUDPReadBytes is answered; one byte
+// more is cut by the read buffer and refused as malformed (FORMERR), counted.
+func TestUDPQuerySize(t *testing.T) {
+	p := startProxy(t, dns.Config{})
+	if r := exchange(t, "udp", p.addr, padded(t, "reviews.", dns.MaxUDPReadBytes)); r.Rcode != mdns.RcodeSuccess || len(r.Answer) != 2 {
+		t.Fatalf("%d bytes: %v", dns.MaxUDPReadBytes, r)
+	}
+	if r := exchange(t, "udp", p.addr, padded(t, "reviews.", dns.MaxUDPReadBytes+1)); r.Rcode != mdns.RcodeFormatError {
+		t.Fatalf("%d bytes: %v", dns.MaxUDPReadBytes+1, r)
+	}
+	if q := p.Status().Queries; q["invalid"] != 1 || q["mesh"] != 1 {
+		t.Fatalf("queries %v", q)
+	}
+}
+
+// TestTCPQueriesPerConn: a client TCP connection gets MaxTCPQueriesPerConn
+// answers, then it is closed (the client reconnects).
+func TestTCPQueriesPerConn(t *testing.T) {
+	p := startProxy(t, dns.Config{})
+	co, err := mdns.DialTimeout("tcp", p.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	ask := func() error {
+		co.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := co.WriteMsg(query("reviews.", mdns.TypeA)); err != nil {
+			return err
+		}
+		_, err := co.ReadMsg()
+		return err
+	}
+	for i := range dns.MaxTCPQueriesPerConn {
+		if err := ask(); err != nil {
+			t.Fatalf("query %d: %v", i+1, err)
+		}
+	}
+	if err := ask(); err == nil {
+		t.Fatalf("query %d answered on the same connection", dns.MaxTCPQueriesPerConn+1)
+	}
+}
+
+// TestTCPIdleTimeout: a client TCP connection idle for TCPIdleTimeout after
+// a query is closed by the proxy, and its slot freed.
+func TestTCPIdleTimeout(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	p := startProxy(t, dns.Config{TCPIdleTimeout: idle})
+	co, err := mdns.DialTimeout("tcp", p.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	co.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := co.WriteMsg(query("reviews.", mdns.TypeA)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := co.ReadMsg(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = co.ReadMsg() // blocks until the proxy closes (or our 5s deadline)
+	if d := time.Since(start); err == nil || d < idle || d > 4*time.Second {
+		t.Fatalf("idle connection: %v after %v", err, d)
+	}
+	testkit.Eventually(t, 5*time.Second, "slot freed", func() bool { return p.Status().TCPConns == 0 })
+}
