@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -387,6 +389,17 @@ func TestTwoPilotReplicasOnEtcd(t *testing.T) {
 	if reconnected > 5*time.Second {
 		t.Errorf("sidecars took %s to reconnect to the survivor, want at most 5s", reconnected)
 	}
+	// What an operator runs: meshctl proxy-status from the survivor lists all.
+	out, err := exec.Command(proc.Build(t, proc.Meshctl), "--pilot", survivor.URL(), "proxy-status").CombinedOutput()
+	if err != nil {
+		t.Fatalf("meshctl proxy-status: %v\n%s", err, out)
+	}
+	for _, w := range workloads {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(w.nodeID) + `\s.*` + regexp.QuoteMeta(survivor.URL()) + `$`).Match(out) {
+			t.Fatalf("meshctl proxy-status from the survivor does not list %s on it:\n%s", w.nodeID, out)
+		}
+	}
+	t.Logf("meshctl proxy-status from the survivor:\n%s", out)
 	survivor.Apply(t, `apiVersion: mesh.weft.dev/v1alpha1
 kind: Service
 metadata: {name: ratings, namespace: shop}

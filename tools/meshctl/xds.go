@@ -46,6 +46,8 @@ func (e *env) proxyStatus(ctx context.Context, args []string) error {
 	}
 	var resp struct {
 		Proxies []status.ProxyStatus `json:"proxies"`
+		// Replicas: pilot replicas on one store (etcd) answer for all of them.
+		Replicas []status.ReplicaAnswer `json:"replicas"`
 	}
 	if err := e.client.getJSON(ctx, statusPrefix+"/proxies", &resp); err != nil {
 		return err
@@ -56,14 +58,26 @@ func (e *env) proxyStatus(ctx context.Context, args []string) error {
 	for _, c := range proxyColumns {
 		head = append(head, c.name)
 	}
-	fmt.Fprintln(tw, strings.Join(append(head, "EFFECTIVE REV", "CONNECTED", "LAST SEEN"), "\t"))
+	head = append(head, "EFFECTIVE REV", "CONNECTED", "LAST SEEN")
+	if len(resp.Replicas) > 0 {
+		head = append(head, "REPLICA")
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
 	var notes []string
+	for _, r := range resp.Replicas {
+		if r.Error != "" {
+			notes = append(notes, fmt.Sprintf("pilot replica %s did not answer (its proxies are missing above): %s", r.ID, oneLine(r.Error)))
+		}
+	}
 	for _, ps := range resp.Proxies {
 		row := []string{ps.Node}
 		for _, c := range proxyColumns {
 			row = append(row, typeCell(ps, c.typeURL))
 		}
 		row = append(row, strconv.FormatInt(ps.EffectiveRevision, 10), age(now, ps.ConnectedSince), age(now, ps.LastSeen)+" ago")
+		if len(resp.Replicas) > 0 {
+			row = append(row, ps.Replica)
+		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 		for _, ts := range ps.Types {
 			if ts.Status == status.Nacked {
