@@ -60,6 +60,13 @@ type XDSLimits struct {
 	Debounce   time.Duration // quiet period after a store change before compiling
 	MaxDelay   time.Duration // a burst of changes is compiled at most this late
 	GenWorkers int           // concurrent snapshot generations per compile
+	// RegistrationDebounce and RegistrationMaxDelay are Debounce and MaxDelay
+	// for registrations (sidecars joining or leaving) without a store change:
+	// each compile pushes the grown assignments to every proxy, so a fleet
+	// joining is one push per window (meshcache.Config). Keep the max delay
+	// below CurrentWait.
+	RegistrationDebounce time.Duration
+	RegistrationMaxDelay time.Duration
 	// CurrentWait bounds how long a new stream waits for a snapshot compiled
 	// from at least the store revision when it opened (meshcache.CurrentWait);
 	// then it gets the older one pilot has, marked not current. At most
@@ -115,6 +122,7 @@ type XDSLimits struct {
 func DefaultXDSLimits() XDSLimits {
 	return XDSLimits{
 		Debounce: 100 * time.Millisecond, MaxDelay: time.Second, GenWorkers: 4, CurrentWait: meshcache.DefaultCurrentWait,
+		RegistrationDebounce: 250 * time.Millisecond, RegistrationMaxDelay: 3 * time.Second,
 		MaxUnacked: 64, SendTimeout: 30 * time.Second, RecvQueue: 16, MaxSubscriptions: ads.DefaultMaxSubscriptions, MaxReadOnlySubscriptions: ads.DefaultMaxReadOnlySubscriptions, DiffCacheEntries: 4096,
 		MaxResourceNameBytes: ads.DefaultMaxResourceNameBytes, MaxStreamsPerIdentity: ads.DefaultMaxStreamsPerIdentity, MaxReadOnlyStreams: ads.DefaultMaxReadOnlyStreams,
 		MaxRecvMsgBytes: 4 << 20, MaxConcurrentStreams: 16,
@@ -133,7 +141,7 @@ func (l XDSLimits) check() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"Debounce", l.Debounce}, {"MaxDelay", l.MaxDelay}, {"CurrentWait", l.CurrentWait}, {"SendTimeout", l.SendTimeout}, {"ManifestValidity", l.ManifestValidity}} {
+	}{{"Debounce", l.Debounce}, {"MaxDelay", l.MaxDelay}, {"RegistrationDebounce", l.RegistrationDebounce}, {"RegistrationMaxDelay", l.RegistrationMaxDelay}, {"CurrentWait", l.CurrentWait}, {"SendTimeout", l.SendTimeout}, {"ManifestValidity", l.ManifestValidity}} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be > 0, got %v", d.name, d.v))
 		}
@@ -217,6 +225,7 @@ func ServeADS(lim XDSLimits) XDSFunc {
 		cache, err := meshcache.New(meshcache.Config{
 			Store: env.Store, Logger: log.Named("meshcache"),
 			Debounce: lim.Debounce, MaxDelay: lim.MaxDelay, GenWorkers: lim.GenWorkers, CurrentWait: lim.CurrentWait,
+			RegistrationDebounce: lim.RegistrationDebounce, RegistrationMaxDelay: lim.RegistrationMaxDelay,
 			Generate:   src.Generate(gen.Proxy),
 			ScopeKey:   meshcache.DefaultScopeKey,
 			OnCompiled: func(rev int64, at time.Time) { env.Status.RevisionWritten(rev, at) },

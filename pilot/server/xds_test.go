@@ -168,6 +168,8 @@ func TestServeADSLimits(t *testing.T) {
 		{"identity bounds", func(l *server.XDSLimits) {
 			l.MaxStreamsPerIdentity, l.MaxReadOnlyStreams, l.MaxReadOnlySubscriptions, l.MaxResourceNameBytes = 0, 0, 0, 0
 		}, "xDS limits: MaxResourceNameBytes must be > 0, got 0\nMaxReadOnlySubscriptions must be > 0, got 0\nMaxStreamsPerIdentity must be > 0, got 0\nMaxReadOnlyStreams must be > 0, got 0"},
+		{"registration windows", func(l *server.XDSLimits) { l.RegistrationDebounce, l.RegistrationMaxDelay = 0, -1 },
+			"xDS limits: RegistrationDebounce must be > 0, got 0s\nRegistrationMaxDelay must be > 0, got -1ns"},
 		{"gRPC buffers", func(l *server.XDSLimits) { l.GRPCReadBufferBytes, l.GRPCWriteBufferBytes = 0, -1 },
 			"xDS limits: GRPCReadBufferBytes must be > 0, got 0\nGRPCWriteBufferBytes must be > 0, got -1"},
 		{"gRPC windows one under their bound", func(l *server.XDSLimits) {

@@ -69,6 +69,10 @@ func run() int {
 	lim := server.DefaultXDSLimits()
 	fs.DurationVar(&lim.Debounce, "xds-debounce", lim.Debounce, "quiet period after a store change before pushing")
 	fs.DurationVar(&lim.MaxDelay, "xds-max-delay", lim.MaxDelay, "a burst of store changes is pushed at most this late")
+	fs.DurationVar(&lim.RegistrationDebounce, "xds-registration-debounce", lim.RegistrationDebounce,
+		"quiet period after a sidecar registers or leaves before pushing the changed endpoints")
+	fs.DurationVar(&lim.RegistrationMaxDelay, "xds-registration-max-delay", lim.RegistrationMaxDelay,
+		"a burst of registrations (a fleet joining) is pushed at most this late: one push to every proxy per window (keep below --xds-current-wait)")
 	fs.IntVar(&lim.GenWorkers, "xds-gen-workers", lim.GenWorkers, "concurrent snapshot generations")
 	fs.DurationVar(&lim.CurrentWait, "xds-current-wait", lim.CurrentWait,
 		"a new stream waits at most this for a snapshot compiled from the store revision it opened at, then gets the older one, marked not current")

@@ -92,10 +92,10 @@ func without(m protoreflect.Message, skip protoreflect.FieldDescriptor) proto.Me
 // referenced between them. Segments of buf are cut when a shared value is
 // referenced, so out interleaves them in wire order.
 type builder struct {
-	buf   []byte
-	cut   int // buf[:cut] is already in out
-	out   mem.BufferSlice
-	refs  int // values referenced, not copied
+	buf  []byte
+	cut  int // buf[:cut] is already in out
+	out  mem.BufferSlice
+	refs int // values referenced, not copied
 }
 
 var opts = proto.MarshalOptions{Deterministic: true}

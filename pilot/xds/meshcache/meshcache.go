@@ -45,6 +45,15 @@ type Config struct {
 	Debounce   time.Duration // quiet period after the last change before compiling
 	MaxDelay   time.Duration // a burst is compiled at most this long after its first change
 	GenWorkers int           // concurrent snapshot generations per compile
+	// RegistrationDebounce and RegistrationMaxDelay are Debounce and MaxDelay
+	// for a burst of registrations (registering proxies connecting or
+	// leaving) without a store change: each compile pushes the grown
+	// assignments to every proxy, so 2,000 sidecars joining are one push per
+	// window, not one per sidecar (debounce.go). Zero means Debounce and
+	// MaxDelay. Keep RegistrationMaxDelay below CurrentWait, so a joining
+	// sidecar gets its current snapshot before its wait runs out.
+	RegistrationDebounce time.Duration
+	RegistrationMaxDelay time.Duration
 	// CurrentWait bounds how long a newly connected proxy waits for a snapshot
 	// current for it before it is offered an older one, marked not current.
 	// 0 means DefaultCurrentWait; at most MaxCurrentWait.
@@ -79,6 +88,18 @@ func (c *Config) check() error {
 	}
 	if c.CurrentWait == 0 {
 		c.CurrentWait = DefaultCurrentWait
+	}
+	if c.RegistrationDebounce == 0 {
+		c.RegistrationDebounce = c.Debounce
+	}
+	if c.RegistrationMaxDelay == 0 {
+		c.RegistrationMaxDelay = c.MaxDelay
+	}
+	switch {
+	case c.RegistrationDebounce < 0:
+		return fmt.Errorf("meshcache: Config.RegistrationDebounce must be >= 0, got %v", c.RegistrationDebounce)
+	case c.RegistrationMaxDelay < c.RegistrationDebounce:
+		return fmt.Errorf("meshcache: Config.RegistrationMaxDelay must be >= RegistrationDebounce (%v), got %v", c.RegistrationDebounce, c.RegistrationMaxDelay)
 	}
 	if c.Compile == nil {
 		c.Compile = compile.Compile
@@ -382,9 +403,10 @@ func (c *Cache) follow(ctx context.Context) error {
 	putAt := c.listedOverrideTimes(ctx, objects)
 
 	var (
-		timer   *time.Timer
-		fire    <-chan time.Time
-		firstAt time.Time
+		timer *time.Timer
+		fire  <-chan time.Time
+		deb   = debouncer{storeQuiet: c.cfg.Debounce, storeMax: c.cfg.MaxDelay,
+			regQuiet: c.cfg.RegistrationDebounce, regMax: c.cfg.RegistrationMaxDelay}
 		// expiry fires at the next Override expiry (ir.Mesh.NextExpiry):
 		// compiling again then takes the expired Override out.
 		expiry   *time.Timer
@@ -410,17 +432,13 @@ func (c *Cache) follow(ctx context.Context) error {
 		}
 	}
 	build()
-	// schedule arms the debounce: fire Debounce after the latest change, but no
-	// later than MaxDelay after the first change of the burst.
+	// schedule arms the timer for the pending burst (debouncer).
 	schedule := func() {
-		now := time.Now()
-		if fire == nil {
-			firstAt = now
+		at, ok := deb.Due()
+		if !ok {
+			return
 		}
-		d := c.cfg.Debounce
-		if limit := firstAt.Add(c.cfg.MaxDelay).Sub(now); limit < d {
-			d = max(limit, 0)
-		}
+		d := max(time.Until(at), 0)
 		if timer == nil {
 			timer = time.NewTimer(d)
 		} else {
@@ -451,11 +469,14 @@ func (c *Cache) follow(ctx context.Context) error {
 				return fmt.Errorf("meshcache: store watch closed: %w", w.Err())
 			}
 			apply(ev)
+			deb.Store(time.Now())
 			schedule()
 		case <-c.kick:
+			deb.Registration(time.Now())
 			schedule()
 		case <-fire:
 			fire = nil
+			deb.Fire()
 			// Take every event already delivered so a multi-object revision is
 			// compiled whole (the store delivers one revision's events together).
 		drain:
@@ -473,6 +494,7 @@ func (c *Cache) follow(ctx context.Context) error {
 			build()
 		case <-expireAt:
 			expiry, expireAt = nil, nil
+			deb.Store(time.Now())
 			schedule()
 		}
 	}

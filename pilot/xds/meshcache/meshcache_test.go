@@ -164,6 +164,11 @@ func TestConfigCheck(t *testing.T) {
 		{"logger", func(c *Config) { c.Logger = nil }, "meshcache: Config.Logger is required"},
 		{"debounce", func(c *Config) { c.Debounce = 0 }, "meshcache: Config.Debounce must be > 0, got 0s"},
 		{"max delay", func(c *Config) { c.MaxDelay = time.Microsecond }, "meshcache: Config.MaxDelay must be >= Debounce (1ms), got 1µs"},
+		{"negative registration debounce", func(c *Config) { c.RegistrationDebounce = -time.Nanosecond }, "meshcache: Config.RegistrationDebounce must be >= 0, got -1ns"},
+		{"registration max delay one under its debounce", func(c *Config) {
+			c.RegistrationDebounce, c.RegistrationMaxDelay = time.Second, time.Second-time.Nanosecond
+		},
+			"meshcache: Config.RegistrationMaxDelay must be >= RegistrationDebounce (1s), got 999.999999ms"},
 		{"workers", func(c *Config) { c.GenWorkers = 0 }, "meshcache: Config.GenWorkers must be > 0, got 0"},
 		{"current wait one past its bound", func(c *Config) { c.CurrentWait = MaxCurrentWait + time.Nanosecond },
 			"meshcache: Config.CurrentWait must be in [0, 1m0s], got 1m0.000000001s"},
@@ -189,6 +194,14 @@ func TestConfigCheck(t *testing.T) {
 	atBound.CurrentWait = MaxCurrentWait
 	if _, err := New(atBound); err != nil {
 		t.Fatalf("CurrentWait at its bound: %v", err)
+	}
+	if c.cfg.RegistrationDebounce != ok.Debounce || c.cfg.RegistrationMaxDelay != ok.MaxDelay {
+		t.Fatalf("registration windows 0 became %v/%v, want Debounce/MaxDelay", c.cfg.RegistrationDebounce, c.cfg.RegistrationMaxDelay)
+	}
+	regBound := ok
+	regBound.RegistrationDebounce, regBound.RegistrationMaxDelay = time.Second, time.Second
+	if _, err := New(regBound); err != nil {
+		t.Fatalf("RegistrationMaxDelay at its bound (= RegistrationDebounce): %v", err)
 	}
 	if _, err := c.Connect(&node.Node{}); err == nil || err.Error() != "meshcache: connect: node id is required" {
 		t.Fatalf("connect without id: %v", err)
