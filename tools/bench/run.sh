@@ -56,3 +56,18 @@ if [ "$#" -eq 0 ] && [ -z "${SKIP_PROXY_BENCH:-}" ] && [ "$(id -u)" = 0 ]; then
   go run ./tools/bench/proxy/podbench --bin "$bin" --rounds "${PROXY_BENCH_ROUNDS:-3}" --duration "${DURATION:-10s}"
   rm -rf "$bin"
 fi
+
+# Pilot at scale (issue #11): the real bin/pilot, 10,000 simulated sidecars each
+# on its own mTLS connection (own 127.x source address; certificates from a test
+# CA plugged into pilot), 2,000 of them endpoints of one Service; reports the
+# joins' pushes, one endpoint change to every sidecar's ACK (p50/p99 per round,
+# median of rounds) and pilot's peak RSS (VmHWM). ADSLOAD_SIDECARS=2000 for a
+# quick run.
+if [ "$#" -eq 0 ]; then
+  echo "== pilot at scale (tools/bench/adsload -stack binary)"
+  bin=$(mktemp -d /tmp/weft-bench-bin.XXXXXX)
+  make -s build BIN="$bin" >/dev/null
+  go run ./tools/bench/adsload -stack binary -pilot-bin "$bin/pilot" -proxies "${ADSLOAD_SIDECARS:-10000}" \
+    -endpoints "${ADSLOAD_ENDPOINTS:-2000}" -services 100 -rounds "${ADSLOAD_ROUNDS:-5}" -timeout 30m
+  rm -rf "$bin"
+fi

@@ -38,7 +38,7 @@ import (
 
 func main() {
 	role := flag.String("role", "driver", "driver | pilot (internal: the child process)")
-	stack := flag.String("stack", "real", "real: the production pilot (server.Run + ServeADS: store, compile, gen, validation, signing, ADS); synth: store + meshcache + ADS with a synthetic compile/gen")
+	stack := flag.String("stack", "real", "binary: the real bin/pilot process, sidecars on their own mTLS connections (see binary.go); real: the production pilot (server.Run + ServeADS: store, compile, gen, validation, signing, ADS); synth: store + meshcache + ADS with a synthetic compile/gen")
 	proxies := flag.String("proxies", "1000,10000", "comma-separated client counts, one run each")
 	services := flag.Int("services", 1000, "services in the mesh (2 endpoints each)")
 	perConn := flag.Int("streams-per-conn", 10, "ADS streams sharing one gRPC connection")
@@ -48,7 +48,31 @@ func main() {
 	timeout := flag.Duration("timeout", 10*time.Minute, "bound on one run")
 	sidecars := flag.Bool("sidecars", false, "delta clients register as Weft sidecars (node metadata; pilot validates, signs the content once per scope and a binding per node) and also take the manifest; -stack=real only")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of pilot during the measured delta change to FILE-<proxies>")
+	pilotBin := flag.String("pilot-bin", "bin/pilot", "-stack=binary: the pilot binary (make build)")
+	endpoints := flag.Int("endpoints", 2000, "-stack=binary: sidecars registered as endpoints of one Service")
+	rounds := flag.Int("rounds", 5, "-stack=binary: measured endpoint changes")
+	verify := flag.Int("verify", 3, "-stack=binary: sidecars that decode every resource and check the change's content")
+	pilotArgs := flag.String("pilot-args", "", "-stack=binary: extra pilot flags, space-separated")
 	flag.Parse()
+	if *stack == "binary" {
+		for _, s := range strings.Split(*proxies, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n <= *endpoints || *endpoints <= 0 {
+				fmt.Fprintf(os.Stderr, "-proxies: %q is not a count above -endpoints %d\n", s, *endpoints)
+				os.Exit(2)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+			r, err := runBinary(ctx, binConfig{pilotBin: *pilotBin, proxies: n, endpoints: *endpoints, services: *services, rounds: *rounds,
+				conc: *conc, verify: *verify, pilotArgs: strings.Fields(*pilotArgs), log: os.Stderr})
+			cancel()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "run with %d sidecars: %v\n", n, err)
+				os.Exit(1)
+			}
+			r.print(os.Stdout)
+		}
+		return
+	}
 	if *sidecars && *stack != "real" {
 		fmt.Fprintln(os.Stderr, "-sidecars needs -stack=real")
 		os.Exit(2)
