@@ -109,6 +109,36 @@ func (t *Tracker) FanOutHandler(f FanOut) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, merged[0])
 	}))
+	mux.HandleFunc("GET /apis/status/v1/proxies/{node}/config_dump", wrap(func(w http.ResponseWriter, r *http.Request) {
+		// Only the replica a proxy is connected to (else the one that saw it
+		// last) knows what it was sent: answer from there.
+		node := r.PathValue("node")
+		all := map[string][]ProxyStatus{}
+		if ps, err := t.Proxy(node); err == nil {
+			all[f.Self] = []ProxyStatus{ps}
+		}
+		byReplica, answers := fanOut[ProxyStatus](r.Context(), f, "/apis/status/v1/proxies/"+url.PathEscape(node))
+		for id, ps := range byReplica {
+			all[id] = []ProxyStatus{ps}
+		}
+		merged := MergeProxies(all)
+		if len(merged) == 0 || merged[0].Replica == f.Self {
+			local.ServeHTTP(w, r)
+			return
+		}
+		for _, a := range answers {
+			if a.ID == merged[0].Replica {
+				d, err := getPeer[ConfigDump](r.Context(), f, a.AdminURL+"/apis/status/v1/proxies/"+url.PathEscape(node)+"/config_dump?"+localParam+"=true")
+				if err != nil {
+					writeJSON(w, http.StatusBadGateway, map[string]string{"error": fmt.Sprintf("config dump of %q from replica %s: %v", node, a.ID, err)})
+					return
+				}
+				writeJSON(w, http.StatusOK, d)
+				return
+			}
+		}
+		local.ServeHTTP(w, r)
+	}))
 	mux.HandleFunc("GET /apis/status/v1/revisions/{rev}", wrap(func(w http.ResponseWriter, r *http.Request) {
 		s := r.PathValue("rev")
 		rev, err := strconv.ParseInt(s, 10, 64)

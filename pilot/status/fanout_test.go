@@ -71,8 +71,9 @@ func TestMergeRevisions(t *testing.T) {
 }
 
 // TestFanOutHandler: two replicas' status APIs over real HTTP, each with its
-// own proxies; either answers for both, a proxy that moved is reported from
-// where it is connected, and an unreachable replica is named in the answer.
+// own proxies; either answers for both (a proxy's config dump from the replica
+// it is on), a proxy that moved is reported from where it is connected, and an
+// unreachable replica is named in the answer.
 func TestFanOutHandler(t *testing.T) {
 	clk := &fakeClock{now: t0}
 	ta, _ := newTracker(t, clk)
@@ -145,6 +146,12 @@ func TestFanOutHandler(t *testing.T) {
 		var one ProxyStatus
 		if code := get(base+"/apis/status/v1/proxies/n1", &one); code != http.StatusOK || one.Replica != "b" || one.DisconnectedAt != nil {
 			t.Fatalf("n1 from %s: %d %+v", base, code, one)
+		}
+		for _, n := range []string{"n1", "n2"} { // from the replica it is on, or from the other
+			var dump ConfigDump
+			if code := get(base+"/apis/status/v1/proxies/"+n+"/config_dump", &dump); code != http.StatusOK || dump.Node != n {
+				t.Fatalf("%s's config dump from %s: %d %+v", n, base, code, dump)
+			}
 		}
 		var missing map[string]string
 		if code := get(base+"/apis/status/v1/proxies/nope", &missing); code != http.StatusNotFound {
