@@ -322,3 +322,94 @@ func TestAnnounce(t *testing.T) {
 		t.Fatalf("%d replicas after a clean Close, want 1", n)
 	}
 }
+
+// TestReplicaBehindCompaction: a replica cut off from etcd (its only member
+// killed) while the others apply, compact Weft's history and compact etcd's
+// own history past it, reloads from the snapshot when its member returns: its
+// watchers are cut with ErrCompacted (they would miss revisions), its state is
+// the others', and it applies again.
+func TestReplicaBehindCompaction(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	ctx := context.Background()
+	prefix := newPrefix(t)
+	a := openT(t, c, prefix)
+	defer a.Close()
+	b := openT(t, c, prefix, func(cfg *Config) { cfg.Endpoints = c.Endpoints[:1] })
+	defer b.Close()
+	apply := func(s *Store, name string, n int32) {
+		t.Helper()
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if _, err := s.Apply(actx, []store.Mutation{{Op: store.OpPut, Object: storetest.Service("default", name, n)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := b.Watch(wctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range int32(3) {
+		apply(a, "a", i)
+	}
+	if err := b.waitRev(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	// Kill b's member, and make sure it is not the leader the others need.
+	m0 := c.Members[0]
+	m0.Kill(t)
+	c.WaitLeader(t)
+	for i := range int32(5) {
+		apply(a, fmt.Sprintf("x%d", i), i)
+	}
+	head, err := a.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Compact(ctx, head+1); err != nil {
+		t.Fatal(err)
+	}
+	cli := c.Client(t)
+	resp, err := cli.Get(ctx, "any")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(ctx, resp.Header.Revision); err != nil { // etcd's own history too
+		t.Fatal(err)
+	}
+	c.Restart(t, m0)
+	var evs []store.Event
+	testkit.Wait(t, 60*time.Second, func() error {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				return nil
+			}
+			evs = append(evs, ev)
+		default:
+		}
+		return fmt.Errorf("watcher of b still open after %d events", len(evs))
+	})
+	if !errors.Is(w.Err(), store.ErrCompacted) {
+		t.Fatalf("b's watcher ended with %v, want ErrCompacted", w.Err())
+	}
+	for i, ev := range evs {
+		if ev.Revision != store.Revision(i+1) {
+			t.Fatalf("b's watcher: event %d at revision %d: a gap before the cut", i, ev.Revision)
+		}
+	}
+	want, _, err := a.List(ctx, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, rev, err := b.List(ctx, "", "")
+	if err != nil || rev != head {
+		t.Fatalf("b after its member returned: revision %d (%v), want %d", rev, err, head)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("b's objects (-a +b):\n%s", d)
+	}
+	apply(b, "a", 99)
+	t.Logf("b's watcher got %d events then was cut: %v; b reloaded at %d", len(evs), w.Err(), head)
+}
