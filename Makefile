@@ -59,8 +59,10 @@ demo: build
 # frontend and reviews with the real interception (sidecar intercept, sidecars as
 # uid 1337), curl http://reviews.shop:9080/ by name, pilot killed, interception
 # removed; everything it makes is removed at the end (tools/demo/pods.go).
+# INTERCEPT=ebpf: the sidecars' cgroup eBPF programs instead of iptables outbound.
+INTERCEPT ?= iptables
 demo-pods: build
-	$(GO) run ./tools/demo --bin $(BIN) --pods
+	$(GO) run ./tools/demo --bin $(BIN) --pods --intercept $(INTERCEPT)
 
 # Benchmarks of every package that has them (tools/bench/run.sh; extend it there).
 bench: deps

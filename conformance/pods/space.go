@@ -190,6 +190,10 @@ func Proxy(caps ...string) User { return User{UID: ProxyUID, GID: ProxyGID, Caps
 
 func (u User) root() bool { return u.UID == 0 && u.GID == 0 && len(u.Caps) == 0 }
 
+// Setpriv is the command prefix that runs a process as u (nil for root):
+// setpriv and its flags, ending with "--".
+func (u User) Setpriv() []string { return u.setpriv() }
+
 func (u User) setpriv() []string {
 	if u.root() {
 		return nil

@@ -53,13 +53,14 @@ func main() {
 	bin := flag.String("bin", "bin", "directory holding pilot and meshctl")
 	examples := flag.String("examples", "examples", "directory of example resources")
 	podMode := flag.Bool("pods", false, "pod mode only (root): the mesh in network namespaces with transparent interception (pods.go)")
+	intercept := flag.String("intercept", "iptables", "pod mode's interception: iptables or ebpf")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	var err error
 	if *podMode {
 		var abs string
 		if abs, err = filepath.Abs(*bin); err == nil {
-			err = runPods(ctx, abs)
+			err = runPods(ctx, abs, *intercept)
 		}
 	} else if err = run(ctx, *bin, *examples); err == nil {
 		var abs string

@@ -46,6 +46,7 @@ spec:
 type podMesh struct {
 	ctx        context.Context
 	bin        string
+	mode       string // iptables | ebpf
 	node       *pods.Node
 	front, rev *pods.Pod
 	pilot      *exec.Cmd
@@ -56,7 +57,10 @@ type podMesh struct {
 	srv        *http.Server
 }
 
-func runPods(ctx context.Context, bin string) (err error) {
+func runPods(ctx context.Context, bin, mode string) (err error) {
+	if mode != "iptables" && mode != "ebpf" {
+		return fmt.Errorf("--intercept %q: want iptables or ebpf", mode)
+	}
 	if err := pods.Sweep(); err != nil {
 		fmt.Fprintln(os.Stderr, "sweeping an earlier run's pods:", err)
 	}
@@ -66,7 +70,7 @@ func runPods(ctx context.Context, bin string) (err error) {
 	if err != nil {
 		return fmt.Errorf("pod mode needs root and network namespaces: %w", err)
 	}
-	m := &podMesh{ctx: ctx, bin: bin, node: node, sidecars: map[string]*exec.Cmd{}, logs: map[string]string{}}
+	m := &podMesh{ctx: ctx, bin: bin, mode: mode, node: node, sidecars: map[string]*exec.Cmd{}, logs: map[string]string{}}
 	defer func() {
 		if cerr := m.close(err != nil); cerr != nil && err == nil {
 			err = cerr
@@ -100,13 +104,20 @@ func runPods(ctx context.Context, bin string) (err error) {
 		return err
 	}
 
-	say("P3. The reviews app listens on :9080 in its pod. The init step of each pod runs the real `sidecar intercept`\n" +
-		"    (istio-init's part): outbound TCP to 15001, inbound to 15006, DNS to 15053, uid 1337 exempt")
+	initArgs := []string{"intercept"}
+	if mode == "ebpf" {
+		say("P3. The reviews app listens on :9080 in its pod. The init step of each pod runs the real `sidecar intercept\n" +
+			"    --mode ebpf`: only the inbound capture (to 15006); outbound and DNS are the sidecar's cgroup eBPF programs")
+		initArgs = append(initArgs, "--mode", "ebpf")
+	} else {
+		say("P3. The reviews app listens on :9080 in its pod. The init step of each pod runs the real `sidecar intercept`\n" +
+			"    (istio-init's part): outbound TCP to 15001, inbound to 15006, DNS to 15053, uid 1337 exempt")
+	}
 	if err := m.serveReviews(); err != nil {
 		return err
 	}
 	for _, p := range []*pods.Pod{m.front, m.rev} {
-		if err := m.show(p, filepath.Join(bin, "sidecar"), "intercept"); err != nil {
+		if err := m.show(p, filepath.Join(bin, "sidecar"), initArgs...); err != nil {
 			return err
 		}
 	}
@@ -114,7 +125,12 @@ func runPods(ctx context.Context, bin string) (err error) {
 		return err
 	}
 
-	say("P4. Start each pod's sidecar as uid 1337 with --intercept iptables (its own traffic is not captured)")
+	if mode == "ebpf" {
+		say("P4. Start each pod's sidecar as uid 1337 with --intercept ebpf and the capabilities it needs (ambient\n" +
+			"    net_admin, bpf, perfmon): it attaches the programs to its pod's cgroup; its own traffic is not redirected")
+	} else {
+		say("P4. Start each pod's sidecar as uid 1337 with --intercept iptables (its own traffic is not captured)")
+	}
 	for _, s := range []struct {
 		p   *pods.Pod
 		app string
@@ -136,6 +152,9 @@ func runPods(ctx context.Context, bin string) (err error) {
 		return err
 	}
 	fmt.Println("The app saw 127.0.0.6: the reviews sidecar's inbound connection, not the frontend.")
+	if err := m.showMode(); err != nil {
+		return err
+	}
 
 	say("P6. Kill pilot (SIGKILL): the pods keep talking and the DNS proxy answers from the last-known-good")
 	m.killPilot()
@@ -156,6 +175,29 @@ func runPods(ctx context.Context, bin string) (err error) {
 		return err
 	}
 	return m.show(m.front, "curl", "-sS", "--max-time", "5", "http://"+m.rev.Addr(9080)+"/")
+}
+
+// showMode prints the frontend sidecar's interception metrics (read from the
+// demo process inside the pod's network namespace: in eBPF mode a process of
+// the pod's cgroup calling its own pod address is redirected too).
+func (m *podMesh) showMode() error {
+	url := "http://" + m.front.Addr(15000) + "/metrics"
+	fmt.Printf("[frontend] GET %s:\n", url)
+	resp, err := m.front.HTTPClient(requestTimeout).Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "weft_interception_") && !strings.HasSuffix(l, " 0") {
+			fmt.Println("  " + l)
+		}
+	}
+	return nil
 }
 
 // show runs a command in pod p, printing it and its output.
@@ -293,6 +335,9 @@ func (m *podMesh) killPilot() {
 // data directory is root's).
 func (m *podMesh) startSidecar(p *pods.Pod, app string) error {
 	run := p.As(pods.Proxy())
+	if m.mode == "ebpf" {
+		run = p.As(pods.Proxy("net_admin", "bpf", "perfmon"))
+	}
 	dir := filepath.Join(m.node.Dir, "sidecar-"+app)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
@@ -325,8 +370,8 @@ func (m *podMesh) startSidecar(p *pods.Pod, app string) error {
 		"--address", ip, "--pilot", m.node.Gateway.String() + ":15012", "--token-file", filepath.Join(dir, "token"),
 		"--ca-root", filepath.Join(dir, "root.pem"), "--publisher-key", filepath.Join(dir, "publisher.pub"),
 		"--state-dir", filepath.Join(dir, "state"), "--admin-addr", ip + ":15000",
-		"--intercept", "iptables"}
-	fmt.Printf("[%s]$ setpriv --reuid 1337 --regid 1337 --clear-groups -- sidecar %s\n", p.Name, strings.Join(args, " "))
+		"--intercept", m.mode}
+	fmt.Printf("[%s]$ setpriv %s sidecar %s\n", p.Name, strings.Join(run.User.Setpriv()[1:], " "), strings.Join(args, " "))
 	cmd := run.Command(filepath.Join(m.bin, "sidecar"), args...)
 	m.logs[app] = filepath.Join(m.node.Dir, app+".log")
 	logf, err := os.Create(m.logs[app])
