@@ -1,6 +1,7 @@
 package dataplane_test
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -191,5 +192,41 @@ func TestOriginalDstClusterCompiles(t *testing.T) {
 	}
 	if a := cfg.Cluster("a"); a.BlackHole || a.OriginalDst {
 		t.Errorf("an EDS cluster is neither: %+v", a)
+	}
+}
+
+// BenchmarkSelectDest: chain selection for an intercepted connection on a
+// listener with 1,000 TCP VIP chains and one HTTP chain of 1,000 VIPs on
+// one port (an exact-map hit), a /16 (the prefix scan) and a miss (default).
+func BenchmarkSelectDest(b *testing.B) {
+	r := dt.Resources{}
+	vips := make([]string, 1000)
+	for i := range vips {
+		vips[i] = fmt.Sprintf("240.240.%d.%d", i>>8, i&0xff)
+	}
+	chains := []*listenerv3.FilterChain{dt.WithPrefixRanges(dt.HTTPChain(80, "r"), vips...)}
+	for i := range 1000 {
+		chains = append(chains, dt.WithPrefixRanges(dt.TCPChain(9000, "c"), fmt.Sprintf("240.241.%d.%d", i>>8, i&0xff)))
+	}
+	chains = append(chains, dt.WithPrefixRanges(dt.TCPChain(9000, "c"), "10.0.0.0/16"))
+	r.Add(xdsresource.ListenerType, dt.WithDefault(dt.Listener("outbound", dt.MustAddr("127.0.0.1:15001"), chains...), dt.TCPChain(0, "c")))
+	r.Add(xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"*"}, dt.PrefixRoute("/", "c", 0))))
+	r.Add(xdsresource.ClusterType, dt.EDSCluster("c", dt.ClusterOpts{}))
+	r.Add(xdsresource.EndpointType, dt.Endpoints("c", dt.MustAddr("10.9.9.9:80")))
+	cfg, err := r.Compile(dataplane.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := cfg.Listener("outbound")
+	for _, d := range []string{"240.240.3.7:80", "240.241.3.7:9000", "10.0.7.7:9000", "8.8.8.8:443"} {
+		dst := dt.MustAddr(d)
+		b.Run(d, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if l.SelectDest(dst, false) == nil {
+					b.Fatal("no chain")
+				}
+			}
+		})
 	}
 }

@@ -162,3 +162,30 @@ func TestPassthroughHTTP(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 }
+
+// TestPassthroughHTTP2: an HTTP/2 (h2c) client's request routed to the
+// ORIGINAL_DST cluster goes to the original destination too.
+func TestPassthroughHTTP2(t *testing.T) {
+	up := httpUpstream(t)
+	addr, dst, pt := passthroughSidecar(t, "PassthroughCluster", up.Port())
+	setDst(dst, up.String())
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &p}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: tr}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+	req.Host = "example.com"
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != 200 || string(b) != "upstream saw host example.com" {
+		t.Fatalf("h2c passthrough: %s %d %q", resp.Proto, resp.StatusCode, b)
+	}
+	if s := pt.Stats(); s.Forwarded != 1 {
+		t.Errorf("stats %+v", s)
+	}
+}

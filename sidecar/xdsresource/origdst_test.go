@@ -1,7 +1,6 @@
 package xdsresource_test
 
 import (
-	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
@@ -30,15 +28,6 @@ func withRanges(fc *listenerv3.FilterChain, rs ...*corev3.CidrRange) *listenerv3
 	}
 	fc.FilterChainMatch.PrefixRanges = rs
 	return fc
-}
-
-func manyRanges(n int, base uint32) []*corev3.CidrRange {
-	rs := make([]*corev3.CidrRange, n)
-	for i := range rs {
-		v := base + uint32(i)
-		rs[i] = cidr(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}).String(), 32)
-	}
-	return rs
 }
 
 func TestDecodePrefixRanges(t *testing.T) {
@@ -69,33 +58,13 @@ func TestDecodePrefixRanges(t *testing.T) {
 }
 
 func TestDecodePrefixRangeErrors(t *testing.T) {
-	atBound := dt.Listener("outbound", outAddr, withRanges(dt.TCPChain(9000, "a"), manyRanges(xdsresource.MaxPrefixRanges, 0x0a000000)...))
-	if _, _, err := xdsresource.Decode(xdsresource.ListenerType, dt.Any(atBound)); err != nil {
-		t.Fatalf("%d prefix ranges (the bound): %v", xdsresource.MaxPrefixRanges, err)
-	}
-	// The listener bound: MaxListenerPrefixRanges over chains, then one more.
-	var chains []*listenerv3.FilterChain
-	per := xdsresource.MaxPrefixRanges
-	for i := 0; i*per < xdsresource.MaxListenerPrefixRanges; i++ {
-		chains = append(chains, withRanges(dt.TCPChain(9000, fmt.Sprint("c", i)), manyRanges(per, 0x0a000000+uint32(i*per))...))
-	}
-	listenerAtBound := dt.Listener("outbound", outAddr, chains...)
-	if _, _, err := xdsresource.Decode(xdsresource.ListenerType, dt.Any(listenerAtBound)); err != nil {
-		t.Fatalf("%d prefix ranges in a listener (the bound): %v", xdsresource.MaxListenerPrefixRanges, err)
-	}
-	overListener := proto.Clone(listenerAtBound).(*listenerv3.Listener)
-	overListener.FilterChains = append(overListener.FilterChains, withRanges(dt.TCPChain(9001, "x"), cidr("192.168.0.1", 32)))
-	n := len(overListener.FilterChains) - 1
-
+	// The bounds themselves (MaxPrefixRanges, MaxListenerPrefixRanges) are
+	// tested at and one past in prefix_bounds_test.go, without the wire.
 	tests := []struct {
 		name string
 		l    *listenerv3.Listener
 		want string
 	}{
-		{"one past the chain bound", dt.Listener("outbound", outAddr, withRanges(dt.TCPChain(9000, "a"), manyRanges(xdsresource.MaxPrefixRanges+1, 0x0a000000)...)),
-			fmt.Sprintf(`listener "outbound": filter_chains[0].filter_chain_match.prefix_ranges: %d prefix ranges, limit %d`, xdsresource.MaxPrefixRanges+1, xdsresource.MaxPrefixRanges)},
-		{"one past the listener bound", overListener,
-			fmt.Sprintf(`listener "outbound": filter_chains[%d].filter_chain_match.prefix_ranges: %d prefix ranges in the listener's chains so far, limit %d`, n, xdsresource.MaxListenerPrefixRanges+1, xdsresource.MaxListenerPrefixRanges)},
 		{"not an address", dt.Listener("outbound", outAddr, dt.TCPChain(1, "z"), withRanges(dt.TCPChain(9000, "a"), cidr("10.0.0.1", 32), cidr("reviews", 32))),
 			`listener "outbound": filter_chains[1].filter_chain_match.prefix_ranges[1].address_prefix: not an IP literal: "reviews"`},
 		{"empty address", dt.Listener("outbound", outAddr, withRanges(dt.TCPChain(9000, "a"), cidr("", 0))),
