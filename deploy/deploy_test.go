@@ -175,6 +175,9 @@ func TestManifests(t *testing.T) {
 	if w.NamespaceSelector == nil || w.NamespaceSelector.MatchLabels[inject.NamespaceLabel] != inject.NamespaceEnabled {
 		t.Errorf("namespaceSelector %+v: want %s=%s", w.NamespaceSelector, inject.NamespaceLabel, inject.NamespaceEnabled)
 	}
+	if len(w.MatchConditions) != 1 || !strings.Contains(w.MatchConditions[0].Expression, "'"+inject.InjectAnnotation+"'] != 'false'") {
+		t.Errorf("matchConditions %+v: want the opt-out annotation (%s) kept from pilot", w.MatchConditions, inject.InjectAnnotation)
+	}
 	if len(w.Rules) != 1 || !slices.Equal(w.Rules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) ||
 		!slices.Equal(w.Rules[0].Resources, []string{"pods"}) || !slices.Equal(w.Rules[0].APIGroups, []string{""}) {
 		t.Errorf("rules %+v: want CREATE of core/v1 pods", w.Rules)

@@ -35,7 +35,8 @@ type injectDoc struct {
 }
 
 // inject is `meshctl inject -f FILE`: the webhook's mutation offline. Each
-// Pod, Deployment, StatefulSet, DaemonSet and Job is injected with the same
+// Pod, Deployment, StatefulSet, DaemonSet and Job (also as an item of a v1
+// List, as `kubectl get -o yaml` prints) is injected with the same
 // bootstrap/inject.Mutate and its JSONPatch applied to the document as the API
 // server applies the webhook's (so the output is the object the cluster would
 // store); other documents pass through. A Namespace document in the input is
@@ -201,36 +202,20 @@ func injectDocuments(docs []injectDoc, defaultNS string, cfg inject.Config) ([]b
 	var out bytes.Buffer
 	var notes []string
 	for i, d := range docs {
-		js := d.json
-		if obj := inject.New(schema.FromAPIVersionAndKind(d.tm.APIVersion, d.tm.Kind)); obj != nil {
-			// Case-sensitive, as the API server (and the webhook) read it.
-			if err := utiljson.Unmarshal(d.json, obj); err != nil {
-				return nil, nil, fmt.Errorf("document %d (%s): %v", i+1, d.tm.Kind, err)
-			}
-			meta := obj.(metav1.Object) // every kind inject.New makes has ObjectMeta
-			ns := meta.GetNamespace()
-			if ns == "" {
-				ns = defaultNS
-			}
-			in := inject.Input{Object: obj, Namespace: ns}
-			if l, ok := nsLabels[ns]; ok {
-				in.NamespaceLabels = l
-			}
-			res, err := inject.Mutate(in, cfg)
-			if err != nil {
-				return nil, nil, fmt.Errorf("document %d: %v", i+1, err)
-			}
-			if res.Skipped != "" {
-				notes = append(notes, fmt.Sprintf("document %d (%s %s): not injected: %s", i+1, d.tm.Kind, meta.GetName(), res.Skipped))
-			} else {
-				if js, err = applyJSONPatch(d.json, res.Patch); err != nil {
-					return nil, nil, fmt.Errorf("document %d: %v", i+1, err)
-				}
-			}
+		where := fmt.Sprintf("document %d", i+1)
+		var js []byte
+		var err error
+		if d.tm.APIVersion == "v1" && d.tm.Kind == "List" {
+			js, err = injectList(d.json, where, defaultNS, nsLabels, cfg, &notes)
+		} else {
+			js, err = injectOne(d.json, d.tm, where, defaultNS, nsLabels, cfg, &notes)
+		}
+		if err != nil {
+			return nil, nil, err
 		}
 		y, err := yaml.JSONToYAML(js)
 		if err != nil {
-			return nil, nil, fmt.Errorf("document %d: %v", i+1, err)
+			return nil, nil, fmt.Errorf("%s: %v", where, err)
 		}
 		if i > 0 {
 			out.WriteString("---\n")
@@ -238,6 +223,69 @@ func injectDocuments(docs []injectDoc, defaultNS string, cfg inject.Config) ([]b
 		out.Write(y)
 	}
 	return out.Bytes(), notes, nil
+}
+
+// injectOne injects one object (JSON) when it is a kind injection handles;
+// anything else is returned as it is.
+func injectOne(js []byte, tm metav1.TypeMeta, where, defaultNS string, nsLabels map[string]map[string]string, cfg inject.Config, notes *[]string) ([]byte, error) {
+	obj := inject.New(schema.FromAPIVersionAndKind(tm.APIVersion, tm.Kind))
+	if obj == nil {
+		return js, nil
+	}
+	// Case-sensitive, as the API server (and the webhook) read it.
+	if err := utiljson.Unmarshal(js, obj); err != nil {
+		return nil, fmt.Errorf("%s (%s): %v", where, tm.Kind, err)
+	}
+	meta := obj.(metav1.Object) // every kind inject.New makes has ObjectMeta
+	ns := meta.GetNamespace()
+	if ns == "" {
+		ns = defaultNS
+	}
+	in := inject.Input{Object: obj, Namespace: ns}
+	if l, ok := nsLabels[ns]; ok {
+		in.NamespaceLabels = l
+	}
+	res, err := inject.Mutate(in, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", where, err)
+	}
+	if res.Skipped != "" {
+		*notes = append(*notes, fmt.Sprintf("%s (%s %s): not injected: %s", where, tm.Kind, meta.GetName(), res.Skipped))
+		return js, nil
+	}
+	out, err := applyJSONPatch(js, res.Patch)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", where, err)
+	}
+	return out, nil
+}
+
+// injectList injects each item of a v1 List (what `kubectl get -o yaml` prints).
+func injectList(js []byte, where, defaultNS string, nsLabels map[string]map[string]string, cfg inject.Config, notes *[]string) ([]byte, error) {
+	var list map[string]any
+	if err := utiljson.Unmarshal(js, &list); err != nil {
+		return nil, fmt.Errorf("%s (List): %v", where, err)
+	}
+	items, _ := list["items"].([]any)
+	for k, it := range items {
+		ij, err := utiljson.Marshal(it)
+		if err != nil {
+			return nil, fmt.Errorf("%s item %d: %v", where, k, err)
+		}
+		var tm metav1.TypeMeta
+		if err := utiljson.Unmarshal(ij, &tm); err != nil {
+			return nil, fmt.Errorf("%s item %d: not a Kubernetes object: %v", where, k, err)
+		}
+		if ij, err = injectOne(ij, tm, fmt.Sprintf("%s item %d", where, k), defaultNS, nsLabels, cfg, notes); err != nil {
+			return nil, err
+		}
+		var v any
+		if err := utiljson.Unmarshal(ij, &v); err != nil {
+			return nil, fmt.Errorf("%s item %d: %v", where, k, err)
+		}
+		items[k] = v
+	}
+	return utiljson.Marshal(list)
 }
 
 // applyJSONPatch applies ops to doc as the API server applies a webhook's patch.

@@ -243,3 +243,48 @@ func TestInjectErrors(t *testing.T) {
 		t.Fatalf("no -f: exit %d stderr %q", r.code, r.stderr)
 	}
 }
+
+// TestInjectList: the items of a v1 List (`kubectl get deploy -o yaml`) are
+// injected as the same objects would be as documents of their own.
+func TestInjectList(t *testing.T) {
+	dep := fmt.Sprintf(plainDeployment, "shop", "")
+	depJSON, err := yaml.YAMLToJSON([]byte(dep))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := `{"apiVersion":"v1","kind":"List","metadata":{"resourceVersion":""},"items":[` + string(depJSON) +
+		`,{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"shop"},"data":{"a":"1"}}]}`
+	r := injectFile(t, list)
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("List: exit %d stderr %q", r.code, r.stderr)
+	}
+	single := injectFile(t, dep)
+	if single.code != 0 {
+		t.Fatal(single.stderr)
+	}
+	var got struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	js, err := yaml.YAMLToJSON([]byte(r.stdout))
+	if err != nil || json.Unmarshal(js, &got) != nil || len(got.Items) != 2 {
+		t.Fatalf("List output %v:\n%s", err, r.stdout)
+	}
+	want, err := yaml.YAMLToJSON([]byte(single.stdout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(normal(t, want), normal(t, got.Items[0])); d != "" {
+		t.Errorf("List item differs from the same Deployment injected alone:\n%s", d)
+	}
+	if !strings.Contains(string(got.Items[1]), `"data":{"a":"1"}`) {
+		t.Errorf("ConfigMap item changed: %s", got.Items[1])
+	}
+	// An item that cannot be injected names its place.
+	bad := strings.Replace(list, `"template":{"metadata":{"labels"`, `"template":{"metadata":{"annotations":{"sidecar.weft.dev/inject":"no"},"labels"`, 1)
+	if bad == list {
+		t.Fatal("test: the template was not found in the List")
+	}
+	if r := injectFile(t, bad); r.code != meshctl.ExitInvalid || !strings.Contains(r.stderr, "document 1 item 0: Deployment/shop/web: spec.template.metadata.annotations") {
+		t.Fatalf("bad item: exit %d stderr %q", r.code, r.stderr)
+	}
+}
