@@ -36,6 +36,7 @@ import (
 	"github.com/weft-mesh/weft/certs/bundle"
 	"github.com/weft-mesh/weft/certs/ca"
 	"github.com/weft-mesh/weft/certs/spiffe"
+	"github.com/weft-mesh/weft/internal/edkey"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
 
@@ -62,7 +63,12 @@ type binConfig struct {
 	conc      int // clients connecting at once
 	verify    int // clients that decode every resource and check the change's content
 	pilotArgs []string
-	log       io.Writer
+	// replicas > 1: that many pilots on one etcd (a single member started by
+	// the bench, etcdBin) sharing the CA root, token key and publisher key
+	// from files; sidecar i connects to replica i % replicas.
+	replicas int
+	etcdBin  string
+	log      io.Writer
 }
 
 type binResult struct {
@@ -71,8 +77,9 @@ type binResult struct {
 	joinPushes                []int64 // per watcher: EDS updates of the big Service while the endpoints joined
 	rounds                    []roundResult
 	rssIdle, rssConnected     int64
-	rssJoined, rssEnd, hwm    int64
+	rssJoined, rssEnd, hwm    int64 // over all replicas
 	maxSampledRSS             int64
+	replicaHWM                []int64
 	bytesPerChange            float64
 	restarts                  int64 // streams restarted over all sidecars
 	notCurrent                int   // pilot's "no snapshot current ... within the wait" warnings
@@ -81,6 +88,38 @@ type binResult struct {
 
 type roundResult struct {
 	p50, p99, max time.Duration
+	// CPU seconds pilot and this bench (the 10,000 clients: TLS, gRPC) used
+	// from the write until the change reached every sidecar, and the
+	// machine's 1-minute load average then: on a shared machine the
+	// latency is mostly waiting for a core.
+	pilotCPU, benchCPU float64
+	load               string
+}
+
+// cpuSeconds is utime+stime of pid ("self" for this process) from /proc.
+func cpuSeconds(pid string) float64 {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces): state is [0],
+	// utime [11], stime [12], in clock ticks (USER_HZ, 100 on Linux).
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100
+}
+
+func loadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
 
 // bigCluster is the outbound cluster (and EDS resource) of the big Service.
@@ -258,6 +297,9 @@ func startBinaryPilot(ctx context.Context, bin, dir string, caDir string, extra 
 		"--admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--xds-addr", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--xds-tls-addr", p.tlsAddr,
 		"--webhook-addr", "off", "--log-level", "warn",
 		"--ca-root-cert", filepath.Join(caDir, ca.RootFile), "--ca-root-key", filepath.Join(caDir, ca.RootKeyFile)}, extra...)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
 	logf, err := os.Create(p.logPath)
 	if err != nil {
 		return nil, err
@@ -383,12 +425,18 @@ func (p *pilotProc) revision(rev string) (revInfo, error) {
 }
 
 // waitFor polls cond every 50ms until it holds or d passes.
-func waitFor(ctx context.Context, d time.Duration, what string, cond func() error) error {
-	deadline := time.Now().Add(d)
+// Every 30s it says on progress what it still waits for.
+func waitFor(ctx context.Context, d time.Duration, what string, progress io.Writer, cond func() error) error {
+	start := time.Now()
+	deadline, next := start.Add(d), start.Add(30*time.Second)
 	for {
 		err := cond()
 		if err == nil {
 			return nil
+		}
+		if now := time.Now(); progress != nil && now.After(next) {
+			fmt.Fprintf(progress, "adsload: %s: still waiting after %v: %v\n", what, now.Sub(start).Round(time.Second), err)
+			next = now.Add(30 * time.Second)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s: not within %v: %w", what, d, err)
@@ -491,7 +539,7 @@ func (f *binFleet) stop() {
 
 // connect starts clients from..to (in order, conc at a time: each slot is held
 // until the client has every type) and waits until all are in sync.
-func (f *binFleet) connect(ctx context.Context, addr string, ids *identities, m *binMeasure, from, to, conc, verify int, endpoint bool) error {
+func (f *binFleet) connect(ctx context.Context, addrs []string, ids *identities, m *binMeasure, from, to, conc, verify int, endpoint bool) error {
 	sem := make(chan struct{}, conc)
 	var batch []*sidecar
 	for i := from; i < to; i++ {
@@ -516,7 +564,7 @@ func (f *binFleet) connect(ctx context.Context, addr string, ids *identities, m 
 		if !c.verify {
 			opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(lightCodec{bytes: &c.bytes})))
 		}
-		conn, err := grpc.NewClient("passthrough:///"+addr, opts...)
+		conn, err := grpc.NewClient("passthrough:///"+addrs[i%len(addrs)], opts...)
 		if err != nil {
 			return err
 		}
@@ -598,11 +646,47 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("test CA: %w", err)
 	}
-	p, err := startBinaryPilot(ctx, cfg.pilotBin, dir, filepath.Join(dir, "testca"), cfg.pilotArgs)
-	if err != nil {
-		return nil, err
+	replicas := max(cfg.replicas, 1)
+	extra := cfg.pilotArgs
+	if replicas > 1 {
+		etcdURL, stopEtcd, err := startEtcd(ctx, cfg.etcdBin, filepath.Join(dir, "etcd"))
+		if err != nil {
+			return nil, err
+		}
+		defer stopEtcd()
+		tokenKey, pubKey := filepath.Join(dir, "token.key"), filepath.Join(dir, "publisher.key")
+		for _, f := range []string{tokenKey, pubKey} {
+			if _, _, err := edkey.LoadOrCreate(f, "shared key"); err != nil {
+				return nil, err
+			}
+		}
+		extra = append([]string{"--store", "etcd", "--etcd-endpoints", etcdURL, "--ca-token-key", tokenKey, "--publisher-key-file", pubKey}, extra...)
 	}
-	defer p.stop()
+	var ps []*pilotProc
+	defer func() {
+		for _, p := range ps {
+			p.stop()
+		}
+	}()
+	for i := range replicas {
+		p, err := startBinaryPilot(ctx, cfg.pilotBin, filepath.Join(dir, fmt.Sprintf("replica-%d", i)), filepath.Join(dir, "testca"), extra)
+		if err != nil {
+			return nil, fmt.Errorf("replica %d: %w", i, err)
+		}
+		ps = append(ps, p)
+	}
+	p := ps[0] // the mesh is applied through it; every replica serves it from the store
+	rssAll := func() (rss int64) {
+		for _, p := range ps {
+			r, _ := p.status()
+			rss += r
+		}
+		return rss
+	}
+	tlsAddrs := make([]string, len(ps))
+	for i, p := range ps {
+		tlsAddrs[i] = p.tlsAddr
+	}
 
 	var seed strings.Builder
 	fmt.Fprintf(&seed, "---\n%s", serviceYAML(bigService))
@@ -617,16 +701,18 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seed: %w", err)
 	}
-	if err := waitFor(ctx, time.Minute, "seed compiled", func() error {
-		ri, err := p.revision("latest")
-		if err == nil && ri.Revision < seeded {
-			err = fmt.Errorf("latest compiled revision %d < %d", ri.Revision, seeded)
+	for i, p := range ps {
+		if err := waitFor(ctx, time.Minute, fmt.Sprintf("seed compiled by replica %d", i), cfg.log, func() error {
+			ri, err := p.revision("latest")
+			if err == nil && ri.Revision < seeded {
+				err = fmt.Errorf("latest compiled revision %d < %d", ri.Revision, seeded)
+			}
+			return err
+		}); err != nil {
+			return nil, err
 		}
-		return err
-	}); err != nil {
-		return nil, err
 	}
-	res.rssIdle, _ = p.status()
+	res.rssIdle = rssAll()
 
 	m := &binMeasure{}
 	none := ""
@@ -636,11 +722,11 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 	watchers := cfg.proxies - cfg.endpoints
 	start := time.Now()
 	logf("connecting %d sidecars that are endpoints of nothing (%d at once)", watchers, cfg.conc)
-	if err := f.connect(ctx, p.tlsAddr, ids, m, 0, watchers, cfg.conc, cfg.verify, false); err != nil {
+	if err := f.connect(ctx, tlsAddrs, ids, m, 0, watchers, cfg.conc, cfg.verify, false); err != nil {
 		return nil, fmt.Errorf("connect: %w (pilot log: %s)", err, p.logTail())
 	}
 	res.connectWatchers = time.Since(start)
-	res.rssConnected, _ = p.status()
+	res.rssConnected = rssAll()
 
 	// The endpoints join; the watchers count the big assignment's updates.
 	before := make([]int64, watchers)
@@ -649,16 +735,34 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 	}
 	start = time.Now()
 	logf("registering %d sidecars as endpoints of %s", cfg.endpoints, bigService)
-	if err := f.connect(ctx, p.tlsAddr, ids, m, watchers, cfg.proxies, cfg.conc, 0, true); err != nil {
+	if err := f.connect(ctx, tlsAddrs, ids, m, watchers, cfg.proxies, cfg.conc, 0, true); err != nil {
 		return nil, fmt.Errorf("join: %w (pilot log: %s)", err, p.logTail())
 	}
-	if err := waitFor(ctx, 2*time.Minute, "every endpoint in every watcher's assignment", func() error {
+	// A registration is known to the replica the sidecar is connected to
+	// only (pilot keeps registrations in memory, not in the store): with
+	// replicas, each one's assignment holds its own sidecars.
+	perReplica := make([]int64, replicas)
+	for i := watchers; i < cfg.proxies; i++ {
+		perReplica[i%replicas]++
+	}
+	if err := waitFor(ctx, 10*time.Minute, "every endpoint in every watcher's assignment", cfg.log, func() error {
 		for _, c := range f.clients[:min(cfg.verify, watchers)] {
-			if n := c.epCount.Load(); n != int64(cfg.endpoints) {
-				return fmt.Errorf("%s holds %d endpoints of %s, want %d", c.id, n, bigService, cfg.endpoints)
+			if n, want := c.epCount.Load(), perReplica[c.idx%replicas]; n != want {
+				return fmt.Errorf("%s holds %d endpoints of %s, want %d", c.id, n, bigService, want)
 			}
 		}
-		return sameBigVersion(f.clients)
+		for r := range replicas {
+			var group []*sidecar
+			for _, c := range f.clients {
+				if c.idx%replicas == r {
+					group = append(group, c)
+				}
+			}
+			if err := sameBigVersion(group); err != nil {
+				return fmt.Errorf("replica %d: %w", r, err)
+			}
+		}
+		return nil
 	}); err != nil {
 		return nil, err
 	}
@@ -666,7 +770,7 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 	for i, c := range f.clients[:watchers] {
 		res.joinPushes = append(res.joinPushes, c.pushes.Load()-before[i])
 	}
-	res.rssJoined, _ = p.status()
+	res.rssJoined = rssAll()
 
 	var bytesTotal int64
 	for r := range cfg.rounds {
@@ -678,12 +782,19 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 			c.ackAt.Store(0)
 			c.bytes.Store(0)
 		}
+		pilotsCPU := func() (s float64) {
+			for _, p := range ps {
+				s += cpuSeconds(strconv.Itoa(p.cmd.Process.Pid))
+			}
+			return s
+		}
+		pilotCPU0, benchCPU0, load := pilotsCPU(), cpuSeconds("self"), loadAvg()
 		rev, err := p.apply(staticYAML(addr))
 		if err != nil {
 			return nil, fmt.Errorf("round %d: %w", r+1, err)
 		}
 		var written time.Time
-		if err := waitFor(ctx, time.Minute, "write time of the change", func() error {
+		if err := waitFor(ctx, time.Minute, "write time of the change", cfg.log, func() error {
 			ri, err := p.revision(strconv.FormatInt(rev, 10))
 			if err == nil && ri.WrittenAt == nil {
 				err = errors.New("no writtenAt yet")
@@ -695,7 +806,7 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 		}); err != nil {
 			return nil, err
 		}
-		if err := waitFor(ctx, 2*time.Minute, fmt.Sprintf("round %d reaching every sidecar", r+1), func() error {
+		if err := waitFor(ctx, 10*time.Minute, fmt.Sprintf("round %d reaching every sidecar", r+1), cfg.log, func() error {
 			for i, c := range f.clients {
 				if *c.bigVer.Load() == prev[i] || c.ackAt.Load() == 0 {
 					return fmt.Errorf("%s has not taken the change yet", c.id)
@@ -710,24 +821,27 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 		}); err != nil {
 			return nil, err
 		}
+		pilotCPU, benchCPU := pilotsCPU()-pilotCPU0, cpuSeconds("self")-benchCPU0
 		lat := make([]time.Duration, len(f.clients))
 		for i, c := range f.clients {
 			lat[i] = time.Duration(c.ackAt.Load() - written.UnixNano())
 			bytesTotal += c.bytes.Load()
 		}
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		rr := roundResult{p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], max: lat[len(lat)-1]}
+		rr := roundResult{p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], max: lat[len(lat)-1], pilotCPU: pilotCPU, benchCPU: benchCPU, load: load}
 		res.rounds = append(res.rounds, rr)
 		logf("round %d: change at revision %d reached all %d sidecars: p50=%v p99=%v max=%v", r+1, rev, len(f.clients),
 			rr.p50.Round(time.Millisecond), rr.p99.Round(time.Millisecond), rr.max.Round(time.Millisecond))
-		if err := waitFor(ctx, time.Minute, "pilot converged", func() error {
-			ri, err := p.revision(strconv.FormatInt(rev, 10))
-			if err == nil && !ri.Converged {
-				err = fmt.Errorf("revision %d not converged: %+v", rev, ri)
+		for i, p := range ps {
+			if err := waitFor(ctx, 5*time.Minute, fmt.Sprintf("replica %d converged", i), cfg.log, func() error {
+				ri, err := p.revision(strconv.FormatInt(rev, 10))
+				if err == nil && !ri.Converged {
+					err = fmt.Errorf("revision %d not converged: %+v", rev, ri)
+				}
+				return err
+			}); err != nil {
+				return nil, err
 			}
-			return err
-		}); err != nil {
-			return nil, err
 		}
 	}
 	light := 0
@@ -745,13 +859,17 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 			res.lastRestartErr = (*e).Error()
 		}
 	}
-	if b, err := os.ReadFile(p.logPath); err == nil {
-		res.notCurrent = bytes.Count(b, []byte("no snapshot current for the proxy within the wait"))
+	for _, p := range ps {
+		if b, err := os.ReadFile(p.logPath); err == nil {
+			res.notCurrent += bytes.Count(b, []byte("no snapshot current for the proxy within the wait"))
+		}
+		rss, hwm := p.status()
+		res.rssEnd, res.hwm = res.rssEnd+rss, res.hwm+hwm
+		res.replicaHWM = append(res.replicaHWM, hwm)
+		p.hwmMu.Lock()
+		res.maxSampledRSS += p.maxRSS
+		p.hwmMu.Unlock()
 	}
-	res.rssEnd, res.hwm = p.status()
-	p.hwmMu.Lock()
-	res.maxSampledRSS = p.maxRSS
-	p.hwmMu.Unlock()
 	return res, nil
 }
 
@@ -780,8 +898,12 @@ func medianDur(ds []time.Duration) time.Duration {
 func (r *binResult) print(w io.Writer) {
 	c := r.cfg
 	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
-	fmt.Fprintf(w, "adsload stack=binary (%s) sidecars=%d (each its own TCP connection, mTLS) endpoints-of-one-Service=%d other-services=%d rounds=%d\n",
-		c.pilotBin, c.proxies, c.endpoints, c.services, len(r.rounds))
+	store := "bolt (one pilot)"
+	if c.replicas > 1 {
+		store = fmt.Sprintf("etcd (%d pilot replicas, sidecars split evenly)", c.replicas)
+	}
+	fmt.Fprintf(w, "adsload stack=binary (%s) store=%s sidecars=%d (each its own TCP connection, mTLS) endpoints-of-one-Service=%d other-services=%d rounds=%d\n",
+		c.pilotBin, store, c.proxies, c.endpoints, c.services, len(r.rounds))
 	fmt.Fprintf(w, "  connect+first sync of %d non-endpoint sidecars: %v\n", c.proxies-c.endpoints, r.connectWatchers.Round(time.Millisecond))
 	jp := append([]int64(nil), r.joinPushes...)
 	sort.Slice(jp, func(i, j int) bool { return jp[i] < jp[j] })
@@ -793,8 +915,8 @@ func (r *binResult) print(w io.Writer) {
 		r.restarts, r.lastRestartErr, r.notCurrent)
 	var p50s, p99s, maxs []time.Duration
 	for i, rr := range r.rounds {
-		fmt.Fprintf(w, "  round %d: one endpoint change -> every sidecar's ACK (manifest included): p50=%v p99=%v max=%v\n", i+1,
-			rr.p50.Round(time.Millisecond), rr.p99.Round(time.Millisecond), rr.max.Round(time.Millisecond))
+		fmt.Fprintf(w, "  round %d: one endpoint change -> every sidecar's ACK (manifest included): p50=%v p99=%v max=%v; CPU until then: pilot %.2fs, bench clients %.2fs; load average %s\n", i+1,
+			rr.p50.Round(time.Millisecond), rr.p99.Round(time.Millisecond), rr.max.Round(time.Millisecond), rr.pilotCPU, rr.benchCPU, rr.load)
 		p50s, p99s, maxs = append(p50s, rr.p50), append(p99s, rr.p99), append(maxs, rr.max)
 	}
 	if len(r.rounds) > 0 {
@@ -805,4 +927,64 @@ func (r *binResult) print(w io.Writer) {
 		mib(r.rssIdle), c.proxies-c.endpoints, mib(r.rssConnected), mib(r.rssJoined), mib(r.rssEnd))
 	fmt.Fprintf(w, "  pilot peak RSS: VmHWM %.1f MiB (sampled max %.1f MiB): %.1f KiB per sidecar (goal <= 256 KiB)\n",
 		mib(r.hwm), mib(r.maxSampledRSS), float64(r.hwm)/float64(c.proxies)/1024)
+	if len(r.replicaHWM) > 1 {
+		for i, h := range r.replicaHWM {
+			fmt.Fprintf(w, "    replica %d: VmHWM %.1f MiB\n", i, mib(h))
+		}
+	}
+}
+
+// startEtcd runs one etcd member (the apt etcd-server's binary) on loopback
+// with its data in dir, for the replicas' store; stop kills it.
+func startEtcd(ctx context.Context, bin, dir string) (url string, stop func(), err error) {
+	var ports [2]int
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return "", nil, err
+		}
+	}
+	client, peer := fmt.Sprintf("http://127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "etcd.log"))
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(bin, "--name", "bench", "--data-dir", filepath.Join(dir, "data"),
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "bench="+peer)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return "", nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
+	stop = func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	if err := waitFor(ctx, time.Minute, "etcd healthy", nil, func() error {
+		select {
+		case <-exited:
+			return errors.New("etcd exited")
+		default:
+		}
+		resp, err := hc.Get(client + "/health")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("etcd /health: %s", resp.Status)
+		}
+		return nil
+	}); err != nil {
+		stop()
+		return "", nil, err
+	}
+	return client, stop, nil
 }

@@ -53,6 +53,8 @@ func main() {
 	rounds := flag.Int("rounds", 5, "-stack=binary: measured endpoint changes")
 	verify := flag.Int("verify", 3, "-stack=binary: sidecars that decode every resource and check the change's content")
 	pilotArgs := flag.String("pilot-args", "", "-stack=binary: extra pilot flags, space-separated")
+	replicas := flag.Int("replicas", 1, "-stack=binary: pilot replicas; above 1 they share one etcd (started by the bench) and the sidecars are split between them")
+	etcdBin := flag.String("etcd-bin", "etcd", "-stack=binary with -replicas > 1: the etcd server binary (apt etcd-server)")
 	flag.Parse()
 	if *stack == "binary" {
 		for _, s := range strings.Split(*proxies, ",") {
@@ -63,7 +65,7 @@ func main() {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 			r, err := runBinary(ctx, binConfig{pilotBin: *pilotBin, proxies: n, endpoints: *endpoints, services: *services, rounds: *rounds,
-				conc: *conc, verify: *verify, pilotArgs: strings.Fields(*pilotArgs), log: os.Stderr})
+				conc: *conc, verify: *verify, pilotArgs: strings.Fields(*pilotArgs), replicas: *replicas, etcdBin: *etcdBin, log: os.Stderr})
 			cancel()
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "run with %d sidecars: %v\n", n, err)
