@@ -31,6 +31,8 @@ func (f *storeFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.cfg.DialTimeout, "etcd-dial-timeout", etcdstore.DefaultDialTimeout, "--store etcd: bound on the first connection at start")
 	fs.DurationVar(&f.cfg.RequestTimeout, "etcd-request-timeout", etcdstore.DefaultRequestTimeout,
 		"--store etcd: bound on each etcd request pilot makes on its own and on a read's wait to catch up with the head")
+	fs.DurationVar(&f.cfg.ApplyTimeout, "etcd-apply-timeout", etcdstore.DefaultApplyTimeout,
+		"--store etcd: bound on one apply in all (staging, commit, retries); an etcd without quorum fails applies after it")
 	fs.IntVar(&f.cfg.MaxTxnOps, "etcd-max-txn-ops", etcdstore.DefaultMaxTxnOps,
 		"--store etcd: the etcd servers' --max-txn-ops (a large apply's commit holds 3 + its chunks)")
 	fs.IntVar(&f.cfg.MaxRequestBytes, "etcd-max-request-bytes", etcdstore.DefaultMaxRequestBytes,

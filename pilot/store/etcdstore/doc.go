@@ -52,6 +52,19 @@
 // local state has caught up to it, so a read after an Apply through any replica
 // sees it. Watch catch-up and History read the log.
 //
+// Limits (Config, each tested at its bound and one past): InlineBytes (512
+// KiB) and ChunkBytes (1 MiB) must leave RequestOverhead (8 KiB) below
+// MaxRequestBytes (etcd's 1.5 MiB); a commit holds at most MaxTxnOps-3 chunks;
+// ChunkLeaseTTL (60s) bounds staging + commit; MaxCommitAttempts (32) bounds
+// re-planning after other replicas commit first; ApplyTimeout (60s) bounds one
+// Apply in all; RequestTimeout (10s) bounds the store's own requests and a
+// read's catch-up. etcd's refusals (request too large, too many operations, an
+// expired chunk) fail an Apply at once; any other failed commit is read back.
+//
+// Replicas find each other through the store: Announce puts a replica's admin
+// URL under <prefix>replicas/ on a lease, Replicas lists the live ones (pilot's
+// status API fans out over them).
+//
 // Compact(before) writes a snapshot of the state (chunked, no size limit), then
 // moves l/compacted and s/manifest in one transaction, then deletes log records,
 // chunks and older snapshots below it. A replica starting reads the snapshot and

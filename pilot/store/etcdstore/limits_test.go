@@ -233,3 +233,51 @@ func TestLimits(t *testing.T) {
 		}
 	})
 }
+
+// TestApplyTimeout: with quorum, an apply finishes well within ApplyTimeout;
+// without quorum (two of three members killed) it fails at ApplyTimeout with
+// the deadline named. Its outcome is then unknown, as etcd's is: once quorum
+// returns the apply is there whole or not at all.
+func TestApplyTimeout(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	ctx := context.Background()
+	const bound = 3 * time.Second
+	s := openT(t, c, newPrefix(t), func(cfg *Config) { cfg.ApplyTimeout = bound })
+	defer s.Close()
+	start := time.Now()
+	if _, err := s.Apply(ctx, services(10, 0)); err != nil {
+		t.Fatalf("apply with quorum: %v", err)
+	}
+	if d := time.Since(start); d >= bound {
+		t.Fatalf("apply with quorum took %s, bound %s", d, bound)
+	}
+	for _, m := range c.Members[1:] {
+		m.Kill(t)
+	}
+	start = time.Now()
+	_, err := s.Apply(ctx, services(10, 1))
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("apply without quorum: %v, want a deadline", err)
+	}
+	if took < bound || took > bound+5*time.Second {
+		t.Fatalf("apply without quorum failed after %s, want about %s", took, bound)
+	}
+	for _, m := range c.Members[1:] {
+		c.Restart(t, m)
+	}
+	r, err := s.Revision(ctx)
+	if err != nil || r < 1 || r > 2 {
+		t.Fatalf("revision %d (%v) after the timed-out apply, want 1 or 2", r, err)
+	}
+	objs, _, err := s.List(ctx, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.Metadata.Revision != int64(r) {
+			t.Fatalf("at revision %d, %s is at revision %d: the apply is not whole", r, o, o.Metadata.Revision)
+		}
+	}
+	t.Logf("the timed-out apply is %s", map[bool]string{true: "committed (whole)", false: "absent"}[r == 2])
+}

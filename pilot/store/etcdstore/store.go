@@ -33,6 +33,7 @@ const (
 	DefaultPrefix          = "/weft/"
 	DefaultDialTimeout     = 5 * time.Second
 	DefaultRequestTimeout  = 10 * time.Second
+	DefaultApplyTimeout    = 60 * time.Second
 	DefaultWatchBuffer     = 1024       // revisions pending per watcher before it is cut off
 	DefaultMaxTxnOps       = 128        // etcd's --max-txn-ops default
 	DefaultMaxRequestBytes = 1536 << 10 // etcd's --max-request-bytes default (1.5 MiB)
@@ -69,6 +70,10 @@ type Config struct {
 	// follow, catch-up reads) and how long a read waits for this replica to
 	// catch up with the head; callers' contexts bound their own calls.
 	RequestTimeout time.Duration
+	// ApplyTimeout bounds one Apply in all (staging, commits, retries, an
+	// unknown outcome read back), whatever the caller's context: an etcd
+	// without quorum fails applies instead of holding them.
+	ApplyTimeout time.Duration
 	WatchBuffer    int
 	// MaxTxnOps is etcd's --max-txn-ops: a commit holds at most MaxTxnOps-3 chunks.
 	MaxTxnOps int
@@ -105,6 +110,7 @@ func (c *Config) defaults() {
 	}
 	setDur(&c.DialTimeout, DefaultDialTimeout)
 	setDur(&c.RequestTimeout, DefaultRequestTimeout)
+	setDur(&c.ApplyTimeout, DefaultApplyTimeout)
 	setDur(&c.ChunkLeaseTTL, DefaultChunkLeaseTTL)
 }
 
@@ -122,7 +128,7 @@ func (c *Config) check() error {
 		return fmt.Errorf("etcdstore: inline bytes %d must be in 1..max request bytes %d - %d", c.InlineBytes, c.MaxRequestBytes, RequestOverhead)
 	case c.ChunkBytes < 1 || c.ChunkBytes+RequestOverhead > c.MaxRequestBytes:
 		return fmt.Errorf("etcdstore: chunk bytes %d must be in 1..max request bytes %d - %d", c.ChunkBytes, c.MaxRequestBytes, RequestOverhead)
-	case c.DialTimeout < 0 || c.RequestTimeout < 0:
+	case c.DialTimeout < 0 || c.RequestTimeout < 0 || c.ApplyTimeout < 0:
 		return errors.New("etcdstore: timeouts must not be negative")
 	case c.ChunkLeaseTTL < time.Second:
 		return fmt.Errorf("etcdstore: chunk lease TTL must be >= 1s, got %s", c.ChunkLeaseTTL)
@@ -709,6 +715,8 @@ func (s *Store) apply(ctx context.Context, head *store.Revision, muts []store.Mu
 	if err := store.ValidateMutations(muts); err != nil {
 		return store.ApplyResult{}, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ApplyTimeout)
+	defer cancel()
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	// Attempts whose outcome was unknown, by the revision they would have made:
