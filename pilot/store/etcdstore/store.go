@@ -74,7 +74,7 @@ type Config struct {
 	// unknown outcome read back), whatever the caller's context: an etcd
 	// without quorum fails applies instead of holding them.
 	ApplyTimeout time.Duration
-	WatchBuffer    int
+	WatchBuffer  int
 	// MaxTxnOps is etcd's --max-txn-ops: a commit holds at most MaxTxnOps-3 chunks.
 	MaxTxnOps int
 	// MaxRequestBytes is etcd's --max-request-bytes.
