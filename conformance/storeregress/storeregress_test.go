@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/weft-mesh/weft/pilot/store/boltstore"
+	"github.com/weft-mesh/weft/pilot/store/boltstore/corrupt"
 	"github.com/weft-mesh/weft/pilot/store/highwater"
 	"github.com/weft-mesh/weft/sidecar/admin"
 	"github.com/weft-mesh/weft/tools/testkit"
@@ -42,6 +43,17 @@ kind: Workload
 metadata: {name: reviews-a, namespace: shop, labels: {app: reviews}}
 spec: {address: 127.0.62.10, weight: %d}
 `, weight)
+}
+
+// bulkYAML is n Workloads no Service selects, with padding: they make the
+// store file hundreds of KiB without changing any sidecar's snapshot.
+func bulkYAML(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "---\napiVersion: mesh.weft.dev/v1alpha1\nkind: Workload\nmetadata: {name: w-%d, namespace: bulk, labels: {app: bulk, pad: %s}}\nspec: {address: 127.0.62.%d}\n",
+			i, strings.Repeat("x", 60), 20+i%200)
+	}
+	return b.String()
 }
 
 // activeRevision is the sidecar's active revision from its config_dump.
@@ -100,7 +112,7 @@ func TestStoreRegression(t *testing.T) {
 	copyFile(t, db, saved) // the store at revision 2: an "old backup"
 
 	p = proc.StartPilot(t, ip, data)
-	p.Apply(t, meshYAML(3))
+	p.Apply(t, meshYAML(3)+bulkYAML(300)) // a store file big enough for every damage
 	p.Apply(t, meshYAML(4))
 	sc := proc.StartSidecar(t, proc.SidecarConfig{NodeID: "frontend-a", Namespace: "shop", ServiceAccount: "frontend",
 		Labels: map[string]string{"app": "frontend"}, IP: "127.0.62.1", PlainPilot: p.XDSAddr(),
@@ -143,6 +155,35 @@ func TestStoreRegression(t *testing.T) {
 			t.Errorf("pilot's output does not say the store is another:\n%s", out)
 		}
 	})
+	// Issue #11's twelve damages of store.db, each through the real binary:
+	// pilot exits with a clear error every time, and never serves.
+	cur, err := os.ReadFile(current)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := corrupt.ReadMeta(cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cur) < corrupt.MinFileBytes {
+		t.Fatalf("store file is %d bytes; the damages need at least %d", len(cur), corrupt.MinFileBytes)
+	}
+	for _, c := range corrupt.All {
+		t.Run("corrupt/"+c.Name, func(t *testing.T) {
+			if err := os.WriteFile(db, c.Do(append([]byte(nil), cur...), meta), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out := startFails(t, data)
+			if !strings.Contains(out, "store corrupt") && !strings.Contains(out, "store went backwards") {
+				t.Errorf("pilot's output does not say the store is damaged or behind:\n%s", out)
+			}
+			// A Go crash prints goroutine stacks; serving logs the listeners.
+			// (bbolt's own recovered assertion may be quoted in the error.)
+			if strings.Contains(out, "goroutine ") || strings.Contains(out, "SIGSEGV") || strings.Contains(out, "SIGBUS") || strings.Contains(out, "xDS listening") {
+				t.Errorf("pilot crashed or served on a damaged store:\n%s", out)
+			}
+		})
+	}
 	t.Run("truncated file refused", func(t *testing.T) {
 		b, err := os.ReadFile(current)
 		if err != nil {
