@@ -47,6 +47,7 @@ import (
 	"github.com/weft-mesh/weft/certs/token"
 	"github.com/weft-mesh/weft/internal/atomicfile"
 	"github.com/weft-mesh/weft/internal/edkey"
+	"github.com/weft-mesh/weft/pilot/store"
 )
 
 // Defaults.
@@ -99,6 +100,16 @@ type ServiceConfig struct {
 	Logger     hclog.Logger     // required
 	// Registerer, when set, gets the CA's metrics (weft_pilot_ca_*).
 	Registerer prometheus.Registerer
+	// Revocations, when set (pilot passes its store when it implements
+	// store.Sets), holds the revocations every replica on the store shares
+	// (RevocationSet): a revocation is written there before it is
+	// acknowledged, each CRL is built from it (read at signing; a failed read
+	// signs no CRL), and a change by another replica is seen within
+	// SharedPoll. nil: revocations are this pilot's own (DataDir/ca).
+	Revocations store.Sets
+	// SharedPoll is how often the set's revision is read
+	// (DefaultSharedPoll when 0; MinSharedPoll..MaxSharedPoll).
+	SharedPoll time.Duration
 }
 
 // Trust is what sidecars are sent as the ROOTCA Secret: the bundle and the CRL
@@ -129,10 +140,12 @@ type Service struct {
 
 	pilotID, publisherID spiffeid.ID
 
-	mu        sync.Mutex // guards reg, tokens, crlNumber, issuedDirty, changed
+	mu        sync.Mutex // guards reg, tokens, crlNumber, sharedRev, issuedDirty, changed
 	reg       *registry
 	tokens    *tokenUses
 	crlNumber int64
+	sharedRev store.Revision // revision of cfg.Revocations the registry's revocations were read at
+	pollAt    time.Time      // Run's goroutine only: next read of the set's revision
 	// changed is closed (and replaced) on every Trust change.
 	changed chan struct{}
 
@@ -177,6 +190,12 @@ func New(cfg ServiceConfig) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.SharedPoll == 0 {
+		cfg.SharedPoll = DefaultSharedPoll
+	}
+	if cfg.SharedPoll < MinSharedPoll || cfg.SharedPoll > MaxSharedPoll {
+		return nil, fmt.Errorf("pilot ca: SharedPoll %v outside %v..%v", cfg.SharedPoll, MinSharedPoll, MaxSharedPoll)
+	}
 	if len(cfg.ServingDNS) > certca.MaxDNSNames || len(cfg.ServingIPs) > certca.MaxIPs {
 		return nil, fmt.Errorf("pilot ca: %d DNS and %d IP serving SANs, over the bounds of %d and %d", len(cfg.ServingDNS), len(cfg.ServingIPs), certca.MaxDNSNames, certca.MaxIPs)
 	}
@@ -214,6 +233,26 @@ func New(cfg ServiceConfig) (*Service, error) {
 	}
 	if s.crlNumber, err = s.reg.load(dir); err != nil {
 		return nil, fmt.Errorf("pilot ca: %w", err)
+	}
+	if cfg.Revocations != nil {
+		// What this replica revoked before it shared (its own file) joins the
+		// set: a revocation is never dropped by starting to share.
+		now := s.now()
+		s.reg.prune(now)
+		recs, err := revocationRecords(s.reg.sortedRevoked(), nil, now)
+		if err != nil {
+			return nil, fmt.Errorf("pilot ca: %w", err)
+		}
+		for id, at := range s.reg.ids {
+			r, err := idRecord(id, at)
+			if err != nil {
+				return nil, fmt.Errorf("pilot ca: %w", err)
+			}
+			recs = append(recs, r)
+		}
+		if err := writeRecords(cfg.Revocations, recs, nil); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.renewServing(); err != nil {
 		return nil, err
@@ -532,9 +571,23 @@ func (s *Service) publishCRL() error {
 	s.publishMu.Lock()
 	defer s.publishMu.Unlock()
 	now := s.now()
+	if s.cfg.Revocations != nil {
+		if err := s.refreshShared(now); err != nil {
+			return err // no CRL signed from a set not read: the last one expires, sidecars fail closed
+		}
+	}
 	s.mu.Lock()
 	s.reg.prune(now)
-	s.crlNumber++
+	if s.cfg.Revocations != nil {
+		n, err := crlNumberFor(s.sharedRev, now)
+		if err != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("pilot ca: %w", err)
+		}
+		s.crlNumber = n
+	} else {
+		s.crlNumber++
+	}
 	number := s.crlNumber
 	entries := s.reg.crlEntries()
 	revs := s.reg.sortedRevoked()
@@ -662,6 +715,17 @@ func (s *Service) step(now time.Time) time.Time {
 		}
 		next = time.Unix(0, s.crlDue.Load())
 	}
+	if s.cfg.Revocations != nil {
+		if !now.Before(s.pollAt) {
+			s.pollAt = now.Add(s.cfg.SharedPoll)
+			if err := s.pollShared(); err != nil {
+				s.log.Error("following the shared revocations", "error", err)
+			}
+		}
+		if s.pollAt.Before(next) {
+			next = s.pollAt
+		}
+	}
 	for _, c := range []struct {
 		cur   *atomic.Pointer[leafCert]
 		renew func() error
@@ -703,9 +767,14 @@ func (s *Service) Revoke(serial, id, reason string) ([]Revocation, int64, error)
 		if err != nil {
 			return nil, 0, fmt.Errorf("%w: %v", errInvalid, err)
 		}
+		s.publishMu.Lock() // a refresh of the shared set waits for this write
 		s.mu.Lock()
 		v, added, err := s.reg.revokeSerial(n, code, s.now(), UnknownSerialTTL)
 		s.mu.Unlock()
+		if err == nil {
+			err = s.share([]Revocation{v}, nil, time.Time{})
+		}
+		s.publishMu.Unlock()
 		if err != nil {
 			return nil, 0, err
 		}
@@ -721,15 +790,96 @@ func (s *Service) Revoke(serial, id, reason string) ([]Revocation, int64, error)
 		if sid.TrustDomain() != s.td {
 			return nil, 0, fmt.Errorf("%w: spiffeId %s: trust domain %s, this CA's is %s", errInvalid, sid, sid.TrustDomain(), s.td)
 		}
+		s.publishMu.Lock()
+		now := s.now()
 		s.mu.Lock()
-		revs, err := s.reg.revokeID(sid, code, s.now())
+		revs, err := s.reg.revokeID(sid, code, now)
 		s.mu.Unlock()
+		if err == nil {
+			err = s.share(revs, &sid, now)
+		}
+		s.publishMu.Unlock()
 		s.log.Warn("SPIFFE ID revoked", "spiffe_id", sid.String(), "serials", len(revs), "reason", code)
 		if err != nil {
 			return nil, 0, err
 		}
 		return s.afterRevoke(revs)
 	}
+}
+
+// share writes a revocation to the shared set (when there is one) before it
+// is acknowledged. publishMu is held.
+func (s *Service) share(revs []Revocation, id *spiffeid.ID, at time.Time) error {
+	if s.cfg.Revocations == nil {
+		return nil
+	}
+	recs, err := revocationRecords(revs, id, at)
+	if err != nil {
+		return fmt.Errorf("pilot ca: %w", err)
+	}
+	return writeRecords(s.cfg.Revocations, recs, nil)
+}
+
+// refreshShared replaces the registry's revocations with the shared set's,
+// adds to the set the serials this replica issued under a SPIFFE ID another
+// replica revoked, and deletes the records no verifier needs any more.
+// publishMu is held.
+func (s *Service) refreshShared(now time.Time) error {
+	ctx, cancel := context.WithTimeout(context.Background(), SharedTimeout)
+	recs, rev, err := s.cfg.Revocations.SetList(ctx, RevocationSet)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("pilot ca: reading the shared revocations: %w", err)
+	}
+	revoked, ids, err := decodeSet(recs)
+	if err != nil {
+		return fmt.Errorf("pilot ca: %w", err)
+	}
+	expired := expiredRecords(revoked, ids, now)
+	s.mu.Lock()
+	s.reg.revoked, s.reg.ids, s.sharedRev = revoked, ids, rev
+	stragglers := s.reg.idStragglers(now, certca.Backdate)
+	for _, v := range stragglers {
+		s.reg.revoked[serialKey(v.Serial)] = v
+	}
+	s.mu.Unlock()
+	if len(stragglers) > 0 {
+		// Listed in this replica's CRL now; in the others' once they read the set.
+		recs, err := revocationRecords(stragglers, nil, now)
+		if err != nil {
+			return fmt.Errorf("pilot ca: %w", err)
+		}
+		if err := writeRecords(s.cfg.Revocations, recs, nil); err != nil {
+			return err
+		}
+		s.log.Warn("certificates of a revoked SPIFFE ID added to the shared revocations", "serials", len(stragglers))
+	}
+	if len(expired) > 0 {
+		// Any replica may delete them, twice is harmless; a failure only keeps
+		// them listed longer.
+		if err := writeRecords(s.cfg.Revocations, nil, expired); err != nil {
+			s.log.Warn("deleting expired shared revocations", "records", len(expired), "error", err)
+		}
+	}
+	return nil
+}
+
+// pollShared reads the shared set's revision and re-signs the CRL when another
+// replica changed it.
+func (s *Service) pollShared() error {
+	ctx, cancel := context.WithTimeout(context.Background(), SharedTimeout)
+	rev, err := s.cfg.Revocations.SetRevision(ctx, RevocationSet)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("pilot ca: reading the shared revocations' revision: %w", err)
+	}
+	s.mu.Lock()
+	same := rev == s.sharedRev
+	s.mu.Unlock()
+	if same {
+		return nil
+	}
+	return s.publishCRL()
 }
 
 func (s *Service) afterRevoke(revs []Revocation) ([]Revocation, int64, error) {

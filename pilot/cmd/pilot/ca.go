@@ -8,6 +8,7 @@ import (
 
 	"github.com/weft-mesh/weft/pilot/ca"
 	"github.com/weft-mesh/weft/pilot/server"
+	"github.com/weft-mesh/weft/pilot/store"
 )
 
 // caFlags are the mesh CA's flags.
@@ -25,8 +26,12 @@ type caFlags struct {
 // crlValidity read from MeshConfig/default at each use.
 func (f *caFlags) open(_ context.Context, env server.AuthorityEnv) (server.Authority, error) {
 	certTTL, crlValidity := ca.MeshConfigDurations(env.Store)
+	// Revocations live in the store (boltstore and etcdstore both keep sets),
+	// so every replica on one store refuses what any of them revoked.
+	sets, _ := env.Store.(store.Sets)
 	return ca.New(ca.ServiceConfig{
-		DataDir: env.DataDir, TrustDomain: env.TrustDomain,
+		Revocations: sets,
+		DataDir:     env.DataDir, TrustDomain: env.TrustDomain,
 		RootCertFile: f.rootCert, RootKeyFile: f.rootKey, ChainFile: f.chain,
 		TokenKeyFile: f.tokenKey, PublisherKeyFile: f.publisherKey,
 		CertTTL: certTTL, CRLValidity: crlValidity, MaxIssued: f.maxIssued,

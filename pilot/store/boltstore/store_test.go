@@ -312,3 +312,31 @@ func TestHistoryPage(t *testing.T) {
 		t.Fatalf("no history: err = %v, want ErrNotFound", err)
 	}
 }
+
+// TestSets: the store.Sets contract (one file, one handle), and a set
+// survives a reopen (which verifies the whole file, the set's bucket too).
+func TestSets(t *testing.T) {
+	storetest.RunSets(t, func(t *testing.T) (store.Sets, store.Sets) {
+		s := openTemp(t)
+		return s, s
+	})
+	dir := t.TempDir()
+	s := openT(t, dir)
+	rev, err := s.SetApply(context.Background(), "keep", []store.SetRecord{{Name: "a", Value: []byte("1")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTemp(t) // a different store: the set is per file
+	if recs, r, err := s.SetList(context.Background(), "keep"); err != nil || len(recs) != 0 || r != 0 {
+		t.Fatalf("another file: %v %d %v", recs, r, err)
+	}
+	s2 := openT(t, dir)
+	defer s2.Close()
+	recs, r, err := s2.SetList(context.Background(), "keep")
+	if err != nil || r != rev || len(recs) != 1 || string(recs[0].Value) != "1" {
+		t.Fatalf("after reopen: %v at %d (%v), want a=1 at %d", recs, r, err, rev)
+	}
+}

@@ -55,6 +55,15 @@ func TestContract(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			c := etcdtest.Start(t, etcdtest.Options{Binary: f.bin(t)})
 			storetest.Run(t, func(t *testing.T) store.Store { return openT(t, c, newPrefix(t)) })
+			// Sets: two replicas on one prefix read what either wrote.
+			t.Run("Sets", func(t *testing.T) {
+				storetest.RunSets(t, func(t *testing.T) (store.Sets, store.Sets) {
+					p := newPrefix(t)
+					a, b := openT(t, c, p), openT(t, c, p)
+					t.Cleanup(func() { a.Close(); b.Close() })
+					return a, b
+				})
+			})
 			t.Run("Persistent", func(t *testing.T) {
 				prefixOf := map[string]string{}
 				storetest.RunPersistent(t, func(t *testing.T, dir string) store.Store {
