@@ -6,8 +6,9 @@
 // attached per pod cgroup by ebpf/redirect; every attachment is a bpf_link, so
 // the programs go away with the process that attached them.
 //
-//   connect4/6     TCP to a non-loopback destination -> the sidecar's outbound
-//                  port on loopback; TCP/UDP to port 53 -> the DNS proxy. The
+//   connect4/6     TCP to a non-loopback destination that is not one of the
+//                  pod's own addresses -> the sidecar's outbound port on
+//                  loopback; TCP/UDP to port 53 -> the DNS proxy. The
 //                  original destination is saved by socket cookie.
 //   sendmsg4/6     the same for unconnected UDP to port 53 (musl's resolver).
 //   sockops        when the redirected connection is established, re-key the
@@ -23,6 +24,11 @@
 //   sock_release   forgets a socket's cookie entry.
 //
 // Exclusion: the sidecar's uid, and optionally SO_MARK (set before connect).
+// A connection to one of the pod's own addresses (own_addrs, filled by the
+// loader) stays in the pod, as with iptables, whose nat OUTPUT sees it leave
+// by lo and returns it: the kernel has no helper for a cgroup sock_addr
+// program to ask "is this address local" (no FIB lookup there, and
+// bpf_sk_lookup finds sockets, not addresses).
 // Addresses are kept in IPv6 form (IPv4 as ::ffff:a.b.c.d) so an AF_INET socket
 // and an AF_INET6 socket with IPv4-mapped addresses give the same key.
 //
@@ -131,6 +137,15 @@ struct {
 	__type(value, struct orig_dst);
 } tuple_orig SEC(".maps");
 
+/* The pod's own addresses, IPv6 form, network order (the value is unused).
+ * Sized by the loader (redirect.MaxOwnAddrs). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16);
+	__type(key, struct in6_addr);
+	__type(value, __u8);
+} own_addrs SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, STAT_MAX);
@@ -180,16 +195,24 @@ static __always_inline void save(void *ctx, __u32 a0, __u32 a1, __u32 a2, __u32 
 		count(STAT_SAVE_FAILED);
 }
 
-/* What to do with a connection (or datagram) to port, by socket type. Returns
- * the new port in network order, or 0 to leave it alone. */
-static __always_inline __u16 target(struct config *cfg, __u32 type, __u16 port, int loopback)
+/* What to do with a connection (or datagram) to a0..a3 (IPv6 form) port, by
+ * socket type. Returns the new port in network order, or 0 to leave it alone. */
+static __always_inline __u16 target(struct config *cfg, __u32 type, __u32 a0, __u32 a1,
+				    __u32 a2, __u32 a3, __u16 port, int loopback)
 {
 	if ((cfg->flags & F_DNS) && port == bpf_htons(53) &&
 	    (type == SOCK_DGRAM || type == SOCK_STREAM))
 		return cfg->dns_port;
-	if (type == SOCK_STREAM && !loopback)
-		return cfg->outbound_port;
-	return 0;
+	if (type != SOCK_STREAM || loopback)
+		return 0;
+	struct in6_addr k;
+	k.in6_u.u6_addr32[0] = a0;
+	k.in6_u.u6_addr32[1] = a1;
+	k.in6_u.u6_addr32[2] = a2;
+	k.in6_u.u6_addr32[3] = a3;
+	if (bpf_map_lookup_elem(&own_addrs, &k))
+		return 0;
+	return cfg->outbound_port;
 }
 
 static __always_inline int redirect4(struct bpf_sock_addr *ctx)
@@ -211,7 +234,7 @@ static __always_inline int redirect4(struct bpf_sock_addr *ctx)
 	if (cfg->flags & F_PROBE_ONLY)
 		return 1;
 	int loopback = (bpf_ntohl(ip) >> 24) == 127;
-	__u16 to = target(cfg, ctx->type, port, loopback);
+	__u16 to = target(cfg, ctx->type, 0, 0, bpf_htonl(0xffff), ip, port, loopback);
 	if (!to)
 		return 1;
 	if (is_excluded(ctx, cfg)) {
@@ -249,7 +272,7 @@ static __always_inline int redirect6(struct bpf_sock_addr *ctx)
 		loopback = (bpf_ntohl(a3) >> 24) == 127;
 	else
 		loopback = a0 == 0 && a1 == 0 && a2 == 0 && a3 == bpf_htonl(1);
-	__u16 to = target(cfg, ctx->type, port, loopback);
+	__u16 to = target(cfg, ctx->type, a0, a1, a2, a3, port, loopback);
 	if (!to)
 		return 1;
 	if (is_excluded(ctx, cfg)) {

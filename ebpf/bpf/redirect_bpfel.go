@@ -33,6 +33,14 @@ const (
 	RedirectConfigFlagsF_PROBE_ONLY  RedirectConfigFlags = 4
 )
 
+type RedirectIn6Addr struct {
+	_    structs.HostLayout
+	In6U struct {
+		_       structs.HostLayout
+		U6Addr8 [16]uint8
+	}
+}
+
 type RedirectOrigDst struct {
 	_      structs.HostLayout
 	Addr   [4]uint32
@@ -68,6 +76,7 @@ type RedirectTuple struct {
 const (
 	RedirectMapConfigMap         = "config_map"
 	RedirectMapCookieOrig        = "cookie_orig"
+	RedirectMapOwnAddrs          = "own_addrs"
 	RedirectMapStats             = "stats"
 	RedirectMapTupleOrig         = "tuple_orig"
 	RedirectProgWeftConnect4     = "weft_connect4"
@@ -144,6 +153,7 @@ type RedirectProgramSpecs struct {
 type RedirectMapSpecs struct {
 	ConfigMap  *ebpf.MapSpec `ebpf:"config_map"`
 	CookieOrig *ebpf.MapSpec `ebpf:"cookie_orig"`
+	OwnAddrs   *ebpf.MapSpec `ebpf:"own_addrs"`
 	Stats      *ebpf.MapSpec `ebpf:"stats"`
 	TupleOrig  *ebpf.MapSpec `ebpf:"tuple_orig"`
 }
@@ -176,6 +186,7 @@ func (o *RedirectObjects) Close() error {
 type RedirectMaps struct {
 	ConfigMap  *ebpf.Map `ebpf:"config_map"`
 	CookieOrig *ebpf.Map `ebpf:"cookie_orig"`
+	OwnAddrs   *ebpf.Map `ebpf:"own_addrs"`
 	Stats      *ebpf.Map `ebpf:"stats"`
 	TupleOrig  *ebpf.Map `ebpf:"tuple_orig"`
 }
@@ -184,6 +195,7 @@ func (m *RedirectMaps) Close() error {
 	return _RedirectClose(
 		m.ConfigMap,
 		m.CookieOrig,
+		m.OwnAddrs,
 		m.Stats,
 		m.TupleOrig,
 	)

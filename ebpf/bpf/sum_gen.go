@@ -5,9 +5,9 @@ package bpf
 // What redirect_bpfel.o was built from (see gen.go and bpf_test.go).
 const (
 	// SourceSHA256 digests the bpf2go line of gen.go and redirect.c.
-	SourceSHA256 = "2825169d2308f1250ab819f6559dec568fc80c31fd48f542b85ca0c875e0181f"
+	SourceSHA256 = "d796fd91c0fd0afed6cdd57d1ea9e5a92eb33c3e86765cdfd07c8aec1daa6f6a"
 	// ObjectSHA256 digests redirect_bpfel.o.
-	ObjectSHA256 = "d7d6580e99827cc89dd6ed1b09d925c3173c5643b7ddb369a15143e04d681b89"
+	ObjectSHA256 = "acef660ceb17634c1a383f3804fef9c1cce64eb94ec72e6722d26697d4bfe299"
 	// Compiler is the first line of clang --version at generation: another
 	// clang may emit other bytes from the same source.
 	Compiler = "Debian clang version 14.0.6"

@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -124,7 +126,7 @@ func TestChoose(t *testing.T) {
 			var out bytes.Buffer
 			log := hclog.New(&hclog.LoggerOptions{Output: &out})
 			f := tc.f
-			rc := redirect.Config{DNS: true, DNSPort: 15053, OutboundPort: 15001, ProxyUID: 1337}
+			rc := redirect.Config{DNS: true, DNSPort: 15053, OutboundPort: 15001, ProxyUID: 1337, OwnAddrs: []netip.Addr{netip.MustParseAddr("10.250.0.10"), netip.MustParseAddr("fd00:250::10")}}
 			if f.root {
 				rc.ProxyUID = 0
 			}
@@ -149,7 +151,7 @@ func TestChoose(t *testing.T) {
 			}
 			if tc.attached != "" {
 				rc.Cgroup = tc.attached
-				if f.attachedCfg != rc {
+				if !reflect.DeepEqual(f.attachedCfg, rc) {
 					t.Errorf("attached %+v, want %+v", f.attachedCfg, rc)
 				}
 			}

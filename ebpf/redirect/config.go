@@ -3,6 +3,7 @@ package redirect
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"time"
 )
@@ -26,6 +27,9 @@ const (
 	DefaultMaxConns = 8192
 	// MaxConnsLimit is the largest Config.MaxConns accepted.
 	MaxConnsLimit = 1 << 20
+	// MaxOwnAddrs bounds Config.OwnAddrs (the programs' map of them is this
+	// size): a pod has one IPv4 and a few IPv6 addresses.
+	MaxOwnAddrs = 16
 	// DefaultSelfTestTimeout bounds SelfTest when its context has no deadline.
 	DefaultSelfTestTimeout = 2 * time.Second
 )
@@ -51,6 +55,12 @@ type Config struct {
 	DNS bool
 	// MaxConns sizes the connection maps (DefaultMaxConns when 0).
 	MaxConns uint32
+	// OwnAddrs are the pod's own addresses (IPv4, IPv6; a zone is ignored):
+	// TCP to one of them is not redirected but stays in the pod, as iptables
+	// leaves it (its nat OUTPUT returns what leaves by lo). At most
+	// MaxOwnAddrs. Read at Attach: an address the pod gains later is
+	// redirected. Loopback is never redirected and need not be listed.
+	OwnAddrs []netip.Addr
 }
 
 // withDefaults fills the zero fields.
@@ -82,6 +92,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("redirect: Config.DNSPort %d is also Config.OutboundPort", c.DNSPort)
 	case c.MaxConns > MaxConnsLimit:
 		return fmt.Errorf("redirect: Config.MaxConns %d is above the limit %d", c.MaxConns, MaxConnsLimit)
+	case len(c.OwnAddrs) > MaxOwnAddrs:
+		return fmt.Errorf("redirect: Config.OwnAddrs has %d addresses, more than MaxOwnAddrs (%d)", len(c.OwnAddrs), MaxOwnAddrs)
+	}
+	for i, a := range c.OwnAddrs {
+		if !a.IsValid() {
+			return fmt.Errorf("redirect: Config.OwnAddrs[%d] is not an address", i)
+		}
 	}
 	return nil
 }

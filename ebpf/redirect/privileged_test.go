@@ -32,17 +32,8 @@ func setup(t testing.TB, cfg Config) (*pods.Node, *pods.Pod, *Redirect) {
 	requireBPF(t)
 	node := pods.NewNode(t)
 	pod := node.AddPod(t, "app", "")
-	cfg.Cgroup = pod.Cgroup
-	r, err := Attach(cfg)
-	if err != nil {
-		t.Fatalf("Attach: %+v", err)
-	}
-	t.Cleanup(func() {
-		if err := r.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	enterCgroup(t, cfg.Cgroup)
+	r := attachTo(t, pod, cfg)
+	enterCgroup(t, pod.Cgroup)
 	return node, pod, r
 }
 
@@ -172,26 +163,7 @@ func TestRedirectIPv4MappedDualStackClient(t *testing.T) {
 	proxy := listen(t, n, "tcp4", "127.0.0.1:15001")
 	want := netip.AddrPortFrom(node.Gateway, 8080)
 	up := listen(t, node, "tcp4", want.String())
-	var c net.Conn
-	if err := n.Do(func() error {
-		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		f := os.NewFile(uintptr(fd), "dualstack")
-		defer f.Close()
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0); err != nil {
-			return err
-		}
-		sa := &unix.SockaddrInet6{Port: 8080, Addr: node.Gateway.As16() /* ::ffff:10.250.0.1 */}
-		if err := unix.Connect(fd, sa); err != nil {
-			return err
-		}
-		c, err = net.FileConn(f)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	c := dialDualStack(t, n, want)
 	defer c.Close()
 	checkRedirected(t, proxy, c, want)
 	noConn(t, up)

@@ -103,6 +103,7 @@ func attach(cfg Config, pr *probe) (_ *Redirect, err error) {
 	for _, m := range []string{bpf.RedirectMapCookieOrig, bpf.RedirectMapTupleOrig} {
 		spec.Maps[m].MaxEntries = cfg.MaxConns
 	}
+	spec.Maps[bpf.RedirectMapOwnAddrs].MaxEntries = MaxOwnAddrs
 	r := &Redirect{cgroup: cfg.Cgroup}
 	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
 		return nil, fmt.Errorf("redirect: load programs: %w", err)
@@ -114,6 +115,12 @@ func attach(cfg Config, pr *probe) (_ *Redirect, err error) {
 	}()
 	if err := r.objs.ConfigMap.Put(uint32(0), mapConfig(cfg, pr)); err != nil {
 		return nil, fmt.Errorf("redirect: write config map: %w", err)
+	}
+	for _, a := range cfg.OwnAddrs {
+		// As16: IPv4 as ::ffff:a.b.c.d, the programs' form for both families.
+		if err := r.objs.OwnAddrs.Put(a.As16(), uint8(1)); err != nil {
+			return nil, fmt.Errorf("redirect: write own address %s: %w", a, err)
+		}
 	}
 
 	p := &r.objs.RedirectPrograms

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -90,6 +91,9 @@ func TestConfigValidate(t *testing.T) {
 		{"same ports without dns", Config{Cgroup: "/c", DNSPort: 15001}, ""},
 		{"max conns at the limit", Config{Cgroup: "/c", MaxConns: MaxConnsLimit}, ""},
 		{"max conns past the limit", Config{Cgroup: "/c", MaxConns: MaxConnsLimit + 1}, fmt.Sprintf("Config.MaxConns %d is above the limit %d", MaxConnsLimit+1, MaxConnsLimit)},
+		{"own addrs at the bound", Config{Cgroup: "/c", OwnAddrs: testAddrs(MaxOwnAddrs)}, ""},
+		{"own addrs past the bound", Config{Cgroup: "/c", OwnAddrs: testAddrs(MaxOwnAddrs + 1)}, fmt.Sprintf("Config.OwnAddrs has %d addresses, more than MaxOwnAddrs (%d)", MaxOwnAddrs+1, MaxOwnAddrs)},
+		{"own addr invalid", Config{Cgroup: "/c", OwnAddrs: []netip.Addr{netip.MustParseAddr("10.0.0.1"), {}}}, "Config.OwnAddrs[1] is not an address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
@@ -106,10 +110,19 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// testAddrs are n distinct addresses of TEST-NET-2 (RFC 5737), no pod's.
+func testAddrs(n int) []netip.Addr {
+	out := make([]netip.Addr, n)
+	for i := range out {
+		out[i] = netip.AddrFrom4([4]byte{198, 51, 100, byte(i + 1)})
+	}
+	return out
+}
+
 func TestDefaults(t *testing.T) {
 	got := Config{Cgroup: "/c"}.withDefaults()
 	want := Config{Cgroup: "/c", OutboundPort: 15001, DNSPort: 15053, ProxyUID: 1337, MaxConns: DefaultMaxConns}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("withDefaults = %+v, want %+v", got, want)
 	}
 }

@@ -542,10 +542,18 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 // interceptConfig is ebpf/mode's view of the settings: the outbound port the
 // programs redirect to, the DNS proxy's port when it runs (port 53 goes to
 // 127.0.0.1 or [::1] there), the sidecar's own uid (its connections are left
-// alone).
+// alone), and the pod's own addresses (connections to them are not
+// redirected).
 func interceptConfig(s *render.Settings, log hclog.Logger) (mode.Config, error) {
 	c := mode.Config{Requested: s.Intercept, Cgroup: s.InterceptCgroup, Logger: log,
 		Redirect: redirect.Config{OutboundPort: s.OutboundAddr.Port(), ProxyUID: uint32(os.Getuid())}}
+	if s.Intercept == render.InterceptEBPF || s.Intercept == render.InterceptAuto {
+		own, err := podAddrs()
+		if err != nil {
+			return c, fmt.Errorf("--intercept=%s: the pod's own addresses: %w", s.Intercept, err)
+		}
+		c.Redirect.OwnAddrs = own
+	}
 	if dnsAddr, on := s.DNS.Listen(s.Node.Interception != node.InterceptionNone); on {
 		if (s.Intercept == render.InterceptEBPF || s.Intercept == render.InterceptAuto) && dnsAddr.Addr() != netip.AddrFrom4([4]byte{127, 0, 0, 1}) {
 			return c, fmt.Errorf("dns-addr: %s: with --intercept=%s port 53 is redirected to 127.0.0.1:<port>", dnsAddr, s.Intercept)

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"syscall"
@@ -84,15 +85,40 @@ func ownAddrs(lns map[string][]net.Listener, more ...net.Listener) ([]netip.Addr
 	for _, ln := range more {
 		add(ln)
 	}
+	local, _ := interfaceAddrs()
+	return listen, local
+}
+
+// interfaceAddrs are the addresses of this network namespace's interfaces:
+// the pod's own, loopback included.
+func interfaceAddrs() ([]netip.Addr, error) {
+	ifs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("interface addresses: %w", err)
+	}
 	var local []netip.Addr
-	if ifs, err := net.InterfaceAddrs(); err == nil {
-		for _, ia := range ifs {
-			if p, err := netip.ParsePrefix(ia.String()); err == nil {
-				local = append(local, p.Addr())
-			}
+	for _, ia := range ifs {
+		if p, err := netip.ParsePrefix(ia.String()); err == nil {
+			local = append(local, p.Addr())
 		}
 	}
-	return listen, local
+	return local, nil
+}
+
+// podAddrs are the pod's own addresses but loopback (which the eBPF programs
+// never redirect anyway): TCP to them stays in the pod, as with iptables.
+func podAddrs() ([]netip.Addr, error) {
+	all, err := interfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var own []netip.Addr
+	for _, a := range all {
+		if !a.IsLoopback() {
+			own = append(own, a)
+		}
+	}
+	return own, nil
 }
 
 // upstreamDial is how the sidecar dials upstreams. Intercepting, its
