@@ -1,6 +1,7 @@
 // Package ca is pilot's certificate authority service: the CSR service sidecars
 // enroll and renew with (certs/csrrpc), the issued registry and revocations
-// (persisted in <data-dir>/ca/), the CRL publisher, pilot's own serving and
+// (persisted in <data-dir>/ca/; revocations also in the store when it keeps
+// sets, shared by every replica on it: see shared.go), the CRL publisher, pilot's own serving and
 // publisher certificates, and the admin API under /apis/ca/v1/.
 //
 // One goroutine (Run) owns the timers: the CRL is re-signed at half its

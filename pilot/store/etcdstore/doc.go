@@ -61,6 +61,11 @@
 // read's catch-up. etcd's refusals (request too large, too many operations, an
 // expired chunk) fail an Apply at once; any other failed commit is read back.
 //
+// Sets (store.Sets, the CA's shared revocations) live outside the log, under
+// <prefix>x/<set>/: a record per key under r/, and rev, re-put by each
+// SetApply in the same transaction (at most store.MaxSetApply + 1 operations),
+// whose ModRevision is the set's revision.
+//
 // Replicas find each other through the store: Announce puts a replica's admin
 // URL under <prefix>replicas/ on a lease, Replicas lists the live ones (pilot's
 // status API fans out over them).
