@@ -1,6 +1,7 @@
 package drills
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -13,9 +14,16 @@ import (
 	"testing"
 	"time"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/certs/bundle"
 	"github.com/weft-mesh/weft/internal/edkey"
 	"github.com/weft-mesh/weft/pilot/ca"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	"github.com/weft-mesh/weft/tools/testkit"
 	"github.com/weft-mesh/weft/tools/testkit/certfiles"
 	"github.com/weft-mesh/weft/tools/testkit/etcdtest"
@@ -83,12 +91,65 @@ func xdsHandshake(addr string, roots *bundle.Bundle, cert tls.Certificate) error
 	return nil
 }
 
+// liveADS is an authenticated ADS stream to pilot at addr with cert, as
+// node ns/sa: it is open once pilot answered the first request; ended is
+// closed when the stream ends, err says how.
+type liveADS struct {
+	answered chan struct{}
+	ended    chan struct{}
+	err      error
+}
+
+func openADS(t *testing.T, addr string, roots *bundle.Bundle, cert tls.Certificate, id, ns, sa string) *liveADS {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(proc.ClientTLS(t, roots, "cluster.local", &cert)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node.Node{ID: id, Namespace: ns, ServiceAccount: sa, Address: "10.0.0.3", InboundPort: 15006}
+	if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: snapshot.ClusterType, Node: n.ToProto()}); err != nil {
+		t.Fatal(err)
+	}
+	l := &liveADS{answered: make(chan struct{}), ended: make(chan struct{})}
+	go func() {
+		defer close(l.ended)
+		first := true
+		for {
+			r, err := st.Recv()
+			if err != nil {
+				l.err = err
+				return
+			}
+			if first {
+				close(l.answered)
+				first = false
+			}
+			_ = st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: r.TypeUrl, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
+		}
+	}()
+	t.Cleanup(func() { cancel(); cc.Close(); <-l.ended })
+	select {
+	case <-l.answered:
+	case <-l.ended:
+		t.Fatalf("ADS stream to %s ended before an answer: %v", addr, l.err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("ADS stream to %s: no answer within 10s", addr)
+	}
+	return l
+}
+
 // TestRevocationAcrossPilotReplicas: two bin/pilot replicas on one etcd. A
 // workload certificate issued by replica A is accepted at replica B's xDS TLS
 // port; `meshctl cert revoke` through A's admin API; then B refuses that
 // certificate's handshake within ca.DefaultSharedPoll plus the time to sign
 // and swap its CRL (bound asserted: 2s, the poll with room for a loaded
-// 2-core machine), and so does A at once. A fresh certificate from B is
+// 2-core machine), and so does A at once; the ADS stream that certificate
+// had open to B is cut within the same bound. A fresh certificate from B is
 // accepted by both throughout: only the revoked serial is refused.
 func TestRevocationAcrossPilotReplicas(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{})
@@ -105,6 +166,7 @@ func TestRevocationAcrossPilotReplicas(t *testing.T) {
 			}
 		}
 	}
+	live := openADS(t, b.XDSTLSAddr(), roots, revoked, "reviews-on-b", "shop", "reviews")
 	serial := fmt.Sprintf("%x", revoked.Leaf.SerialNumber)
 	out, err := exec.Command(proc.Build(t, proc.Meshctl), "--pilot", a.URL(), "cert", "revoke", "--serial", serial, "--reason", "keyCompromise").CombinedOutput()
 	if err != nil {
@@ -132,6 +194,15 @@ func TestRevocationAcrossPilotReplicas(t *testing.T) {
 	if took > bound {
 		t.Errorf("B refused it %v after the revocation, over the bound of %v", took, bound)
 	}
+	select {
+	case <-live.ended:
+	case <-time.After(bound):
+		t.Fatalf("the revoked certificate's ADS stream to B is still open %v after the revocation", bound)
+	}
+	if grpcstatus.Code(live.err) != codes.PermissionDenied || !strings.Contains(live.err.Error(), "revoked") {
+		t.Fatalf("the revoked certificate's ADS stream to B ended with %v, want PermissionDenied (revoked)", live.err)
+	}
+	t.Logf("its ADS stream to B was cut: %v", grpcstatus.Convert(live.err).Message())
 	for _, p := range []*proc.PilotProcess{a, b} {
 		if err := xdsHandshake(p.XDSTLSAddr(), roots, other); err != nil {
 			t.Errorf("an unrevoked certificate at %s after the revocation: %v", p.XDSTLSAddr(), err)
