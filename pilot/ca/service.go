@@ -147,6 +147,8 @@ type Service struct {
 	crlNumber int64
 	sharedRev store.Revision // revision of cfg.Revocations the registry's revocations were read at
 	pollAt    time.Time      // Run's goroutine only: next read of the set's revision
+	// pollFailing (Run's goroutine only): the last poll failed.
+	pollFailing bool
 	// changed is closed (and replaced) on every Trust change.
 	changed chan struct{}
 
@@ -719,8 +721,14 @@ func (s *Service) step(now time.Time) time.Time {
 	if s.cfg.Revocations != nil {
 		if !now.Before(s.pollAt) {
 			s.pollAt = now.Add(s.cfg.SharedPoll)
-			if err := s.pollShared(); err != nil {
-				s.log.Error("following the shared revocations", "error", err)
+			// Logged when it starts and stops failing, not every poll.
+			switch err := s.pollShared(); {
+			case err != nil && !s.pollFailing:
+				s.log.Error("following the shared revocations (retried every poll; the CRL is not re-signed until the set is read)", "error", err)
+				s.pollFailing = true
+			case err == nil && s.pollFailing:
+				s.log.Info("following the shared revocations again")
+				s.pollFailing = false
 			}
 		}
 		if s.pollAt.Before(next) {

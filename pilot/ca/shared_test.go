@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -252,4 +253,22 @@ func mustSerial(t *testing.T, s string) *big.Int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestSharedPollBounds: SharedPoll at each bound is taken, one past is refused.
+func TestSharedPollBounds(t *testing.T) {
+	st, err := boltstore.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, c := range []struct {
+		poll time.Duration
+		ok   bool
+	}{{MinSharedPoll, true}, {MinSharedPoll - 1, false}, {MaxSharedPoll, true}, {MaxSharedPoll + 1, false}, {0, true}} {
+		_, err := New(ServiceConfig{DataDir: t.TempDir(), Logger: hclog.NewNullLogger(), Revocations: st, SharedPoll: c.poll})
+		if (err == nil) != c.ok || (err != nil && !strings.Contains(err.Error(), "SharedPoll")) {
+			t.Errorf("SharedPoll %v: %v, want ok=%v", c.poll, err, c.ok)
+		}
+	}
 }
