@@ -75,23 +75,43 @@ func sockets(t *testing.T, pid int) int {
 // labels as printed), or -1 when absent.
 func (s *sidecar) metric(series string) float64 {
 	s.t.Helper()
+	page, err := s.scrape()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if v, ok := page[series]; ok {
+		return v
+	}
+	return -1
+}
+
+// scrape reads the sidecar's /metrics into series (name{labels}) -> value.
+// It does not fail the test, so goroutines other than the test's may call it.
+func (s *sidecar) scrape() (map[string]float64, error) {
 	resp, err := hc.Get("http://" + s.w.admin() + "/metrics")
 	if err != nil {
-		s.t.Fatalf("metrics: %v", err)
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	defer resp.Body.Close()
+	page := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				s.t.Fatalf("metric %s: %q", series, v)
-			}
-			return f
+		l := sc.Text()
+		i := strings.LastIndexByte(l, ' ')
+		if i < 0 || strings.HasPrefix(l, "#") {
+			continue
 		}
+		f, err := strconv.ParseFloat(l[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("metric line %q: %w", l, err)
+		}
+		page[l[:i]] = f
 	}
-	return -1
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	return page, nil
 }
 
 // raiseNoFile lifts this process's open-file soft limit to at least n.
