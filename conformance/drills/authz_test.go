@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,11 +93,7 @@ func (d *authzDrill) get(path string) (int, string, http.Header, error) {
 // metric is the value of the first /metrics sample of s starting with prefix
 // (0 when absent).
 func metric(s *proc.SidecarProcess, prefix string) float64 {
-	l, err := s.Metric(prefix)
-	if err != nil {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+	v, _ := s.MetricValue(prefix)
 	return v
 }
 

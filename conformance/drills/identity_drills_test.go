@@ -79,7 +79,7 @@ func (r *identityRig) call() error {
 func TestDrillCertificateExpiresWithPilotDown(t *testing.T) {
 	const ttl = 12 * time.Second
 	r := startIdentityRig(t, "127.79.1", ttl)
-	if v := metricValue(r.frontend, `weft_sidecar_mtls_handshakes_total{result="ok",side="client"}`); v == 0 {
+	if v := metric(r.frontend, `weft_sidecar_mtls_handshakes_total{result="ok",side="client"}`); v == 0 {
 		t.Fatal("no client mTLS handshake counted on the frontend")
 	}
 	r.pilot.down()
@@ -94,8 +94,8 @@ func TestDrillCertificateExpiresWithPilotDown(t *testing.T) {
 		if refused = r.call(); refused == nil {
 			return fmt.Errorf("a request still succeeded with an expired certificate")
 		}
-		expired := metricValue(r.reviews, `weft_sidecar_mtls_handshakes_total{result="certificate_expired",side="server"}`) +
-			metricValue(r.frontend, `weft_sidecar_mtls_handshakes_total{result="certificate_expired",side="client"}`)
+		expired := metric(r.reviews, `weft_sidecar_mtls_handshakes_total{result="certificate_expired",side="server"}`) +
+			metric(r.frontend, `weft_sidecar_mtls_handshakes_total{result="certificate_expired",side="client"}`)
 		if expired == 0 {
 			return fmt.Errorf("no handshake refused as certificate_expired in /metrics yet")
 		}

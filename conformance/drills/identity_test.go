@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,17 +15,6 @@ import (
 
 // Identity drills (issue #9) against a real pilot (its CA, TLS xDS on
 // :15012, no plaintext registration) and sidecars with identities.
-
-// metricValue is the value of the first sample starting with prefix, 0 if none.
-func metricValue(s *proc.SidecarProcess, prefix string) float64 {
-	l, err := s.Metric(prefix)
-	if err != nil {
-		return 0
-	}
-	var v float64
-	fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v)
-	return v
-}
 
 func dumpOf(t *testing.T, s *proc.SidecarProcess) string {
 	t.Helper()
@@ -83,11 +71,11 @@ func TestDrillRestartWithoutPilotBeforeCertificate(t *testing.T) {
 	start := time.Now()
 	testkit.Wait(t, 10*time.Second, call)
 	t.Logf("routing served from the last-known-good %s after the restart, without a certificate", time.Since(start).Round(time.Millisecond))
-	if v := metricValue(s, `weft_sidecar_certificate_requests_total{credential="token",result="ok"}`); v != 0 {
+	if v := metric(s, `weft_sidecar_certificate_requests_total{credential="token",result="ok"}`); v != 0 {
 		t.Fatalf("got a certificate with pilot down (%v)", v)
 	}
 	testkit.Wait(t, 10*time.Second, func() error {
-		if v := metricValue(s, `weft_sidecar_certificate_requests_total{credential="token",result="error"}`); v == 0 {
+		if v := metric(s, `weft_sidecar_certificate_requests_total{credential="token",result="error"}`); v == 0 {
 			return fmt.Errorf("no failed CSR counted yet")
 		}
 		return nil
@@ -95,7 +83,7 @@ func TestDrillRestartWithoutPilotBeforeCertificate(t *testing.T) {
 	p.up()
 	back := time.Now()
 	testkit.Wait(t, 30*time.Second, func() error {
-		if v := metricValue(s, "weft_sidecar_xds_connected"); v != 1 {
+		if v := metric(s, "weft_sidecar_xds_connected"); v != 1 {
 			return fmt.Errorf("not reconnected")
 		}
 		return nil

@@ -2,13 +2,13 @@ package interception
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -289,14 +289,9 @@ func (m *mesh) waitFail(p *pods.Pod, kind, target, ok string) {
 // metric reads one sample of s's /metrics (0 when absent).
 func (m *mesh) metric(s *proc.SidecarProcess, name string) float64 {
 	m.t.Helper()
-	line, err := s.Metric(name)
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(line)
-	v, err := strconv.ParseFloat(f[len(f)-1], 64)
-	if err != nil {
-		m.t.Fatalf("metric %q: %v", line, err)
+	v, err := s.MetricValue(name)
+	if err != nil && !errors.Is(err, proc.ErrNoMetric) {
+		m.t.Fatal(err)
 	}
 	return v
 }

@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -158,14 +159,9 @@ func (m *mesh) get() (int, string, error) {
 // metric reads one sample of p's /metrics (0 when absent).
 func (m *mesh) metric(p *proc.SidecarProcess, name string) float64 {
 	m.t.Helper()
-	line, err := p.Metric(name)
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(line)
-	v, err := strconv.ParseFloat(f[len(f)-1], 64)
-	if err != nil {
-		m.t.Fatalf("metric %q: %v", line, err)
+	v, err := p.MetricValue(name)
+	if err != nil && !errors.Is(err, proc.ErrNoMetric) {
+		m.t.Fatal(err)
 	}
 	return v
 }

@@ -3,10 +3,12 @@ package proc
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -177,6 +179,9 @@ func copyTo(t testing.TB, ns Netns, from, to string) string {
 	return to
 }
 
+// ErrNoMetric is Metric's error when /metrics has no sample with the prefix.
+var ErrNoMetric = errors.New("no metric")
+
 // Metric returns the first sample line of /metrics starting with prefix
 // (e.g. `weft_sidecar_certificate_state{state="valid"}`), or an error.
 func (s *SidecarProcess) Metric(prefix string) (string, error) {
@@ -195,5 +200,19 @@ func (s *SidecarProcess) Metric(prefix string) (string, error) {
 			return l, nil
 		}
 	}
-	return "", fmt.Errorf("no metric %s", prefix)
+	return "", fmt.Errorf("%w %s", ErrNoMetric, prefix)
+}
+
+// MetricValue is the value of Metric(prefix)'s sample, or 0 and an error when
+// there is none or it is not a number.
+func (s *SidecarProcess) MetricValue(prefix string) (float64, error) {
+	l, err := s.Metric(prefix)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+	if err != nil {
+		return 0, fmt.Errorf("metric %q: %w", l, err)
+	}
+	return v, nil
 }
