@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -20,12 +21,14 @@ import (
 	"github.com/weft-mesh/weft/certs/revoke"
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/store"
+	"github.com/weft-mesh/weft/pilot/store/etcdstore"
 	"github.com/weft-mesh/weft/pilot/xds/ads"
 	"github.com/weft-mesh/weft/pilot/xds/adscodec"
 	"github.com/weft-mesh/weft/pilot/xds/gen"
 	"github.com/weft-mesh/weft/pilot/xds/meshcache"
 	"github.com/weft-mesh/weft/pilot/xds/outlierrpc"
 	"github.com/weft-mesh/weft/pilot/xds/publish"
+	"github.com/weft-mesh/weft/pilot/xds/regshare"
 	"github.com/weft-mesh/weft/pilot/xds/sign"
 )
 
@@ -176,6 +179,30 @@ func (l XDSLimits) check() error {
 	return nil
 }
 
+// registrationStore is a store several replicas share (etcdstore): the
+// registrations of each replica's sidecars are shared through it, so every
+// replica compiles the same endpoints.
+type registrationStore interface {
+	ShareRegistrations(ctx context.Context, replica string, ttl time.Duration, lim etcdstore.RegistrationLimits) (*etcdstore.Registrations, error)
+}
+
+// shareRegistrations shares registrations on a replicated store (nil on one
+// that is not: boltstore keeps them in memory). The replica id is random per
+// process: a restarted replica's old registrations go with its old lease.
+func shareRegistrations(ctx context.Context, st store.Store, log hclog.Logger) (meshcache.Shared, error) {
+	rs, ok := st.(registrationStore)
+	if !ok {
+		return nil, nil
+	}
+	id := rand.Text()
+	regs, err := rs.ShareRegistrations(ctx, id, etcdstore.DefaultRegistrationTTL, etcdstore.RegistrationLimits{})
+	if err != nil {
+		return nil, fmt.Errorf("sharing registrations with the other replicas: %w", err)
+	}
+	log.Info("registrations shared with the other replicas", "replica", id, "lease_ttl", etcdstore.DefaultRegistrationTTL)
+	return regshare.New(regs, log.Named("regshare")), nil
+}
+
 // ServeADS returns the built-in xDS server: store watch → compile → gen (checked
 // with the sidecar's own validation for Weft sidecars) → signed manifest per
 // sidecar (pilot/xds/publish) → ADS (SotW and delta) on env.Listener and
@@ -222,7 +249,12 @@ func ServeADS(lim XDSLimits) XDSFunc {
 		if err != nil {
 			return err
 		}
+		shared, err := shareRegistrations(ctx, env.Store, log)
+		if err != nil {
+			return err
+		}
 		cache, err := meshcache.New(meshcache.Config{
+			Shared: shared,
 			Store: env.Store, Logger: log.Named("meshcache"),
 			Debounce: lim.Debounce, MaxDelay: lim.MaxDelay, GenWorkers: lim.GenWorkers, CurrentWait: lim.CurrentWait,
 			RegistrationDebounce: lim.RegistrationDebounce, RegistrationMaxDelay: lim.RegistrationMaxDelay,

@@ -69,6 +69,28 @@ type Config struct {
 	// OnCompiled, if set, is called after a successful compile, before its
 	// snapshots are published, with the store revision and the time that revision was written.
 	OnCompiled func(rev int64, writtenAt time.Time)
+	// Shared, if set, shares registrations with the other pilot replicas on
+	// the same store (pilot/xds/regshare on etcd): the registrations of the
+	// proxies connected here are published to it, and the other replicas'
+	// are compiled with the local ones, coalesced by the registration
+	// debounce. Nil (one replica, boltstore): only local proxies register.
+	Shared Shared
+}
+
+// Shared is the registrations of the other replicas, and where this one
+// publishes its own. Publish and Withdraw must not block on I/O (they are
+// called with the cache's lock held, to keep their order that of the
+// connections).
+type Shared interface {
+	// Publish shares n, registered by a proxy connected here; an error (a
+	// bound) refuses the connection.
+	Publish(n *node.Node) error
+	// Withdraw takes node id's registration back.
+	Withdraw(id string)
+	// Remote is every other replica's registered nodes, one per id.
+	Remote() []*node.Node
+	// Changed is signalled (coalesced) when Remote may have changed.
+	Changed() <-chan struct{}
 }
 
 func (c *Config) check() error {
@@ -209,6 +231,12 @@ func (c *Cache) Connect(n *node.Node) (*Proxy, error) {
 	}
 	p := &Proxy{c: c, node: n, key: c.cfg.ScopeKey(n), storeRev: int64(rev), changed: make(chan struct{}, 1)}
 	c.mu.Lock()
+	if c.cfg.Shared != nil && compiled(n) {
+		if err := c.cfg.Shared.Publish(n); err != nil {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("meshcache: connect %s: share its registration: %w", n.ID, err)
+		}
+	}
 	c.seq++
 	p.seq = c.seq
 	c.proxies[p] = struct{}{}
@@ -299,6 +327,21 @@ func (p *Proxy) Close() {
 	c := p.c
 	c.mu.Lock()
 	delete(c.proxies, p)
+	if c.cfg.Shared != nil && compiled(p.node) {
+		// Another connection of the same node may remain (a reconnect that
+		// came first): it stays shared.
+		var next *Proxy
+		for q := range c.proxies {
+			if q.node.ID == p.node.ID && compiled(q.node) && (next == nil || q.seq > next.seq) {
+				next = q
+			}
+		}
+		if next == nil {
+			c.cfg.Shared.Withdraw(p.node.ID)
+		} else if err := c.cfg.Shared.Publish(next.node); err != nil {
+			c.log.Warn("re-sharing a remaining connection's registration failed", "node", next.node.ID, "error", err)
+		}
+	}
 	c.mu.Unlock()
 	if compiled(p.node) {
 		c.poke()
@@ -402,6 +445,10 @@ func (c *Cache) follow(ctx context.Context) error {
 	// history): an Override's expiry reads it (compile.Input.WriteTimes).
 	putAt := c.listedOverrideTimes(ctx, objects)
 
+	var shared <-chan struct{} // nil: no other replicas
+	if c.cfg.Shared != nil {
+		shared = c.cfg.Shared.Changed()
+	}
 	var (
 		timer *time.Timer
 		fire  <-chan time.Time
@@ -474,6 +521,9 @@ func (c *Cache) follow(ctx context.Context) error {
 		case <-c.kick:
 			deb.Registration(time.Now())
 			schedule()
+		case <-shared:
+			deb.Registration(time.Now())
+			schedule()
 		case <-fire:
 			fire = nil
 			deb.Fire()
@@ -541,7 +591,7 @@ func (c *Cache) build(objects map[resource.Key]*resource.Object, rev int64, writ
 	}
 	sort.Slice(objs, func(i, j int) bool { return lessKey(objs[i].Key(), objs[j].Key()) })
 	proxies, listed := c.connected()
-	mesh, err := c.cfg.Compile(compile.Input{Revision: rev, Objects: objs, Proxies: registering(proxies), WriteTimes: writeTimes, Now: time.Now()})
+	mesh, err := c.cfg.Compile(compile.Input{Revision: rev, Objects: objs, Proxies: c.registered(proxies), WriteTimes: writeTimes, Now: time.Now()})
 	if err != nil {
 		c.log.Error("compile failed; proxies keep their snapshots", "revision", rev, "error", err)
 		return time.Time{}
@@ -624,6 +674,32 @@ func registering(ps []*Proxy) []*node.Node {
 	out := make([]*node.Node, 0, len(byID))
 	for _, p := range byID {
 		out = append(out, p.node)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// registered is registering(ps) and the other replicas' registrations of
+// nodes not connected here (a node that reconnected here while its old
+// replica still shares it is the local one).
+func (c *Cache) registered(ps []*Proxy) []*node.Node {
+	local := registering(ps)
+	if c.cfg.Shared == nil {
+		return local
+	}
+	remote := c.cfg.Shared.Remote()
+	if len(remote) == 0 {
+		return local
+	}
+	here := make(map[string]struct{}, len(local))
+	for _, n := range local {
+		here[n.ID] = struct{}{}
+	}
+	out := local
+	for _, n := range remote {
+		if _, ok := here[n.ID]; !ok {
+			out = append(out, n)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
