@@ -255,7 +255,7 @@ func ServeADS(lim XDSLimits) XDSFunc {
 		}
 		cache, err := meshcache.New(meshcache.Config{
 			Shared: shared,
-			Store: env.Store, Logger: log.Named("meshcache"),
+			Store:  env.Store, Logger: log.Named("meshcache"),
 			Debounce: lim.Debounce, MaxDelay: lim.MaxDelay, GenWorkers: lim.GenWorkers, CurrentWait: lim.CurrentWait,
 			RegistrationDebounce: lim.RegistrationDebounce, RegistrationMaxDelay: lim.RegistrationMaxDelay,
 			Generate:   src.Generate(gen.Proxy),
