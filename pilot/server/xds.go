@@ -249,7 +249,10 @@ func ServeADS(lim XDSLimits) XDSFunc {
 		if err != nil {
 			return err
 		}
-		shared, err := shareRegistrations(ctx, env.Store, log)
+		// Registrations are shared until ADS stops serving, not only until ctx ends.
+		sctx, stopSharing := context.WithCancel(ctx)
+		defer stopSharing()
+		shared, err := shareRegistrations(sctx, env.Store, log)
 		if err != nil {
 			return err
 		}

@@ -70,6 +70,11 @@
 // URL under <prefix>replicas/ on a lease, Replicas lists the live ones (pilot's
 // status API fans out over them).
 //
+// ShareRegistrations shares the registrations of each replica's connected
+// sidecars under <prefix>registrations/<replica>/<node>, on that replica's
+// own lease, and follows the others' with a watch (Registrations), so every
+// replica compiles the same endpoints.
+//
 // Compact(before) writes a snapshot of the state (chunked, no size limit), then
 // moves l/compacted and s/manifest in one transaction, then deletes log records,
 // chunks and older snapshots below it. A replica starting reads the snapshot and

@@ -333,19 +333,26 @@ func (r *Registrations) take(m map[string]map[string]Remote, key string, val []b
 }
 
 // follow watches the prefix from rev+1; a watch that fails (compacted, etcd
-// gone) is resumed from a fresh list.
+// gone, no leader) is resumed from a fresh list. Only the other replicas'
+// events signal Changed: this replica's own are known to it already.
 func (r *Registrations) follow(ctx context.Context, rev int64) {
 	for ctx.Err() == nil {
-		wch := r.s.cli.Watch(clientv3.WithRequireLeader(ctx), r.s.k.registrations(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		wctx, cancel := context.WithCancel(ctx)
+		wch := r.s.cli.Watch(clientv3.WithRequireLeader(wctx), r.s.k.registrations(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 		for resp := range wch {
 			if resp.Err() != nil {
 				break
 			}
+			changed := false
 			r.mu.Lock()
 			for _, ev := range resp.Events {
 				key := string(ev.Kv.Key)
+				replica, id, _ := strings.Cut(strings.TrimPrefix(key, r.s.k.registrations()), "/")
+				if replica == r.replica {
+					continue
+				}
+				changed = true
 				if ev.Type == clientv3.EventTypeDelete {
-					replica, id, _ := strings.Cut(strings.TrimPrefix(key, r.s.k.registrations()), "/")
 					if m := r.remote[replica]; m != nil {
 						delete(m, id)
 						if len(m) == 0 {
@@ -358,8 +365,11 @@ func (r *Registrations) follow(ctx context.Context, rev int64) {
 			}
 			r.mu.Unlock()
 			rev = resp.Header.Revision
-			poke(r.changed)
+			if changed {
+				poke(r.changed)
+			}
 		}
+		cancel() // ends the watch if it stopped on an error without closing
 		for ctx.Err() == nil {
 			var err error
 			if rev, err = r.list(ctx); err == nil {

@@ -114,7 +114,8 @@ func sidecar(id, addr string) *node.Node {
 
 // TestSharedRegistrations: a sidecar registered on replica B is compiled by
 // replica A with every field compile reads; a node on both (a reconnect) is
-// compiled once, the local one; leaving B takes it out of A; past B's bound a
+// compiled once, the local one; of two connections on B the newer is shared,
+// and the older again once the newer ends; leaving B takes it out of A; past B's bound a
 // registering connection is refused; a clean shutdown of B takes its
 // registrations out of A at once.
 func TestSharedRegistrations(t *testing.T) {
@@ -139,6 +140,17 @@ func TestSharedRegistrations(t *testing.T) {
 	}
 	waitNodes(t, a, moved)
 	pa.Close()
+	waitNodes(t, a, onB)
+
+	// Two connections of one node on B: the newer is shared; when it ends
+	// first, the older one is shared again.
+	again := sidecar("reviews-1", "10.0.0.8")
+	pb2, err := b.cache.Connect(again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitNodes(t, a, again)
+	pb2.Close()
 	waitNodes(t, a, onB)
 
 	// At B's bound (2) and one past.
