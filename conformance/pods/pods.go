@@ -28,7 +28,6 @@
 package pods
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -39,6 +38,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/weft-mesh/weft/internal/cgroupfs"
 )
 
 // RequireEnv, set to 1, turns Require's skips into failures.
@@ -87,50 +88,9 @@ func Privileged() error {
 	return <-errc
 }
 
-// CgroupRoot is the mount point of the cgroup2 (unified) hierarchy, from
-// /proc/self/mountinfo (/sys/fs/cgroup on a pure v2 machine, its unified
-// directory on a hybrid one).
-func CgroupRoot() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", fmt.Errorf("finding the cgroup2 mount: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options [optional...] - fstype source super
-		fields := strings.Fields(sc.Text())
-		for i, fld := range fields {
-			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 {
-				return unescapeMount(fields[4]), nil
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("reading /proc/self/mountinfo: %w", err)
-	}
-	return "", errors.New("no cgroup2 mount in /proc/self/mountinfo")
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space...).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%o", &v); err == nil {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+// CgroupRoot is the mount point of the cgroup2 (unified) hierarchy
+// (internal/cgroupfs: the same the eBPF redirect finds).
+func CgroupRoot() (string, error) { return cgroupfs.Mount() }
 
 // run runs a command (ip ...) and wraps its output into the error.
 func run(name string, args ...string) error {

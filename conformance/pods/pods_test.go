@@ -69,9 +69,6 @@ func TestAddresses(t *testing.T) {
 	if got := hostAddr(subnet6, 254).String(); got != "fd00:250::254" {
 		t.Errorf("v6 last: %s", got)
 	}
-	if got := unescapeMount(`/sys/fs/cgroup\040x`); got != "/sys/fs/cgroup x" {
-		t.Errorf("unescape: %q", got)
-	}
 }
 
 func TestRequireFailsWhenForbiddenToSkip(t *testing.T) {

@@ -10,27 +10,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/weft-mesh/weft/internal/cgroupfs"
 )
 
-// CgroupMount is the mount point of the cgroup v2 hierarchy, from
-// /proc/self/mountinfo (/sys/fs/cgroup on a pure v2 machine, its unified
-// directory on a hybrid one).
+// CgroupMount is the mount point of the cgroup v2 hierarchy (internal/cgroupfs).
 func CgroupMount() (string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	m, err := cgroupfs.Mount()
 	if err != nil {
-		return "", fmt.Errorf("redirect: finding the cgroup2 mount: %w", err)
+		return "", fmt.Errorf("redirect: %w", err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options [optional...] - fstype source super
-		f := strings.Fields(sc.Text())
-		for i, x := range f {
-			if x == "-" && i+1 < len(f) && f[i+1] == "cgroup2" && len(f) > 4 {
-				return unescapeMount(f[4]), nil
-			}
-		}
-	}
-	return "", errors.New("redirect: no cgroup2 mount in /proc/self/mountinfo")
+	return m, nil
 }
 
 // OwnCgroup is this process's cgroup v2 directory: the sidecar's default
@@ -66,37 +56,4 @@ func ownCgroup(mount string, b []byte) (string, error) {
 		}
 	}
 	return "", errors.New("redirect: own cgroup: no cgroup v2 (0::) line in /proc/self/cgroup")
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := parseOctal(s[i+1 : i+4]); err == nil {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func parseOctal(s string) (byte, error) {
-	var v int
-	for _, c := range s {
-		if c < '0' || c > '7' {
-			return 0, errors.New("not octal")
-		}
-		v = v*8 + int(c-'0')
-	}
-	if v > 255 {
-		return 0, errors.New("octal escape past a byte")
-	}
-	return byte(v), nil
 }

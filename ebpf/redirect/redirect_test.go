@@ -243,7 +243,4 @@ func TestOwnCgroup(t *testing.T) {
 			}
 		})
 	}
-	if got := unescapeMount(`/a\040b\\`); got != `/a b\\` {
-		t.Fatalf("unescapeMount = %q", got)
-	}
 }
