@@ -205,7 +205,9 @@ func TestLimitsHoldAcrossSwaps(t *testing.T) {
 			}
 		}()
 	}
-	for i := range 1000 {
+	// At least 1,000 swaps, and on until the requesters have been admitted
+	// 1,000 times (on a loaded machine the swaps can finish before they run).
+	for i := 0; i < 1000 || (admitted.Load() < 1000 && i < 1_000_000); i++ {
 		sw.swap(compileWith(t, reg, clusterState(small, endpointSets[(i+1)%len(endpointSets)])))
 	}
 	close(stop)

@@ -31,12 +31,23 @@ const (
 	mtlsField = "mtls"
 )
 
-func isMTLS(lb *endpointv3.LbEndpoint) bool {
-	return lb.GetMetadata().GetFilterMetadata()[endpointMetadataKey].GetFields()[mtlsField].GetStringValue() == "true"
+// endpointMeta is an endpoint's "weft" metadata: its own if it has one, else
+// its locality group's (pilot writes the tuple most of a group shares once,
+// on the LocalityLbEndpoints, and only differing endpoints carry their own,
+// which replaces the group's as a whole).
+func endpointMeta(le *endpointv3.LocalityLbEndpoints, lb *endpointv3.LbEndpoint) *structpb.Struct {
+	if st, ok := lb.GetMetadata().GetFilterMetadata()[endpointMetadataKey]; ok {
+		return st
+	}
+	return le.GetMetadata().GetFilterMetadata()[endpointMetadataKey]
 }
 
-func isPeer(lb *endpointv3.LbEndpoint) bool {
-	return lb.GetMetadata().GetFilterMetadata()[endpointMetadataKey].GetFields()[peerField].GetStringValue() == peerSidecar
+func isMTLS(md *structpb.Struct) bool {
+	return md.GetFields()[mtlsField].GetStringValue() == "true"
+}
+
+func isPeer(md *structpb.Struct) bool {
+	return md.GetFields()[peerField].GetStringValue() == peerSidecar
 }
 
 func decodeCluster(m *clusterv3.Cluster) (*Cluster, error) {
@@ -281,14 +292,15 @@ func decodeAssignment(e errs, prefix string, m *endpointv3.ClusterLoadAssignment
 				w = v.GetValue()
 			}
 			h := lb.GetHealthStatus()
+			md := endpointMeta(le, lb)
 			out.Endpoints = append(out.Endpoints, Endpoint{
 				Addr:     ap,
 				Weight:   w * lw,
 				Healthy:  h == corev3.HealthStatus_UNKNOWN || h == corev3.HealthStatus_HEALTHY || h == corev3.HealthStatus_DEGRADED,
 				Priority: le.GetPriority(),
 				Locality: loc,
-				Peer:     isPeer(lb),
-				MTLS:     isMTLS(lb),
+				Peer:     isPeer(md),
+				MTLS:     isMTLS(md),
 			})
 		}
 	}

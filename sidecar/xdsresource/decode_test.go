@@ -271,6 +271,46 @@ func TestDecodeEndpointPeer(t *testing.T) {
 	}
 }
 
+// TestDecodeEndpointGroupMeta: an endpoint without its own "weft" metadata
+// takes its locality group's; one with its own is judged by it alone (pilot
+// writes the group's common tuple once and only differing endpoints' own).
+func TestDecodeEndpointGroupMeta(t *testing.T) {
+	weft := func(fields map[string]string) *corev3.Metadata {
+		f := map[string]*structpb.Value{}
+		for k, v := range fields {
+			f[k] = structpb.NewStringValue(v)
+		}
+		return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"weft": {Fields: f}}}
+	}
+	both := map[string]string{"peer": "sidecar", "mtls": "true"}
+	for _, tc := range []struct {
+		name             string
+		group, own       *corev3.Metadata
+		wantPeer, wantTL bool
+	}{
+		{"neither", nil, nil, false, false},
+		{"group only", weft(both), nil, true, true},
+		{"own only", nil, weft(both), true, true},
+		{"own replaces group", weft(both), weft(map[string]string{"namespace": "shop"}), false, false},
+		{"own peer, group mtls", weft(map[string]string{"mtls": "true"}), weft(map[string]string{"peer": "sidecar"}), true, false},
+		{"group under another key", &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"istio": weft(both).FilterMetadata["weft"]}}, nil, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cla := dt.Endpoints("c", dt.MustAddr("10.0.0.1:15006"))
+			cla.Endpoints[0].Metadata = tc.group
+			cla.Endpoints[0].LbEndpoints[0].Metadata = tc.own
+			_, v, err := xdsresource.Decode(xdsresource.EndpointType, dt.Any(cla))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ep := v.(*xdsresource.Endpoints).Endpoints[0]
+			if ep.Peer != tc.wantPeer || ep.MTLS != tc.wantTL {
+				t.Errorf("Peer, MTLS = %v, %v; want %v, %v", ep.Peer, ep.MTLS, tc.wantPeer, tc.wantTL)
+			}
+		})
+	}
+}
+
 // An action without a timeout takes the sidecar's default (DefaultTimeout); an
 // explicit 0 disables it, as in Envoy.
 func TestDecodeRouteTimeoutUnsetVsZero(t *testing.T) {
