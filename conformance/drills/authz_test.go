@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/sidecar/admin"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/tools/testkit"
@@ -61,7 +62,7 @@ func startAuthzDrill(t *testing.T, base string) *authzDrill {
 	d := &authzDrill{}
 	d.pilot = proc.StartPilot(t, base+".254", filepath.Join(t.TempDir(), "pilot"), proc.Secure())
 	d.pilot.Apply(t, authzDrillMesh)
-	startApp(t, base+".2:9080", "reviews")
+	drillkit.StartApp(t, base+".2:9080", "reviews")
 	d.reviews = proc.StartSidecar(t, proc.SidecarConfig{NodeID: "reviews-a", Namespace: "shop", ServiceAccount: "reviews",
 		Labels: map[string]string{"app": "reviews"}, IP: base + ".2", Pilot: d.pilot, Extra: []string{"--app-address", base + ".2"}})
 	d.product = proc.StartSidecar(t, proc.SidecarConfig{NodeID: "productpage-a", Namespace: "shop", ServiceAccount: "productpage",
@@ -87,7 +88,7 @@ var drillClient = &http.Client{Timeout: 2 * time.Second}
 
 // get sends path to reviews through the productpage sidecar.
 func (d *authzDrill) get(path string) (int, string, http.Header, error) {
-	return get(drillClient, ws{ip: d.product.Config.IP}, "reviews:9080", path)
+	return drillkit.Get(drillClient, drillkit.Workload{IP: d.product.Config.IP}, "reviews:9080", path)
 }
 
 // metric is the value of the first /metrics sample of s starting with prefix
@@ -251,7 +252,7 @@ func TestDrillOverrideRestartKeepsTTL(t *testing.T) {
 
 func configDump(t *testing.T, s *proc.SidecarProcess) *admin.ConfigDump {
 	t.Helper()
-	resp, err := hc.Get(s.AdminURL() + "/config_dump")
+	resp, err := drillkit.Client.Get(s.AdminURL() + "/config_dump")
 	if err != nil {
 		t.Fatalf("config_dump: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	mdns "github.com/miekg/dns"
 
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/sidecar/runtime"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
@@ -55,10 +56,10 @@ func lookupA(t *testing.T, addr, network, name string) []string {
 // hand-built name table, pilot the one it generates from the Service's
 // spec.addresses).
 func TestDrillDNSFromLastKnownGood(t *testing.T) {
-	for i, kind := range controlPlanes {
+	for i, kind := range drillkit.ControlPlanes {
 		t.Run(kind, func(t *testing.T) {
-			w, cp := setup(t, kind, fmt.Sprintf("127.77.8%d", i))
-			dnsAddr := w.ip + ":15053"
+			w, cp := drillkit.Setup(t, kind, fmt.Sprintf("127.77.8%d", i))
+			dnsAddr := w.IP + ":15053"
 			resolv := filepath.Join(t.TempDir(), "resolv.conf")
 			// No nameserver: only the mesh's names can be answered, and no forward
 			// can stand in for the table.
@@ -68,18 +69,18 @@ func TestDrillDNSFromLastKnownGood(t *testing.T) {
 			flags := []string{"--dns-addr", dnsAddr, "--dns-resolv-conf", resolv}
 			var rev int64
 			switch c := cp.(type) {
-			case refCP:
-				res := meshTo(w, w.ip[:len(w.ip)-1]+"2:8080")
+			case drillkit.RefCP:
+				res := drillkit.MeshTo(w, w.IP[:len(w.IP)-1]+"2:8080")
 				dt.WithDNS(res[xdsresource.ListenerType][0].(*listenerv3.Listener),
 					dt.DNSMetadata("cluster.local", map[string][]string{"reviews.shop.svc.cluster.local": {dnsVIP}}))
 				rev = 2
-				c.push(res, rev, 0)
-			case *pilotProc:
+				c.Push(res, rev, 0)
+			case *drillkit.PilotProc:
 				// Pilot sends the name table to intercepted sidecars (the wire's VIP
 				// chains need original destinations); no rules are installed here,
 				// DNS is all this drill asks of it.
-				flags = append(flags, "--intercept", "iptables", "--inbound-addr", w.ip+":15006")
-				rev = c.applyRev(fmt.Sprintf(`apiVersion: mesh.weft.dev/v1alpha1
+				flags = append(flags, "--intercept", "iptables", "--inbound-addr", w.IP+":15006")
+				rev = c.ApplyRev(fmt.Sprintf(`apiVersion: mesh.weft.dev/v1alpha1
 kind: Service
 metadata: {name: reviews, namespace: shop}
 spec:
@@ -88,10 +89,10 @@ spec:
   ports: [{name: http, port: 9080, targetPort: 8080, protocol: HTTP}]
 `, dnsVIP))
 			}
-			sc := startSidecar(t, w, cp.addr(), flags...)
-			sc.waitReady(10 * time.Second)
-			testkit.Eventually(t, 10*time.Second, fmt.Sprintf("revision %d active", rev), func() bool { return sc.configDump().Revision >= rev })
-			if cd := sc.configDump(); cd.DNS == nil || cd.DNS.Hosts != 1 {
+			sc := drillkit.StartSidecar(t, w, cp.Addr(), flags...)
+			sc.WaitReady(10 * time.Second)
+			testkit.Eventually(t, 10*time.Second, fmt.Sprintf("revision %d active", rev), func() bool { return sc.ConfigDump().Revision >= rev })
+			if cd := sc.ConfigDump(); cd.DNS == nil || cd.DNS.Hosts != 1 {
 				t.Fatalf("name table not active: %+v", cd.DNS)
 			}
 			for _, network := range []string{"udp", "tcp"} {
@@ -99,18 +100,18 @@ spec:
 					t.Fatalf("%s with pilot up: %v", network, got)
 				}
 			}
-			testkit.Eventually(t, 5*time.Second, "last-known-good saved", func() bool { return !sc.configDump().LastKnownGood.SavedAt.IsZero() })
+			testkit.Eventually(t, 5*time.Second, "last-known-good saved", func() bool { return !sc.ConfigDump().LastKnownGood.SavedAt.IsZero() })
 
-			cp.down()
-			testkit.Eventually(t, 5*time.Second, "xDS stream noticed down", func() bool { return !sc.configDump().XDS.Connected })
+			cp.Down()
+			testkit.Eventually(t, 5*time.Second, "xDS stream noticed down", func() bool { return !sc.ConfigDump().XDS.Connected })
 			if got := lookupA(t, dnsAddr, "udp", "reviews.shop."); !slices.Equal(got, []string{dnsVIP}) {
 				t.Fatalf("pilot killed: %v", got)
 			}
 
-			sc.stop()
-			sc = startSidecar(t, w, cp.addr(), flags...)
-			took := sc.waitReady(2 * time.Second)
-			cd := sc.configDump()
+			sc.Terminate()
+			sc = drillkit.StartSidecar(t, w, cp.Addr(), flags...)
+			took := sc.WaitReady(2 * time.Second)
+			cd := sc.ConfigDump()
 			if cd.Active == nil || cd.Active.Source != runtime.SourceLKG || cd.DNS == nil || cd.DNS.Hosts != 1 {
 				t.Fatalf("after restart: active %+v, dns %+v", cd.Active, cd.DNS)
 			}
@@ -121,7 +122,7 @@ spec:
 					}
 				}
 			}
-			if q := sc.configDump().DNS.Queries; q["mesh"] == 0 || q["forwarded"] != 0 {
+			if q := sc.ConfigDump().DNS.Queries; q["mesh"] == 0 || q["forwarded"] != 0 {
 				t.Fatalf("queries %v", q)
 			}
 			t.Logf("%s: restarted with pilot dead, ready in %s, DNS answered %s from the last-known-good", kind, took.Round(time.Millisecond), dnsVIP)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/tools/testkit"
 	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
@@ -34,25 +35,25 @@ spec:
 }
 
 type identityRig struct {
-	pilot             *pilotProc
+	pilot             *drillkit.PilotProc
 	frontend, reviews *proc.SidecarProcess
-	front             ws // the frontend sidecar's addresses, for the load generator
+	front             drillkit.Workload // the frontend sidecar's addresses, for the load generator
 }
 
 // startIdentityRig: pilot on base.254, frontend sidecar on base.1, reviews
 // sidecar and application on base.2.
 func startIdentityRig(t *testing.T, base string, ttl time.Duration) *identityRig {
 	t.Helper()
-	p := startPilot(t, base+".254", proc.Secure())
-	p.apply(identityMesh(ttl))
-	startApp(t, base+".2:8080", "reviews")
+	p := drillkit.StartPilot(t, base+".254", proc.Secure())
+	p.ApplyYAML(identityMesh(ttl))
+	drillkit.StartApp(t, base+".2:8080", "reviews")
 	start := func(id, ip, app string) *proc.SidecarProcess {
 		return proc.StartSidecar(t, proc.SidecarConfig{NodeID: id, Namespace: "shop", ServiceAccount: app,
 			Labels: map[string]string{"app": app}, IP: ip, Pilot: p.PilotProcess, TokenTTL: time.Hour,
 			Extra: []string{"--app-address", ip, "--xds-mode", "sotw"}})
 	}
 	r := &identityRig{pilot: p, reviews: start("reviews-a", base+".2", "reviews"), frontend: start("frontend-a", base+".1", "frontend"),
-		front: ws{ip: base + ".1", nodeID: "frontend-a"}}
+		front: drillkit.Workload{IP: base + ".1", NodeID: "frontend-a"}}
 	for _, s := range []*proc.SidecarProcess{r.reviews, r.frontend} {
 		waitCert(t, s, "valid", 30*time.Second)
 	}
@@ -62,7 +63,7 @@ func startIdentityRig(t *testing.T, base string, ttl time.Duration) *identityRig
 
 // call sends one request frontend -> reviews (mTLS) -> application.
 func (r *identityRig) call() error {
-	code, body, _, err := get(hc, r.front, "reviews:9080", "/id")
+	code, body, _, err := drillkit.Get(drillkit.Client, r.front, "reviews:9080", "/id")
 	if err != nil {
 		return err
 	}
@@ -82,7 +83,7 @@ func TestDrillCertificateExpiresWithPilotDown(t *testing.T) {
 	if v := metric(r.frontend, `weft_sidecar_mtls_handshakes_total{result="ok",side="client"}`); v == 0 {
 		t.Fatal("no client mTLS handshake counted on the frontend")
 	}
-	r.pilot.down()
+	r.pilot.Down()
 	downAt := time.Now()
 	waitCert(t, r.reviews, "expired", ttl+30*time.Second)
 	t.Logf("reviews' certificate expired %s after pilot was killed", time.Since(downAt).Round(time.Millisecond))
@@ -111,7 +112,7 @@ func TestDrillCertificateExpiresWithPilotDown(t *testing.T) {
 	if cd := dumpOf(t, r.frontend); !strings.Contains(cd, "reviews") {
 		t.Fatal("the frontend's configuration lost reviews while pilot was down")
 	}
-	r.pilot.up()
+	r.pilot.Up()
 	back := time.Now()
 	waitCert(t, r.reviews, "valid", 30*time.Second)
 	waitCert(t, r.frontend, "valid", 30*time.Second)
@@ -127,7 +128,7 @@ func TestDrillRootRotationUnderLoad(t *testing.T) {
 	const ttl = 12 * time.Second
 	r := startIdentityRig(t, "127.79.3", ttl)
 	start := time.Now()
-	lg := startRate(t, r.front, "reviews:9080", 50)
+	lg := drillkit.StartRate(t, r.front, "reviews:9080", 50)
 	var rot struct {
 		Signer   string `json:"signer"`
 		Previous string `json:"previous"`
@@ -177,18 +178,18 @@ func TestDrillRootRotationUnderLoad(t *testing.T) {
 	finished := time.Now()
 	// Load keeps going past the finish: 2s of it (100 requests at 50/s) answered.
 	testkit.Wait(t, 30*time.Second, func() error {
-		if n := len(lg.since(finished)); n < 100 {
+		if n := len(lg.Since(finished)); n < 100 {
 			return fmt.Errorf("%d requests answered since the rotation finished, want 100", n)
 		}
 		return nil
 	})
-	lg.stop()
-	rs := lg.since(start)
+	lg.Stop()
+	rs := lg.Since(start)
 	failed, first := 0, ""
 	for _, x := range rs {
-		if !x.ok() || x.body != "reviews /drill" {
+		if !x.OK() || x.Body != "reviews /drill" {
 			if failed++; first == "" {
-				first = fmt.Sprintf("code %d body %q err %v", x.code, x.body, x.err)
+				first = fmt.Sprintf("code %d body %q err %v", x.Code, x.Body, x.Err)
 			}
 		}
 	}
@@ -222,7 +223,7 @@ func waitCert(t *testing.T, s *proc.SidecarProcess, state string, within time.Du
 }
 
 func readyOf(s *proc.SidecarProcess) (int, string) {
-	resp, err := hc.Get(s.ReadyURL())
+	resp, err := drillkit.Client.Get(s.ReadyURL())
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -232,13 +233,13 @@ func readyOf(s *proc.SidecarProcess) (int, string) {
 }
 
 // caAPI calls pilot's CA admin API and returns the body of a 2xx answer.
-func caAPI(t *testing.T, p *pilotProc, method, path string) []byte {
+func caAPI(t *testing.T, p *drillkit.PilotProc, method, path string) []byte {
 	t.Helper()
 	req, err := http.NewRequest(method, p.URL()+"/apis/ca/v1/"+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := hc.Do(req)
+	resp, err := drillkit.Client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

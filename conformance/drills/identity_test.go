@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/sidecar/admin"
 	"github.com/weft-mesh/weft/tools/testkit"
 	"github.com/weft-mesh/weft/tools/testkit/proc"
@@ -18,7 +19,7 @@ import (
 
 func dumpOf(t *testing.T, s *proc.SidecarProcess) string {
 	t.Helper()
-	resp, err := hc.Get(s.AdminURL() + "/config_dump")
+	resp, err := drillkit.Client.Get(s.AdminURL() + "/config_dump")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,16 +35,16 @@ func dumpOf(t *testing.T, s *proc.SidecarProcess) string {
 // is back it gets one with its token and reconnects over mTLS.
 func TestDrillRestartWithoutPilotBeforeCertificate(t *testing.T) {
 	base := "127.79.5"
-	p := startPilot(t, base+".254", proc.Secure())
-	p.apply(meshYAML(base + ".2"))
-	startApp(t, base+".2:8080", "v1")
+	p := drillkit.StartPilot(t, base+".254", proc.Secure())
+	p.ApplyYAML(drillkit.MeshYAML(base + ".2"))
+	drillkit.StartApp(t, base+".2:8080", "v1")
 	flags := append(proc.IdentityFlags(t, p.PilotProcess, t.TempDir(), "shop", "productpage", time.Hour), "--publisher-key", p.KeyFile())
 	cfg := proc.SidecarConfig{NodeID: "productpage-a", Namespace: "shop", ServiceAccount: "productpage",
 		Labels: map[string]string{"app": "productpage"}, IP: base + ".1", StateDir: t.TempDir(), PlainPilot: p.XDSTLSAddr(),
 		Extra: append(flags, "--xds-mode", "sotw")}
-	front := ws{ip: base + ".1"}
+	front := drillkit.Workload{IP: base + ".1"}
 	call := func() error {
-		code, body, _, err := get(hc, front, "reviews:9080", "/lkg")
+		code, body, _, err := drillkit.Get(drillkit.Client, front, "reviews:9080", "/lkg")
 		if err != nil {
 			return err
 		}
@@ -65,7 +66,7 @@ func TestDrillRestartWithoutPilotBeforeCertificate(t *testing.T) {
 		return nil
 	})
 	_ = s.Stop(s.Grace)
-	p.down()
+	p.Down()
 
 	s = proc.StartSidecar(t, cfg)
 	start := time.Now()
@@ -80,7 +81,7 @@ func TestDrillRestartWithoutPilotBeforeCertificate(t *testing.T) {
 		}
 		return nil
 	})
-	p.up()
+	p.Up()
 	back := time.Now()
 	testkit.Wait(t, 30*time.Second, func() error {
 		if v := metric(s, "weft_sidecar_xds_connected"); v != 1 {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/sidecar/runtime/lkg"
 	"github.com/weft-mesh/weft/sidecar/runtime/runtimetest"
 	"github.com/weft-mesh/weft/tools/testkit"
@@ -22,40 +23,40 @@ func TestDrillLKGRefused(t *testing.T) {
 		name     string
 		ip       string
 		validity time.Duration
-		alter    func(t *testing.T, w *ws)
+		alter    func(t *testing.T, w *drillkit.Workload)
 		check    string
 	}{
-		{"one byte altered", "127.77.3.1", 0, func(t *testing.T, w *ws) {
-			if err := runtimetest.AlterOneByte(filepath.Join(w.stateDir, lkg.FileName)); err != nil {
+		{"one byte altered", "127.77.3.1", 0, func(t *testing.T, w *drillkit.Workload) {
+			if err := runtimetest.AlterOneByte(filepath.Join(w.StateDir, lkg.FileName)); err != nil {
 				t.Fatal(err)
 			}
 		}, "digest"},
-		{"another node's file", "127.77.3.2", 0, func(t *testing.T, w *ws) {
-			w.nodeID = "ratings-v1-a" // same state dir, other identity
+		{"another node's file", "127.77.3.2", 0, func(t *testing.T, w *drillkit.Workload) {
+			w.NodeID = "ratings-v1-a" // same state dir, other identity
 		}, "node"},
-		{"past its validity", "127.77.3.3", 2 * time.Second, func(t *testing.T, w *ws) {
+		{"past its validity", "127.77.3.3", 2 * time.Second, func(t *testing.T, w *drillkit.Workload) {
 			time.Sleep(2100 * time.Millisecond) // the manifest was signed valid for 2s
 		}, "validity"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			priv := newKey(t)
-			w := newWorkload(t, tc.ip, "reviews-v1-a", priv.Public().(ed25519.PublicKey))
-			startApp(t, tc.ip+":8080", "app")
-			pilot := newRefServer(t, tc.ip+":15010", priv, w.nodeID)
-			pilot.push(meshTo(w, tc.ip+":8080"), 1, tc.validity)
-			sc := startSidecar(t, w, pilot.addr)
-			sc.waitReady(10 * time.Second)
-			testkit.Eventually(t, 5*time.Second, "last-known-good saved", func() bool { return !sc.configDump().LastKnownGood.SavedAt.IsZero() })
-			sc.stop()
-			pilot.stop()
+			priv := drillkit.NewKey(t)
+			w := drillkit.NewWorkload(t, tc.ip, "reviews-v1-a", priv.Public().(ed25519.PublicKey))
+			drillkit.StartApp(t, tc.ip+":8080", "app")
+			pilot := drillkit.NewRefServer(t, tc.ip+":15010", priv, w.NodeID)
+			pilot.Push(drillkit.MeshTo(w, tc.ip+":8080"), 1, tc.validity)
+			sc := drillkit.StartSidecar(t, w, pilot.Addr())
+			sc.WaitReady(10 * time.Second)
+			testkit.Eventually(t, 5*time.Second, "last-known-good saved", func() bool { return !sc.ConfigDump().LastKnownGood.SavedAt.IsZero() })
+			sc.Terminate()
+			pilot.Stop()
 
 			tc.alter(t, &w)
-			sc = startSidecar(t, w, pilot.addr)
+			sc = drillkit.StartSidecar(t, w, pilot.Addr())
 			// The sidecar gives pilot 500ms before it tries the file and refuses it.
 			want := "last-known-good refused (" + tc.check + " check failed): "
 			testkit.Wait(t, 10*time.Second, func() error {
-				if code, body := sc.ready(); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, want) {
+				if code, body := sc.Ready(); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, want) {
 					return fmt.Errorf("readiness = %d %q, want 503 %q...", code, body, want)
 				}
 				return nil
@@ -69,7 +70,7 @@ func TestDrillLKGRefused(t *testing.T) {
 				t.Fatalf("log does not name check %q:\n%s", tc.check, sc.Logs.String())
 			}
 			// Nothing is served either.
-			code, _, _, err := get(hc, w, "reviews", "/")
+			code, _, _, err := drillkit.Get(drillkit.Client, w, "reviews", "/")
 			if err == nil && code == http.StatusOK {
 				t.Fatal("refused snapshot served a request")
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/weft-mesh/weft/certs/manifest"
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/sidecar/admin"
 	"github.com/weft-mesh/weft/sidecar/runtime"
 	"github.com/weft-mesh/weft/tools/testkit"
@@ -20,7 +21,7 @@ import (
 
 // configDumpOf is a sidecar process's /config_dump.
 func configDumpOf(s *proc.SidecarProcess) (*admin.ConfigDump, error) {
-	resp, err := hc.Get(s.AdminURL() + "/config_dump")
+	resp, err := drillkit.Client.Get(s.AdminURL() + "/config_dump")
 	if err != nil {
 		return nil, err
 	}
@@ -65,10 +66,10 @@ func TestDrillNewPublisherKey(t *testing.T) {
 }
 
 func newPublisherKey(t *testing.T, base, mode string) {
-	p := startPilot(t, base+".254", proc.Secure())
-	p.apply(meshYAML(base + ".2"))
-	startApp(t, base+".2:8080", "v1")
-	startApp(t, base+".4:8080", "d1")
+	p := drillkit.StartPilot(t, base+".254", proc.Secure())
+	p.ApplyYAML(drillkit.MeshYAML(base + ".2"))
+	drillkit.StartApp(t, base+".2:8080", "v1")
+	drillkit.StartApp(t, base+".4:8080", "d1")
 
 	newSidecar := func(node, ip string) proc.SidecarConfig {
 		// Identity flags without --publisher-key: the CA bundle decides.
@@ -80,7 +81,7 @@ func newPublisherKey(t *testing.T, base, mode string) {
 	cfgA, cfgB := newSidecar("productpage-a", base+".1"), newSidecar("productpage-b", base+".3")
 	serves := func(ip, host, want string) func() error {
 		return func() error {
-			code, body, _, err := get(hc, ws{ip: ip}, host+":9080", "/e")
+			code, body, _, err := drillkit.Get(drillkit.Client, drillkit.Workload{IP: ip}, host+":9080", "/e")
 			if err != nil {
 				return err
 			}
@@ -136,9 +137,9 @@ func newPublisherKey(t *testing.T, base, mode string) {
 	}
 
 	// Pilot goes down and loses its publisher key; its CA root stays.
-	p.down()
+	p.Down()
 	for _, f := range []string{manifest.PrivateKeyFile, manifest.PublicKeyFile} {
-		if err := os.Remove(filepath.Join(p.dataDir, f)); err != nil {
+		if err := os.Remove(filepath.Join(p.DataDir, f)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -157,12 +158,12 @@ func newPublisherKey(t *testing.T, base, mode string) {
 	t.Logf("B restarted with pilot down: serving from its last-known-good (key %s) %s after start", k1, time.Since(start).Round(time.Millisecond))
 
 	// Pilot returns with a new key, certified by the same CA, and a change.
-	p.up()
+	p.Up()
 	k2 := keyID()
 	if k2 == k1 {
 		t.Fatal("pilot kept its publisher key")
 	}
-	p.apply(detailsYAML(base + ".4"))
+	p.ApplyYAML(detailsYAML(base + ".4"))
 	back := time.Now()
 	for _, s := range []*proc.SidecarProcess{a, b} {
 		serial := signedBy(s, k2)
@@ -187,7 +188,7 @@ func newPublisherKey(t *testing.T, base, mode string) {
 	}
 
 	// Pilot down again: A restarted boots from the last-known-good the new key signed.
-	p.down()
+	p.Down()
 	_ = a.Stop(a.Grace)
 	a = proc.StartSidecar(t, cfgA)
 	testkit.Wait(t, 10*time.Second, serves(cfgA.IP, "details", "d1"))

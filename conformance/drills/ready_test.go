@@ -1,35 +1,16 @@
 package drills
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/weft-mesh/weft/pilot/api"
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
-
-// applyRev applies YAML through pilot's admin API and returns the store
-// revision the apply produced.
-func (p *pilotProc) applyRev(yaml string) int64 {
-	p.t.Helper()
-	resp, err := hc.Post(p.URL()+api.Prefix+"/apply", "application/yaml", bytes.NewReader([]byte(yaml)))
-	if err != nil {
-		p.t.Fatalf("apply: %v", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var ar api.ApplyResponse
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &ar) != nil || !ar.Changed {
-		p.t.Fatalf("apply: %d %s", resp.StatusCode, b)
-	}
-	return ar.Revision
-}
 
 // serviceYAML is one more Service in the sidecar's namespace: every sidecar of
 // the namespace gets its cluster and route, so each apply changes what the
@@ -59,18 +40,18 @@ const readyStarts = 50
 func TestReadyMeansCurrent(t *testing.T) {
 	base := "127.77.90"
 	sidecarIP, appIP := base+".1", base+".2"
-	startApp(t, appIP+":8080", "v1")
-	p := startPilot(t, sidecarIP, "--xds-debounce", "150ms", "--xds-max-delay", "150ms")
-	p.applyRev(meshYAML(appIP))
+	drillkit.StartApp(t, appIP+":8080", "v1")
+	p := drillkit.StartPilot(t, sidecarIP, "--xds-debounce", "150ms", "--xds-max-delay", "150ms")
+	p.ApplyRev(drillkit.MeshYAML(appIP))
 	var took []time.Duration
 	for i := range readyStarts {
-		rev := p.applyRev(serviceYAML(i))
-		w := ws{ip: sidecarIP, nodeID: fmt.Sprintf("productpage-%d", i), stateDir: filepath.Join(t.TempDir(), "state"), keyFile: p.KeyFile()}
+		rev := p.ApplyRev(serviceYAML(i))
+		w := drillkit.Workload{IP: sidecarIP, NodeID: fmt.Sprintf("productpage-%d", i), StateDir: filepath.Join(t.TempDir(), "state"), KeyFile: p.KeyFile()}
 		start := time.Now()
-		sc := startSidecar(t, w, p.addr())
+		sc := drillkit.StartSidecar(t, w, p.Addr())
 		polls := 0
 		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("sidecar %d ready", i), func() bool {
-			resp, err := hc.Get("http://" + w.admin() + "/config_dump")
+			resp, err := drillkit.Client.Get("http://" + w.Admin() + "/config_dump")
 			if err != nil {
 				return false // not listening yet
 			}
@@ -97,10 +78,10 @@ func TestReadyMeansCurrent(t *testing.T) {
 			return true
 		})
 		took = append(took, time.Since(start))
-		if code, body := sc.ready(); code != http.StatusOK {
+		if code, body := sc.Ready(); code != http.StatusOK {
 			t.Fatalf("sidecar %d: /healthz/ready %d %q after config_dump said ready", i, code, body)
 		}
-		sc.stop()
+		sc.Terminate()
 	}
 	t.Logf("%d sidecars started right after an apply, each ready on a current configuration; start to ready: first %v, last %v",
 		readyStarts, took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))

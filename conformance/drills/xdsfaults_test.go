@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/weft-mesh/weft/certs/manifest"
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/pilot/xds/sign"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
@@ -141,7 +142,7 @@ func signedFor(t *testing.T, priv ed25519.PrivateKey, nodeID string, rev int64, 
 			if err != nil {
 				t.Fatal(err)
 			}
-			byType[typ][nameOf(m)] = snapshot.Resource{Name: nameOf(m), Any: a}
+			byType[typ][drillkit.NameOf(m)] = snapshot.Resource{Name: drillkit.NameOf(m), Any: a}
 		}
 	}
 	r, err := sign.Manifest(priv, nodeID, snapshot.FromResources(rev, byType), time.Now(), 0)
@@ -158,12 +159,12 @@ func isACK(r *discovery.DiscoveryRequest) bool { return r != nil && r.GetErrorDe
 // keeps serving the active configuration, then takes the next good push.
 func TestDrillBadResponses(t *testing.T) {
 	const ip = "127.77.4.1"
-	priv := newKey(t)
-	w := newWorkload(t, ip, "reviews-v1-a", priv.Public().(ed25519.PublicKey))
-	startApp(t, ip+":8080", "v1")
-	startApp(t, ip+":8081", "v2")
+	priv := drillkit.NewKey(t)
+	w := drillkit.NewWorkload(t, ip, "reviews-v1-a", priv.Public().(ed25519.PublicKey))
+	drillkit.StartApp(t, ip+":8080", "v1")
+	drillkit.StartApp(t, ip+":8081", "v2")
 	h := startHandADS(t, ip+":15010")
-	sc := startSidecar(t, w, ip+":15010")
+	sc := drillkit.StartSidecar(t, w, ip+":15010")
 	var hs *handStream
 	select {
 	case hs = <-h.streams:
@@ -174,7 +175,7 @@ func TestDrillBadResponses(t *testing.T) {
 
 	cluster := anyOf(t, dt.EDSCluster("backend", dt.ClusterOpts{}))
 	eps := func(app string) *anypb.Any { return anyOf(t, dt.Endpoints("backend", dt.MustAddr(app))) }
-	lis := anyOf(t, dt.HTTPListener("outbound", dt.MustAddr(w.outbound()), "routes"))
+	lis := anyOf(t, dt.HTTPListener("outbound", dt.MustAddr(w.Outbound()), "routes"))
 	routes := anyOf(t, dt.RouteConfig("routes", dt.VirtualHost("all", []string{"*"}, dt.PrefixRoute("/", "backend", 0))))
 	v1 := map[string][]*anypb.Any{xdsclient.TypeCluster: {cluster}, xdsclient.TypeEndpoint: {eps(ip + ":8080")},
 		xdsclient.TypeListener: {lis}, xdsclient.TypeRoute: {routes}}
@@ -183,20 +184,20 @@ func TestDrillBadResponses(t *testing.T) {
 			t.Fatalf("%s v1 not ACKed: %v", xdsclient.ShortName(typ), r)
 		}
 	}
-	if r := hs.respond(manifest.TypeURL, "1", signedFor(t, priv, w.nodeID, 1, v1)); !isACK(r) {
+	if r := hs.respond(manifest.TypeURL, "1", signedFor(t, priv, w.NodeID, 1, v1)); !isACK(r) {
 		t.Fatalf("manifest not ACKed: %v", r)
 	}
-	sc.waitReady(5 * time.Second)
+	sc.WaitReady(5 * time.Second)
 	serves := func(want string) {
 		t.Helper()
-		code, body, _, err := get(hc, w, "reviews", "/")
+		code, body, _, err := drillkit.Get(drillkit.Client, w, "reviews", "/")
 		if err != nil || code != http.StatusOK || body != want+" /" {
 			t.Fatalf("request = %d %q %v, want %q", code, body, err, want)
 		}
 	}
 	serves("v1")
 	typeStatus := func(typ string) xdsTypeView {
-		for _, ts := range sc.configDump().XDS.Types {
+		for _, ts := range sc.ConfigDump().XDS.Types {
 			if ts.TypeURL == typ {
 				return xdsTypeView{version: ts.Version, nacks: ts.NACKs, ignored: ts.Ignored, resources: ts.Resources, lastError: ts.LastError}
 			}
@@ -249,7 +250,7 @@ func TestDrillBadResponses(t *testing.T) {
 	if r := hs.answer("type.googleapis.com/weft.unknown.v1.Thing", "u1", 500*time.Millisecond); r != nil {
 		t.Fatalf("unknown type answered: %v", r)
 	}
-	testkit.Eventually(t, 5*time.Second, "unknown type counted", func() bool { return sc.configDump().XDS.UnknownTypeResponses == 1 })
+	testkit.Eventually(t, 5*time.Second, "unknown type counted", func() bool { return sc.ConfigDump().XDS.UnknownTypeResponses == 1 })
 	serves("v1")
 
 	// A manifest signed for another node: NACKed naming the check.
@@ -258,7 +259,7 @@ func TestDrillBadResponses(t *testing.T) {
 		t.Fatalf("foreign manifest: %v", r)
 	}
 	serves("v1")
-	if cd := sc.configDump(); cd.Revision != 1 || cd.Counters.Activations != 1 {
+	if cd := sc.ConfigDump(); cd.Revision != 1 || cd.Counters.Activations != 1 {
 		t.Fatalf("after faults: revision %d activations %d", cd.Revision, cd.Counters.Activations)
 	}
 
@@ -269,11 +270,11 @@ func TestDrillBadResponses(t *testing.T) {
 		t.Fatalf("good EDS: %v", r)
 	}
 	serves("v1") // not active before its manifest
-	if r := hs.respond(manifest.TypeURL, "3", signedFor(t, priv, w.nodeID, 2, v2)); !isACK(r) {
+	if r := hs.respond(manifest.TypeURL, "3", signedFor(t, priv, w.NodeID, 2, v2)); !isACK(r) {
 		t.Fatalf("good manifest: %v", r)
 	}
 	serves("v2")
-	if cd := sc.configDump(); cd.Revision != 2 {
+	if cd := sc.ConfigDump(); cd.Revision != 2 {
 		t.Fatalf("revision %d after recovery", cd.Revision)
 	}
 }

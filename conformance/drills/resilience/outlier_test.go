@@ -1,4 +1,4 @@
-package drills
+package resilience
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/tools/meshctl"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
@@ -56,7 +57,7 @@ func ejectionDrill(t *testing.T, base string, killPilot bool) {
 	bad := ups[1]
 	p, sc := meshUp(t, base, svcYAML("reviews", ups...)+routeYAML("reviews", retry5xx)+policyYAML("reviews", ejectPolicy))
 	loadStart := time.Now()
-	lg := startRate(t, sc.w, "reviews:9080", ejectRate)
+	lg := drillkit.StartRate(t, sc.W, "reviews:9080", ejectRate)
 	testkit.Eventually(t, 20*time.Second, "every upstream serving", func() bool {
 		for _, u := range ups {
 			if u.stats().hits(loadStart, time.Time{}) == 0 {
@@ -66,8 +67,8 @@ func ejectionDrill(t *testing.T, base string, killPilot bool) {
 		return true
 	})
 	if killPilot {
-		p.down()
-		testkit.Eventually(t, 10*time.Second, "sidecar sees pilot gone", func() bool { return !sc.configDump().XDS.Connected })
+		p.Down()
+		testkit.Eventually(t, 10*time.Second, "sidecar sees pilot gone", func() bool { return !sc.ConfigDump().XDS.Connected })
 	}
 
 	failAt := time.Now()
@@ -94,7 +95,7 @@ func ejectionDrill(t *testing.T, base string, killPilot bool) {
 	healedAt := time.Now()
 
 	// The sidecar explains the ejection.
-	ejected, body, err := sc.ejected(bad.addr())
+	ejected, body, err := sc.Ejected(bad.addr())
 	if err != nil || !ejected {
 		t.Errorf("sidecar /outliers does not list %s as ejected (%v): %s", bad.addr(), err, body)
 	} else {
@@ -139,9 +140,9 @@ func ejectionDrill(t *testing.T, base string, killPilot bool) {
 	})
 	// Back in rotation: it serves its share again.
 	testkit.Eventually(t, 20*time.Second, "the returned upstream serving its share", func() bool {
-		return summarize(lg.since(back)).byUpstream[bad.name] >= 20
+		return summarize(lg.Since(back)).byUpstream[bad.name] >= 20
 	})
-	lg.stop()
+	lg.Stop()
 	gap := back.Sub(lastFail)
 	t.Logf("%s back %s after its last failed request (healthy %s before that)", bad.name, gap.Round(time.Millisecond), back.Sub(healedAt).Round(time.Millisecond))
 	// The ejection began at or before the last failed request arrived (requests
@@ -168,12 +169,12 @@ func ejectionDrill(t *testing.T, base string, killPilot bool) {
 	})
 	t.Logf("sidecar log:\n%s\n%s", logged("host ejected"), logged("host returned"))
 	// And in /metrics: one ejection by consecutive5xx, one return.
-	if e, r := sc.metric(`weft_sidecar_outlier_ejections_total{detector="consecutive5xx"}`), sc.metric("weft_sidecar_outlier_returns_total"); e != 1 || r != 1 {
+	if e, r := sc.Metric(`weft_sidecar_outlier_ejections_total{detector="consecutive5xx"}`), sc.Metric("weft_sidecar_outlier_returns_total"); e != 1 || r != 1 {
 		t.Errorf("/metrics: %v ejections by consecutive5xx, %v returns; want 1 and 1", e, r)
 	}
 
-	all := summarize(lg.since(loadStart))
-	after := summarize(lg.since(lastFail))
+	all := summarize(lg.Since(loadStart))
+	after := summarize(lg.Since(lastFail))
 	t.Logf("whole load: %s", all)
 	t.Logf("from the ejection on: %s", after)
 	if after.n < ejectRate { // about ejectBase seconds of load

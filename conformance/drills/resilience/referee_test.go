@@ -1,4 +1,4 @@
-package drills
+package resilience
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/xds"
 
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -137,18 +138,18 @@ func TestRefereeGRPCGoAndSidecarEject(t *testing.T) {
 	bs := startGRPCBackends(t, base, "greeter-a", "greeter-b", "greeter-c")
 	bad := bs[2]
 	ip := base + ".1"
-	p := startPilot(t, ip)
-	rev := p.applyRev(grpcMeshYAML(bs))
-	w := ws{ip: ip, nodeID: "productpage-a", stateDir: filepath.Join(t.TempDir(), "state"), keyFile: p.KeyFile()}
-	sc := startSidecar(t, w, p.addr())
-	sc.waitReady(30 * time.Second)
+	p := drillkit.StartPilot(t, ip)
+	rev := p.ApplyRev(grpcMeshYAML(bs))
+	w := drillkit.Workload{IP: ip, NodeID: "productpage-a", StateDir: filepath.Join(t.TempDir(), "state"), KeyFile: p.KeyFile()}
+	sc := drillkit.StartSidecar(t, w, p.Addr())
+	sc.WaitReady(30 * time.Second)
 	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("revision %d active on the sidecar", rev), func() bool {
-		return sc.configDump().Revision >= rev
+		return sc.ConfigDump().Revision >= rev
 	})
 
 	// grpc-go, proxyless, through pilot.
 	rb, err := xds.NewXDSResolverWithConfigForTesting([]byte(`{
-  "xds_servers": [{"server_uri": "` + p.addr() + `", "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+  "xds_servers": [{"server_uri": "` + p.Addr() + `", "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
   "node": {"id": "grpc-referee", "cluster": "drills", "locality": {"zone": "a"}}
 }`))
 	if err != nil {
@@ -161,7 +162,7 @@ func TestRefereeGRPCGoAndSidecarEject(t *testing.T) {
 	}
 	defer direct.Close()
 	// The same calls through the sidecar's outbound listener (h2c), by the Service's name.
-	viaSC, err := grpc.NewClient("passthrough:///"+w.outbound(), grpc.WithAuthority(fmt.Sprintf("greeter:%d", grpcPort)),
+	viaSC, err := grpc.NewClient("passthrough:///"+w.Outbound(), grpc.WithAuthority(fmt.Sprintf("greeter:%d", grpcPort)),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

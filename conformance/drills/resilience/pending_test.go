@@ -1,4 +1,4 @@
-package drills
+package resilience
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -53,7 +54,7 @@ func TestDrillPendingOverflow(t *testing.T) {
 		held.Add(1)
 		go func() {
 			defer held.Done()
-			code, _, _, err := get(holders, sc.w, "reviews:9080", "/held")
+			code, _, _, err := drillkit.Get(holders, sc.W, "reviews:9080", "/held")
 			if err != nil {
 				code = 0
 			}
@@ -65,20 +66,20 @@ func TestDrillPendingOverflow(t *testing.T) {
 
 	// Two seconds of overflows first bring the heap to its steady size under this
 	// load (the GC's target); flat means the next two seconds' peak is no higher.
-	warm := startPaced(t, sc.w, "reviews:9080", clients, overflowRate)
+	warm := drillkit.StartPaced(t, sc.W, "reviews:9080", clients, overflowRate)
 	warmStart := time.Now()
 	var rssWarm int64
 	testkit.Wait(t, 30*time.Second, func() error {
 		rssWarm = max(rssWarm, rss(t, pid))
-		rs := warm.since(warmStart)
+		rs := warm.Since(warmStart)
 		for _, r := range rs {
-			if r.overflow == "maxPendingRequests" && len(rs) >= 1000 && time.Since(warmStart) > 2*time.Second {
+			if r.Overflow == "maxPendingRequests" && len(rs) >= 1000 && time.Since(warmStart) > 2*time.Second {
 				return nil
 			}
 		}
 		return fmt.Errorf("warming up: %s", summarize(rs))
 	})
-	warm.stop()
+	warm.Stop()
 	if n := slow.holding(); n != conns {
 		t.Fatalf("the upstream holds %d requests, want maxConnections %d", n, conns)
 	}
@@ -86,18 +87,18 @@ func TestDrillPendingOverflow(t *testing.T) {
 	// Measured: the same load beside a healthy Service on the same sidecar.
 	const cl = "outbound|9080||reviews.shop.svc.cluster.local"
 	fast := func() (under5ms, all float64) {
-		return sc.metric(`weft_sidecar_request_duration_seconds_bucket{cluster="` + cl + `",le="0.005"}`),
-			sc.metric(`weft_sidecar_request_duration_seconds_count{cluster="` + cl + `"}`)
+		return sc.Metric(`weft_sidecar_request_duration_seconds_bucket{cluster="` + cl + `",le="0.005"}`),
+			sc.Metric(`weft_sidecar_request_duration_seconds_count{cluster="` + cl + `"}`)
 	}
 	counter := func(limit string) float64 {
-		return sc.metric(`weft_sidecar_breaker_overflows_total{limit="` + limit + `",service="` + cl + `"}`)
+		return sc.Metric(`weft_sidecar_breaker_overflows_total{limit="` + limit + `",service="` + cl + `"}`)
 	}
 	fast0, all0 := fast()
 	pend0, conn0 := counter("maxPendingRequests"), counter("maxConnections")
 	rssBefore := rss(t, pid)
 	start := time.Now()
-	over := startPaced(t, sc.w, "reviews:9080", clients, overflowRate)
-	fine := startRate(t, sc.w, "ratings:9080", 100)
+	over := drillkit.StartPaced(t, sc.W, "reviews:9080", clients, overflowRate)
+	fine := drillkit.StartRate(t, sc.W, "ratings:9080", 100)
 	// The heap, sampled with the GC's own view of it: the heap goal each GC sets
 	// (go_memstats_next_gc_bytes: about twice the heap it marked live, so a leak
 	// raises it, while the heap in use and RSS swing with the GC's cycles). A
@@ -118,7 +119,7 @@ func TestDrillPendingOverflow(t *testing.T) {
 				return
 			case <-time.After(50 * time.Millisecond): // the sampling interval, not a wait for a condition
 			}
-			page, err := sc.scrape()
+			page, err := sc.Scrape()
 			if err != nil {
 				continue // a missed sample; the test asks for enough of them below
 			}
@@ -142,12 +143,12 @@ func TestDrillPendingOverflow(t *testing.T) {
 	var rssMax int64
 	testkit.Eventually(t, 30*time.Second, "3s of overflow answers, 10,000 at least, over 6 GCs at least", func() bool {
 		rssMax = max(rssMax, rss(t, pid))
-		return len(over.since(start)) >= minOverflows && time.Since(start) > 3*time.Second && gcsSeen() >= minGCs
+		return len(over.Since(start)) >= minOverflows && time.Since(start) > 3*time.Second && gcsSeen() >= minGCs
 	})
 	close(stopSampling)
 	<-sampled
-	over.stop()
-	fine.stop()
+	over.Stop()
+	fine.Stop()
 	took := time.Since(start)
 	rssAfter := rss(t, pid)
 	fast1, all1 := fast()
@@ -156,23 +157,23 @@ func TestDrillPendingOverflow(t *testing.T) {
 	var lat, queuedFor []time.Duration
 	bad := 0
 	first := ""
-	for _, r := range over.since(start) {
+	for _, r := range over.Since(start) {
 		switch {
-		case r.code == http.StatusServiceUnavailable && r.overflow == "maxPendingRequests":
-			lat = append(lat, r.took)
-		case r.code == http.StatusServiceUnavailable && r.overflow == "maxConnections":
-			queuedFor = append(queuedFor, r.took) // queued, then the queue timeout
+		case r.Code == http.StatusServiceUnavailable && r.Overflow == "maxPendingRequests":
+			lat = append(lat, r.Took)
+		case r.Code == http.StatusServiceUnavailable && r.Overflow == "maxConnections":
+			queuedFor = append(queuedFor, r.Took) // queued, then the queue timeout
 		default:
 			if bad++; first == "" {
-				first = fmt.Sprintf("%d %q %v", r.code, r.overflow, r.err)
+				first = fmt.Sprintf("%d %q %v", r.Code, r.Overflow, r.Err)
 			}
 		}
 	}
 	p50, p99, worst := percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 1)
-	fs := summarize(fine.since(start))
+	fs := summarize(fine.Since(start))
 	var fl []time.Duration
-	for _, r := range fine.since(start) {
-		fl = append(fl, r.took)
+	for _, r := range fine.Since(start) {
+		fl = append(fl, r.Took)
 	}
 	n, under := all1-all0-float64(len(queuedFor)), fast1-fast0
 	t.Logf("%d overflow answers in %s: by the sidecar's own clock %.0f of %.0f under 5ms; seen by the client p50 %s, p99 %s, max %s",

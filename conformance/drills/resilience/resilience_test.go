@@ -1,7 +1,6 @@
-package drills
+package resilience
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -9,13 +8,13 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -35,13 +34,6 @@ const (
 // upstreamPort is every drill upstream's port (each has its own loopback IP, so
 // a Service's targetPort is the same for all of them).
 const upstreamPort = 8080
-
-// IDHeader carries the load generator's request number; the sidecar forwards it on
-// every attempt, so an upstream that sees a number again is seeing a retry.
-const idHeader = "x-drill-id"
-
-// upstreamHeader names the upstream that answered (the fallback's answer included).
-const upstreamHeader = "x-drill-upstream"
 
 // tracker is what the upstreams of one Service count together: which request
 // numbers they have seen (a number seen again, at any of them, is a retry), and
@@ -159,7 +151,7 @@ func (u *upstream) holding() int {
 func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	mode := u.mode.Load()
-	defer u.k.arrive(r.Header.Get(idHeader))()
+	defer u.k.arrive(r.Header.Get(drillkit.IDHeader))()
 	u.mu.Lock()
 	u.arrivals = append(u.arrivals, time.Now())
 	u.modes = append(u.modes, mode)
@@ -172,7 +164,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	w.Header().Set(upstreamHeader, u.name)
+	w.Header().Set(drillkit.UpstreamHeader, u.name)
 	switch mode {
 	case up503:
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -245,172 +237,6 @@ func (s upstreamStats) firstAfter(t time.Time) time.Time {
 	return time.Time{}
 }
 
-// result is one request the load generator sent.
-type result struct {
-	start    time.Time
-	took     time.Duration
-	code     int    // 0: transport error
-	body     string // the answer's first bodyPrefix bytes
-	upstream string // upstreamHeader of the answer
-	priority string // x-weft-priority
-	overflow string // x-weft-overflow
-	err      error
-}
-
-func (r result) ok() bool { return r.err == nil && r.code == http.StatusOK }
-
-// loadgen sends GETs for one host through a sidecar's outbound listener and
-// records every request: either at a fixed rate (open loop: request i is due at
-// start + i/rate, so a loaded machine that falls behind catches up instead of
-// sending less) or from a fixed number of workers (closed loop).
-type loadgen struct {
-	w      ws
-	host   string
-	client *http.Client
-	seq    atomic.Int64
-	stopc  chan struct{}
-	wg     sync.WaitGroup
-
-	mu      sync.Mutex
-	results []result
-}
-
-// bodyPrefix is how much of each answer's body the load generator keeps.
-const bodyPrefix = 256
-
-// loadClientTimeout bounds one request of the load generator (generous: a drill
-// asserts on codes and latencies it measures, not on this).
-const loadClientTimeout = 20 * time.Second
-
-func newLoadgen(t *testing.T, w ws, host string) *loadgen {
-	lg := &loadgen{w: w, host: host, stopc: make(chan struct{}),
-		client: &http.Client{Timeout: loadClientTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
-	t.Cleanup(lg.stop)
-	return lg
-}
-
-// startRate starts an open-loop load of rate requests per second.
-func startRate(t *testing.T, w ws, host string, rate int) *loadgen {
-	lg := newLoadgen(t, w, host)
-	lg.wg.Add(1)
-	go func() {
-		defer lg.wg.Done()
-		interval := time.Second / time.Duration(rate)
-		start := time.Now()
-		var inflight sync.WaitGroup
-		defer inflight.Wait()
-		for i := 0; ; i++ {
-			wait := time.NewTimer(time.Until(start.Add(time.Duration(i) * interval)))
-			select {
-			case <-lg.stopc:
-				wait.Stop()
-				return
-			case <-wait.C:
-			}
-			if lg.stopped() {
-				return
-			}
-			inflight.Add(1)
-			go func() { defer inflight.Done(); lg.do() }()
-		}
-	}()
-	return lg
-}
-
-// startPaced starts n workers that share a rate of requests per second: each
-// takes the next request's due time (start + i/rate) and sends it then, or at
-// once if late. Closed-loop bounded (at most n in flight), so a slow client (the
-// race detector) sends less instead of piling connections up in the sidecar.
-func startPaced(t *testing.T, w ws, host string, n, rate int) *loadgen {
-	lg := newLoadgen(t, w, host)
-	interval := time.Second / time.Duration(rate)
-	start := time.Now()
-	var next atomic.Int64
-	for range n {
-		lg.wg.Add(1)
-		go func() {
-			defer lg.wg.Done()
-			for {
-				due := time.NewTimer(time.Until(start.Add(time.Duration(next.Add(1)-1) * interval)))
-				select {
-				case <-lg.stopc:
-					due.Stop()
-					return
-				case <-due.C:
-				}
-				if lg.stopped() { // a late worker's timer is ready at once: stop wins
-					return
-				}
-				lg.do()
-			}
-		}()
-	}
-	return lg
-}
-
-func (lg *loadgen) do() result {
-	id := lg.seq.Add(1)
-	r := result{start: time.Now()}
-	req, err := http.NewRequest(http.MethodGet, "http://"+lg.w.outbound()+"/drill", nil)
-	if err != nil {
-		panic(err) // a constant URL always parses
-	}
-	req.Host = lg.host
-	req.Header.Set(idHeader, strconv.FormatInt(id, 10))
-	resp, err := lg.client.Do(req)
-	if err == nil {
-		var b []byte
-		if b, err = io.ReadAll(io.LimitReader(resp.Body, bodyPrefix)); err == nil {
-			_, err = io.Copy(io.Discard, resp.Body)
-		}
-		resp.Body.Close()
-		r.body = string(b)
-		r.code = resp.StatusCode
-		r.upstream = resp.Header.Get(upstreamHeader)
-		r.priority = resp.Header.Get("x-weft-priority")
-		r.overflow = resp.Header.Get("x-weft-overflow")
-	}
-	r.took, r.err = time.Since(r.start), err
-	lg.mu.Lock()
-	lg.results = append(lg.results, r)
-	lg.mu.Unlock()
-	return r
-}
-
-// stopped reports whether stop was called.
-func (lg *loadgen) stopped() bool {
-	select {
-	case <-lg.stopc:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop ends the load and waits for every request it sent.
-func (lg *loadgen) stop() {
-	select {
-	case <-lg.stopc:
-	default:
-		close(lg.stopc)
-	}
-	lg.wg.Wait()
-	lg.client.CloseIdleConnections()
-}
-
-// since returns the results of requests started at or after t.
-func (lg *loadgen) since(t time.Time) []result {
-	lg.mu.Lock()
-	defer lg.mu.Unlock()
-	var out []result
-	for _, r := range lg.results {
-		if !r.start.Before(t) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // summary is what a set of results adds up to.
 type summary struct {
 	n, ok      int
@@ -419,15 +245,15 @@ type summary struct {
 	firstErr   string
 }
 
-func summarize(rs []result) summary {
+func summarize(rs []drillkit.Result) summary {
 	s := summary{n: len(rs), byUpstream: map[string]int{}, codes: map[int]int{}}
 	for _, r := range rs {
-		s.codes[r.code]++
-		if r.ok() {
+		s.codes[r.Code]++
+		if r.OK() {
 			s.ok++
-			s.byUpstream[r.upstream]++
+			s.byUpstream[r.Upstream]++
 		} else if s.firstErr == "" {
-			s.firstErr = fmt.Sprintf("%d %v (upstream %q, overflow %q)", r.code, r.err, r.upstream, r.overflow)
+			s.firstErr = fmt.Sprintf("%d %v (upstream %q, overflow %q)", r.Code, r.Err, r.Upstream, r.Overflow)
 		}
 	}
 	return s
@@ -520,72 +346,16 @@ func indent(s, by string) string {
 // meshUp starts a real pilot on ip base.1, applies yaml and starts a sidecar
 // (the drills' client workload, shop/productpage) on the same IP, ready with
 // pilot's revision of yaml active. The upstreams use base.11 and up.
-func meshUp(t *testing.T, base, yaml string, extra ...string) (*pilotProc, *sidecar) {
+func meshUp(t *testing.T, base, yaml string, extra ...string) (*drillkit.PilotProc, *drillkit.Sidecar) {
 	t.Helper()
 	ip := base + ".1"
-	p := startPilot(t, ip)
-	rev := p.applyRev(yaml)
-	w := ws{ip: ip, nodeID: "productpage-a", stateDir: filepath.Join(t.TempDir(), "state"), keyFile: p.KeyFile()}
-	sc := startSidecar(t, w, p.addr(), extra...)
-	sc.waitReady(30 * time.Second)
+	p := drillkit.StartPilot(t, ip)
+	rev := p.ApplyRev(yaml)
+	w := drillkit.Workload{IP: ip, NodeID: "productpage-a", StateDir: filepath.Join(t.TempDir(), "state"), KeyFile: p.KeyFile()}
+	sc := drillkit.StartSidecar(t, w, p.Addr(), extra...)
+	sc.WaitReady(30 * time.Second)
 	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("revision %d active on the sidecar", rev), func() bool {
-		return sc.configDump().Revision >= rev
+		return sc.ConfigDump().Revision >= rev
 	})
 	return p, sc
-}
-
-// outliers is the sidecar's admin /outliers as raw JSON.
-func (s *sidecar) outliers() (string, error) {
-	resp, err := hc.Get("http://" + s.w.admin() + "/outliers")
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("/outliers: %s: %s", resp.Status, b)
-	}
-	return string(b), nil
-}
-
-// ejected reports whether the sidecar's /outliers lists addr as ejected now.
-func (s *sidecar) ejected(addr string) (bool, string, error) {
-	body, err := s.outliers()
-	if err != nil {
-		return false, "", err
-	}
-	var doc any
-	if err := json.Unmarshal([]byte(body), &doc); err != nil {
-		return false, body, fmt.Errorf("/outliers is not JSON: %w", err)
-	}
-	return strings.Contains(body, `"`+addr+`"`), body, nil
-}
-
-// metricsPage returns the sidecar's /metrics.
-func (s *sidecar) metricsPage() string {
-	s.t.Helper()
-	resp, err := hc.Get("http://" + s.w.admin() + "/metrics")
-	if err != nil {
-		s.t.Fatalf("metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		s.t.Fatalf("metrics: %v", err)
-	}
-	return string(b)
-}
-
-// metricLines are the /metrics samples whose line starts with prefix.
-func (s *sidecar) metricLines(prefix string) []string {
-	var out []string
-	for _, l := range strings.Split(s.metricsPage(), "\n") {
-		if strings.HasPrefix(l, prefix) {
-			out = append(out, l)
-		}
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package drills
+package resilience
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -42,21 +43,21 @@ func TestDrillRateLimit(t *testing.T) {
 
 	// 1 % under the limit: nothing refused.
 	underStart := time.Now()
-	under := startRate(t, sc.w, host, limitRPS*99/100)
+	under := drillkit.StartRate(t, sc.W, host, limitRPS*99/100)
 	testkit.Eventually(t, 30*time.Second, "5s of load at 99 rps", func() bool { return time.Since(underStart) >= 5*time.Second })
-	under.stop()
-	if s := summarize(under.since(underStart)); s.ok != s.n || s.n < 400 {
+	under.Stop()
+	if s := summarize(under.Since(underStart)); s.ok != s.n || s.n < 400 {
 		t.Fatalf("at 99%% of the limit: %s, want every request served", s)
 	}
 
 	// Twice the limit for 10s.
 	overStart := time.Now()
-	over := startRate(t, sc.w, host, 2*limitRPS)
+	over := drillkit.StartRate(t, sc.W, host, 2*limitRPS)
 	// While the overload runs, one 429 of our own, to read its headers.
 	var h http.Header
 	probesServed := 0
 	testkit.Wait(t, 20*time.Second, func() error {
-		code, _, hdr, err := get(hc, sc.w, host, "/probe")
+		code, _, hdr, err := drillkit.Get(drillkit.Client, sc.W, host, "/probe")
 		if err != nil {
 			return err
 		}
@@ -70,7 +71,7 @@ func TestDrillRateLimit(t *testing.T) {
 		return nil
 	})
 	testkit.Eventually(t, 30*time.Second, "10s of load at 200 rps", func() bool { return time.Since(overStart) >= 10*time.Second })
-	over.stop()
+	over.Stop()
 	if got := h.Get("X-Weft-Ratelimited"); got != reviewsKey {
 		t.Errorf("x-weft-ratelimited %q, want %q", got, reviewsKey)
 	}
@@ -81,20 +82,20 @@ func TestDrillRateLimit(t *testing.T) {
 		t.Errorf("retry-after %q, want 1 (a token is back within 10ms)", h.Get("Retry-After"))
 	}
 
-	rs := over.since(overStart)
+	rs := over.Since(overStart)
 	var first429, last429 time.Time
 	for _, r := range rs {
-		if r.err != nil || (r.code != http.StatusOK && r.code != http.StatusTooManyRequests) {
-			t.Fatalf("overload: a request answered %d %v (%q), want only 200 and 429", r.code, r.err, r.body)
+		if r.Err != nil || (r.Code != http.StatusOK && r.Code != http.StatusTooManyRequests) {
+			t.Fatalf("overload: a request answered %d %v (%q), want only 200 and 429", r.Code, r.Err, r.Body)
 		}
-		if r.code != http.StatusTooManyRequests {
+		if r.Code != http.StatusTooManyRequests {
 			continue
 		}
-		if first429.IsZero() || r.start.Before(first429) {
-			first429 = r.start
+		if first429.IsZero() || r.Start.Before(first429) {
+			first429 = r.Start
 		}
-		if r.start.After(last429) {
-			last429 = r.start
+		if r.Start.After(last429) {
+			last429 = r.Start
 		}
 	}
 	if first429.IsZero() {
@@ -104,7 +105,7 @@ func TestDrillRateLimit(t *testing.T) {
 	// exactly what the bucket refilled meanwhile (to a token at each end).
 	inWindow := 0
 	for _, r := range rs {
-		if r.code == http.StatusOK && !r.start.Before(first429) && r.start.Before(last429) {
+		if r.Code == http.StatusOK && !r.Start.Before(first429) && r.Start.Before(last429) {
 			inWindow++
 		}
 	}
@@ -120,7 +121,7 @@ func TestDrillRateLimit(t *testing.T) {
 	}
 	// The upstream saw only what was served, and /metrics count exactly what
 	// the client saw (the probes' 200s and their one 429 included).
-	codes := summarize(under.since(underStart)).codes
+	codes := summarize(under.Since(underStart)).codes
 	for code, n := range summarize(rs).codes {
 		codes[code] += n
 	}
@@ -133,14 +134,14 @@ func TestDrillRateLimit(t *testing.T) {
 	}
 
 	// dryRun through pilot: the same overload is served, and counted.
-	rev := p.applyRev(yaml + policy(true))
-	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("revision %d active", rev), func() bool { return sc.configDump().Revision >= rev })
+	rev := p.ApplyRev(yaml + policy(true))
+	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("revision %d active", rev), func() bool { return sc.ConfigDump().Revision >= rev })
 	_, rejectedBefore, _ := rateMetrics(t, sc)
 	dryStart := time.Now()
-	dry := startRate(t, sc.w, host, 2*limitRPS)
+	dry := drillkit.StartRate(t, sc.W, host, 2*limitRPS)
 	testkit.Eventually(t, 30*time.Second, "2s of load at 200 rps in dry run", func() bool { return time.Since(dryStart) >= 2*time.Second })
-	dry.stop()
-	if s := summarize(dry.since(dryStart)); s.ok != s.n {
+	dry.Stop()
+	if s := summarize(dry.Since(dryStart)); s.ok != s.n {
 		t.Errorf("dry run refused: %s", s)
 	}
 	_, rejectedAfter, wouldReject := rateMetrics(t, sc)
@@ -150,11 +151,11 @@ func TestDrillRateLimit(t *testing.T) {
 }
 
 // rateMetrics reads reviews' allowed, rejected and dry-run rejected counters.
-func rateMetrics(t *testing.T, sc *sidecar) (allowed, rejected, dry float64) {
+func rateMetrics(t *testing.T, sc *drillkit.Sidecar) (allowed, rejected, dry float64) {
 	t.Helper()
 	read := func(name string) float64 {
 		prefix := name + `{service="` + reviewsKey + `"} `
-		lines := sc.metricLines(prefix)
+		lines := sc.MetricLines(prefix)
 		if len(lines) != 1 {
 			t.Fatalf("/metrics has %d lines of %s for %s, want 1", len(lines), name, reviewsKey)
 		}

@@ -1,4 +1,4 @@
-package drills
+package resilience
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -26,7 +27,7 @@ func TestDrillRetryBudget(t *testing.T) {
 		u.delay.Store(int64(20 * time.Millisecond)) // so retries overlap in time
 	}
 	start := time.Now()
-	lg := startPaced(t, sc.w, "reviews:9080", clients, 100000) // as fast as they are answered
+	lg := drillkit.StartPaced(t, sc.W, "reviews:9080", clients, 100000) // as fast as they are answered
 	testkit.Eventually(t, 30*time.Second, "3,000 attempts at the upstreams", func() bool {
 		n := 0
 		for _, u := range ups {
@@ -34,13 +35,13 @@ func TestDrillRetryBudget(t *testing.T) {
 		}
 		return n >= 3000
 	})
-	lg.stop()
+	lg.Stop()
 	const key = "outbound|9080||reviews.shop.svc.cluster.local"
-	made, refused := sc.metric("weft_sidecar_http_retries_total"), sc.metric("weft_sidecar_http_retries_refused_total")
-	overBudget := sc.metric(`weft_sidecar_breaker_overflows_total{limit="retryBudget",service="` + key + `"}`)
+	made, refused := sc.Metric("weft_sidecar_http_retries_total"), sc.Metric("weft_sidecar_http_retries_refused_total")
+	overBudget := sc.Metric(`weft_sidecar_breaker_overflows_total{limit="retryBudget",service="` + key + `"}`)
 	t.Logf("sidecar: %.0f retries made, %.0f refused (%.0f by the retry budget)", made, refused, overBudget)
 	k := ups[0].k.stats()
-	s := summarize(lg.since(start))
+	s := summarize(lg.Since(start))
 	limit := max(minConc, clients*percent/100)
 	t.Logf("%s; at the upstreams: %d retries, at most %d in flight (budget %d of %d), at most %d requests in flight",
 		s, k.retries, k.maxRetries, limit, clients, k.maxActive)

@@ -1,8 +1,4 @@
-// Package drills runs the sidecar's failure drills (issue #4) against real
-// processes: bin/sidecar and bin/pilot built as `make build` builds them, a small Go application server, and an
-// xDS server (go-control-plane's, with manifests signed by pilot/xds/sign, or a
-// hand-driven one for protocol faults).
-package drills
+package drillkit
 
 import (
 	"context"
@@ -22,7 +18,6 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
-	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
@@ -32,39 +27,36 @@ import (
 	"github.com/weft-mesh/weft/sidecar/admin"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/tools/testkit"
-	"github.com/weft-mesh/weft/tools/testkit/etcdtest"
 	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) { proc.Cleanup(code); etcdtest.Cleanup(code) }))
+// Workload is one workload's addresses: a loopback IP of its own.
+type Workload struct {
+	IP       string
+	NodeID   string
+	StateDir string
+	KeyFile  string
 }
 
-// ws is one workload's addresses: a loopback IP of its own.
-type ws struct {
-	ip       string
-	nodeID   string
-	stateDir string
-	keyFile  string
-}
+func (w Workload) Outbound() string { return w.IP + ":15001" }
 
-func (w ws) outbound() string { return w.ip + ":15001" }
-func (w ws) admin() string    { return w.ip + ":15000" }
-func (w ws) ready() string    { return w.ip + ":15021" }
+func (w Workload) Admin() string { return w.IP + ":15000" }
 
-// sidecar is a running bin/sidecar, built as `make build` builds it, so memory
+func (w Workload) ready() string { return w.IP + ":15021" }
+
+// Sidecar is a running bin/sidecar, built as `make build` builds it, so memory
 // measured here is the product's.
-type sidecar struct {
-	t *testing.T
+type Sidecar struct {
+	T testing.TB
 	*proc.Proc
-	w ws
+	W Workload
 }
 
-func startSidecar(t *testing.T, w ws, pilot string, extra ...string) *sidecar {
+func StartSidecar(t testing.TB, w Workload, pilot string, extra ...string) *Sidecar {
 	t.Helper()
-	args := []string{"--node-id", w.nodeID, "--namespace", "shop", "--service-account", "productpage", "--labels", "app=productpage",
-		"--address", w.ip, "--pilot", pilot, "--publisher-key", w.keyFile, "--state-dir", w.stateDir,
-		"--admin-addr", w.admin(), "--outbound-addr", w.outbound(), "--xds-mode", "sotw"}
+	args := []string{"--node-id", w.NodeID, "--namespace", "shop", "--service-account", "productpage", "--labels", "app=productpage",
+		"--address", w.IP, "--pilot", pilot, "--publisher-key", w.KeyFile, "--state-dir", w.StateDir,
+		"--admin-addr", w.Admin(), "--outbound-addr", w.Outbound(), "--xds-mode", "sotw"}
 	for _, e := range extra {
 		if e == "--insecure-skip-manifest" { // no key at all, as with a plain xDS server
 			for i := range args {
@@ -76,17 +68,17 @@ func startSidecar(t *testing.T, w ws, pilot string, extra ...string) *sidecar {
 		}
 	}
 	args = append(args, extra...)
-	return &sidecar{t: t, Proc: proc.Start(t, "sidecar "+w.nodeID, proc.Build(t, proc.Sidecar), args...), w: w}
+	return &Sidecar{T: t, Proc: proc.Start(t, "sidecar "+w.NodeID, proc.Build(t, proc.Sidecar), args...), W: w}
 }
 
 // stop sends SIGTERM and waits (SIGKILL after proc.StopGrace).
-func (s *sidecar) stop() { _ = s.Stop(s.Grace) }
+func (s *Sidecar) Terminate() { _ = s.Stop(s.Grace) }
 
-var hc = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+var Client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
-// ready returns the readiness status and body.
-func (s *sidecar) ready() (int, string) {
-	resp, err := hc.Get("http://" + s.w.ready() + "/healthz/ready")
+// Ready returns the readiness status and body.
+func (s *Sidecar) Ready() (int, string) {
+	resp, err := Client.Get("http://" + s.W.ready() + "/healthz/ready")
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -95,32 +87,32 @@ func (s *sidecar) ready() (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func (s *sidecar) configDump() *admin.ConfigDump {
-	s.t.Helper()
-	resp, err := hc.Get("http://" + s.w.admin() + "/config_dump")
+func (s *Sidecar) ConfigDump() *admin.ConfigDump {
+	s.T.Helper()
+	resp, err := Client.Get("http://" + s.W.Admin() + "/config_dump")
 	if err != nil {
-		s.t.Fatalf("config_dump: %v", err)
+		s.T.Fatalf("config_dump: %v", err)
 	}
 	defer resp.Body.Close()
 	var cd admin.ConfigDump
 	if err := json.NewDecoder(resp.Body).Decode(&cd); err != nil {
-		s.t.Fatalf("config_dump: %v", err)
+		s.T.Fatalf("config_dump: %v", err)
 	}
 	return &cd
 }
 
-// waitReady waits for 200 from /healthz/ready and returns how long it took.
-func (s *sidecar) waitReady(within time.Duration) time.Duration {
-	s.t.Helper()
+// WaitReady waits for 200 from /healthz/ready and returns how long it took.
+func (s *Sidecar) WaitReady(within time.Duration) time.Duration {
+	s.T.Helper()
 	start := time.Now()
-	testkit.Wait(s.t, within, func() error {
-		code, body := s.ready()
+	testkit.Wait(s.T, within, func() error {
+		code, body := s.Ready()
 		if code == http.StatusOK {
 			return nil
 		}
 		select {
 		case <-s.Exited():
-			s.t.Fatalf("sidecar exited:\n%s", s.Logs.String())
+			s.T.Fatalf("sidecar exited:\n%s", s.Logs.String())
 		default:
 		}
 		return fmt.Errorf("sidecar not ready: %d %q", code, body)
@@ -128,9 +120,9 @@ func (s *sidecar) waitReady(within time.Duration) time.Duration {
 	return time.Since(start)
 }
 
-// get sends one request through the sidecar's outbound listener.
-func get(client *http.Client, s ws, host, path string) (int, string, http.Header, error) {
-	req, err := http.NewRequest(http.MethodGet, "http://"+s.outbound()+path, nil)
+// Get sends one request through the sidecar's outbound listener.
+func Get(client *http.Client, s Workload, host, path string) (int, string, http.Header, error) {
+	req, err := http.NewRequest(http.MethodGet, "http://"+s.Outbound()+path, nil)
 	if err != nil {
 		return 0, "", nil, err
 	}
@@ -144,8 +136,8 @@ func get(client *http.Client, s ws, host, path string) (int, string, http.Header
 	return resp.StatusCode, string(b), resp.Header, err
 }
 
-// app is a small application server answering its name.
-func startApp(t *testing.T, addr, name string) {
+// StartApp is a small application server answering its name.
+func StartApp(t testing.TB, addr, name string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -159,19 +151,19 @@ func startApp(t *testing.T, addr, name string) {
 	t.Cleanup(func() { srv.Close() })
 }
 
-// newWorkload allocates a workload on loopback ip with its own state dir and the
+// NewWorkload allocates a workload on loopback ip with its own state dir and the
 // publisher key file.
-func newWorkload(t *testing.T, ip, nodeID string, pub ed25519.PublicKey) ws {
+func NewWorkload(t testing.TB, ip, nodeID string, pub ed25519.PublicKey) Workload {
 	t.Helper()
 	dir := t.TempDir()
 	key := filepath.Join(dir, "publisher.pub")
 	if err := manifest.WritePublicKey(key, pub); err != nil {
 		t.Fatal(err)
 	}
-	return ws{ip: ip, nodeID: nodeID, stateDir: filepath.Join(dir, "state"), keyFile: key}
+	return Workload{IP: ip, NodeID: nodeID, StateDir: filepath.Join(dir, "state"), KeyFile: key}
 }
 
-func newKey(t *testing.T) ed25519.PrivateKey {
+func NewKey(t testing.TB) ed25519.PrivateKey {
 	t.Helper()
 	_, priv, err := ed25519.GenerateKey(nil)
 	if err != nil {
@@ -180,11 +172,11 @@ func newKey(t *testing.T) ed25519.PrivateKey {
 	return priv
 }
 
-// refServer is go-control-plane's ADS server: a snapshot cache for the Envoy types
+// RefServer is go-control-plane's ADS server: a snapshot cache for the Envoy types
 // and a linear cache for the signed manifest (go-control-plane's snapshot cache
 // knows only Envoy's types), one node per server.
-type refServer struct {
-	t      *testing.T
+type RefServer struct {
+	t      testing.TB
 	addr   string
 	snaps  cachev3.SnapshotCache
 	lin    *cachev3.LinearCache
@@ -196,24 +188,31 @@ type refServer struct {
 	done   chan struct{}
 }
 
-type quiet struct{}
+// Addr is the server's listening address.
+func (r *RefServer) Addr() string { return r.addr }
 
-func (quiet) Debugf(string, ...any) {}
-func (quiet) Infof(string, ...any)  {}
-func (quiet) Warnf(string, ...any)  {}
-func (quiet) Errorf(string, ...any) {}
+// Quiet is a go-control-plane logger that logs nothing.
+type Quiet struct{}
 
-func newRefServer(t *testing.T, addr string, priv ed25519.PrivateKey, nodeID string) *refServer {
+func (Quiet) Debugf(string, ...any) {}
+
+func (Quiet) Infof(string, ...any) {}
+
+func (Quiet) Warnf(string, ...any) {}
+
+func (Quiet) Errorf(string, ...any) {}
+
+func NewRefServer(t testing.TB, addr string, priv ed25519.PrivateKey, nodeID string) *RefServer {
 	t.Helper()
-	r := &refServer{t: t, addr: addr, priv: priv, nodeID: nodeID,
-		snaps: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, quiet{}),
-		lin:   cachev3.NewLinearCache(manifest.TypeURL, cachev3.WithLogger(quiet{}))}
+	r := &RefServer{t: t, addr: addr, priv: priv, nodeID: nodeID,
+		snaps: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, Quiet{}),
+		lin:   cachev3.NewLinearCache(manifest.TypeURL, cachev3.WithLogger(Quiet{}))}
 	r.start()
-	t.Cleanup(r.stop)
+	t.Cleanup(r.Stop)
 	return r
 }
 
-func (r *refServer) start() {
+func (r *RefServer) start() {
 	r.t.Helper()
 	mux := &cachev3.MuxCache{
 		Classify: func(req *cachev3.Request) string {
@@ -250,7 +249,7 @@ func (r *refServer) start() {
 }
 
 // stop kills the server: every stream is cut, like a pilot process dying.
-func (r *refServer) stop() {
+func (r *RefServer) Stop() {
 	r.mu.Lock()
 	gs, cancel, done := r.gs, r.cancel, r.done
 	r.gs = nil
@@ -263,16 +262,16 @@ func (r *refServer) stop() {
 	<-done
 }
 
-// push serves res at revision rev with a manifest signed for the node, valid for
+// Push serves res at revision rev with a manifest signed for the node, valid for
 // validity (0: 24h); validity < 0 serves no manifest (a plain xDS server).
-func (r *refServer) push(res dt.Resources, rev int64, validity time.Duration) {
+func (r *RefServer) Push(res dt.Resources, rev int64, validity time.Duration) {
 	r.t.Helper()
 	msgs := map[string]map[string]proto.Message{}
 	gcp := map[string][]types.Resource{}
 	for typ, ms := range res {
 		msgs[typ] = map[string]proto.Message{}
 		for _, m := range ms {
-			msgs[typ][nameOf(m)] = m
+			msgs[typ][NameOf(m)] = m
 			gcp[typ] = append(gcp[typ], m)
 		}
 	}
@@ -304,7 +303,7 @@ func (r *refServer) push(res dt.Resources, rev int64, validity time.Duration) {
 	}
 }
 
-func nameOf(m proto.Message) string {
+func NameOf(m proto.Message) string {
 	if n, ok := m.(interface{ GetName() string }); ok && n.GetName() != "" {
 		return n.GetName()
 	}
@@ -314,13 +313,13 @@ func nameOf(m proto.Message) string {
 	return ""
 }
 
-// meshTo is a config whose outbound listener (on w's address) routes every host to
+// MeshTo is a config whose outbound listener (on w's address) routes every host to
 // cluster "backend" at the given application addresses.
-func meshTo(w ws, apps ...string) dt.Resources {
-	return dt.Simple("outbound", dt.MustAddr(w.outbound()), false, addrs(apps...)...)
+func MeshTo(w Workload, apps ...string) dt.Resources {
+	return dt.Simple("outbound", dt.MustAddr(w.Outbound()), false, Addrs(apps...)...)
 }
 
-func addrs(ss ...string) []netip.AddrPort {
+func Addrs(ss ...string) []netip.AddrPort {
 	var out []netip.AddrPort
 	for _, s := range ss {
 		out = append(out, dt.MustAddr(s))

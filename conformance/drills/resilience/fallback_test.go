@@ -1,4 +1,4 @@
-package drills
+package resilience
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -31,7 +32,7 @@ func TestDrillAllFailFallback(t *testing.T) {
 `)
 	_, sc := meshUp(t, base, yaml)
 	loadStart := time.Now()
-	lg := startRate(t, sc.w, "reviews:9080", 200)
+	lg := drillkit.StartRate(t, sc.W, "reviews:9080", 200)
 	testkit.Eventually(t, 20*time.Second, "every primary upstream serving", func() bool {
 		for _, u := range primary {
 			if u.stats().hits(loadStart, time.Time{}) == 0 {
@@ -47,33 +48,33 @@ func TestDrillAllFailFallback(t *testing.T) {
 	// Settled: a second in which the fallback answered everything.
 	var settled time.Time
 	testkit.Wait(t, 20*time.Second, func() error {
-		rs := lg.since(time.Now().Add(-time.Second))
-		if len(rs) < 100 || rs[0].start.Before(failAt) {
+		rs := lg.Since(time.Now().Add(-time.Second))
+		if len(rs) < 100 || rs[0].Start.Before(failAt) {
 			return fmt.Errorf("less than a second of load since the primaries failed")
 		}
 		for _, r := range rs {
-			if !r.ok() || r.upstream != backup.name {
+			if !r.OK() || r.Upstream != backup.name {
 				return fmt.Errorf("not every answer of the last second from the fallback: %s", summarize(rs))
 			}
 		}
-		settled = rs[0].start
+		settled = rs[0].Start
 		return nil
 	})
 	// Two more seconds of it, then the window is judged whole.
 	testkit.Eventually(t, 20*time.Second, "two seconds more of load", func() bool { return time.Since(settled) > 3*time.Second })
 	end := time.Now()
-	lg.stop()
+	lg.Stop()
 
-	before := lg.since(loadStart)
-	s := summarize(lg.since(settled))
+	before := lg.Since(loadStart)
+	s := summarize(lg.Since(settled))
 	t.Logf("all primaries failing from %s; fallback answering everything %s later; since then: %s",
 		failAt.Format("15:04:05.000"), settled.Sub(failAt).Round(time.Millisecond), s)
 	if s.rate() < 0.999 || s.byUpstream[backup.name] != s.ok {
 		t.Errorf("with every primary failing, want the fallback to answer: %s; first failure %s", s, s.firstErr)
 	}
 	prio := map[string]int{}
-	for _, r := range lg.since(settled) {
-		prio[r.priority]++
+	for _, r := range lg.Since(settled) {
+		prio[r.Priority]++
 	}
 	if prio["1"] != s.n {
 		t.Errorf("x-weft-priority of fallback answers: %v, want all \"1\"", prio)
@@ -81,8 +82,8 @@ func TestDrillAllFailFallback(t *testing.T) {
 	// Every answer of the whole load names who answered: 0 a primary, 1 the fallback.
 	prio = map[string]int{}
 	for _, r := range before {
-		if r.ok() {
-			prio[r.upstream+"="+r.priority]++
+		if r.OK() {
+			prio[r.Upstream+"="+r.Priority]++
 		}
 	}
 	for k, n := range prio {
@@ -102,12 +103,12 @@ func TestDrillAllFailFallback(t *testing.T) {
 		}
 	}
 	panicked := false
-	for _, l := range sc.metricLines("weft_sidecar_outlier_panic") {
+	for _, l := range sc.MetricLines("weft_sidecar_outlier_panic") {
 		if strings.Contains(l, "reviews") && !strings.HasSuffix(l, " 0") {
 			panicked = true
 		}
 	}
 	if !panicked {
-		t.Errorf("no panic for reviews in /metrics: %q", sc.metricLines("weft_sidecar_outlier"))
+		t.Errorf("no panic for reviews in /metrics: %q", sc.MetricLines("weft_sidecar_outlier"))
 	}
 }

@@ -1,4 +1,4 @@
-package drills
+package etcd
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/internal/edkey"
 	"github.com/weft-mesh/weft/pilot/api"
 	"github.com/weft-mesh/weft/pilot/store"
@@ -310,14 +311,14 @@ func TestTwoPilotReplicasOnEtcd(t *testing.T) {
 		proc.StartPilot(t, "127.93.4.2", filepath.Join(t.TempDir(), "p2"), flags...),
 	}
 	const appIP = "127.93.5.100"
-	startApp(t, appIP+":8080", "v1")
-	pilots[0].Apply(t, meshYAML(appIP))
+	drillkit.StartApp(t, appIP+":8080", "v1")
+	pilots[0].Apply(t, drillkit.MeshYAML(appIP))
 	const n, rate = 6, 200
 	both := pilots[0].XDSAddr() + "," + pilots[1].XDSAddr()
-	var workloads []ws
+	var workloads []drillkit.Workload
 	for i := range n {
-		w := ws{ip: fmt.Sprintf("127.93.5.%d", i+1), nodeID: fmt.Sprintf("replica-node-%d", i), stateDir: t.TempDir(), keyFile: pilots[0].KeyFile()}
-		startSidecar(t, w, both).waitReady(60 * time.Second)
+		w := drillkit.Workload{IP: fmt.Sprintf("127.93.5.%d", i+1), NodeID: fmt.Sprintf("replica-node-%d", i), StateDir: t.TempDir(), KeyFile: pilots[0].KeyFile()}
+		drillkit.StartSidecar(t, w, both).WaitReady(60 * time.Second)
 		workloads = append(workloads, w)
 	}
 	hc := &http.Client{Timeout: 10 * time.Second}
@@ -351,13 +352,13 @@ func TestTwoPilotReplicasOnEtcd(t *testing.T) {
 	}
 	moved := perReplica[victim.URL()]
 	loadStart := time.Now()
-	var loads []*loadgen
+	var loads []*drillkit.Loadgen
 	for _, w := range workloads {
-		loads = append(loads, startRate(t, w, "reviews:9080", (rate+n-1)/n))
+		loads = append(loads, drillkit.StartRate(t, w, "reviews:9080", (rate+n-1)/n))
 	}
 	testkit.Eventually(t, 10*time.Second, "load running through every sidecar", func() bool {
 		for _, lg := range loads {
-			if len(lg.since(loadStart)) < 10 {
+			if len(lg.Since(loadStart)) < 10 {
 				return false
 			}
 		}
@@ -395,8 +396,8 @@ func TestTwoPilotReplicasOnEtcd(t *testing.T) {
 		t.Fatalf("meshctl proxy-status: %v\n%s", err, out)
 	}
 	for _, w := range workloads {
-		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(w.nodeID) + `\s.*` + regexp.QuoteMeta(survivor.URL()) + `$`).Match(out) {
-			t.Fatalf("meshctl proxy-status from the survivor does not list %s on it:\n%s", w.nodeID, out)
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(w.NodeID) + `\s.*` + regexp.QuoteMeta(survivor.URL()) + `$`).Match(out) {
+			t.Fatalf("meshctl proxy-status from the survivor does not list %s on it:\n%s", w.NodeID, out)
 		}
 	}
 	t.Logf("meshctl proxy-status from the survivor:\n%s", out)
@@ -426,19 +427,19 @@ spec:
 	testkit.Eventually(t, 30*time.Second, "3s of load answered after the kill", func() bool {
 		sent := 0
 		for _, lg := range loads {
-			sent += len(lg.since(killed))
+			sent += len(lg.Since(killed))
 		}
 		return sent >= 3*rate
 	})
 	loadFor := time.Since(loadStart)
 	total, failed, first := 0, 0, ""
 	for _, lg := range loads {
-		lg.stop()
-		for _, r := range lg.since(loadStart) {
+		lg.Stop()
+		for _, r := range lg.Since(loadStart) {
 			total++
-			if !r.ok() || r.body != "v1 /drill" {
+			if !r.OK() || r.Body != "v1 /drill" {
 				if failed++; first == "" {
-					first = fmt.Sprintf("code %d body %q err %v", r.code, r.body, r.err)
+					first = fmt.Sprintf("code %d body %q err %v", r.Code, r.Body, r.Err)
 				}
 			}
 		}

@@ -1,4 +1,4 @@
-package drills
+package resilience
 
 import (
 	"fmt"
@@ -7,48 +7,49 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/sidecar/runtime"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
-func classAge(sc *sidecar, class string) float64 {
-	for _, s := range sc.configDump().Staleness {
+func classAge(sc *drillkit.Sidecar, class string) float64 {
+	for _, s := range sc.ConfigDump().Staleness {
 		if s.Class == class {
 			return s.AgeSeconds
 		}
 	}
-	sc.t.Fatalf("no staleness for %s in config_dump", class)
+	sc.T.Fatalf("no staleness for %s in config_dump", class)
 	return 0
 }
 
 // Drill (a): pilot killed while a load generator sends requests through the
 // sidecar: zero failed requests, and the staleness age grows in /config_dump.
 func TestDrillPilotKilledUnderLoad(t *testing.T) {
-	for i, kind := range controlPlanes {
+	for i, kind := range drillkit.ControlPlanes {
 		t.Run(kind, func(t *testing.T) {
-			w, cp := setup(t, kind, fmt.Sprintf("127.77.1%d", i))
-			sc := startSidecar(t, w, cp.addr())
-			sc.waitReady(10 * time.Second)
+			w, cp := drillkit.Setup(t, kind, fmt.Sprintf("127.77.1%d", i))
+			sc := drillkit.StartSidecar(t, w, cp.Addr())
+			sc.WaitReady(10 * time.Second)
 
 			loadStart := time.Now()
-			lg := startRate(t, w, "reviews:9080", 200)
+			lg := drillkit.StartRate(t, w, "reviews:9080", 200)
 			time.Sleep(time.Second) // not a wait for a condition: a second of load before the kill
-			cp.down()
+			cp.Down()
 			killed := time.Now()
-			testkit.Eventually(t, 5*time.Second, "xDS stream noticed down", func() bool { return !sc.configDump().XDS.Connected })
+			testkit.Eventually(t, 5*time.Second, "xDS stream noticed down", func() bool { return !sc.ConfigDump().XDS.Connected })
 			age1 := classAge(sc, "routes")
 			time.Sleep(2 * time.Second) // not a wait for a condition: lets the staleness age grow
 			age2 := classAge(sc, "routes")
-			lg.stop()
+			lg.Stop()
 			loadFor := time.Since(loadStart)
 
-			rs := lg.since(loadStart)
+			rs := lg.Since(loadStart)
 			failed := 0
 			first := ""
 			for _, r := range rs {
-				if !r.ok() || r.body != "v1 /drill" {
+				if !r.OK() || r.Body != "v1 /drill" {
 					if failed++; first == "" {
-						first = fmt.Sprintf("code %d body %q err %v", r.code, r.body, r.err)
+						first = fmt.Sprintf("code %d body %q err %v", r.Code, r.Body, r.Err)
 					}
 				}
 			}
@@ -63,7 +64,7 @@ func TestDrillPilotKilledUnderLoad(t *testing.T) {
 			if age2 < age1+1 { // 2s apart, ages sampled at 1s ticks
 				t.Fatalf("routes age did not grow: %.2fs then %.2fs", age1, age2)
 			}
-			if code, body := sc.ready(); code != http.StatusOK {
+			if code, body := sc.Ready(); code != http.StatusOK {
 				t.Fatalf("not ready while serving stale within bounds: %d %q", code, body)
 			}
 		})
@@ -73,28 +74,28 @@ func TestDrillPilotKilledUnderLoad(t *testing.T) {
 // Drill (b): the sidecar restarted while pilot is down is ready within 1s from the
 // signed snapshot and serves the same routes.
 func TestDrillRestartWithoutPilot(t *testing.T) {
-	for i, kind := range controlPlanes {
+	for i, kind := range drillkit.ControlPlanes {
 		t.Run(kind, func(t *testing.T) {
-			w, cp := setup(t, kind, fmt.Sprintf("127.77.2%d", i))
-			sc := startSidecar(t, w, cp.addr())
-			sc.waitReady(10 * time.Second)
-			code, before, _, err := get(hc, w, "reviews:9080", "/same")
+			w, cp := drillkit.Setup(t, kind, fmt.Sprintf("127.77.2%d", i))
+			sc := drillkit.StartSidecar(t, w, cp.Addr())
+			sc.WaitReady(10 * time.Second)
+			code, before, _, err := drillkit.Get(drillkit.Client, w, "reviews:9080", "/same")
 			if err != nil || code != http.StatusOK {
 				t.Fatalf("before: %d %v", code, err)
 			}
-			rev := sc.configDump().Revision
-			testkit.Eventually(t, 5*time.Second, "last-known-good saved", func() bool { return !sc.configDump().LastKnownGood.SavedAt.IsZero() })
-			sc.stop()
-			cp.down()
+			rev := sc.ConfigDump().Revision
+			testkit.Eventually(t, 5*time.Second, "last-known-good saved", func() bool { return !sc.ConfigDump().LastKnownGood.SavedAt.IsZero() })
+			sc.Terminate()
+			cp.Down()
 
-			sc = startSidecar(t, w, cp.addr())
-			took := sc.waitReady(time.Second)
+			sc = drillkit.StartSidecar(t, w, cp.Addr())
+			took := sc.WaitReady(time.Second)
 			t.Logf("%s: ready %s after start with pilot down", kind, took.Round(time.Millisecond))
-			code, after, _, err := get(hc, w, "reviews:9080", "/same")
+			code, after, _, err := drillkit.Get(drillkit.Client, w, "reviews:9080", "/same")
 			if err != nil || code != http.StatusOK || after != before {
 				t.Fatalf("after restart: %d %q %v, before: %q", code, after, err, before)
 			}
-			cd := sc.configDump()
+			cd := sc.ConfigDump()
 			if cd.Active == nil || cd.Active.Source != runtime.SourceLKG || cd.Revision != rev {
 				t.Fatalf("active = %+v, revision %d want %d", cd.Active, cd.Revision, rev)
 			}
@@ -105,11 +106,11 @@ func TestDrillRestartWithoutPilot(t *testing.T) {
 // Drill (e): routing expiry reached (short expireAfter) answers 503 with the
 // reason header; service resumes when pilot returns.
 func TestDrillRoutingExpiry(t *testing.T) {
-	for i, kind := range controlPlanes {
+	for i, kind := range drillkit.ControlPlanes {
 		t.Run(kind, func(t *testing.T) {
-			w, cp := setup(t, kind, fmt.Sprintf("127.77.5%d", i))
-			sc := startSidecar(t, w, cp.addr(), "--staleness", "routes=500ms/2s/failClosed")
-			sc.waitReady(10 * time.Second)
+			w, cp := drillkit.Setup(t, kind, fmt.Sprintf("127.77.5%d", i))
+			sc := drillkit.StartSidecar(t, w, cp.Addr(), "--staleness", "routes=500ms/2s/failClosed")
+			sc.WaitReady(10 * time.Second)
 			expireAndResume(t, w, sc, cp)
 		})
 	}
@@ -133,13 +134,13 @@ spec:
 func TestDrillRoutingExpiryDeliveredPolicy(t *testing.T) {
 	for i, mode := range []string{"sotw", "delta"} {
 		t.Run(mode, func(t *testing.T) {
-			w, cp := setup(t, "pilot", fmt.Sprintf("127.77.7%d", i))
-			cp.(*pilotProc).apply(stalenessPolicyYAML)
-			sc := startSidecar(t, w, cp.addr(), "--xds-mode", mode)
-			sc.waitReady(10 * time.Second)
+			w, cp := drillkit.Setup(t, "pilot", fmt.Sprintf("127.77.7%d", i))
+			cp.(*drillkit.PilotProc).ApplyYAML(stalenessPolicyYAML)
+			sc := drillkit.StartSidecar(t, w, cp.Addr(), "--xds-mode", mode)
+			sc.WaitReady(10 * time.Second)
 			var routes runtime.PolicyInfo
 			testkit.Eventually(t, 10*time.Second, "pilot's routes policy in config_dump", func() bool {
-				for _, s := range sc.configDump().Staleness {
+				for _, s := range sc.ConfigDump().Staleness {
 					if s.Class == "routes" {
 						routes = s.Policy
 					}
@@ -150,7 +151,7 @@ func TestDrillRoutingExpiryDeliveredPolicy(t *testing.T) {
 			if routes != want {
 				t.Fatalf("routes policy %+v, want %+v", routes, want)
 			}
-			if code, body, _, err := get(hc, w, "reviews:9080", "/"); err != nil || code != http.StatusOK || body != "v1 /" {
+			if code, body, _, err := drillkit.Get(drillkit.Client, w, "reviews:9080", "/"); err != nil || code != http.StatusOK || body != "v1 /" {
 				t.Fatalf("before: %d %q %v", code, body, err)
 			}
 			expireAndResume(t, w, sc, cp)
@@ -161,13 +162,13 @@ func TestDrillRoutingExpiryDeliveredPolicy(t *testing.T) {
 // expireAndResume kills the control plane, waits for routing to fail closed
 // (503 with x-weft-degraded naming the routes' expireAfter of 2s, not ready),
 // then restarts it and waits for service and readiness to come back.
-func expireAndResume(t *testing.T, w ws, sc *sidecar, cp controlPlane) {
+func expireAndResume(t *testing.T, w drillkit.Workload, sc *drillkit.Sidecar, cp drillkit.ControlPlane) {
 	t.Helper()
-	cp.down()
+	cp.Down()
 	killed := time.Now()
 	var hdr string
 	testkit.Eventually(t, 10*time.Second, "503 with x-weft-degraded", func() bool {
-		code, _, h, err := get(hc, w, "reviews:9080", "/")
+		code, _, h, err := drillkit.Get(drillkit.Client, w, "reviews:9080", "/")
 		if err != nil || code != http.StatusServiceUnavailable {
 			return false
 		}
@@ -178,19 +179,19 @@ func expireAndResume(t *testing.T, w ws, sc *sidecar, cp controlPlane) {
 	if !strings.HasPrefix(hdr, "routes expired (age ") || !strings.HasSuffix(hdr, " > expireAfter 2s)") {
 		t.Fatalf("x-weft-degraded = %q", hdr)
 	}
-	if code, body := sc.ready(); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "routing fails closed: routes expired") {
+	if code, body := sc.Ready(); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "routing fails closed: routes expired") {
 		t.Fatalf("readiness while expired = %d %q", code, body)
 	}
 	t.Logf("expired %s after the control plane was killed: %s", time.Since(killed).Round(time.Millisecond), hdr)
 
-	cp.up()
+	cp.Up()
 	start := time.Now()
 	testkit.Eventually(t, 40*time.Second, "service resumes after pilot returns", func() bool {
-		code, body, _, err := get(hc, w, "reviews:9080", "/")
+		code, body, _, err := drillkit.Get(drillkit.Client, w, "reviews:9080", "/")
 		return err == nil && code == http.StatusOK && body == "v1 /"
 	})
 	t.Logf("service resumed %s after the control plane returned", time.Since(start).Round(time.Millisecond))
-	if code, body := sc.ready(); code != http.StatusOK {
+	if code, body := sc.Ready(); code != http.StatusOK {
 		t.Fatalf("readiness after recovery = %d %q", code, body)
 	}
 }

@@ -1,4 +1,4 @@
-package drills
+package resilience
 
 import (
 	"bufio"
@@ -21,6 +21,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
@@ -69,49 +70,6 @@ func sockets(t *testing.T, pid int) int {
 		}
 	}
 	return n
-}
-
-// metric returns the value of the /metrics sample named exactly series (name and
-// labels as printed), or -1 when absent.
-func (s *sidecar) metric(series string) float64 {
-	s.t.Helper()
-	page, err := s.scrape()
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if v, ok := page[series]; ok {
-		return v
-	}
-	return -1
-}
-
-// scrape reads the sidecar's /metrics into series (name{labels}) -> value.
-// It does not fail the test, so goroutines other than the test's may call it.
-func (s *sidecar) scrape() (map[string]float64, error) {
-	resp, err := hc.Get("http://" + s.w.admin() + "/metrics")
-	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	page := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		i := strings.LastIndexByte(l, ' ')
-		if i < 0 || strings.HasPrefix(l, "#") {
-			continue
-		}
-		f, err := strconv.ParseFloat(l[i+1:], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metric line %q: %w", l, err)
-		}
-		page[l[:i]] = f
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
-	return page, nil
 }
 
 // raiseNoFile lifts this process's open-file soft limit to at least n.
@@ -184,28 +142,28 @@ func TestDrillConnectionFloodRefused(t *testing.T) {
 	const maxGrowth = 10 << 20
 	raiseNoFile(t, limit+extra+1000)
 	ip := "127.79.0.1"
-	priv := newKey(t)
-	w := newWorkload(t, ip, "reviews-v1-a", priv.Public().(ed25519.PublicKey))
-	startApp(t, ip+":8080", "app")
-	pilot := newRefServer(t, ip+":15010", priv, w.nodeID)
-	pilot.push(meshTo(w, ip+":8080"), 1, 0)
+	priv := drillkit.NewKey(t)
+	w := drillkit.NewWorkload(t, ip, "reviews-v1-a", priv.Public().(ed25519.PublicKey))
+	drillkit.StartApp(t, ip+":8080", "app")
+	pilot := drillkit.NewRefServer(t, ip+":15010", priv, w.NodeID)
+	pilot.Push(drillkit.MeshTo(w, ip+":8080"), 1, 0)
 	// A header timeout longer than the drill, so admitted idle connections stay.
-	sc := startSidecar(t, w, pilot.addr, "--max-connections", strconv.Itoa(limit), "--read-header-timeout", "2m")
-	sc.waitReady(10 * time.Second)
+	sc := drillkit.StartSidecar(t, w, pilot.Addr(), "--max-connections", strconv.Itoa(limit), "--read-header-timeout", "2m")
+	sc.WaitReady(10 * time.Second)
 	pid := sc.Cmd.Process.Pid
 	// The real process's default route timeout is Envoy's 15s.
-	if v := sc.metric(`weft_sidecar_limit{limit="default_route_timeout_seconds"}`); v != 15 {
+	if v := sc.Metric(`weft_sidecar_limit{limit="default_route_timeout_seconds"}`); v != 15 {
 		t.Errorf("default route timeout without the flag: %v s, want 15", v)
 	}
 	start := time.Now()
-	admitted := dialAll(t, w.outbound(), limit)
+	admitted := dialAll(t, w.Outbound(), limit)
 	testkit.Eventually(t, 10*time.Second, "the bound's connections accepted", func() bool {
-		return sc.metric("weft_sidecar_downstream_connections_sidecar") == limit
+		return sc.Metric("weft_sidecar_downstream_connections_sidecar") == limit
 	})
 	before := rss(t, pid)
-	flood := dialAll(t, w.outbound(), extra)
+	flood := dialAll(t, w.Outbound(), extra)
 	refusedSeries := `weft_sidecar_downstream_connections_refused_total{listener="outbound",reason="sidecar_max_connections"}`
-	testkit.Eventually(t, 20*time.Second, "10,000 refusals counted", func() bool { return sc.metric(refusedSeries) == extra })
+	testkit.Eventually(t, 20*time.Second, "10,000 refusals counted", func() bool { return sc.Metric(refusedSeries) == extra })
 	after := rss(t, pid)
 	// Every flood connection was closed by the sidecar (EOF, no byte sent).
 	for i, c := range flood {
@@ -215,7 +173,7 @@ func TestDrillConnectionFloodRefused(t *testing.T) {
 		}
 	}
 	// The admitted ones are still open: a request on one of them is answered.
-	if got := sc.metric("weft_sidecar_downstream_connections_sidecar"); got != limit {
+	if got := sc.Metric("weft_sidecar_downstream_connections_sidecar"); got != limit {
 		t.Errorf("open connections after the flood: %v, want %d", got, limit)
 	}
 	c := admitted[0]
@@ -256,8 +214,8 @@ func startSlowApp(t *testing.T, addr string) *slowApp {
 
 // meshDefaultTimeout is meshTo with a route that sets no timeout, so the
 // sidecar's --default-route-timeout applies.
-func meshDefaultTimeout(w ws, apps ...string) dt.Resources {
-	r := meshTo(w, apps...)
+func meshDefaultTimeout(w drillkit.Workload, apps ...string) dt.Resources {
+	r := drillkit.MeshTo(w, apps...)
 	r[xdsresource.RouteType] = []proto.Message{dt.RouteConfig("routes", dt.VirtualHost("all", []string{"*"}, dt.PrefixRoute("/", "backend", -1)))}
 	return r
 }
@@ -272,21 +230,21 @@ func TestDrillSlowUpstreamFreedByDefaultTimeout(t *testing.T) {
 	// first ones out before the last arrived); the peak assertions need them all.
 	const timeout = 3 * time.Second
 	ip := "127.79.0.2"
-	priv := newKey(t)
-	w := newWorkload(t, ip, "reviews-v1-a", priv.Public().(ed25519.PublicKey))
+	priv := drillkit.NewKey(t)
+	w := drillkit.NewWorkload(t, ip, "reviews-v1-a", priv.Public().(ed25519.PublicKey))
 	app := startSlowApp(t, ip+":8080")
-	pilot := newRefServer(t, ip+":15010", priv, w.nodeID)
-	pilot.push(meshDefaultTimeout(w, ip+":8080"), 1, 0)
-	sc := startSidecar(t, w, pilot.addr, "--default-route-timeout", timeout.String())
-	sc.waitReady(10 * time.Second)
+	pilot := drillkit.NewRefServer(t, ip+":15010", priv, w.NodeID)
+	pilot.Push(meshDefaultTimeout(w, ip+":8080"), 1, 0)
+	sc := drillkit.StartSidecar(t, w, pilot.Addr(), "--default-route-timeout", timeout.String())
+	sc.WaitReady(10 * time.Second)
 	pid := sc.Cmd.Process.Pid
-	if v := sc.metric(`weft_sidecar_limit{limit="default_route_timeout_seconds"}`); v != timeout.Seconds() {
+	if v := sc.Metric(`weft_sidecar_limit{limit="default_route_timeout_seconds"}`); v != timeout.Seconds() {
 		t.Fatalf("default route timeout %v s, want %v", v, timeout.Seconds())
 	}
 	client := &http.Client{Timeout: 10 * timeout, Transport: &http.Transport{DisableKeepAlives: true}}
 	want := "default=" + timeout.String()
 	call := func() error {
-		code, body, h, err := get(client, w, "reviews", "/slow")
+		code, body, h, err := drillkit.Get(client, w, "reviews", "/slow")
 		if err != nil {
 			return err
 		}
@@ -303,10 +261,10 @@ func TestDrillSlowUpstreamFreedByDefaultTimeout(t *testing.T) {
 	var baseG float64
 	var baseS int
 	settled := func() bool {
-		return app.active.Load() == 0 && sc.metric(`weft_sidecar_downstream_connections{listener="outbound"}`) == 0
+		return app.active.Load() == 0 && sc.Metric(`weft_sidecar_downstream_connections{listener="outbound"}`) == 0
 	}
 	testkit.Eventually(t, 10*time.Second, "warm-up request released", settled)
-	baseG, baseS = sc.metric("go_goroutines"), sockets(t, pid)
+	baseG, baseS = sc.Metric("go_goroutines"), sockets(t, pid)
 
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -323,10 +281,10 @@ func TestDrillSlowUpstreamFreedByDefaultTimeout(t *testing.T) {
 	var peakG float64
 	var peakS int
 	testkit.Eventually(t, 10*time.Second, "all requests at the slow upstream", func() bool {
-		peakG, peakS = max(peakG, sc.metric("go_goroutines")), max(peakS, sockets(t, pid))
+		peakG, peakS = max(peakG, sc.Metric("go_goroutines")), max(peakS, sockets(t, pid))
 		return app.active.Load() == n
 	})
-	peakG, peakS = max(peakG, sc.metric("go_goroutines")), max(peakS, sockets(t, pid))
+	peakG, peakS = max(peakG, sc.Metric("go_goroutines")), max(peakS, sockets(t, pid))
 	wg.Wait()
 	took := time.Since(start)
 	close(errs)
@@ -342,7 +300,7 @@ func TestDrillSlowUpstreamFreedByDefaultTimeout(t *testing.T) {
 		if !settled() {
 			return false
 		}
-		g, s = sc.metric("go_goroutines"), sockets(t, pid)
+		g, s = sc.Metric("go_goroutines"), sockets(t, pid)
 		return g <= baseG && s <= baseS
 	})
 	t.Logf("%d requests to a stalled upstream, default route timeout %s: answered 504 in %s; goroutines %v before, %v peak, %v after; sockets %d before, %d peak, %d after",
@@ -405,25 +363,25 @@ func TestDrillMemoryShedding(t *testing.T) {
 	const uploads, bodySize = 300, 2 << 20
 	raiseNoFile(t, 4*uploads+1000)
 	ip := "127.79.0.3"
-	priv := newKey(t)
-	w := newWorkload(t, ip, "reviews-v1-a", priv.Public().(ed25519.PublicKey))
-	startApp(t, ip+":8081", "app")
+	priv := drillkit.NewKey(t)
+	w := drillkit.NewWorkload(t, ip, "reviews-v1-a", priv.Public().(ed25519.PublicKey))
+	drillkit.StartApp(t, ip+":8081", "app")
 	accepted := startStuckUpstream(t, ip+":8080")
-	pilot := newRefServer(t, ip+":15010", priv, w.nodeID)
+	pilot := drillkit.NewRefServer(t, ip+":15010", priv, w.NodeID)
 	// "reviews" goes to the stuck upstream, "ratings" to a healthy app.
-	res := meshTo(w, ip+":8080")
+	res := drillkit.MeshTo(w, ip+":8080")
 	res[xdsresource.RouteType] = []proto.Message{dt.RouteConfig("routes",
 		dt.VirtualHost("ratings", []string{"ratings"}, dt.PrefixRoute("/", "healthy", 0)),
 		dt.VirtualHost("all", []string{"*"}, dt.PrefixRoute("/", "backend", 0)))}
 	res.Add(xdsresource.ClusterType, dt.EDSCluster("healthy", dt.ClusterOpts{MaxConns: 4096, MaxPend: 4096, MaxReqs: 65536}))
 	res.Add(xdsresource.EndpointType, dt.Endpoints("healthy", dt.MustAddr(ip+":8081")))
-	pilot.push(res, 1, 0)
-	sc := startSidecar(t, w, pilot.addr, "--memory-limit", strconv.Itoa(limit), "--memory-high-water", fmt.Sprint(highWater))
-	sc.waitReady(10 * time.Second)
+	pilot.Push(res, 1, 0)
+	sc := drillkit.StartSidecar(t, w, pilot.Addr(), "--memory-limit", strconv.Itoa(limit), "--memory-high-water", fmt.Sprint(highWater))
+	sc.WaitReady(10 * time.Second)
 	pid := sc.Cmd.Process.Pid
-	idle, idleUsed := rss(t, pid), sc.metric("weft_sidecar_memory_used_bytes")
+	idle, idleUsed := rss(t, pid), sc.Metric("weft_sidecar_memory_used_bytes")
 	// The ceiling is the Go runtime's soft limit in the real process.
-	if v := sc.metric("go_gc_gomemlimit_bytes"); v != limit {
+	if v := sc.Metric("go_gc_gomemlimit_bytes"); v != limit {
 		t.Errorf("go_gc_gomemlimit_bytes = %v, want --memory-limit %d", v, limit)
 	}
 
@@ -468,7 +426,7 @@ func TestDrillMemoryShedding(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+w.outbound()+"/upload", strings.NewReader(body))
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+w.Outbound()+"/upload", strings.NewReader(body))
 			if err != nil {
 				t.Error(err)
 				return
@@ -496,18 +454,18 @@ func TestDrillMemoryShedding(t *testing.T) {
 	// here (a GC while shedding can bring use under the hysteresis mark between the
 	// shed answer and this scrape); the gauge's transitions are table-tested in
 	// sidecar/overload.
-	if v := sc.metric("weft_sidecar_memory_shed_requests_total"); v < 1 {
+	if v := sc.Metric("weft_sidecar_memory_shed_requests_total"); v < 1 {
 		t.Errorf("weft_sidecar_memory_shed_requests_total = %v after a client saw a memory shed", v)
 	}
-	usedShedding := sc.metric("weft_sidecar_memory_used_bytes")
+	usedShedding := sc.Metric("weft_sidecar_memory_used_bytes")
 	if usedShedding >= limit {
 		t.Errorf("memory in use %s while shedding: at or past the ceiling %s", mib(int64(usedShedding)), mib(limit))
 	}
 	// Let every upload reach its answer or get stuck, then end the load.
 	testkit.Eventually(t, 20*time.Second, "every upload answered or stuck", func() bool {
-		return float64(shed.Load()+other.Load())+sc.metric(`weft_sidecar_downstream_requests_active{listener="outbound"}`) >= uploads
+		return float64(shed.Load()+other.Load())+sc.Metric(`weft_sidecar_downstream_requests_active{listener="outbound"}`) >= uploads
 	})
-	stuck := sc.metric(`weft_sidecar_downstream_requests_active{listener="outbound"}`)
+	stuck := sc.Metric(`weft_sidecar_downstream_requests_active{listener="outbound"}`)
 	// The load ends: the clients give up and go away.
 	cancel()
 	wg.Wait()
@@ -523,12 +481,12 @@ func TestDrillMemoryShedding(t *testing.T) {
 	}
 	// Recovered: shedding stops and a new request is served.
 	testkit.Eventually(t, 15*time.Second, "shedding stopped after the load", func() bool {
-		return sc.metric("weft_sidecar_memory_shedding") == 0
+		return sc.Metric("weft_sidecar_memory_shedding") == 0
 	})
-	if code, body, _, err := get(hc, w, "ratings", "/after"); err != nil || code != http.StatusOK {
+	if code, body, _, err := drillkit.Get(drillkit.Client, w, "ratings", "/after"); err != nil || code != http.StatusOK {
 		t.Fatalf("request after the load: %d %q %v", code, body, err)
 	}
-	sheds := sc.metric("weft_sidecar_memory_shed_requests_total")
+	sheds := sc.Metric("weft_sidecar_memory_shed_requests_total")
 	t.Logf("ceiling %s, high water %.0f%% (%s): idle RSS %s (runtime %s); %d uploads of %s: %d stuck in the sidecar (%d upstream conns), %d shed (metric %v), first shed after %s at %s in use; peak RSS %s",
 		mib(limit), highWater*100, mib(int64(highWater*limit)), mib(idle), mib(int64(idleUsed)), uploads, mib(bodySize), int(stuck), accepted.Load(),
 		shed.Load(), sheds, shedAt.Round(time.Millisecond), mib(int64(usedShedding)), mib(peak.Load()))
