@@ -37,7 +37,7 @@ func NewMTLSCollector(m *mtls.Manager, now func() time.Time) (*MTLSCollector, er
 		handshakes:    d("weft_sidecar_mtls_handshakes_total", "mTLS handshakes by side (server, client) and result (ok, resumed, or why refused).", []string{"side", "result"}, nil),
 		plainAccepted: d("weft_sidecar_mtls_plaintext_accepted_total", "Plaintext connections a PERMISSIVE port accepted.", nil, nil),
 		plainRefused:  d("weft_sidecar_mtls_plaintext_refused_total", "Plaintext connections closed because their port takes only mTLS (STRICT).", nil, nil),
-		closed:        d("weft_sidecar_mtls_connections_closed_total", "Live mTLS connections closed by the sidecar, by reason (revoked: a new CRL lists the peer; expired: a certificate's NotAfter passed).", []string{"reason"}, nil),
+		closed:        d("weft_sidecar_mtls_connections_closed_total", "Live mTLS connections closed by the sidecar, by reason (revoked: a new CRL lists the peer; untrusted: a new trust bundle no longer holds the root the peer's chain verified against; expired: a certificate's NotAfter passed).", []string{"reason"}, nil),
 		live:          d("weft_sidecar_mtls_connections", "Open mTLS connections (both sides).", nil, nil),
 	}, nil
 }
@@ -76,6 +76,7 @@ func (c *MTLSCollector) Collect(ch chan<- prometheus.Metric) {
 	k(c.plainAccepted, n.PlaintextAccepted)
 	k(c.plainRefused, n.PlaintextRefused)
 	k(c.closed, n.ClosedRevoked, "revoked")
+	k(c.closed, n.ClosedUntrusted, "untrusted")
 	k(c.closed, n.ClosedExpired, "expired")
 	g(c.live, float64(n.Live))
 }

@@ -51,6 +51,7 @@ func TestMTLSCollector(t *testing.T) {
 		"weft_sidecar_mtls_handshakes_total{result=ok}{side=server}":      0,
 		"weft_sidecar_mtls_handshakes_total{result=revoked}{side=client}": 0,
 		"weft_sidecar_mtls_connections_closed_total{reason=revoked}":      0,
+		"weft_sidecar_mtls_connections_closed_total{reason=untrusted}":    0,
 		"weft_sidecar_mtls_connections":                                   0,
 	} {
 		if v, ok := got[name]; !ok || v != want {

@@ -14,8 +14,15 @@
 // Handshakes are paid per pooled connection: clients keep a session cache (keyed
 // by the peer's address, so endpoints of one cluster do not evict each other's
 // tickets) and servers issue tickets. Live connections are registered by peer
-// serial: a new CRL (SetTrust) closes those whose peer it revokes, and Sweep
-// closes those whose peer's or own certificate has expired.
+// serial: new trust material (SetTrust) closes those whose peer the new CRL
+// revokes or the new bundle no longer anchors, and Sweep closes those whose
+// peer's or own certificate has expired.
+//
+// Pools retire their client connections before that: a connection records the
+// generation of this sidecar's own certificate it was made with and when its
+// peer's certificate gets old (RetireAt), and a pool hands out no connection of
+// an older generation or past that point, letting the requests on it finish
+// (see sidecar/cluster). Renewals then never cut a request.
 //
 // The principal of a connection for authorization is PeerID(conn) (or
 // (*Conn).Peer): the SPIFFE ID verified here, never anything the peer sent in a
@@ -25,6 +32,8 @@ package mtls
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -98,10 +107,11 @@ type Manager struct {
 	lastLog [2][len(results)]atomic.Int64
 	logged  [2][len(results)]atomic.Uint64
 
-	plainAccepted atomic.Uint64 // PERMISSIVE plaintext connections (listener counts)
-	plainRefused  atomic.Uint64 // STRICT plaintext connections closed (listener counts)
-	closedRevoked atomic.Uint64 // live connections closed by SetTrust
-	closedExpired atomic.Uint64 // live connections closed by Sweep
+	plainAccepted   atomic.Uint64 // PERMISSIVE plaintext connections (listener counts)
+	plainRefused    atomic.Uint64 // STRICT plaintext connections closed (listener counts)
+	closedRevoked   atomic.Uint64 // live connections closed by SetTrust: peer revoked
+	closedUntrusted atomic.Uint64 // live connections closed by SetTrust: peer's root left the bundle
+	closedExpired   atomic.Uint64 // live connections closed by Sweep
 
 	mu   sync.Mutex                    // guards live; never held across I/O (Close runs outside)
 	live map[string]map[*Conn]struct{} // by peer serial (hex)
@@ -157,37 +167,82 @@ func New(cfg Config) (*Manager, error) {
 
 // SetTrust installs the trust material of the configuration just activated
 // (nil: it has none) and whether that configuration needs mTLS, then closes
-// every live connection whose peer the new CRL revokes. The runtime calls it on
-// every activation, last-known-good included.
+// (fails closed) every live connection whose peer the new CRL revokes and,
+// when the bundle's roots changed, every one whose peer's chain the new bundle
+// would not have accepted at its handshake (its root was dropped). The runtime
+// calls it on every activation, last-known-good included.
 func (m *Manager) SetTrust(t *Trust, needed bool) {
-	m.trust.Store(&trustState{t: t, needed: needed})
+	prev := m.trust.Swap(&trustState{t: t, needed: needed})
 	if t == nil {
 		return
 	}
-	var doomed []*Conn
+	rootsChanged := prev == nil || prev.t == nil || !prev.t.bundle.Equal(t.bundle)
+	// One connection per peer serial stands for all of them: every connection
+	// of one serial shares the verdict. Verified off the lock (a chain
+	// verification per serial would hold up every handshake's registration).
+	var reps []*Conn
 	m.mu.Lock()
 	for _, conns := range m.live {
 		for c := range conns {
-			if t.crl.Revoked(c.peer.Serial) {
-				doomed = append(doomed, c)
-			}
-			break // every connection of one serial shares the verdict
-		}
-	}
-	var close []*Conn
-	for _, d := range doomed {
-		for c := range m.live[d.key] {
-			close = append(close, c)
+			reps = append(reps, c)
+			break
 		}
 	}
 	m.mu.Unlock()
-	for _, c := range close {
-		m.log.Warn("closing a connection: peer certificate revoked", "peer", c.peer.ID, "serial", c.key,
-			"crl", t.crl.Number(), "remote", c.RemoteAddr())
-		m.closedRevoked.Add(1)
+	type verdict struct {
+		key, reason string
+		err         error
+	}
+	var doomed []verdict
+	for _, c := range reps {
+		if t.crl.Revoked(c.peer.Serial) {
+			doomed = append(doomed, verdict{key: c.key, reason: closeRevoked})
+		} else if rootsChanged {
+			if _, err := t.bundle.Verify(c.chain, c.at); err != nil {
+				doomed = append(doomed, verdict{key: c.key, reason: closeUntrusted, err: err})
+			}
+		}
+	}
+	if len(doomed) == 0 {
+		return
+	}
+	type closing struct {
+		c *Conn
+		verdict
+	}
+	var close []closing
+	m.mu.Lock()
+	for _, d := range doomed {
+		for c := range m.live[d.key] {
+			close = append(close, closing{c, d})
+		}
+	}
+	m.mu.Unlock()
+	for _, x := range close {
+		c := x.c
+		if x.reason == closeRevoked {
+			m.log.Warn("closing a connection: peer certificate revoked", "peer", c.peer.ID, "serial", c.key,
+				"crl", t.crl.Number(), "remote", c.RemoteAddr())
+			m.closedRevoked.Add(1)
+		} else {
+			m.log.Warn("closing a connection: the new trust bundle does not anchor the peer's chain", "peer", c.peer.ID,
+				"serial", c.key, "error", x.err, "remote", c.RemoteAddr())
+			m.closedUntrusted.Add(1)
+		}
 		c.Close()
 	}
 }
+
+// Reasons a live connection is closed (the reason label of
+// weft_sidecar_mtls_connections_closed_total).
+const (
+	closeRevoked   = "revoked"
+	closeUntrusted = "untrusted"
+)
+
+// OwnGeneration is the current generation of this sidecar's own certificate
+// (svid.Holder.Generation): one atomic load, for pools to compare on every Get.
+func (m *Manager) OwnGeneration() uint64 { return m.cfg.SVID.Generation() }
 
 // Trust returns the trust material in use (nil: none).
 func (m *Manager) Trust() *Trust {
@@ -271,7 +326,7 @@ func (m *Manager) Server(ctx context.Context, raw net.Conn) (*Conn, error) {
 		return nil, err
 	}
 	tc := tls.Server(raw, m.server)
-	return m.handshake(ctx, SideServer, tc, nil)
+	return m.handshake(ctx, SideServer, tc, nil, 0)
 }
 
 // Upstream is what a client needs to know of its destination: the SNI to send,
@@ -315,11 +370,15 @@ func (m *Manager) Client(ctx context.Context, raw net.Conn, addr string, u *Upst
 		raw.Close()
 		return nil, errors.New("mtls: client handshake without an upstream")
 	}
+	// Before the handshake loads the certificate to present: the generation
+	// recorded is never newer than the certificate sent (svid.Holder).
+	gen := m.cfg.SVID.Generation()
 	if err := m.precheck(m.cfg.Now()); err != nil {
 		m.count(SideClient, err, false)
 		raw.Close()
 		return nil, err
 	}
+	sc := &sessionCache{inner: m.sessions, addr: addr + "|" + ownSerial(m.cfg.SVID.Load()), now: m.cfg.Now}
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		MaxVersion: tls.VersionTLS13,
@@ -330,10 +389,10 @@ func (m *Manager) Client(ctx context.Context, raw net.Conn, addr string, u *Upst
 		InsecureSkipVerify:   true,
 		GetClientCertificate: m.ownClientCertificate,
 		NextProtos:           u.ALPN,
-		ClientSessionCache:   addrCache{inner: m.sessions, addr: addr + "|" + ownSerial(m.cfg.SVID.Load())},
+		ClientSessionCache:   sc,
 		VerifyConnection:     func(cs tls.ConnectionState) error { _, err := m.verifyState(cs, u.IDs); return err },
 	}
-	c, err := m.handshake(ctx, SideClient, tls.Client(raw, cfg), u.IDs)
+	c, err := m.handshake(ctx, SideClient, tls.Client(raw, cfg), u.IDs, gen)
 	if err != nil {
 		// A session that failed here is not offered again (a server that lost
 		// its ticket keys would refuse it on every retry until it expired):
@@ -343,11 +402,16 @@ func (m *Manager) Client(ctx context.Context, raw net.Conn, addr string, u *Upst
 			key = raw.RemoteAddr().String() // crypto/tls's key without a ServerName
 		}
 		cfg.ClientSessionCache.Put(key, nil)
+		return nil, err
 	}
-	return c, err
+	// Tickets arrive after the handshake, on the connection's first reads.
+	sc.peer.Store(c.chain[0])
+	return c, nil
 }
 
-func (m *Manager) handshake(ctx context.Context, side string, tc *tls.Conn, expected []spiffeid.ID) (*Conn, error) {
+// handshake runs tc's handshake and registers the verified connection; gen is
+// the own certificate generation a client connection is made with.
+func (m *Manager) handshake(ctx context.Context, side string, tc *tls.Conn, expected []spiffeid.ID, gen uint64) (*Conn, error) {
 	hctx, cancel := context.WithTimeout(ctx, m.cfg.HandshakeTimeout)
 	err := tc.HandshakeContext(hctx)
 	cancel()
@@ -367,7 +431,11 @@ func (m *Manager) handshake(ctx context.Context, side string, tc *tls.Conn, expe
 		return nil, fmt.Errorf("mtls %s handshake with %s: %w", side, tc.RemoteAddr(), err)
 	}
 	m.count(side, nil, cs.DidResume)
-	c := &Conn{Conn: tc, peer: p, m: m, key: p.Serial.Text(16), alpn: cs.NegotiatedProtocol, resumed: cs.DidResume}
+	c := &Conn{Conn: tc, peer: p, m: m, key: p.Serial.Text(16), alpn: cs.NegotiatedProtocol, resumed: cs.DidResume,
+		chain: cs.PeerCertificates, at: m.cfg.Now()}
+	if side == SideClient {
+		c.ownGen, c.retireAt = gen, RetireAt(p.NotBefore, p.NotAfter, c.at)
+	}
 	m.mu.Lock()
 	set := m.live[c.key]
 	if set == nil {
@@ -392,7 +460,7 @@ func peerOf(cs tls.ConnectionState) (Peer, error) {
 	if err != nil {
 		return Peer{}, refused(ResultUntrusted, "peer certificate serial %x: %v", leaf.SerialNumber, err)
 	}
-	return Peer{ID: id, Serial: leaf.SerialNumber, NotAfter: leaf.NotAfter}, nil
+	return Peer{ID: id, Serial: leaf.SerialNumber, NotBefore: leaf.NotBefore, NotAfter: leaf.NotAfter}, nil
 }
 
 func (m *Manager) count(side string, err error, resumed bool) {
@@ -454,14 +522,20 @@ func (m *Manager) CountPlaintextAccepted() { m.plainAccepted.Add(1) }
 // accepts only mTLS (STRICT).
 func (m *Manager) CountPlaintextRefused() { m.plainRefused.Add(1) }
 
-// addrCache keys a shared session cache by the peer's address and this
-// sidecar's certificate serial as well: the SNI (the cluster name) is the same
-// for every endpoint of a cluster, and each endpoint's tickets are its own; and a
-// ticket carries the client certificate it was issued for, so after a renewal
-// the old one (maybe revoked since) is never offered again.
-type addrCache struct {
+// sessionCache is one client handshake's view of the shared session cache. It
+// keys tickets by the peer's address and this sidecar's certificate serial as
+// well: the SNI (the cluster name) is the same for every endpoint of a
+// cluster, and each endpoint's tickets are its own; and a ticket carries the
+// client certificate it was issued for, so after a renewal the old one (maybe
+// revoked since) is never offered again. It also tags each ticket with the
+// validity of the peer certificate it carries (peer, set once the handshake is
+// done; tickets come after) and offers none past its retire point, so a peer's
+// renewal reaches the client (see resumable).
+type sessionCache struct {
 	inner tls.ClientSessionCache
 	addr  string
+	now   func() time.Time
+	peer  atomic.Pointer[x509.Certificate]
 }
 
 func ownSerial(s *svid.SVID) string {
@@ -471,21 +545,81 @@ func ownSerial(s *svid.SVID) string {
 	return s.Cert.Leaf.SerialNumber.Text(16)
 }
 
-func (a addrCache) Get(key string) (*tls.ClientSessionState, bool) {
-	return a.inner.Get(a.addr + "|" + key)
+// peerTag prefixes the SessionState.Extra entry with the peer certificate's
+// NotBefore and NotAfter (unix seconds, big endian).
+const peerTag = "weft-mtls-peer/1:"
+
+func (a *sessionCache) Get(key string) (*tls.ClientSessionState, bool) {
+	cs, ok := a.inner.Get(a.addr + "|" + key)
+	if !ok || cs == nil {
+		return cs, ok
+	}
+	if nb, na, tagged := peerValidity(cs); !tagged || !resumable(nb, na, a.now()) {
+		a.inner.Put(a.addr+"|"+key, nil)
+		return nil, false
+	}
+	return cs, true
 }
-func (a addrCache) Put(key string, cs *tls.ClientSessionState) { a.inner.Put(a.addr+"|"+key, cs) }
+
+func (a *sessionCache) Put(key string, cs *tls.ClientSessionState) {
+	if cs != nil {
+		leaf := a.peer.Load()
+		_, st, err := cs.ResumptionState()
+		if leaf == nil || err != nil || st == nil {
+			return // nothing to tag it with: not kept (a full handshake next)
+		}
+		tag := make([]byte, len(peerTag), len(peerTag)+16)
+		copy(tag, peerTag)
+		tag = binary.BigEndian.AppendUint64(tag, uint64(leaf.NotBefore.Unix()))
+		tag = binary.BigEndian.AppendUint64(tag, uint64(leaf.NotAfter.Unix()))
+		st.Extra = append(st.Extra, tag) // crypto/tls's client ignores Extra; only appended to
+	}
+	a.inner.Put(a.addr+"|"+key, cs)
+}
+
+// peerValidity reads the tag Put added.
+func peerValidity(cs *tls.ClientSessionState) (notBefore, notAfter time.Time, ok bool) {
+	_, st, err := cs.ResumptionState()
+	if err != nil || st == nil {
+		return time.Time{}, time.Time{}, false
+	}
+	for _, e := range st.Extra {
+		if len(e) == len(peerTag)+16 && string(e[:len(peerTag)]) == peerTag {
+			v := e[len(peerTag):]
+			return time.Unix(int64(binary.BigEndian.Uint64(v)), 0), time.Unix(int64(binary.BigEndian.Uint64(v[8:])), 0), true
+		}
+	}
+	return time.Time{}, time.Time{}, false
+}
 
 // Conn is a verified mTLS connection, registered with its Manager until closed.
 type Conn struct {
 	*tls.Conn
 	peer    Peer
 	m       *Manager
-	key     string // peer serial, hex
+	key     string              // peer serial, hex
+	chain   []*x509.Certificate // the peer's, as verified (SetTrust checks it against a new bundle)
+	at      time.Time           // when it was verified
 	alpn    string
 	resumed bool
 	once    sync.Once
+	// Client side only: the own certificate generation it was made with, and
+	// when its peer's certificate gets old (RetireAt).
+	ownGen   uint64
+	retireAt time.Time
 }
+
+// OwnGeneration is the generation (svid.Holder.Generation) of this sidecar's
+// certificate when the connection was made (client side; 0 on the server
+// side). A pool compares it with Manager.OwnGeneration: a connection of an
+// older one carries a certificate that a renewal replaced, which the peer will
+// cut at its NotAfter, so it takes no new request.
+func (c *Conn) OwnGeneration() uint64 { return c.ownGen }
+
+// RetireAt is when a pooled client connection should take no new request
+// because its peer's certificate gets old (see RetireAt); zero on the server
+// side.
+func (c *Conn) RetireAt() time.Time { return c.retireAt }
 
 // Peer is the verified peer.
 func (c *Conn) Peer() Peer { return c.peer }

@@ -492,3 +492,145 @@ func TestRenewalNeverResumesTheOldCertificate(t *testing.T) {
 		return last.Peer().Serial.Cmp(renewed.Cert.Leaf.SerialNumber) == 0
 	})
 }
+
+// TestRenewalGenerationsAndRetirement: a client connection records the own
+// certificate generation it was made with and when its peer's certificate gets
+// old. A server's renewal does not reach a client that resumes (TLS 1.3
+// resumption carries the first handshake's certificates along), so a session
+// is not resumed past its peer certificate's retire point: the next handshake
+// is a full one and meets the renewed certificate.
+func TestRenewalGenerationsAndRetirement(t *testing.T) {
+	w := newWorld(t)
+	made := w.clk.Now()
+	c1, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := w.cli.m.OwnGeneration(); g != 1 || c1.OwnGeneration() != g {
+		t.Errorf("generation: manager %d connection %d, want 1 and 1", g, c1.OwnGeneration())
+	}
+	if want := mtls.RetireAt(w.srvID.NotBefore, w.srvID.NotAfter, made); !c1.RetireAt().Equal(want) {
+		t.Errorf("RetireAt %s, want %s", c1.RetireAt(), want)
+	}
+	point := mtls.RetireAt(w.srvID.NotBefore, w.srvID.NotAfter, w.srvID.NotBefore)
+	renewed := w.ca.Issue(t, reviews, point.Add(-time.Minute), point.Add(24*time.Hour))
+	w.srv.h.Store(renewed)
+	// Before the old certificate's retire point the session resumes, with the
+	// old certificate.
+	w.clk.Set(point.Add(-time.Second))
+	w.cli.m.SetTrust(w.trustWith(t, 2), true)
+	w.srv.m.SetTrust(w.trustWith(t, 2), true)
+	c2, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c2.Resumed() || c2.Peer().Serial.Cmp(w.srvID.Cert.Leaf.SerialNumber) != 0 {
+		t.Fatalf("before the retire point: resumed %v serial %x, want the old %x resumed", c2.Resumed(), c2.Peer().Serial, w.srvID.Cert.Leaf.SerialNumber)
+	}
+	// At it: a full handshake, the renewed certificate; then resumed again.
+	w.clk.Set(point)
+	c3, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c3.Resumed() || c3.Peer().Serial.Cmp(renewed.Cert.Leaf.SerialNumber) != 0 {
+		t.Fatalf("at the retire point: resumed %v serial %x, want a full handshake with %x", c3.Resumed(), c3.Peer().Serial, renewed.Cert.Leaf.SerialNumber)
+	}
+	if want := mtls.RetireAt(renewed.NotBefore, renewed.NotAfter, point); !c3.RetireAt().Equal(want) {
+		t.Errorf("RetireAt %s, want %s", c3.RetireAt(), want)
+	}
+	if c4, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews)); err != nil || !c4.Resumed() ||
+		c4.Peer().Serial.Cmp(renewed.Cert.Leaf.SerialNumber) != 0 {
+		t.Fatalf("after: %v, want the renewed certificate's session resumed", err)
+	}
+	// The client's own renewal moves its generation; c1 keeps its own.
+	w.cli.h.Store(w.ca.Issue(t, productpage, point.Add(-time.Minute), point.Add(24*time.Hour)))
+	if g := w.cli.m.OwnGeneration(); g != 2 || c1.OwnGeneration() != 1 {
+		t.Errorf("after the client's renewal: manager %d, c1 %d; want 2 and 1", g, c1.OwnGeneration())
+	}
+	c5, err := dial(t, w.cli.m, w.server.addr, upstream(t, reviews))
+	if err != nil || c5.OwnGeneration() != 2 {
+		t.Fatalf("after the client's renewal: %v, generation %d want 2", err, c5.OwnGeneration())
+	}
+}
+
+// TestRootDroppedClosesLiveConnections: the client is certified by a second
+// root, the server by the first, both trust both. A new trust material with
+// the same roots (or one more) closes nothing; one without the root a live
+// connection's peer chain verified against closes it on that side (fail
+// closed), counted as untrusted, and new handshakes are refused.
+func TestRootDroppedClosesLiveConnections(t *testing.T) {
+	clk := newClock()
+	a, b, c := mtlstest.NewCA(t, "root a"), mtlstest.NewCA(t, "root b"), mtlstest.NewCA(t, "root c")
+	now := clk.Now()
+	trust := func(number int64, crlBy *mtlstest.CA, cas ...*mtlstest.CA) *mtls.Trust {
+		bu := cas[0].Bundle(t)
+		for _, x := range cas[1:] {
+			var err error
+			if bu, err = bu.Union(x.Bundle(t)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tr, err := mtls.NewTrust(bu, crlBy.CRL(t, number, now.Add(-time.Minute), time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	both := trust(1, a, a, b)
+	srv := newSide(t, a.Workload(t, td, "shop", "reviews"), clk, both)
+	cli := newSide(t, b.Workload(t, td, "shop", "productpage"), clk, both)
+	s := serve(t, srv.m)
+	closed := func(c *mtls.Conn) bool {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var ne net.Error
+		_, err := c.Read(make([]byte, 1))
+		return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	}
+	open := func(c *mtls.Conn) bool {
+		_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		var ne net.Error
+		_, err := c.Read(make([]byte, 1))
+		return errors.As(err, &ne) && ne.Timeout()
+	}
+	c1, err := dial(t, cli.m, s.addr, upstream(t, reviews))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range []*mtls.Trust{trust(2, a, a, b), trust(3, a, b, a, c)} {
+		srv.m.SetTrust(tr, true)
+		cli.m.SetTrust(tr, true)
+	}
+	if !open(c1) || srv.m.Counts().ClosedUntrusted+cli.m.Counts().ClosedUntrusted != 0 {
+		t.Fatal("a bundle keeping both roots closed a connection")
+	}
+	// The server drops root b (the client's).
+	srv.m.SetTrust(trust(4, a, a), true)
+	if !closed(c1) {
+		t.Fatal("the server kept a connection whose peer's root left its bundle")
+	}
+	c1.Close()
+	if n := srv.m.Counts(); n.ClosedUntrusted != 1 || n.ClosedRevoked != 0 {
+		t.Errorf("server closed untrusted %d revoked %d, want 1 and 0", n.ClosedUntrusted, n.ClosedRevoked)
+	}
+	if _, err := dial(t, cli.m, s.addr, upstream(t, reviews)); err == nil {
+		t.Fatal("the server accepted a client of the dropped root")
+	}
+	if serr := <-s.errs; refusal(serr) != mtls.ResultUntrusted {
+		t.Errorf("server refusal %v, want untrusted", serr)
+	}
+	// The client drops root a (the server's), on a connection the server accepts.
+	srv.m.SetTrust(trust(5, a, a, b), true)
+	c2, err := dial(t, cli.m, s.addr, upstream(t, reviews))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli.m.SetTrust(trust(6, b, b), true)
+	if !closed(c2) {
+		t.Fatal("the client kept a connection whose peer's root left its bundle")
+	}
+	if n := cli.m.Counts().ClosedUntrusted; n != 1 {
+		t.Errorf("client closed untrusted %d, want 1", n)
+	}
+	testkit.Eventually(t, 5*time.Second, "no live connection on the client", func() bool { return cli.m.Live() == 0 })
+}

@@ -69,9 +69,9 @@ func refused(result, format string, args ...any) *RefusedError {
 
 // Peer is the verified identity at the other end of an mTLS connection.
 type Peer struct {
-	ID       spiffeid.ID
-	Serial   *big.Int  // the leaf's serial (what the CRL lists)
-	NotAfter time.Time // the leaf's
+	ID                  spiffeid.ID
+	Serial              *big.Int  // the leaf's serial (what the CRL lists)
+	NotBefore, NotAfter time.Time // the leaf's
 }
 
 // checkOwn refuses when this sidecar's own certificate cannot be presented at now:
@@ -128,7 +128,7 @@ func verify(own *svid.SVID, t *Trust, chain []*x509.Certificate, now time.Time, 
 	if expected != nil && !slices.Contains(expected, id) {
 		return Peer{}, refused(ResultUnexpectedPeer, "server is %s, the destination runs as %s", id, idList(expected))
 	}
-	return Peer{ID: id, Serial: leaf.SerialNumber, NotAfter: leaf.NotAfter}, nil
+	return Peer{ID: id, Serial: leaf.SerialNumber, NotBefore: leaf.NotBefore, NotAfter: leaf.NotAfter}, nil
 }
 
 func idList(ids []spiffeid.ID) string {

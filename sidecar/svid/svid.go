@@ -87,6 +87,11 @@ func (s *SVID) ValidAt(now time.Time) bool {
 // Holder is the current SVID of the process. The zero value is empty and ready.
 type Holder struct {
 	cur atomic.Pointer[SVID] // written by Store only
+	// gen counts Stores, moved after cur: a reader that loads Generation before
+	// Load sees an SVID at least that new, so a connection that records the
+	// generation before its handshake never claims a newer certificate than it
+	// presented (upstream pools retire connections of an older generation).
+	gen atomic.Uint64
 
 	mu      sync.Mutex    // guards changed
 	changed chan struct{} // closed and replaced by Store
@@ -96,10 +101,15 @@ type Holder struct {
 // allocate or lock: the mTLS handshake path calls it.
 func (h *Holder) Load() *SVID { return h.cur.Load() }
 
+// Generation counts the Stores so far (0 before the first). It does not
+// allocate or lock: upstream pools compare it on every Get.
+func (h *Holder) Generation() uint64 { return h.gen.Load() }
+
 // Store makes s the current SVID (nil empties the holder) and wakes every
 // Changed waiter. New handshakes use s; live connections are not touched.
 func (h *Holder) Store(s *SVID) {
 	h.cur.Store(s)
+	h.gen.Add(1)
 	h.mu.Lock()
 	if h.changed != nil {
 		close(h.changed) // close never blocks: no send under the lock

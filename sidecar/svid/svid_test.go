@@ -92,8 +92,8 @@ func TestNew(t *testing.T) {
 
 func TestHolder(t *testing.T) {
 	var h Holder // zero value usable
-	if h.Load() != nil {
-		t.Fatal("zero holder not empty")
+	if h.Load() != nil || h.Generation() != 0 {
+		t.Fatalf("zero holder not empty: generation %d", h.Generation())
 	}
 	if _, err := h.GetClientCertificate(nil); err != ErrEmpty {
 		t.Fatalf("empty GetClientCertificate err = %v", err)
@@ -117,8 +117,8 @@ func TestHolder(t *testing.T) {
 	}
 	h.Store(s1)
 	<-ch // closed by Store
-	if h.Load() != s1 {
-		t.Fatal("Load after Store")
+	if h.Load() != s1 || h.Generation() != 1 {
+		t.Fatalf("Load after Store, generation %d want 1", h.Generation())
 	}
 	ch2 := h.Changed()
 	if ch2 == ch {
@@ -131,12 +131,12 @@ func TestHolder(t *testing.T) {
 	s2, _ := New([]*x509.Certificate{leaf(t, k, "spiffe://td/ns/a/sa/b")}, k)
 	h.Store(s2)
 	<-ch2
-	if c, _ := h.GetCertificate(nil); c != &s2.Cert {
-		t.Fatal("GetCertificate does not serve the new SVID")
+	if c, _ := h.GetCertificate(nil); c != &s2.Cert || h.Generation() != 2 {
+		t.Fatalf("GetCertificate does not serve the new SVID (generation %d want 2)", h.Generation())
 	}
 	h.Store(nil)
-	if h.Load() != nil {
-		t.Fatal("Store(nil) did not empty")
+	if h.Load() != nil || h.Generation() != 3 {
+		t.Fatalf("Store(nil) did not empty (generation %d want 3)", h.Generation())
 	}
 }
 
