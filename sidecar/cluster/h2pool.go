@@ -52,7 +52,8 @@ type H2Config struct {
 // concurrent streams; a peer allowing fewer makes the excess of a first burst
 // wait on that connection rather than open another. Our sidecars allow 250.
 type H2Pool struct {
-	tr *http.Transport // only its NewClientConn is used: dialling and the h2 client
+	tr   *http.Transport // only its NewClientConn is used: dialling and the h2 client
+	mtls *mtls.Manager   // H2Config.MTLS: its own certificate generation retires connections (retire.go)
 
 	mu     sync.Mutex         // guards the fields below
 	hosts  map[string]*h2host // by "ip:port"
@@ -84,6 +85,12 @@ type h2conn struct {
 	// another address (see evict); a Get that reserved a stream on it then gives
 	// the stream back.
 	draining atomic.Bool
+	// mTLS retirement (retire.go): set before the connection is published;
+	// retireTimer is stopped under H2Pool.mu once the connection is gone.
+	tls         bool
+	ownGen      uint64
+	retired     atomic.Bool
+	retireTimer *time.Timer
 }
 
 // NewH2Pool checks cfg.
@@ -111,8 +118,10 @@ func NewH2Pool(cfg H2Config) (*H2Pool, error) {
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			// An mTLS endpoint's connection is verified before net/http speaks
 			// HTTP/2 on it (prior knowledge: the TLS is ours, not net/http's).
-			if e, ok := ctx.Value(endpointKey{}).(*Endpoint); ok {
-				return DialEndpoint(ctx, dial, cfg.MTLS, e)
+			if d, ok := ctx.Value(endpointKey{}).(*h2dial); ok {
+				nc, err := DialEndpoint(ctx, dial, cfg.MTLS, d.e)
+				d.conn = nc
+				return nc, err
 			}
 			return dial(ctx, addr)
 		},
@@ -125,7 +134,7 @@ func NewH2Pool(cfg H2Config) (*H2Pool, error) {
 			PingTimeout:      cfg.PingTimeout,
 		},
 	}
-	return &H2Pool{tr: tr, hosts: make(map[string]*h2host)}, nil
+	return &H2Pool{tr: tr, mtls: cfg.MTLS, hosts: make(map[string]*h2host)}, nil
 }
 
 // Get returns a connection to e with one stream reserved for the caller, who must
@@ -148,6 +157,10 @@ func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.Client
 	var scratch, othersBuf [8]*h2conn
 	others := othersBuf[:0]
 	evictTried := false
+	var gen uint64 // this sidecar's certificate generation: older connections retire
+	if p.mtls != nil {
+		gen = p.mtls.OwnGeneration()
+	}
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -161,10 +174,10 @@ func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.Client
 		cands := append(scratch[:0], h.conns...)
 		p.mu.Unlock()
 		for _, hc := range cands {
-			if hc.draining.Load() || hc.cc.Reserve() != nil {
+			if hc.draining.Load() || staleH2(hc, gen) || hc.cc.Reserve() != nil {
 				continue
 			}
-			if hc.draining.Load() { // evict saw no stream in flight before ours
+			if hc.draining.Load() || hc.retired.Load() { // evict or retire saw no stream in flight before ours
 				hc.cc.Release()
 				continue
 			}
@@ -338,8 +351,10 @@ func (p *H2Pool) dial(ctx context.Context, c *Cluster, e *Endpoint) (*http.Clien
 	// The connection outlives this request: only the connect timeout and the
 	// request's cancellation bound the dial itself.
 	dctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)
+	var d *h2dial
 	if e.tls != nil {
-		dctx = context.WithValue(dctx, endpointKey{}, e)
+		d = &h2dial{e: e}
+		dctx = context.WithValue(dctx, endpointKey{}, d)
 	}
 	cc, err := p.tr.NewClientConn(dctx, "http", e.Address())
 	cancel()
@@ -360,6 +375,9 @@ func (p *H2Pool) dial(ctx context.Context, c *Cluster, e *Endpoint) (*http.Clien
 		return nil, ErrPoolClosed
 	}
 	hc := &h2conn{cc: cc, addr: addr, breaker: c.Breaker}
+	if d != nil {
+		p.adoptTLSLocked(hc, d)
+	}
 	h.conns = append(h.conns, hc)
 	p.mu.Unlock()
 	// Called when streams free up or the connection dies; never under p.mu.
@@ -370,12 +388,18 @@ func (p *H2Pool) dial(ctx context.Context, c *Cluster, e *Endpoint) (*http.Clien
 // stateChanged wakes the endpoint's waiters and, once the connection is dead,
 // removes it and frees its connection slot.
 func (p *H2Pool) stateChanged(hc *h2conn) {
+	if hc.retired.Load() && hc.cc.InFlight() == 0 {
+		hc.cc.Close() // its last stream ended (Close's own hook call is made after this one)
+	}
 	dead := hc.cc.Err() != nil
 	p.mu.Lock()
 	h := p.hosts[hc.addr]
 	release := false
 	if dead && !hc.gone {
 		hc.gone, release = true, true
+		if hc.retireTimer != nil {
+			hc.retireTimer.Stop()
+		}
 		if h != nil {
 			h.conns = slices.DeleteFunc(h.conns, func(x *h2conn) bool { return x == hc })
 		}

@@ -88,8 +88,9 @@ type Conn struct {
 	peekBad bool
 	// tls: Conn is an *mtls.Conn (rc is its socket): bytes waiting in the
 	// kernel may be TLS messages that are not data (a session ticket, a key
-	// update), which quiet lets crypto/tls consume.
+	// update), which quiet lets crypto/tls consume. age retires it (retire.go).
 	tls bool
+	age tlsAge
 }
 
 // NewPool checks cfg.
@@ -188,7 +189,8 @@ func (p *Pool) enqueue(c *Cluster) (*queued, error) {
 	return &queued{b: c.Breaker, timer: time.NewTimer(c.QueueTimeout)}, nil
 }
 
-// takeIdle pops the warmest idle connection to addr that is not past IdleTimeout.
+// takeIdle pops the warmest idle connection to addr that is not past
+// IdleTimeout nor retired (retire.go).
 func (p *Pool) takeIdle(addr string) (*Conn, error) {
 	now := time.Now()
 	var conn *Conn
@@ -207,7 +209,7 @@ func (p *Pool) takeIdle(addr string) (*Conn, error) {
 		conn = h.idle[len(h.idle)-1]
 		h.idle[len(h.idle)-1] = nil
 		h.idle = h.idle[:len(h.idle)-1]
-		if now.Sub(conn.idleAt) < p.cfg.IdleTimeout {
+		if now.Sub(conn.idleAt) < p.cfg.IdleTimeout && !p.retired(conn, now) {
 			break
 		}
 		stale = append(stale, conn)
@@ -381,8 +383,9 @@ func (p *Pool) dial(ctx context.Context, c *Cluster, e *Endpoint) (*Conn, error)
 	if tc, ok := raw.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+	age, _ := ageOf(nc)
 	conn := &Conn{
-		Conn: nc, addr: e.PoolKey(), breaker: c.Breaker, pool: p, tls: isTLS,
+		Conn: nc, addr: e.PoolKey(), breaker: c.Breaker, pool: p, tls: isTLS, age: age,
 		R: bufio.NewReaderSize(nc, p.cfg.BufferSize), W: bufio.NewWriterSize(nc, p.cfg.BufferSize),
 	}
 	if sc, ok := raw.(syscall.Conn); ok {
@@ -454,6 +457,10 @@ func (p *Pool) Put(conn *Conn) {
 		return
 	}
 	conn.idleAt = time.Now()
+	if p.retired(conn, conn.idleAt) {
+		conn.Close() // its last request is done
+		return
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -524,7 +531,7 @@ func (p *Pool) Reap(now time.Time, live map[string]struct{}) {
 		_, ok := live[a]
 		keep := h.idle[:0]
 		for _, c := range h.idle {
-			if !ok || now.Sub(c.idleAt) >= p.cfg.IdleTimeout {
+			if !ok || now.Sub(c.idleAt) >= p.cfg.IdleTimeout || p.retired(c, now) {
 				stale = append(stale, c)
 			} else {
 				keep = append(keep, c)
