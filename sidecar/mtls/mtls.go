@@ -195,12 +195,8 @@ func (m *Manager) SetTrust(t *Trust, needed bool) {
 	}
 	var doomed []verdict
 	for _, c := range reps {
-		if t.crl.Revoked(c.peer.Serial) {
-			doomed = append(doomed, verdict{key: c.key, reason: closeRevoked})
-		} else if rootsChanged {
-			if _, err := t.bundle.Verify(c.chain, c.at); err != nil {
-				doomed = append(doomed, verdict{key: c.key, reason: closeUntrusted, err: err})
-			}
+		if reason, err := condemned(c, t, rootsChanged); reason != "" {
+			doomed = append(doomed, verdict{key: c.key, reason: reason, err: err})
 		}
 	}
 	if len(doomed) == 0 {
@@ -219,18 +215,45 @@ func (m *Manager) SetTrust(t *Trust, needed bool) {
 	}
 	m.mu.Unlock()
 	for _, x := range close {
-		c := x.c
-		if x.reason == closeRevoked {
-			m.log.Warn("closing a connection: peer certificate revoked", "peer", c.peer.ID, "serial", c.key,
-				"crl", t.crl.Number(), "remote", c.RemoteAddr())
-			m.closedRevoked.Add(1)
-		} else {
-			m.log.Warn("closing a connection: the new trust bundle does not anchor the peer's chain", "peer", c.peer.ID,
-				"serial", c.key, "error", x.err, "remote", c.RemoteAddr())
-			m.closedUntrusted.Add(1)
-		}
-		c.Close()
+		m.closeCondemned(x.c, t, x.reason, x.err)
 	}
+}
+
+// condemned says why trust t fails the live connection c closed ("" when it
+// does not): its peer's certificate is revoked, or (when the roots changed)
+// the bundle would not have accepted its peer's chain at its handshake.
+func condemned(c *Conn, t *Trust, rootsChanged bool) (string, error) {
+	if t.crl.Revoked(c.peer.Serial) {
+		return closeRevoked, nil
+	}
+	if rootsChanged {
+		if _, err := t.bundle.Verify(c.chain, c.at); err != nil {
+			return closeUntrusted, err
+		}
+	}
+	return "", nil
+}
+
+// closeResult is the handshake result of a close reason.
+func closeResult(reason string) string {
+	if reason == closeRevoked {
+		return ResultRevoked
+	}
+	return ResultUntrusted
+}
+
+// closeCondemned closes c for reason (condemned), logged and counted.
+func (m *Manager) closeCondemned(c *Conn, t *Trust, reason string, err error) {
+	if reason == closeRevoked {
+		m.log.Warn("closing a connection: peer certificate revoked", "peer", c.peer.ID, "serial", c.key,
+			"crl", t.crl.Number(), "remote", c.RemoteAddr())
+		m.closedRevoked.Add(1)
+	} else {
+		m.log.Warn("closing a connection: the new trust bundle does not anchor the peer's chain", "peer", c.peer.ID,
+			"serial", c.key, "error", err, "remote", c.RemoteAddr())
+		m.closedUntrusted.Add(1)
+	}
+	c.Close()
 }
 
 // Reasons a live connection is closed (the reason label of
@@ -412,6 +435,7 @@ func (m *Manager) Client(ctx context.Context, raw net.Conn, addr string, u *Upst
 // handshake runs tc's handshake and registers the verified connection; gen is
 // the own certificate generation a client connection is made with.
 func (m *Manager) handshake(ctx context.Context, side string, tc *tls.Conn, expected []spiffeid.ID, gen uint64) (*Conn, error) {
+	before := m.trust.Load()
 	hctx, cancel := context.WithTimeout(ctx, m.cfg.HandshakeTimeout)
 	err := tc.HandshakeContext(hctx)
 	cancel()
@@ -444,6 +468,16 @@ func (m *Manager) handshake(ctx context.Context, side string, tc *tls.Conn, expe
 	}
 	set[c] = struct{}{}
 	m.mu.Unlock()
+	// New trust material during the handshake: its SetTrust may have looked at
+	// the live connections before this one was registered, so this one is
+	// checked against it here (after registering, so one of the two sees it).
+	if ts := m.trust.Load(); ts != before && ts != nil && ts.t != nil {
+		if reason, err := condemned(c, ts.t, true); reason != "" {
+			m.closeCondemned(c, ts.t, reason, err)
+			return nil, fmt.Errorf("mtls %s handshake with %s: %w", side, tc.RemoteAddr(),
+				refused(closeResult(reason), "the trust material activated during the handshake fails it (%s)", reason))
+		}
+	}
 	return c, nil
 }
 
