@@ -154,6 +154,16 @@ func start(t testing.TB, name string, cmd *exec.Cmd) *Proc {
 	t.Helper()
 	p := &Proc{Name: name, Cmd: cmd, Logs: &Buffer{}, Grace: StopGrace, exited: make(chan struct{})}
 	p.Cmd.Stdout, p.Cmd.Stderr = p.Logs, p.Logs
+	// A test binary killed by its timeout runs no Cleanup: without this its
+	// children (etcd members, pilots) live on, holding ports, temp dirs and any
+	// descriptor they inherited (found: three etcd members of a killed drills
+	// run kept running for minutes).
+	if p.Cmd.SysProcAttr == nil {
+		p.Cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	if p.Cmd.SysProcAttr.Pdeathsig == 0 {
+		p.Cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatalf("proc: starting %s: %v", name, err)
 	}
