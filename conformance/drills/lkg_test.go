@@ -23,19 +23,20 @@ func TestDrillLKGRefused(t *testing.T) {
 		name     string
 		ip       string
 		validity time.Duration
-		alter    func(t *testing.T, w *drillkit.Workload)
+		alter    func(t *testing.T, w *drillkit.Workload, validUntil time.Time)
 		check    string
 	}{
-		{"one byte altered", "127.77.3.1", 0, func(t *testing.T, w *drillkit.Workload) {
+		{"one byte altered", "127.77.3.1", 0, func(t *testing.T, w *drillkit.Workload, _ time.Time) {
 			if err := runtimetest.AlterOneByte(filepath.Join(w.StateDir, lkg.FileName)); err != nil {
 				t.Fatal(err)
 			}
 		}, "digest"},
-		{"another node's file", "127.77.3.2", 0, func(t *testing.T, w *drillkit.Workload) {
+		{"another node's file", "127.77.3.2", 0, func(t *testing.T, w *drillkit.Workload, _ time.Time) {
 			w.NodeID = "ratings-v1-a" // same state dir, other identity
 		}, "node"},
-		{"past its validity", "127.77.3.3", 2 * time.Second, func(t *testing.T, w *drillkit.Workload) {
-			time.Sleep(2100 * time.Millisecond) // the manifest was signed valid for 2s
+		{"past its validity", "127.77.3.3", 2 * time.Second, func(t *testing.T, w *drillkit.Workload, validUntil time.Time) {
+			// The manifest was signed valid for 2s: wait for its end, no longer.
+			testkit.Eventually(t, 5*time.Second, "the manifest's validity passed", func() bool { return !time.Now().Before(validUntil) })
 		}, "validity"},
 	}
 	for _, tc := range tests {
@@ -48,10 +49,14 @@ func TestDrillLKGRefused(t *testing.T) {
 			sc := drillkit.StartSidecar(t, w, pilot.Addr())
 			sc.WaitReady(10 * time.Second)
 			testkit.Eventually(t, 5*time.Second, "last-known-good saved", func() bool { return !sc.ConfigDump().LastKnownGood.SavedAt.IsZero() })
+			mi := sc.ConfigDump().Manifest
+			if mi == nil {
+				t.Fatal("config_dump has no manifest")
+			}
 			sc.Terminate()
 			pilot.Stop()
 
-			tc.alter(t, &w)
+			tc.alter(t, &w, mi.ValidUntil)
 			sc = drillkit.StartSidecar(t, w, pilot.Addr())
 			// The sidecar gives pilot 500ms before it tries the file and refuses it.
 			want := "last-known-good refused (" + tc.check + " check failed): "
