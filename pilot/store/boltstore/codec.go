@@ -23,12 +23,6 @@ var (
 	metaCompacted = []byte("compacted-before")
 )
 
-// objectKey is kind NUL namespace NUL name: its byte order is the (Kind, Namespace,
-// Name) order List promises, since NUL sorts first and no part contains it.
-func objectKey(k resource.Key) string {
-	return k.Kind + "\x00" + k.Namespace + "\x00" + k.Name
-}
-
 // histKey is the big-endian revision then the event's index inside the revision, so
 // a cursor walks history in commit order.
 func histKey(rev store.Revision, idx int) []byte {
@@ -45,7 +39,7 @@ func histKeyRevision(k []byte) (store.Revision, error) {
 	return store.Revision(binary.BigEndian.Uint64(k)), nil
 }
 
-// indexKey is objectKey NUL histKey.
+// indexKey is store.ObjectKey NUL histKey.
 func indexKey(objKey string, rev store.Revision, idx int) []byte {
 	return append([]byte(objKey+"\x00"), histKey(rev, idx)...)
 }
@@ -85,21 +79,6 @@ type wireEvent struct {
 	Op       store.Op       `json:"op"`
 	Time     time.Time      `json:"time"`
 	Object   *wireObject    `json:"object"`
-}
-
-// contentOf is what decides whether an update is a change: labels, annotations,
-// spec and status. encoding/json sorts map keys, so equal content gives equal bytes.
-func contentOf(o *resource.Object) ([]byte, error) {
-	b, err := json.Marshal(struct {
-		Labels      map[string]string `json:"l,omitempty"`
-		Annotations map[string]string `json:"a,omitempty"`
-		Spec        any               `json:"s"`
-		Status      *resource.Status  `json:"st,omitempty"` // pilot's (allocated VIPs): a change like the spec's
-	}{o.Metadata.Labels, o.Metadata.Annotations, o.Spec, o.Status})
-	if err != nil {
-		return nil, fmt.Errorf("%s: encode content: %w", o.Key(), err)
-	}
-	return b, nil
 }
 
 func encodeObject(o *resource.Object) ([]byte, error) {

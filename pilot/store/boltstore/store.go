@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/weft-mesh/weft/pilot/resource"
 	"github.com/weft-mesh/weft/pilot/store"
+	"github.com/weft-mesh/weft/pilot/store/watchhub"
 )
 
 // FileName is the bbolt file inside the data directory.
@@ -70,11 +70,6 @@ func (c *config) check() error {
 	return nil
 }
 
-type entry struct {
-	obj     *resource.Object
-	content []byte // contentOf(obj), to tell a real change from a re-apply
-}
-
 // Store is the bbolt-backed store.Store. It also implements store.Compactor and
 // store.WatchBufferer.
 type Store struct {
@@ -82,17 +77,16 @@ type Store struct {
 	cfg  config
 	path string
 	done chan struct{} // closed by Close; stops watchers
-	wg   sync.WaitGroup
 
 	// applyMu serialises writers (Apply, Compact, Close). While it is held the
 	// writer may read objects without stateMu: only holders of both mutate it.
 	applyMu sync.Mutex
 
 	stateMu   sync.RWMutex // guards the fields below
-	objects   map[string]entry
+	objects   store.Objects
 	rev       store.Revision
 	compacted store.Revision // history before this revision is gone
-	watchers  map[*watcher]struct{}
+	hub       *watchhub.Hub  // the live watchers (its state guarded by stateMu)
 	closed    bool
 
 	id string // store.Identifier; set by load, then read-only
@@ -154,8 +148,9 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		db: db, cfg: cfg, path: path, done: make(chan struct{}),
-		objects: make(map[string]entry), watchers: make(map[*watcher]struct{}),
+		objects: make(store.Objects),
 	}
+	s.hub = watchhub.New(&s.stateMu, cfg.watchBuffer, s.done, s.head, s.readHistory)
 	if err := guarded(path, s.load); err != nil {
 		if !errors.Is(err, errPanicked) {
 			_ = db.Close()
@@ -203,14 +198,14 @@ func (s *Store) load() error {
 			if err != nil {
 				return err
 			}
-			if objectKey(o.Key()) != string(k) {
+			if store.ObjectKey(o.Key()) != string(k) {
 				return fmt.Errorf("object %s stored under another key %q", o.Key(), k)
 			}
-			c, err := contentOf(o)
+			c, err := store.ContentOf(o)
 			if err != nil {
 				return err
 			}
-			s.objects[string(k)] = entry{obj: o, content: c}
+			s.objects[string(k)] = store.Entry{Obj: o, Content: c}
 			return nil
 		})
 	})
@@ -229,11 +224,7 @@ func (s *Store) Get(ctx context.Context, key resource.Key) (*resource.Object, er
 	if s.closed {
 		return nil, store.ErrClosed
 	}
-	e, ok := s.objects[objectKey(key)]
-	if !ok {
-		return nil, fmt.Errorf("%s: %w", key, store.ErrNotFound)
-	}
-	return e.obj, nil
+	return s.objects.Get(key)
 }
 
 // List returns current objects of kind (any when empty; Kind, plural or lower-case
@@ -242,30 +233,16 @@ func (s *Store) List(ctx context.Context, kind, namespace string) ([]*resource.O
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}
-	if kind != "" {
-		info, err := resource.LookupKind(kind)
-		if err != nil {
-			return nil, 0, fmt.Errorf("list: %w: %w", store.ErrInvalid, err)
-		}
-		kind = info.Kind
+	kind, err := store.ListKind(kind)
+	if err != nil {
+		return nil, 0, err
 	}
 	s.stateMu.RLock()
 	if s.closed {
 		s.stateMu.RUnlock()
 		return nil, 0, store.ErrClosed
 	}
-	keys := make([]string, 0, len(s.objects))
-	for k, e := range s.objects {
-		if (kind == "" || e.obj.Kind == kind) && (namespace == "" || e.obj.Metadata.Namespace == namespace) {
-			keys = append(keys, k)
-		}
-	}
-	out := make([]*resource.Object, len(keys))
-	sort.Strings(keys)
-	for i, k := range keys {
-		out[i] = s.objects[k].obj
-	}
-	rev := s.rev
+	out, rev := s.objects.List(kind, namespace), s.rev
 	s.stateMu.RUnlock()
 	return out, rev, nil
 }
@@ -288,7 +265,7 @@ type change struct {
 	key   string
 	event store.Event
 	data  []byte // encoded event object: the new value, or for a delete the last one
-	entry entry
+	entry store.Entry
 }
 
 // Apply commits all mutations as one revision in one bbolt transaction, or nothing.
@@ -323,10 +300,10 @@ func (s *Store) apply(ctx context.Context, head *store.Revision, muts []store.Mu
 	// in a bulk apply writes nothing.
 	for _, m := range muts {
 		key := m.Object.Key()
-		e, exists := s.objects[objectKey(key)]
+		e, exists := s.objects[store.ObjectKey(key)]
 		var actual int64
 		if exists {
-			actual = e.obj.Metadata.Generation
+			actual = e.Obj.Metadata.Generation
 		}
 		if m.IfMatch != nil && *m.IfMatch != actual {
 			return store.ApplyResult{}, &store.ConflictError{Key: key, Expected: *m.IfMatch, Actual: actual}
@@ -368,12 +345,12 @@ func (s *Store) apply(ctx context.Context, head *store.Revision, muts []store.Mu
 
 // plan works out one mutation's write, or returns the stored object when a PUT
 // changes nothing.
-func plan(m store.Mutation, objects map[string]entry, next store.Revision, now time.Time) (change, *resource.Object, error) {
+func plan(m store.Mutation, objects store.Objects, next store.Revision, now time.Time) (change, *resource.Object, error) {
 	key := m.Object.Key()
-	k := objectKey(key)
+	k := store.ObjectKey(key)
 	old, exists := objects[k]
 	if m.Op == store.OpDelete {
-		last := *old.obj
+		last := *old.Obj
 		last.Metadata.Revision = int64(next)
 		data, err := encodeObject(&last)
 		if err != nil {
@@ -381,16 +358,16 @@ func plan(m store.Mutation, objects map[string]entry, next store.Revision, now t
 		}
 		return change{key: k, data: data, event: store.Event{Revision: next, Op: store.OpDelete, Object: &last, Time: now}}, nil, nil
 	}
-	content, err := contentOf(m.Object)
+	content, err := store.ContentOf(m.Object)
 	if err != nil {
 		return change{}, nil, fmt.Errorf("%w: %w", store.ErrInvalid, err)
 	}
-	if exists && bytes.Equal(content, old.content) {
-		return change{}, old.obj, nil
+	if exists && bytes.Equal(content, old.Content) {
+		return change{}, old.Obj, nil
 	}
 	gen := int64(1) // a re-created object starts again at 1, as in Kubernetes
 	if exists {
-		gen = old.obj.Metadata.Generation + 1
+		gen = old.Obj.Metadata.Generation + 1
 	}
 	apiVersion := m.Object.APIVersion
 	if apiVersion == "" {
@@ -411,7 +388,7 @@ func plan(m store.Mutation, objects map[string]entry, next store.Revision, now t
 	if err != nil {
 		return change{}, nil, fmt.Errorf("%w: %s: %w", store.ErrInvalid, key, err)
 	}
-	return change{key: k, data: data, entry: entry{obj: obj, content: content},
+	return change{key: k, data: data, entry: store.Entry{Obj: obj, Content: content},
 		event: store.Event{Revision: next, Op: store.OpPut, Object: obj, Time: now}}, nil, nil
 }
 
@@ -466,19 +443,12 @@ func (s *Store) publish(rev store.Revision, changes []change) {
 		batch[i] = c.event
 	}
 	s.rev = rev
-	wake := make([]*watcher, 0, len(s.watchers))
-	for w := range s.watchers {
-		if w.enqueue(batch) {
-			wake = append(wake, w)
-		} else {
-			delete(s.watchers, w)
-			s.cfg.logger.Warn("watcher cut off: buffer full", "revision", rev, "buffer", s.cfg.watchBuffer)
-		}
-	}
+	wake, cut := s.hub.Publish(batch)
 	s.stateMu.Unlock()
-	for _, w := range wake {
-		w.wakeUp()
+	for range cut {
+		s.cfg.logger.Warn("watcher cut off: buffer full", "revision", rev, "buffer", s.cfg.watchBuffer)
 	}
+	wake.Wake()
 }
 
 // History returns every retained change of one object, oldest first.
@@ -490,8 +460,8 @@ func (s *Store) History(ctx context.Context, key resource.Key) ([]store.Event, e
 // HistoryPage is store.HistoryPager: a seek in the key index, so a page costs
 // its own entries, not the object's whole history.
 func (s *Store) HistoryPage(ctx context.Context, key resource.Key, after store.Revision, limit int) ([]store.Event, bool, error) {
-	if limit < 1 || limit > store.MaxHistoryPage {
-		return nil, false, fmt.Errorf("%w: history page limit %d outside 1..%d", store.ErrInvalid, limit, store.MaxHistoryPage)
+	if err := store.CheckHistoryPage(limit); err != nil {
+		return nil, false, err
 	}
 	return s.history(ctx, key, after, limit)
 }
@@ -504,19 +474,17 @@ func (s *Store) history(ctx context.Context, key resource.Key, after store.Revis
 	if s.isClosed() {
 		return nil, false, store.ErrClosed
 	}
-	prefix := []byte(objectKey(key) + "\x00")
-	var out []store.Event
-	more := false
+	prefix := []byte(store.ObjectKey(key) + "\x00")
+	page := store.Page{Limit: limit}
 	err := s.view(func(tx *bolt.Tx) error {
 		hist := tx.Bucket(bucketHistory)
 		c := tx.Bucket(bucketKeyIndex).Cursor()
 		start := prefix
 		if after > 0 {
-			start = indexKey(objectKey(key), after+1, 0)
+			start = indexKey(store.ObjectKey(key), after+1, 0)
 		}
 		for k, _ := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			if limit > 0 && len(out) == limit {
-				more = true
+			if page.Full() {
 				break
 			}
 			hk := k[len(prefix):]
@@ -528,7 +496,7 @@ func (s *Store) history(ctx context.Context, key resource.Key, after store.Revis
 			if err != nil {
 				return err
 			}
-			out = append(out, ev)
+			page.Add(ev)
 		}
 		return nil
 	})
@@ -538,10 +506,7 @@ func (s *Store) history(ctx context.Context, key resource.Key, after store.Revis
 	if err != nil {
 		return nil, false, fmt.Errorf("boltstore: history of %s: %w", key, err)
 	}
-	if len(out) == 0 && after == 0 {
-		return nil, false, fmt.Errorf("history of %s: %w", key, store.ErrNotFound)
-	}
-	return out, more, nil
+	return page.Result(key, after)
 }
 
 // Compact drops history before revision `before` (which must not exceed the
@@ -585,7 +550,7 @@ func (s *Store) Compact(ctx context.Context, before store.Revision) error {
 			if err != nil {
 				return err
 			}
-			if err := idx.Delete(append([]byte(objectKey(ev.Object.Key())+"\x00"), k...)); err != nil {
+			if err := idx.Delete(append([]byte(store.ObjectKey(ev.Object.Key())+"\x00"), k...)); err != nil {
 				return err
 			}
 			if err := c.Delete(); err != nil {
@@ -632,11 +597,11 @@ func (s *Store) Close() error {
 		return store.ErrClosed
 	}
 	s.closed = true
-	s.watchers = nil
+	s.hub.Close()
 	s.stateMu.Unlock()
 	s.applyMu.Unlock()
 	close(s.done)
-	s.wg.Wait()
+	s.hub.Wait()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("boltstore: close %s: %w", s.path, err)
 	}

@@ -158,11 +158,6 @@ func decodeEvents(rev store.Revision, t time.Time, data []byte) ([]store.Event, 
 	return out, nil
 }
 
-// objectKey is kind NUL namespace NUL name: its byte order is List's order.
-func objectKey(k resource.Key) string {
-	return k.Kind + "\x00" + k.Namespace + "\x00" + k.Name
-}
-
 // wireObject is resource.Object with the spec left raw until the kind is known.
 type wireObject struct {
 	APIVersion string            `json:"apiVersion"`
@@ -170,22 +165,6 @@ type wireObject struct {
 	Metadata   resource.Metadata `json:"metadata"`
 	Spec       json.RawMessage   `json:"spec"`
 	Status     *resource.Status  `json:"status,omitempty"`
-}
-
-// contentOf is what decides whether an update is a change: labels, annotations,
-// spec and pilot's status (encoding/json sorts map keys, so equal content gives
-// equal bytes).
-func contentOf(o *resource.Object) ([]byte, error) {
-	b, err := json.Marshal(struct {
-		Labels      map[string]string `json:"l,omitempty"`
-		Annotations map[string]string `json:"a,omitempty"`
-		Spec        any               `json:"s"`
-		Status      *resource.Status  `json:"st,omitempty"`
-	}{o.Metadata.Labels, o.Metadata.Annotations, o.Spec, o.Status})
-	if err != nil {
-		return nil, fmt.Errorf("%s: encode content: %w", o.Key(), err)
-	}
-	return b, nil
 }
 
 // decodeObject reads a stored object back with its spec in the kind's type.

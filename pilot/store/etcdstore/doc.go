@@ -45,9 +45,10 @@
 //
 // Each Store follows the log with one etcd watch on <prefix>l/ (resuming after
 // etcd's own compaction or a lost leader by reading the log), applies each
-// record to its state (a map, like boltstore's) and fans revisions out to its
-// watchers: bounded per watcher, one sender goroutine each, a watcher that falls
-// WatchBuffer revisions behind is cut with store.ErrWatchOverflow. Get, List and
+// record to its state (store.Objects, as boltstore's) and fans revisions out
+// to its watchers (pilot/store/watchhub, as boltstore): bounded per watcher,
+// one sender goroutine each, a watcher that falls WatchBuffer revisions behind
+// is cut with store.ErrWatchOverflow. Get, List and
 // Revision first read l/head from etcd (a linearizable read) and wait until the
 // local state has caught up to it, so a read after an Apply through any replica
 // sees it. Watch catch-up and History read the log.

@@ -160,10 +160,7 @@ func (s *Store) resync() (int64, error) {
 	}
 	s.log.Warn("this replica fell behind compaction: reloaded from the snapshot; watchers cut", "from", s.rev, "to", st.rev)
 	s.objects, s.rev, s.compacted = st.objects, st.rev, st.compacted
-	for w := range s.watchers {
-		w.cut(fmt.Errorf("replica reloaded at revision %d past compaction: %w", st.rev, store.ErrCompacted))
-	}
-	s.watchers = make(map[*watcher]struct{})
+	s.hub.CutAll(fmt.Errorf("replica reloaded at revision %d past compaction: %w", st.rev, store.ErrCompacted))
 	close(s.advanced)
 	s.advanced = make(chan struct{})
 	s.stateMu.Unlock()
@@ -184,17 +181,10 @@ func (s *Store) publish(base store.Revision, evs []store.Event) {
 	s.rev = base + 1
 	close(s.advanced)
 	s.advanced = make(chan struct{})
-	wake := make([]*watcher, 0, len(s.watchers))
-	for w := range s.watchers {
-		if w.enqueue(evs) {
-			wake = append(wake, w)
-		} else {
-			delete(s.watchers, w)
-			s.log.Warn("watcher cut off: buffer full", "revision", base+1, "buffer", s.cfg.WatchBuffer)
-		}
-	}
+	wake, cut := s.hub.Publish(evs)
 	s.stateMu.Unlock()
-	for _, w := range wake {
-		w.wakeUp()
+	for range cut {
+		s.log.Warn("watcher cut off: buffer full", "revision", base+1, "buffer", s.cfg.WatchBuffer)
 	}
+	wake.Wake()
 }

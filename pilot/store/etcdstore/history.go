@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -26,8 +25,8 @@ func (s *Store) History(ctx context.Context, key resource.Key) ([]store.Event, e
 // limit (1..store.MaxHistoryPage). It reads the log from after on, so paging
 // through an object's history costs one pass over the retained log in all.
 func (s *Store) HistoryPage(ctx context.Context, key resource.Key, after store.Revision, limit int) ([]store.Event, bool, error) {
-	if limit < 1 || limit > store.MaxHistoryPage {
-		return nil, false, fmt.Errorf("%w: history page limit %d outside 1..%d", store.ErrInvalid, limit, store.MaxHistoryPage)
+	if err := store.CheckHistoryPage(limit); err != nil {
+		return nil, false, err
 	}
 	if after < 0 {
 		return nil, false, fmt.Errorf("%w: history page after revision %d is negative", store.ErrInvalid, after)
@@ -64,18 +63,15 @@ func (s *Store) history(ctx context.Context, key resource.Key, after store.Revis
 			return nil, false, fmt.Errorf("etcdstore: %w", err)
 		}
 	}
-	var out []store.Event
-	more := false
+	page := store.Page{Limit: limit}
 	err = s.readRecords(ctx, max(comp-1, after, 0), head, resp.Header.Revision, func(_ store.Revision, evs []store.Event) error {
 		for _, ev := range evs {
 			if ev.Object.Key() != key {
 				continue
 			}
-			if limit > 0 && len(out) == limit {
-				more = true
+			if !page.Add(ev) {
 				return errPageFull
 			}
-			out = append(out, ev)
 		}
 		return nil
 	})
@@ -85,10 +81,7 @@ func (s *Store) history(ctx context.Context, key resource.Key, after store.Revis
 		}
 		return nil, false, fmt.Errorf("etcdstore: history of %s: %w", key, err)
 	}
-	if len(out) == 0 && after == 0 {
-		return nil, false, fmt.Errorf("history of %s: %w", key, store.ErrNotFound)
-	}
-	return out, more, nil
+	return page.Result(key, after)
 }
 
 // Compact drops history before revision `before` (at most the head + 1): it
@@ -173,16 +166,7 @@ func (s *Store) setCompacted(c store.Revision) {
 // snapshot encodes every current object (sorted by key) at the local revision.
 func (s *Store) snapshot() (store.Revision, []byte, error) {
 	s.stateMu.RLock()
-	rev := s.rev
-	keys := make([]string, 0, len(s.objects))
-	for k := range s.objects {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	objs := make([]*resource.Object, len(keys))
-	for i, k := range keys {
-		objs[i] = s.objects[k].obj
-	}
+	rev, objs := s.rev, s.objects.List("", "")
 	s.stateMu.RUnlock()
 	data, err := json.Marshal(objs)
 	if err != nil {
@@ -230,12 +214,13 @@ func (s *Store) Close() error {
 		return store.ErrClosed
 	}
 	s.closed = true
-	s.watchers = nil
+	s.hub.Close()
 	s.stateMu.Unlock()
 	s.applyMu.Unlock()
 	s.stop()
 	close(s.done)
 	s.wg.Wait()
+	s.hub.Wait()
 	if err := s.cli.Close(); err != nil {
 		return fmt.Errorf("etcdstore: close client: %w", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/weft-mesh/weft/pilot/resource"
 	"github.com/weft-mesh/weft/pilot/store"
+	"github.com/weft-mesh/weft/pilot/store/watchhub"
 )
 
 // Defaults of Config's zero values. The etcd-side ones must not exceed what the
@@ -170,11 +170,6 @@ func TLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
 	return cfg, nil
 }
 
-type entry struct {
-	obj     *resource.Object
-	content []byte // contentOf(obj), to tell a real change from a re-apply
-}
-
 // Store is the etcd-backed store.Store; it also implements store.Compactor and
 // store.WatchBufferer.
 type Store struct {
@@ -195,11 +190,11 @@ type Store struct {
 	applyMu sync.Mutex
 
 	stateMu   sync.RWMutex // guards the fields below; never held across etcd I/O
-	objects   map[string]entry
+	objects   store.Objects
 	rev       store.Revision
 	compacted store.Revision
 	advanced  chan struct{} // closed (and replaced) whenever rev moves
-	watchers  map[*watcher]struct{}
+	hub       *watchhub.Hub // the live watchers (its state guarded by stateMu)
 	closed    bool
 }
 
@@ -230,9 +225,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	bg, stop := context.WithCancel(context.Background())
 	s := &Store{
 		cfg: cfg, cli: cli, k: newKeys(cfg.Prefix), log: cfg.Logger, ctx: bg, stop: stop,
-		done: make(chan struct{}), objects: make(map[string]entry),
-		advanced: make(chan struct{}), watchers: make(map[*watcher]struct{}),
+		done: make(chan struct{}), objects: make(store.Objects),
+		advanced: make(chan struct{}),
 	}
+	s.hub = watchhub.New(&s.stateMu, cfg.WatchBuffer, s.done, s.head, s.readHistory)
 	lctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout+cfg.RequestTimeout)
 	s.id, err = s.identity(lctx)
 	var at int64
@@ -275,7 +271,7 @@ func (s *Store) ID() string { return s.id }
 
 // state is what load reads: objects at rev.
 type state struct {
-	objects   map[string]entry
+	objects   store.Objects
 	rev       store.Revision
 	compacted store.Revision
 }
@@ -288,7 +284,7 @@ func (s *Store) read(ctx context.Context) (state, int64, error) {
 		return state{}, 0, fmt.Errorf("read head: %w", err)
 	}
 	at := resp.Header.Revision
-	st := state{objects: make(map[string]entry)}
+	st := state{objects: make(store.Objects)}
 	get := func(i int) []byte {
 		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) == 1 {
 			return kvs[0].Value
@@ -317,11 +313,11 @@ func (s *Store) read(ctx context.Context) (state, int64, error) {
 			return state{}, 0, err
 		}
 		for _, o := range objs {
-			c, err := contentOf(o)
+			c, err := store.ContentOf(o)
 			if err != nil {
 				return state{}, 0, err
 			}
-			st.objects[objectKey(o.Key())] = entry{obj: o, content: c}
+			st.objects[store.ObjectKey(o.Key())] = store.Entry{Obj: o, Content: c}
 		}
 		base = m.Rev
 	}
@@ -378,18 +374,18 @@ func (s *Store) readSnapshot(ctx context.Context, m manifest, at int64) ([]*reso
 }
 
 // applyEvents applies one revision's events to a state map.
-func applyEvents(objects map[string]entry, evs []store.Event) {
+func applyEvents(objects store.Objects, evs []store.Event) {
 	for _, ev := range evs {
-		k := objectKey(ev.Object.Key())
+		k := store.ObjectKey(ev.Object.Key())
 		if ev.Op == store.OpDelete {
 			delete(objects, k)
 			continue
 		}
-		c, err := contentOf(ev.Object)
+		c, err := store.ContentOf(ev.Object)
 		if err != nil { // decoded from JSON, so it encodes again
 			panic(err)
 		}
-		objects[k] = entry{obj: ev.Object, content: c}
+		objects[k] = store.Entry{Obj: ev.Object, Content: c}
 	}
 }
 
@@ -526,11 +522,7 @@ func (s *Store) Get(ctx context.Context, key resource.Key) (*resource.Object, er
 	if s.closed {
 		return nil, store.ErrClosed
 	}
-	e, ok := s.objects[objectKey(key)]
-	if !ok {
-		return nil, fmt.Errorf("%s: %w", key, store.ErrNotFound)
-	}
-	return e.obj, nil
+	return s.objects.Get(key)
 }
 
 // List returns current objects of kind (any when empty) in namespace (any when
@@ -539,12 +531,9 @@ func (s *Store) List(ctx context.Context, kind, namespace string) ([]*resource.O
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}
-	if kind != "" {
-		info, err := resource.LookupKind(kind)
-		if err != nil {
-			return nil, 0, fmt.Errorf("list: %w: %w", store.ErrInvalid, err)
-		}
-		kind = info.Kind
+	kind, err := store.ListKind(kind)
+	if err != nil {
+		return nil, 0, err
 	}
 	if err := s.sync(ctx); err != nil {
 		return nil, 0, err
@@ -554,18 +543,7 @@ func (s *Store) List(ctx context.Context, kind, namespace string) ([]*resource.O
 	if s.closed {
 		return nil, 0, store.ErrClosed
 	}
-	keys := make([]string, 0, len(s.objects))
-	for k, e := range s.objects {
-		if (kind == "" || e.obj.Kind == kind) && (namespace == "" || e.obj.Metadata.Namespace == namespace) {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	out := make([]*resource.Object, len(keys))
-	for i, k := range keys {
-		out[i] = s.objects[k].obj
-	}
-	return out, s.rev, nil
+	return s.objects.List(kind, namespace), s.rev, nil
 }
 
 // Revision returns the current store revision (the head, read linearizably).
@@ -604,10 +582,10 @@ func (s *Store) planApply(muts []store.Mutation) (plan, error) {
 	// Every precondition first, so a conflict anywhere in a bulk apply writes nothing.
 	for _, m := range muts {
 		key := m.Object.Key()
-		e, exists := s.objects[objectKey(key)]
+		e, exists := s.objects[store.ObjectKey(key)]
 		var actual int64
 		if exists {
-			actual = e.obj.Metadata.Generation
+			actual = e.Obj.Metadata.Generation
 		}
 		if m.IfMatch != nil && *m.IfMatch != actual {
 			return plan{}, &store.ConflictError{Key: key, Expected: *m.IfMatch, Actual: actual}
@@ -650,11 +628,11 @@ func (s *Store) planApply(muts []store.Mutation) (plan, error) {
 
 // planOne works out one mutation's event (and its encoded object), or returns
 // the stored object when a PUT changes nothing.
-func planOne(m store.Mutation, objects map[string]entry, next store.Revision) (store.Event, []byte, *resource.Object, error) {
+func planOne(m store.Mutation, objects store.Objects, next store.Revision) (store.Event, []byte, *resource.Object, error) {
 	key := m.Object.Key()
-	old, exists := objects[objectKey(key)]
+	old, exists := objects[store.ObjectKey(key)]
 	if m.Op == store.OpDelete {
-		last := *old.obj
+		last := *old.Obj
 		last.Metadata.Revision = int64(next)
 		data, err := json.Marshal(&last)
 		if err != nil {
@@ -662,16 +640,16 @@ func planOne(m store.Mutation, objects map[string]entry, next store.Revision) (s
 		}
 		return store.Event{Revision: next, Op: store.OpDelete, Object: &last}, data, nil, nil
 	}
-	content, err := contentOf(m.Object)
+	content, err := store.ContentOf(m.Object)
 	if err != nil {
 		return store.Event{}, nil, nil, fmt.Errorf("%w: %w", store.ErrInvalid, err)
 	}
-	if exists && bytes.Equal(content, old.content) {
-		return store.Event{}, nil, old.obj, nil
+	if exists && bytes.Equal(content, old.Content) {
+		return store.Event{}, nil, old.Obj, nil
 	}
 	gen := int64(1) // a re-created object starts again at 1, as in Kubernetes
 	if exists {
-		gen = old.obj.Metadata.Generation + 1
+		gen = old.Obj.Metadata.Generation + 1
 	}
 	apiVersion := m.Object.APIVersion
 	if apiVersion == "" {
