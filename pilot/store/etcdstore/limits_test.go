@@ -60,6 +60,7 @@ func limitsConfig(cfg *Config) {
 // against a real cluster run with --max-txn-ops 16 and --max-request-bytes
 // 72 KiB.
 func TestLimits(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, etcdtest.Options{MaxTxnOps: limitTxnOps, MaxRequestBytes: limitReqBytes})
 	cli := c.Client(t)
 	ctx := context.Background()
@@ -239,6 +240,7 @@ func TestLimits(t *testing.T) {
 // the deadline named. Its outcome is then unknown, as etcd's is: once quorum
 // returns the apply is there whole or not at all.
 func TestApplyTimeout(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, etcdtest.Options{})
 	ctx := context.Background()
 	const bound = 3 * time.Second

@@ -41,6 +41,7 @@ func waitRemote(t *testing.T, r *Registrations, want string) {
 // the bounds hold at the bound and one past, on both the writing and the
 // reading side.
 func TestRegistrations(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, etcdtest.Options{})
 	ctx := context.Background()
 	prefix := newPrefix(t)

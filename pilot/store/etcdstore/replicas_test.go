@@ -23,6 +23,7 @@ import (
 // If-Match races across replicas have one winner, compaction by one is seen by
 // the others, and a replica opened later loads the snapshot and the log.
 func TestReplicas(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, etcdtest.Options{})
 	ctx := context.Background()
 	open := func(t *testing.T, prefix string) *Store {
@@ -144,6 +145,12 @@ func TestReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		// b learns of it through its log watch: a catch-up from before it fails.
+		// b first catches up to the head (Revision reads it linearizably), so
+		// the watch has a catch-up to do: a watch from 2 on a replica still at
+		// 0 would rightly wait for live revisions instead.
+		if _, err := b.Revision(ctx); err != nil {
+			t.Fatal(err)
+		}
 		w, err := b.Watch(ctx, 2)
 		if err == nil {
 			for range w.Events() {
@@ -210,6 +217,7 @@ func TestReplicas(t *testing.T) {
 
 // TestOpenConfig: every inconsistent Config is refused with a message naming it.
 func TestOpenConfig(t *testing.T) {
+	t.Parallel()
 	ep := []string{"http://127.0.0.1:1"}
 	tests := []struct {
 		cfg  Config
@@ -246,6 +254,7 @@ func TestOpenConfig(t *testing.T) {
 // the store connects with TLSConfig(ca, cert, key), and is refused without the
 // client certificate or without the CA.
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, etcdtest.Options{TLS: true})
 	ctx := context.Background()
 	open := func(ca, cert, key string) (*Store, error) {
@@ -284,6 +293,7 @@ func TestTLS(t *testing.T) {
 // (kept alive past several TTLs), gone at once after a clean Close. A killed
 // replica's lease expiring is shown by the two-replica drill.
 func TestAnnounce(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, etcdtest.Options{})
 	ctx := context.Background()
 	prefix := newPrefix(t)
@@ -329,6 +339,7 @@ func TestAnnounce(t *testing.T) {
 // watchers are cut with ErrCompacted (they would miss revisions), its state is
 // the others', and it applies again.
 func TestReplicaBehindCompaction(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, etcdtest.Options{})
 	ctx := context.Background()
 	prefix := newPrefix(t)

@@ -13,6 +13,8 @@ import (
 	"github.com/weft-mesh/weft/tools/testkit/etcdtest"
 )
 
+// Every test runs in parallel (t.Parallel): each starts its own etcd cluster,
+// and most of their time is waiting on leases, elections and fsyncs.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(etcdtest.Cleanup)) }
 
 // suiteBuffer is small so the contract can overflow it with few revisions.
@@ -51,8 +53,10 @@ var flavours = []struct {
 // (a new Store on the same prefix is the reopen), against a real 3-member
 // cluster of each etcd version.
 func TestContract(t *testing.T) {
+	t.Parallel()
 	for _, f := range flavours {
 		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
 			c := etcdtest.Start(t, etcdtest.Options{Binary: f.bin(t)})
 			storetest.Run(t, func(t *testing.T) store.Store { return openT(t, c, newPrefix(t)) })
 			// Sets: two replicas on one prefix read what either wrote.
