@@ -250,3 +250,77 @@ func caAPI(t *testing.T, p *drillkit.PilotProc, method, path string) []byte {
 	}
 	return b
 }
+
+// Drill: a sidecar restarted while pilot is down keeps its workload
+// certificate and key (persisted in its state directory, mode 0600), so mTLS
+// to it is served on, from its last-known-good routes, until that
+// certificate's NotAfter, and refused after it (never plaintext instead).
+func TestDrillRestartWithPilotDownKeepsMTLS(t *testing.T) {
+	const ttl = 20 * time.Second
+	const base = "127.79.4"
+	p := drillkit.StartPilot(t, base+".254", proc.Secure())
+	p.ApplyYAML(identityMesh(ttl))
+	drillkit.StartApp(t, base+".2:8080", "reviews")
+	// Reviews is started with its token minted up front and a state directory
+	// of its own, so it can be started again with pilot down.
+	reviewsCfg := proc.SidecarConfig{NodeID: "reviews-a", Namespace: "shop", ServiceAccount: "reviews",
+		Labels: map[string]string{"app": "reviews"}, IP: base + ".2", StateDir: t.TempDir(), PlainPilot: p.XDSTLSAddr(),
+		Extra: append(proc.IdentityFlags(t, p.PilotProcess, t.TempDir(), "shop", "reviews", time.Hour),
+			"--publisher-key", p.KeyFile(), "--app-address", base+".2", "--xds-mode", "sotw")}
+	r := &identityRig{pilot: p, reviews: proc.StartSidecar(t, reviewsCfg),
+		frontend: proc.StartSidecar(t, proc.SidecarConfig{NodeID: "frontend-a", Namespace: "shop", ServiceAccount: "frontend",
+			Labels: map[string]string{"app": "frontend"}, IP: base + ".1", Pilot: p.PilotProcess, TokenTTL: time.Hour,
+			Extra: []string{"--app-address", base + ".1", "--xds-mode", "sotw"}}),
+		front: drillkit.Workload{IP: base + ".1", NodeID: "frontend-a"}}
+	for _, s := range []*proc.SidecarProcess{r.reviews, r.frontend} {
+		waitCert(t, s, "valid", 30*time.Second)
+	}
+	testkit.Wait(t, 30*time.Second, func() error { return r.call() })
+	// Reviews' routes and trust bundle are saved as last-known-good.
+	testkit.Wait(t, 30*time.Second, func() error {
+		cd, err := configDumpOf(r.reviews)
+		if err != nil {
+			return err
+		}
+		if cd.Active == nil || cd.LastKnownGood.SavedAt.Before(cd.Active.ActivatedAt) {
+			return fmt.Errorf("reviews' configuration not yet saved as last-known-good")
+		}
+		return nil
+	})
+
+	r.pilot.Down()
+	_ = r.reviews.Stop(r.reviews.Grace)
+	r.reviews = proc.StartSidecar(t, reviewsCfg)
+	restarted := time.Now()
+	testkit.Wait(t, 10*time.Second, func() error { return r.call() })
+	t.Logf("reviews restarted with pilot down: mTLS served %s after its start", time.Since(restarted).Round(time.Millisecond))
+	if !strings.Contains(r.reviews.Logs.String(), "workload certificate restored from the state directory") {
+		t.Fatalf("reviews did not restore its certificate:\n%s", r.reviews.Logs.String())
+	}
+	if v := metric(r.reviews, `weft_sidecar_mtls_handshakes_total{result="ok",side="server"}`) +
+		metric(r.reviews, `weft_sidecar_mtls_handshakes_total{result="resumed",side="server"}`); v == 0 {
+		t.Fatal("no server mTLS handshake counted on the restarted reviews")
+	}
+	l, err := r.reviews.Metric(`weft_sidecar_certificate_expiry_seconds`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restarted reviews: %s", l)
+
+	// At its NotAfter mTLS stops: refused, said in readiness, never plaintext.
+	waitCert(t, r.reviews, "expired", ttl+30*time.Second)
+	testkit.Wait(t, 10*time.Second, func() error {
+		if err := r.call(); err == nil {
+			return fmt.Errorf("a request still succeeded after reviews' certificate expired")
+		}
+		return nil
+	})
+	code, body := readyOf(r.reviews)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "certificate: expired") {
+		t.Fatalf("reviews readiness with an expired certificate: %d %q", code, body)
+	}
+	if v := metric(r.reviews, `weft_sidecar_mtls_plaintext_accepted_total`); v != 0 {
+		t.Fatalf("reviews accepted %v plaintext connections", v)
+	}
+	t.Logf("after NotAfter: readiness %d %q", code, body)
+}

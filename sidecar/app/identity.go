@@ -43,7 +43,8 @@ func newIdentity(s *render.Settings, holder *svid.Holder, log hclog.Logger, reg 
 		return nil, fmt.Errorf("pilot SPIFFE ID: %w", err)
 	}
 	cc, err := certclient.New(certclient.Config{Holder: holder, TrustDomain: s.TrustDomain, Namespace: s.Node.Namespace,
-		ServiceAccount: s.Node.ServiceAccount, TokenFile: s.TokenFile, Trust: trust, Servers: s.Pilot, Logger: log, Registerer: reg})
+		ServiceAccount: s.Node.ServiceAccount, TokenFile: s.TokenFile, Trust: trust, Servers: s.Pilot, Logger: log, Registerer: reg,
+		StateDir: s.StateDir}) // a restart with pilot away keeps mTLS until NotAfter (certclient/persist.go)
 	if err != nil {
 		return nil, err
 	}

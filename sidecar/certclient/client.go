@@ -2,7 +2,9 @@
 // from pilot's CSR service (certs/csrrpc) and stores it in an svid.Holder.
 //
 // The private key is an ECDSA P-256 key made in this process for each CSR; it
-// is never written anywhere. The CSR's only URI SAN is
+// is written nowhere but, with Config.StateDir, to the sidecar's own state
+// directory with its certificate, so a restart while pilot is away keeps mTLS
+// until that certificate's NotAfter (persist.go). The CSR's only URI SAN is
 // spiffe://<trust-domain>/ns/<namespace>/sa/<service-account>. It is sent over
 // TLS to pilot's TLS xDS address, pilot verified against the trust roots
 // (--ca-root, and the bundle pilot last delivered) and by its SPIFFE ID
@@ -86,6 +88,10 @@ type Config struct {
 	Rand func() float64
 	// DialOptions are added to the CSR connection (tests).
 	DialOptions []grpc.DialOption
+	// StateDir, when set, keeps the certificate and key across restarts
+	// (persist.go): each one stored is written there, and Run starts from it
+	// while it is still good.
+	StateDir string
 }
 
 // Client renews one workload certificate. Create with New, drive with Run.
@@ -173,11 +179,15 @@ func (c *Client) NextAttempt() time.Time {
 	return time.Time{}
 }
 
-// Run obtains a certificate at once, then renews it, until ctx ends.
+// Run obtains a certificate at once (or restores the persisted one, see
+// Config.StateDir), then renews it, until ctx ends.
 func (c *Client) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
+	if c.cfg.StateDir != "" && c.cfg.Holder.Load() == nil {
+		c.restore(c.cfg.Now())
+	}
 	for {
 		now := c.cfg.Now()
 		s := c.cfg.Holder.Load()
@@ -216,6 +226,7 @@ func (c *Client) Run(ctx context.Context) error {
 		c.lastLifetime = Usable(ns, c.received)
 		c.jitter = c.cfg.Rand()
 		c.cfg.Holder.Store(ns)
+		c.persist(ns)
 		c.log.Info("workload certificate stored", "credential", cred, "serial", ns.Cert.Leaf.SerialNumber.String(),
 			"not_after", ns.NotAfter.UTC().Format(time.RFC3339Nano), "usable", c.lastLifetime,
 			"renew_at", RenewAt(ns, c.received, c.jitter).UTC().Format(time.RFC3339Nano))
