@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
@@ -33,16 +32,7 @@ func newRenewable(t *testing.T, ca *mtlstest.CA) *renewable {
 	t.Helper()
 	r := &renewable{ca: ca, h: &svid.Holder{}}
 	r.renew(t)
-	m, err := mtls.New(mtls.Config{SVID: r.h, Logger: hclog.NewNullLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := mtls.NewTrust(ca.Bundle(t), ca.CRL(t, 1, time.Now().Add(-time.Minute), time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.SetTrust(tr, true)
-	r.m = m
+	r.m = managerOf(t, ca, r.h)
 	return r
 }
 
@@ -67,6 +57,17 @@ func mtlsCluster(t *testing.T, addr netip.AddrPort, peer bool, alpn ...string) (
 	return c, e
 }
 
+// mtlsPool is an HTTP/1.1 pool dialling mTLS with m, closed when the test ends.
+func mtlsPool(t *testing.T, m *mtls.Manager) *cluster.Pool {
+	t.Helper()
+	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 4, IdleTimeout: time.Minute, BufferSize: 4096, MTLS: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 // TestPoolRetiresConnectionsAfterRenewal: once the client sidecar renewed its
 // certificate, an HTTP/1.1 connection made with the old one is not handed out
 // again (it is closed instead), one in use at the renewal is closed when its
@@ -78,11 +79,7 @@ func TestPoolRetiresConnectionsAfterRenewal(t *testing.T) {
 	serveTLSHTTP(t, srv)
 	cli := newRenewable(t, ca)
 	c, e := mtlsCluster(t, srv.addr, false)
-	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 4, IdleTimeout: time.Minute, BufferSize: 4096, MTLS: cli.m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := mtlsPool(t, cli.m)
 	serverConns := func(n int) {
 		t.Helper()
 		testkit.Eventually(t, 5*time.Second, "server connections", func() bool { return srv.m.Live() == n })
@@ -133,11 +130,7 @@ func TestPoolRetiresAtPeerRetirePoint(t *testing.T) {
 	serveTLSHTTP(t, srv)
 	cli := newRenewable(t, ca)
 	c, _ := mtlsCluster(t, srv.addr, false)
-	pool, err := cluster.NewPool(cluster.PoolConfig{MaxIdlePerHost: 4, IdleTimeout: time.Minute, BufferSize: 4096, MTLS: cli.m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := mtlsPool(t, cli.m)
 	if roundTrip(t, pool, c) {
 		t.Fatal("first request reused a connection")
 	}
@@ -159,21 +152,11 @@ func TestPoolRetiresAtPeerRetirePoint(t *testing.T) {
 // seconds).
 func agingServer(t *testing.T, ca *mtlstest.CA) (*mtls.Manager, time.Time) {
 	t.Helper()
-	now := time.Now()
-	nb := now.Truncate(time.Second).Add(-5 * time.Second)
+	nb := time.Now().Truncate(time.Second).Add(-5 * time.Second)
 	s := ca.Issue(t, reviewsID, nb, nb.Add(8*time.Second))
 	h := &svid.Holder{}
 	h.Store(s)
-	m, err := mtls.New(mtls.Config{SVID: h, Logger: hclog.NewNullLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := mtls.NewTrust(ca.Bundle(t), ca.CRL(t, 1, now.Add(-time.Minute), time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.SetTrust(tr, true)
-	return m, mtls.RetireAt(s.NotBefore, s.NotAfter, s.NotBefore)
+	return managerOf(t, ca, h), mtls.RetireAt(s.NotBefore, s.NotAfter, s.NotBefore)
 }
 
 // mtlsH2Server answers HTTP/2 (prior knowledge inside our mTLS, as sidecars
@@ -230,6 +213,17 @@ func (l mtlsListener) Accept() (net.Conn, error) {
 	}
 }
 
+// mtlsH2Pool is an HTTP/2 pool dialling mTLS with m, closed when the test ends.
+func mtlsH2Pool(t *testing.T, m *mtls.Manager) *cluster.H2Pool {
+	t.Helper()
+	p, err := cluster.NewH2Pool(cluster.H2Config{IdleTimeout: time.Minute, MTLS: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
 // TestH2PoolRetiresConnectionsAfterRenewal: after the client sidecar renewed
 // its certificate, an HTTP/2 connection made with the old one takes no new
 // stream: a new request goes on a new connection while the request in flight on
@@ -240,11 +234,7 @@ func TestH2PoolRetiresConnectionsAfterRenewal(t *testing.T) {
 	s := newMTLSH2Server(t, manager(t, ca, "reviews"))
 	cli := newRenewable(t, ca)
 	c, e := mtlsCluster(t, s.addr, true, mtls.ALPNH2)
-	p, err := cluster.NewH2Pool(cluster.H2Config{IdleTimeout: time.Minute, MTLS: cli.m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p := mtlsH2Pool(t, cli.m)
 	warm(t, p, c, e)
 	slow := sendPath(t.Context(), p, c, e, "/slow")
 	select {
@@ -282,11 +272,7 @@ func TestH2PoolRetiresAtPeerRetirePoint(t *testing.T) {
 	s := newMTLSH2Server(t, sm)
 	cli := newRenewable(t, ca)
 	c, e := mtlsCluster(t, s.addr, true, mtls.ALPNH2)
-	p, err := cluster.NewH2Pool(cluster.H2Config{IdleTimeout: time.Minute, MTLS: cli.m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p := mtlsH2Pool(t, cli.m)
 	warm(t, p, c, e)
 	testkit.Eventually(t, 5*time.Second, "the idle connection closed at the retire point", func() bool {
 		return p.Conns(e.PoolKey()) == 0 && sm.Live() == 0

@@ -33,6 +33,12 @@ func manager(t *testing.T, ca *mtlstest.CA, sa string) *mtls.Manager {
 	t.Helper()
 	h := &svid.Holder{}
 	h.Store(ca.Workload(t, "cluster.local", "shop", sa))
+	return managerOf(t, ca, h)
+}
+
+// managerOf is a Manager presenting h's certificate and trusting ca.
+func managerOf(t *testing.T, ca *mtlstest.CA, h *svid.Holder) *mtls.Manager {
+	t.Helper()
 	m, err := mtls.New(mtls.Config{SVID: h, Logger: hclog.NewNullLogger()})
 	if err != nil {
 		t.Fatal(err)
