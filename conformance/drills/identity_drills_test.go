@@ -194,6 +194,15 @@ func TestDrillRootRotationUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("root rotation: %d requests at 50/s over %s, %d failed", len(rs), time.Since(start).Round(time.Second), failed)
+	// Every connection of a replaced certificate was retired (drained, then
+	// closed) before its NotAfter: none was left for Sweep to cut, which would
+	// fail what is in flight on it.
+	cut := metric(r.frontend, `weft_sidecar_mtls_connections_closed_total{reason="expired"}`) +
+		metric(r.reviews, `weft_sidecar_mtls_connections_closed_total{reason="expired"}`)
+	t.Logf("connections closed at a NotAfter (cut, not retired): %v", cut)
+	if cut != 0 {
+		t.Errorf("%v connections were cut at a certificate's NotAfter instead of retired before it", cut)
+	}
 	if failed > 0 {
 		t.Fatalf("%d of %d requests failed across the rotation, first: %s", failed, len(rs), first)
 	}

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/sidecar/admin"
+	"github.com/weft-mesh/weft/sidecar/certclient"
 	"github.com/weft-mesh/weft/tools/testkit"
 	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
@@ -28,11 +31,13 @@ func dumpOf(t *testing.T, s *proc.SidecarProcess) string {
 	return string(b)
 }
 
-// Restarted while pilot is down, a sidecar with an identity has no
-// certificate (its key never left the old process) and cannot get one: the
-// signed last-known-good activates anyway and routing serves (here to a
-// plaintext Workload), while it keeps asking for the certificate; once pilot
-// is back it gets one with its token and reconnects over mTLS.
+// Restarted while pilot is down without a certificate (none persisted: here
+// removed from its state directory, as for a certificate that expired or a
+// first start), a sidecar with an identity cannot get one: the signed
+// last-known-good activates anyway and routing serves (here to a plaintext
+// Workload), while it keeps asking for the certificate; once pilot is back it
+// gets one with its token and reconnects over mTLS. (With its certificate
+// persisted, see TestDrillRestartWithPilotDownKeepsMTLS.)
 func TestDrillRestartWithoutPilotBeforeCertificate(t *testing.T) {
 	base := "127.79.5"
 	p := drillkit.StartPilot(t, base+".254", proc.Secure())
@@ -67,6 +72,9 @@ func TestDrillRestartWithoutPilotBeforeCertificate(t *testing.T) {
 	})
 	_ = s.Stop(s.Grace)
 	p.Down()
+	if err := os.Remove(filepath.Join(cfg.StateDir, certclient.FileName)); err != nil {
+		t.Fatalf("the certificate was not persisted: %v", err)
+	}
 
 	s = proc.StartSidecar(t, cfg)
 	start := time.Now()

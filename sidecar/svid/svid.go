@@ -5,7 +5,9 @@
 // data path, the xDS client's dialer, readiness and metrics) call Load on each
 // new handshake and may wait on Changed to learn of a new certificate. A
 // connection made with an older SVID keeps going: the holder never reaches
-// into live connections.
+// into live connections (upstream pools compare Generation and retire theirs,
+// sidecar/cluster). Marshal and Parse are the persisted form
+// (sidecar/certclient keeps it in the state directory).
 package svid
 
 import (
