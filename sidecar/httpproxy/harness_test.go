@@ -62,7 +62,7 @@ func validationPool(t *testing.T) *cluster.Pool {
 }
 
 // listen reserves a loopback port so configs can name it before the sidecar starts.
-func listen(t *testing.T) net.Listener {
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -86,7 +86,7 @@ type peerOpts struct {
 	degraded httpproxy.DegradedFunc
 }
 
-func startPeerMesh(t *testing.T, app netip.AddrPort, o peerOpts) *peerMesh {
+func startPeerMesh(t testing.TB, app netip.AddrPort, o peerOpts) *peerMesh {
 	t.Helper()
 	inLn := &tapListener{Listener: listen(t)}
 	in := dt.Resources{}
@@ -94,7 +94,7 @@ func startPeerMesh(t *testing.T, app netip.AddrPort, o peerOpts) *peerMesh {
 	in.Add(xdsresource.RouteType, dt.RouteConfig("inbound", dt.VirtualHost("in", []string{"*"}, dt.PrefixRoute("/", "inbound|80||", 0))))
 	in.Add(xdsresource.ClusterType, dt.EDSCluster("inbound|80||", dt.ClusterOpts{}))
 	in.Add(xdsresource.EndpointType, dt.Endpoints("inbound|80||", app))
-	startSidecar(t, inLn, in, sidecarOpts{name: "inbound", degraded: o.degraded})
+	startSidecarTB(t, inLn, in, sidecarOpts{name: "inbound", degraded: o.degraded})
 
 	outLn := listen(t)
 	out := dt.Resources{}
@@ -107,7 +107,7 @@ func startPeerMesh(t *testing.T, app netip.AddrPort, o peerOpts) *peerMesh {
 	out.Add(xdsresource.RouteType, dt.RouteConfig("80", dt.VirtualHost("svc", []string{"svc", "svc:80"}, dt.PrefixRoute("/", name, o.timeout))))
 	out.Add(xdsresource.ClusterType, dt.EDSCluster(name, dt.ClusterOpts{}))
 	out.Add(xdsresource.EndpointType, dt.MarkPeer(dt.Endpoints(name, eps...), addrOf(inLn)))
-	return &peerMesh{out: startSidecar(t, outLn, out, sidecarOpts{}), inbound: inLn}
+	return &peerMesh{out: startSidecarTB(t, outLn, out, sidecarOpts{}), inbound: inLn}
 }
 
 func (m *peerMesh) url(path string) string { return "http://" + m.out.Addr.String() + path }

@@ -49,7 +49,10 @@
 # sets circuit breaking (with a retry budget), every outlier detector and a local rate
 # limit, and whose Route retries, all far from tripping, so its row beside "sidecar"
 # is the request path's cost of those checks, CPU per request within 5%:
-# TARGETS="sidecar sidecar-policy" tools/bench/proxy/run.sh 3)
+# TARGETS="sidecar sidecar-policy" tools/bench/proxy/run.sh 3;
+# AB_CONCURRENT=1 runs the fixed-rate load of each X-alt at the same time as X's
+# (both at QPS) so the shared machine's noise falls on both alike, for A/B
+# ratios; wrk still runs one target at a time)
 set -euo pipefail
 ROUNDS=${1:-${ROUNDS:-3}}
 DURATION=${DURATION:-10s}
@@ -82,7 +85,7 @@ go build -o "$RUN/benchproxy" ./tools/bench/proxy/benchproxy
 # The real binaries, built as `make build` builds them (the sidecar's flags matter
 # for its CPU and RSS).
 make -s build BIN="$RUN/bin" >/dev/null
-if [ -n "${PPROF:-}" ]; then
+if [ -n "${PPROF:-}${PPROF_PAIR:-}" ]; then
 	# The profiler is linked in only with this tag (sidecar/admin PprofTag).
 	CGO_ENABLED=0 go build -tags grpcnotrace,weftpprof -o "$RUN/bin/sidecar" ./sidecar/cmd/sidecar
 	SIDECAR_FLAGS="${SIDECAR_FLAGS:-} --pprof"
@@ -413,8 +416,73 @@ if [ -n "${PPROF:-}" ]; then
 	wait "$wpid"
 fi
 
+if [ -n "${PPROF_PAIR:-}" ] && [ "$PAIR" = 1 ]; then
+	# CPU profiles of both sidecars of each pair target, under fortio at QPS (the
+	# rate the #9 goal is stated at): DIR/<target>-{client,server}.prof; with
+	# PERF_STAT=1, perf stat's syscall and context-switch counts of each instead
+	# (.perf; not both at once: the tracepoints inflate the profile's syscalls);
+	# with PERF_RECORD="ARGS" (e.g. "-g" or "-e sched:sched_switch -g"), perf
+	# record ARGS of each instead (.data).
+	mkdir -p "$PPROF_PAIR"
+	declare -A PAIR_PIDS=([sidecar-pair]="$PC_IP:$PID_PC $SP_IP:$PID_SP" [sidecar-pair-mtls]="$PC_IP:$PID_PC $SM_IP:$PID_SM"
+		[sidecar-pair-alt]="$PCA_IP:$PID_PCA $SPA_IP:$PID_SPA" [sidecar-pair-mtls-alt]="$PCA_IP:$PID_PCA $SMA_IP:$PID_SMA")
+	for name in "${ORDER[@]}"; do
+		[ -n "${PAIR_PIDS[$name]:-}" ] || continue
+		echo "profiling $name for ${PPROF_SECONDS}s under fortio -qps $QPS -> $PPROF_PAIR" >&2
+		"$FORTIO" load -quiet -uniform -qps "$QPS" -c "$CONNS" -t "$((PPROF_SECONDS + 2))s" -H "Host: ${HOSTS[$name]}" \
+			"http://${TARGET[$name]}/" >/dev/null 2>&1 &
+		fpid=$!
+		sleep 1
+		side=client waits=()
+		for ipp in ${PAIR_PIDS[$name]}; do
+			if [ -n "${PERF_STAT:-}" ]; then
+				perf stat -e 'syscalls:sys_enter_*,context-switches' -p "${ipp#*:}" -o "$PPROF_PAIR/$name-$side.perf" -- sleep "$PPROF_SECONDS" 2>/dev/null &
+			elif [ -n "${PERF_RECORD:-}" ]; then
+				# shellcheck disable=SC2086 # a word list, e.g. "-e sched:sched_switch -g"
+				perf record $PERF_RECORD -p "${ipp#*:}" -o "$PPROF_PAIR/$name-$side.data" -- sleep "$PPROF_SECONDS" 2>/dev/null &
+			else
+				curl -sf -o "$PPROF_PAIR/$name-$side.prof" "http://${ipp%:*}:15000/debug/pprof/profile?seconds=$PPROF_SECONDS" &
+			fi
+			waits+=($!)
+			side=server
+		done
+		read -r -a st0 < <(for ipp in ${PAIR_PIDS[$name]}; do awk '{printf "%d %d ", $14, $15}' "/proc/${ipp#*:}/stat"; done; echo)
+		sleep "$PPROF_SECONDS"
+		read -r -a st1 < <(for ipp in ${PAIR_PIDS[$name]}; do awk '{printf "%d %d ", $14, $15}' "/proc/${ipp#*:}/stat"; done; echo)
+		wait "$fpid" "${waits[@]}" || echo "profiling $name: a profile failed" >&2
+		# user and system CPU per request of each side over the profile's window
+		python3 -c "import sys; a=list(map(int,sys.argv[1].split())); b=list(map(int,sys.argv[2].split())); n=$QPS*$PPROF_SECONDS; hz=$HZ
+for i,side in enumerate(('client','server')):
+    print(side, 'user %.1f sys %.1f us/req' % ((b[2*i]-a[2*i])/hz*1e6/n, (b[2*i+1]-a[2*i+1])/hz*1e6/n))" \
+			"${st0[*]}" "${st1[*]}" | tee "$PPROF_PAIR/$name.cpu" >&2
+	done
+fi
+
 RES="$RUN/results.tsv"
 : >"$RES"
+# fixed NAME JSON: fortio at QPS against target NAME, its results into JSON.
+# Fixed-rate, uniform arrivals, 10 µs histogram resolution. Every target gets
+# the same Host header (the app and nginx ignore it).
+fixed() {
+	"$FORTIO" load -quiet -uniform -r 0.00001 -qps "$QPS" -c "$CONNS" -t "$DURATION" -H "Host: ${HOSTS[$1]:-$HOST}" \
+		-json "$2" "http://${TARGET[$1]}/" >/dev/null 2>&1
+}
+# fixed_result JSON TICKS: "requests errors p50 p90 p99 cpu_us_per_request".
+fixed_result() {
+	python3 - "$1" "$2" "$HZ" <<'PY'
+import json,sys
+d=json.load(open(sys.argv[1]))
+pc={p["Percentile"]:p["Value"] for p in d["DurationHistogram"]["Percentiles"]}
+errs=sum(v for k,v in d.get("RetCodes",{}).items() if str(k)!="200")
+n=d["DurationHistogram"]["Count"]
+print(n, errs, pc.get(50)*1e3, pc.get(90)*1e3, pc.get(99)*1e3, int(sys.argv[2])/int(sys.argv[3])*1e6/n if n else 0)
+PY
+}
+in_order() { [[ " ${ORDER[*]} " == *" $1 "* ]]; }
+# With AB_CONCURRENT=1 a target X and X-alt both in TARGETS take their fixed-rate
+# load at the same time (each at QPS, disjoint processes), so the machine's
+# noise from other work lands on both alike; wrk still runs one at a time.
+declare -A FIXED=()
 for r in $(seq "$ROUNDS"); do
 	for name in "${ORDER[@]}"; do
 		url="http://${TARGET[$name]}/"
@@ -422,20 +490,24 @@ for r in $(seq "$ROUNDS"); do
 		procs=${PROCS[$name]}
 		load=$(cut -d' ' -f1 /proc/loadavg)
 		echo "round $r $name: load $load" >&2
-		# Fixed-rate, uniform arrivals, 10 µs histogram resolution. Every target gets
-		# the same Host header (the app and nginx ignore it).
-		t0=$( [ -n "$procs" ] && ticks $procs || echo 0 )
-		"$FORTIO" load -quiet -uniform -r 0.00001 -qps "$QPS" -c "$CONNS" -t "$DURATION" -H "Host: $host" -json "$RUN/f.json" "$url" >/dev/null 2>&1
-		t1=$( [ -n "$procs" ] && ticks $procs || echo 0 )
-		read -r n errs p50 p90 p99 < <(python3 - "$RUN/f.json" <<'PY'
-import json,sys
-d=json.load(open(sys.argv[1]))
-pc={p["Percentile"]:p["Value"] for p in d["DurationHistogram"]["Percentiles"]}
-errs=sum(v for k,v in d.get("RetCodes",{}).items() if str(k)!="200")
-print(d["DurationHistogram"]["Count"], errs, pc.get(50)*1e3, pc.get(90)*1e3, pc.get(99)*1e3)
-PY
-)
-		cpu_fixed=$(python3 -c "print(($t1-$t0)/$HZ*1e6/$n if $n else 0)")
+		if [ -n "${AB_CONCURRENT:-}" ] && [[ $name == *-alt ]] && in_order "${name%-alt}"; then
+			read -r n errs p50 p90 p99 cpu_fixed <<<"${FIXED[$name]}" # measured with ${name%-alt}
+		elif [ -n "${AB_CONCURRENT:-}" ] && in_order "$name-alt"; then
+			alt=$name-alt
+			t0=$(ticks $procs) a0=$(ticks ${PROCS[$alt]})
+			fixed "$alt" "$RUN/fa.json" &
+			fpid=$!
+			fixed "$name" "$RUN/f.json"
+			wait "$fpid"
+			t1=$(ticks $procs) a1=$(ticks ${PROCS[$alt]})
+			FIXED[$alt]=$(fixed_result "$RUN/fa.json" $((a1 - a0)))
+			read -r n errs p50 p90 p99 cpu_fixed < <(fixed_result "$RUN/f.json" $((t1 - t0)))
+		else
+			t0=$( [ -n "$procs" ] && ticks $procs || echo 0 )
+			fixed "$name" "$RUN/f.json"
+			t1=$( [ -n "$procs" ] && ticks $procs || echo 0 )
+			read -r n errs p50 p90 p99 cpu_fixed < <(fixed_result "$RUN/f.json" $((t1 - t0)))
+		fi
 		# Closed loop at max rate.
 		t0=$( [ -n "$procs" ] && ticks $procs || echo 0 )
 		out=$(wrk -t1 -c"$WRK_CONNS" -d"$DURATION" -H "Host: $host" "$url")
@@ -449,6 +521,7 @@ PY
 		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$name" "$p50" "$p90" "$p99" "$cpu_fixed" "$rps" "$cpu_max" "$rss" "$errs" "$load" >>"$RES"
 	done
 done
+[ "$ROUNDS" != 0 ] || exit 0 # profiles only
 if [ -n "${KEEP_RESULTS:-}" ]; then cp "$RES" "$KEEP_RESULTS"; fi
 
 python3 tools/bench/proxy/report.py "$RES" --qps "$QPS" --conns "$CONNS" --wrk-conns "$WRK_CONNS" --duration "$DURATION" \
