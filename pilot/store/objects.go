@@ -36,6 +36,43 @@ func ContentOf(o *resource.Object) ([]byte, error) {
 	return b, nil
 }
 
+// WireObject is an object as the backends store it (resource.Object's JSON),
+// with the spec left raw until the kind is known.
+type WireObject struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   resource.Metadata `json:"metadata"`
+	Spec       json.RawMessage   `json:"spec"`
+	Status     *resource.Status  `json:"status,omitempty"`
+}
+
+// DecodeObject reads a stored object back with its spec in the kind's typed
+// struct.
+func DecodeObject(data []byte) (*resource.Object, error) {
+	var w WireObject
+	if err := json.Unmarshal(data, &w); err != nil {
+		return nil, fmt.Errorf("decode object: %w", err)
+	}
+	return w.Object()
+}
+
+// Object checks the kind and name and decodes the spec.
+func (w *WireObject) Object() (*resource.Object, error) {
+	key := resource.Key{Kind: w.Kind, Namespace: w.Metadata.Namespace, Name: w.Metadata.Name}
+	info, err := resource.LookupKind(w.Kind)
+	if err != nil || info.Kind != w.Kind {
+		return nil, fmt.Errorf("decode object %s: kind: unknown kind %q", key, w.Kind)
+	}
+	if w.Metadata.Name == "" {
+		return nil, fmt.Errorf("decode object %s: metadata.name: empty", key)
+	}
+	spec := info.NewSpec()
+	if err := json.Unmarshal(w.Spec, spec); err != nil {
+		return nil, fmt.Errorf("decode object %s: spec: %w", key, err)
+	}
+	return &resource.Object{APIVersion: w.APIVersion, Kind: w.Kind, Metadata: w.Metadata, Spec: spec, Status: w.Status}, nil
+}
+
 // Entry is one current object of a backend.
 type Entry struct {
 	Obj     *resource.Object

@@ -58,15 +58,6 @@ func decodeUint(b []byte) (int64, error) {
 	return int64(binary.BigEndian.Uint64(b)), nil
 }
 
-// wireObject is resource.Object with the spec left raw until the kind is known.
-type wireObject struct {
-	APIVersion string            `json:"apiVersion"`
-	Kind       string            `json:"kind"`
-	Metadata   resource.Metadata `json:"metadata"`
-	Spec       json.RawMessage   `json:"spec"`
-	Status     *resource.Status  `json:"status,omitempty"`
-}
-
 type eventJSON struct {
 	Revision store.Revision  `json:"revision"`
 	Op       store.Op        `json:"op"`
@@ -75,10 +66,10 @@ type eventJSON struct {
 }
 
 type wireEvent struct {
-	Revision store.Revision `json:"revision"`
-	Op       store.Op       `json:"op"`
-	Time     time.Time      `json:"time"`
-	Object   *wireObject    `json:"object"`
+	Revision store.Revision    `json:"revision"`
+	Op       store.Op          `json:"op"`
+	Time     time.Time         `json:"time"`
+	Object   *store.WireObject `json:"object"`
 }
 
 func encodeObject(o *resource.Object) ([]byte, error) {
@@ -99,31 +90,6 @@ func encodeEvent(ev store.Event, objData []byte) ([]byte, error) {
 	return b, nil
 }
 
-// decodeObject reads a stored object back with its spec in the kind's typed struct.
-func decodeObject(data []byte) (*resource.Object, error) {
-	var w wireObject
-	if err := json.Unmarshal(data, &w); err != nil {
-		return nil, fmt.Errorf("decode object: %w", err)
-	}
-	return w.object()
-}
-
-func (w *wireObject) object() (*resource.Object, error) {
-	key := resource.Key{Kind: w.Kind, Namespace: w.Metadata.Namespace, Name: w.Metadata.Name}
-	info, err := resource.LookupKind(w.Kind)
-	if err != nil || info.Kind != w.Kind {
-		return nil, fmt.Errorf("decode object %s: kind: unknown kind %q", key, w.Kind)
-	}
-	if w.Metadata.Name == "" {
-		return nil, fmt.Errorf("decode object %s: metadata.name: empty", key)
-	}
-	spec := info.NewSpec()
-	if err := json.Unmarshal(w.Spec, spec); err != nil {
-		return nil, fmt.Errorf("decode object %s: spec: %w", key, err)
-	}
-	return &resource.Object{APIVersion: w.APIVersion, Kind: w.Kind, Metadata: w.Metadata, Spec: spec, Status: w.Status}, nil
-}
-
 func decodeEvent(data []byte) (store.Event, error) {
 	var w wireEvent
 	if err := json.Unmarshal(data, &w); err != nil {
@@ -135,7 +101,7 @@ func decodeEvent(data []byte) (store.Event, error) {
 	if w.Op != store.OpPut && w.Op != store.OpDelete {
 		return store.Event{}, fmt.Errorf("decode event: op %q is not PUT or DELETE", w.Op)
 	}
-	o, err := w.Object.object()
+	o, err := w.Object.Object()
 	if err != nil {
 		return store.Event{}, fmt.Errorf("decode event at revision %d: %w", w.Revision, err)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/weft-mesh/weft/pilot/store"
 )
 
 // The bbolt file is outside input: a damaged or hand-edited file must give errors,
@@ -42,7 +43,7 @@ func FuzzDecodeEvent(f *testing.F) {
 func FuzzDecodeObject(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"mesh.weft.dev/v1alpha1","kind":"Route","metadata":{"name":"r","namespace":"default"},"spec":{"hosts":["a"],"http":[{"route":[{"destination":{"service":"a"}}]}]}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		o, err := decodeObject(data)
+		o, err := store.DecodeObject(data)
 		if err != nil {
 			return
 		}
@@ -50,7 +51,7 @@ func FuzzDecodeObject(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encode of a decoded object: %v", err)
 		}
-		again, err := decodeObject(enc)
+		again, err := store.DecodeObject(enc)
 		if err != nil {
 			t.Fatalf("decode of a re-encoded object: %v\n%s", err, enc)
 		}

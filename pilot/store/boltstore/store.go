@@ -194,7 +194,7 @@ func (s *Store) load() error {
 		}
 		s.rev, s.compacted = store.Revision(rev), store.Revision(comp)
 		return tx.Bucket(bucketObjects).ForEach(func(k, v []byte) error {
-			o, err := decodeObject(v)
+			o, err := store.DecodeObject(v)
 			if err != nil {
 				return err
 			}
@@ -384,7 +384,7 @@ func plan(m store.Mutation, objects store.Objects, next store.Revision, now time
 	}
 	// Decode what was encoded: the stored object shares nothing with the caller's
 	// and is exactly what a restart will load.
-	obj, err := decodeObject(data)
+	obj, err := store.DecodeObject(data)
 	if err != nil {
 		return change{}, nil, fmt.Errorf("%w: %s: %w", store.ErrInvalid, key, err)
 	}

@@ -5,12 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
-	"github.com/weft-mesh/weft/pilot/resource"
 	"github.com/weft-mesh/weft/pilot/store"
 )
 
@@ -146,7 +144,7 @@ func decodeEvents(rev store.Revision, t time.Time, data []byte) ([]store.Event, 
 		if e.Op != store.OpPut && e.Op != store.OpDelete {
 			return nil, fmt.Errorf("record %d: event %d: op %q is not PUT or DELETE", rev, i, e.Op)
 		}
-		o, err := decodeObject(e.Object)
+		o, err := store.DecodeObject(e.Object)
 		if err != nil {
 			return nil, fmt.Errorf("record %d: event %d: %w", rev, i, err)
 		}
@@ -156,34 +154,4 @@ func decodeEvents(rev store.Revision, t time.Time, data []byte) ([]store.Event, 
 		out[i] = store.Event{Revision: rev, Op: e.Op, Object: o, Time: t}
 	}
 	return out, nil
-}
-
-// wireObject is resource.Object with the spec left raw until the kind is known.
-type wireObject struct {
-	APIVersion string            `json:"apiVersion"`
-	Kind       string            `json:"kind"`
-	Metadata   resource.Metadata `json:"metadata"`
-	Spec       json.RawMessage   `json:"spec"`
-	Status     *resource.Status  `json:"status,omitempty"`
-}
-
-// decodeObject reads a stored object back with its spec in the kind's type.
-func decodeObject(data []byte) (*resource.Object, error) {
-	var w wireObject
-	if err := json.Unmarshal(data, &w); err != nil {
-		return nil, fmt.Errorf("decode object: %w", err)
-	}
-	key := resource.Key{Kind: w.Kind, Namespace: w.Metadata.Namespace, Name: w.Metadata.Name}
-	info, err := resource.LookupKind(w.Kind)
-	if err != nil || info.Kind != w.Kind {
-		return nil, fmt.Errorf("decode object %s: kind: unknown kind %q", key, w.Kind)
-	}
-	if w.Metadata.Name == "" {
-		return nil, errors.New("decode object: metadata.name: empty")
-	}
-	spec := info.NewSpec()
-	if err := json.Unmarshal(w.Spec, spec); err != nil {
-		return nil, fmt.Errorf("decode object %s: spec: %w", key, err)
-	}
-	return &resource.Object{APIVersion: w.APIVersion, Kind: w.Kind, Metadata: w.Metadata, Spec: spec, Status: w.Status}, nil
 }

@@ -366,7 +366,7 @@ func (s *Store) readSnapshot(ctx context.Context, m manifest, at int64) ([]*reso
 	}
 	out := make([]*resource.Object, len(raw))
 	for i, r := range raw {
-		if out[i], err = decodeObject(r); err != nil {
+		if out[i], err = store.DecodeObject(r); err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 	}
@@ -666,7 +666,7 @@ func planOne(m store.Mutation, objects store.Objects, next store.Revision) (stor
 	}
 	// The stored object shares nothing with the caller's and is exactly what
 	// every replica decodes from the log.
-	obj, err := decodeObject(data)
+	obj, err := store.DecodeObject(data)
 	if err != nil {
 		return store.Event{}, nil, nil, fmt.Errorf("%w: %s: %w", store.ErrInvalid, key, err)
 	}
