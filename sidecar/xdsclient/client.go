@@ -251,7 +251,7 @@ func (c *Client) stream(ctx context.Context, srv string) (ok bool, err error) {
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.cfg.MaxRecvBytes)),
 		grpc.WithKeepaliveParams(c.cfg.Keepalive),
-	}, c.cfg.DialOptions...)
+	}, append(WindowOptions(), c.cfg.DialOptions...)...)
 	cc, err := grpc.NewClient(srv, opts...)
 	if err != nil {
 		return false, fmt.Errorf("dial %s: %w", srv, err)

@@ -156,7 +156,22 @@ const (
 	DefaultMaxRecvBytes            = 64 << 20
 	DefaultBackoffInitial          = 500 * time.Millisecond
 	DefaultBackoffMax              = 30 * time.Second
+	// StreamWindow and ConnWindow are the HTTP/2 receive windows the client
+	// dials pilot with. Fixed windows turn off grpc-go's BDP estimation, whose
+	// PING on every burst of data cost pilot a PING ACK (a TLS record and a
+	// write) per stream per push; 1 MiB covers a 2,000-endpoint assignment
+	// (~55 KB) many times over, so a push is not held up by window updates.
+	// Pilot may then have up to StreamWindow of responses in flight to a
+	// sidecar that does not read, bounded in memory by the window.
+	StreamWindow = 1 << 20
+	ConnWindow   = 2 << 20
 )
+
+// WindowOptions dial with StreamWindow and ConnWindow (tools/bench/adsload
+// dials its simulated sidecars with them too).
+func WindowOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithInitialWindowSize(StreamWindow), grpc.WithInitialConnWindowSize(ConnWindow)}
+}
 
 // ErrConfig is wrapped by every configuration error from New.
 var ErrConfig = errors.New("xdsclient: invalid config")

@@ -88,6 +88,28 @@ func without(m protoreflect.Message, skip protoreflect.FieldDescriptor) proto.Me
 	return out.Interface()
 }
 
+// deltaHead is m without its resources. A message without unknown fields is
+// copied field by field (deltaHeadFields lists them; a test fails when the
+// type gains one), which costs a fraction of without's reflection: pilot
+// encodes one head per response, two responses per sidecar per change.
+func deltaHead(m *discoveryv3.DeltaDiscoveryResponse) proto.Message {
+	if len(m.ProtoReflect().GetUnknown()) > 0 {
+		return without(m.ProtoReflect(), deltaResources)
+	}
+	return &discoveryv3.DeltaDiscoveryResponse{
+		SystemVersionInfo:    m.SystemVersionInfo,
+		TypeUrl:              m.TypeUrl,
+		RemovedResources:     m.RemovedResources,
+		RemovedResourceNames: m.RemovedResourceNames,
+		Nonce:                m.Nonce,
+		ControlPlane:         m.ControlPlane,
+		ResourceErrors:       m.ResourceErrors,
+	}
+}
+
+// deltaHeadFields are the DeltaDiscoveryResponse fields deltaHead copies.
+var deltaHeadFields = []protoreflect.Name{"system_version_info", "type_url", "removed_resources", "removed_resource_names", "nonce", "control_plane", "resource_errors"}
+
 // builder accumulates one message: bytes of its own in buf, shared values
 // referenced between them. Segments of buf are cut when a shared value is
 // referenced, so out interleaves them in wire order.
@@ -181,7 +203,7 @@ func anyOwn(a *anypb.Any) (own, size int) {
 }
 
 func marshalDelta(m *discoveryv3.DeltaDiscoveryResponse) (mem.BufferSlice, error) {
-	head, err := opts.Marshal(without(m.ProtoReflect(), deltaResources))
+	head, err := opts.Marshal(deltaHead(m))
 	if err != nil {
 		return nil, fmt.Errorf("adscodec: marshal DeltaDiscoveryResponse: %w", err)
 	}

@@ -90,18 +90,29 @@ func TestEveryFieldSet(t *testing.T) {
 
 // TestPlainKnowsEveryField: the allocation-free path for a Resource knows every
 // field Resource has, so a field added upstream cannot be dropped by it.
+// Likewise deltaHead's copy of a DeltaDiscoveryResponse (all but resources).
 func TestPlainKnowsEveryField(t *testing.T) {
-	fds := (&discoveryv3.Resource{}).ProtoReflect().Descriptor().Fields()
-	known := map[protoreflect.Name]bool{}
-	for _, n := range resourceFields {
-		known[n] = true
-	}
-	if fds.Len() != len(known) {
-		t.Errorf("Resource has %d fields, plain knows %d", fds.Len(), len(known))
-	}
-	for i := range fds.Len() {
-		if !known[fds.Get(i).Name()] {
-			t.Errorf("Resource field %s unknown to plain: add it to resourceFields and to plain's check", fds.Get(i).Name())
+	for _, tc := range []struct {
+		m     proto.Message
+		known []protoreflect.Name
+		fix   string
+	}{
+		{&discoveryv3.Resource{}, resourceFields, "resourceFields and plain's check"},
+		{&discoveryv3.DeltaDiscoveryResponse{}, append([]protoreflect.Name{"resources"}, deltaHeadFields...), "deltaHeadFields and deltaHead's copy"},
+	} {
+		fds := tc.m.ProtoReflect().Descriptor().Fields()
+		name := tc.m.ProtoReflect().Descriptor().Name()
+		known := map[protoreflect.Name]bool{}
+		for _, n := range tc.known {
+			known[n] = true
+		}
+		if fds.Len() != len(known) {
+			t.Errorf("%s has %d fields, the fast path knows %d", name, fds.Len(), len(known))
+		}
+		for i := range fds.Len() {
+			if !known[fds.Get(i).Name()] {
+				t.Errorf("%s field %s unknown to the fast path: add it to %s", name, fds.Get(i).Name(), tc.fix)
+			}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/ecdsa"
@@ -11,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weft-mesh/weft/sidecar/xdsclient"
 	"io"
 	"net"
 	"net/http"
@@ -94,6 +96,32 @@ type roundResult struct {
 	// latency is mostly waiting for a core.
 	pilotCPU, benchCPU float64
 	load               string
+	// pilotGCs is how many GC cycles pilot ran meanwhile (go_gc_duration_seconds_count
+	// on its /metrics): with ~1 GB of heap at 10,000 sidecars, a cycle costs
+	// pilot most of a second of CPU and shows as the slow round.
+	pilotGCs int64
+}
+
+// gcCycles is go_gc_duration_seconds_count from pilot's /metrics (-1 when
+// it cannot be read).
+func (p *pilotProc) gcCycles() int64 {
+	resp, err := p.hc.Get(p.admin + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_gc_duration_seconds_count "); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
 }
 
 // cpuSeconds is utime+stime of pid ("self" for this process) from /proc.
@@ -561,6 +589,8 @@ func (f *binFleet) connect(ctx context.Context, addrs []string, ids *identities,
 			grpc.WithReadBufferSize(16 << 10), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
 			// A TLS handshake may wait on a busy pilot longer than gRPC's 20s default.
 			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: 2 * time.Minute})}
+		// The windows a Weft sidecar dials pilot with.
+		opts = append(opts, xdsclient.WindowOptions()...)
 		if !c.verify {
 			opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(lightCodec{bytes: &c.bytes})))
 		}
@@ -788,7 +818,7 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 			}
 			return s
 		}
-		pilotCPU0, benchCPU0, load := pilotsCPU(), cpuSeconds("self"), loadAvg()
+		pilotCPU0, benchCPU0, load, gc0 := pilotsCPU(), cpuSeconds("self"), loadAvg(), p.gcCycles()
 		rev, err := p.apply(staticYAML(addr))
 		if err != nil {
 			return nil, fmt.Errorf("round %d: %w", r+1, err)
@@ -821,14 +851,14 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 		}); err != nil {
 			return nil, err
 		}
-		pilotCPU, benchCPU := pilotsCPU()-pilotCPU0, cpuSeconds("self")-benchCPU0
+		pilotCPU, benchCPU, gcs := pilotsCPU()-pilotCPU0, cpuSeconds("self")-benchCPU0, p.gcCycles()-gc0
 		lat := make([]time.Duration, len(f.clients))
 		for i, c := range f.clients {
 			lat[i] = time.Duration(c.ackAt.Load() - written.UnixNano())
 			bytesTotal += c.bytes.Load()
 		}
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		rr := roundResult{p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], max: lat[len(lat)-1], pilotCPU: pilotCPU, benchCPU: benchCPU, load: load}
+		rr := roundResult{p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], max: lat[len(lat)-1], pilotCPU: pilotCPU, benchCPU: benchCPU, load: load, pilotGCs: gcs}
 		res.rounds = append(res.rounds, rr)
 		logf("round %d: change at revision %d reached all %d sidecars: p50=%v p99=%v max=%v", r+1, rev, len(f.clients),
 			rr.p50.Round(time.Millisecond), rr.p99.Round(time.Millisecond), rr.max.Round(time.Millisecond))
@@ -915,8 +945,8 @@ func (r *binResult) print(w io.Writer) {
 		r.restarts, r.lastRestartErr, r.notCurrent)
 	var p50s, p99s, maxs []time.Duration
 	for i, rr := range r.rounds {
-		fmt.Fprintf(w, "  round %d: one endpoint change -> every sidecar's ACK (manifest included): p50=%v p99=%v max=%v; CPU until then: pilot %.2fs, bench clients %.2fs; load average %s\n", i+1,
-			rr.p50.Round(time.Millisecond), rr.p99.Round(time.Millisecond), rr.max.Round(time.Millisecond), rr.pilotCPU, rr.benchCPU, rr.load)
+		fmt.Fprintf(w, "  round %d: one endpoint change -> every sidecar's ACK (manifest included): p50=%v p99=%v max=%v; CPU until then: pilot %.2fs, bench clients %.2fs; pilot GC cycles %d; load average %s\n", i+1,
+			rr.p50.Round(time.Millisecond), rr.p99.Round(time.Millisecond), rr.max.Round(time.Millisecond), rr.pilotCPU, rr.benchCPU, rr.pilotGCs, rr.load)
 		p50s, p99s, maxs = append(p50s, rr.p50), append(p99s, rr.p99), append(maxs, rr.max)
 	}
 	if len(r.rounds) > 0 {
