@@ -33,7 +33,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -76,15 +75,12 @@ func Privileged() error {
 		return err
 	}
 	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread, in a throw-away netns, dies with the goroutine.
-		runtime.LockOSThread()
+	go onNetnsThread(func() error {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("cannot create a network namespace: %w", err)
-			return
+			return fmt.Errorf("cannot create a network namespace: %w", err)
 		}
-		errc <- nil
-	}()
+		return nil // the throw-away namespace goes when the thread leaves it
+	}, errc)
 	return <-errc
 }
 

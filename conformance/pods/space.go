@@ -29,30 +29,49 @@ type space struct {
 // NS is the name of the network namespace (`ip netns exec NS ...`).
 func (s *space) NS() string { return s.ns }
 
-// Do runs fn on an OS thread inside the namespace. The thread is locked and
-// never unlocked, so Go discards it when fn returns and no other goroutine ever
-// runs in the namespace by accident. Sockets fn makes stay in the namespace and
-// may be used from any goroutine afterwards. fn must not start goroutines that
-// make sockets (they would run elsewhere) nor resolve names (same reason, and
-// /etc/resolv.conf here is the host's: processes of Command see the pod's).
+// Do runs fn on an OS thread inside the namespace. The thread is locked while
+// it is there, so no other goroutine ever runs in the namespace by accident.
+// Sockets fn makes stay in the namespace and may be used from any goroutine
+// afterwards. fn must not start goroutines that make sockets (they would run
+// elsewhere) nor resolve names (same reason, and /etc/resolv.conf here is the
+// host's: processes of Command see the pod's).
 func (s *space) Do(fn func() error) error {
 	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
+	go onNetnsThread(func() error {
 		fd, err := unix.Open(filepath.Join(netnsDir, s.ns), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			errc <- fmt.Errorf("pods: netns %s: %w", s.ns, err)
-			return
+			return fmt.Errorf("pods: netns %s: %w", s.ns, err)
 		}
 		err = unix.Setns(fd, unix.CLONE_NEWNET)
 		unix.Close(fd)
 		if err != nil {
-			errc <- fmt.Errorf("pods: entering netns %s: %w", s.ns, err)
-			return
+			return fmt.Errorf("pods: entering netns %s: %w", s.ns, err)
 		}
-		errc <- fn()
-	}()
+		return fn()
+	}, errc)
 	return <-errc
+}
+
+// onNetnsThread runs fn (which may move the thread to another network
+// namespace) on a locked OS thread and sends its error to errc. Then it moves
+// the thread back to the namespace it started in and releases it to Go's pool.
+// Only when that fails is the thread kept locked, so Go discards it with the
+// goroutine: a discarded thread kills every child process forked from it with
+// a parent-death signal (tools/testkit/proc sets SIGKILL), and any thread may
+// have forked one before this goroutine locked it.
+func onNetnsThread(fn func() error, errc chan<- error) {
+	runtime.LockOSThread()
+	home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread() // fn did not run: the thread never left
+		errc <- fmt.Errorf("pods: this thread's netns: %w", err)
+		return
+	}
+	errc <- fn()
+	if unix.Setns(home, unix.CLONE_NEWNET) == nil {
+		runtime.UnlockOSThread()
+	}
+	unix.Close(home)
 }
 
 // Listen listens inside the namespace (network tcp, tcp4, tcp6; addr an IP
