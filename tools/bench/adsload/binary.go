@@ -768,16 +768,13 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 	if err := f.connect(ctx, tlsAddrs, ids, m, watchers, cfg.proxies, cfg.conc, 0, true); err != nil {
 		return nil, fmt.Errorf("join: %w (pilot log: %s)", err, p.logTail())
 	}
-	// A registration is known to the replica the sidecar is connected to
-	// only (pilot keeps registrations in memory, not in the store): with
-	// replicas, each one's assignment holds its own sidecars.
-	perReplica := make([]int64, replicas)
-	for i := watchers; i < cfg.proxies; i++ {
-		perReplica[i%replicas]++
-	}
+	// Replicas share registrations through the store (pilot/xds/regshare), so
+	// every watcher's assignment holds every registered sidecar whichever
+	// replica it is connected to.
+	want := int64(cfg.proxies - watchers)
 	if err := waitFor(ctx, 10*time.Minute, "every endpoint in every watcher's assignment", cfg.log, func() error {
 		for _, c := range f.clients[:min(cfg.verify, watchers)] {
-			if n, want := c.epCount.Load(), perReplica[c.idx%replicas]; n != want {
+			if n := c.epCount.Load(); n != want {
 				return fmt.Errorf("%s holds %d endpoints of %s, want %d", c.id, n, bigService, want)
 			}
 		}

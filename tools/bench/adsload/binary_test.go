@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -18,15 +19,24 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(proc.Clean
 // one Service, two endpoint changes. It checks that the harness measures what
 // it says (every sidecar takes every change, the -verify clients see the new
 // endpoint in the assignment they decode, the joins cost few pushes) and
-// bounds what this size may cost, loosely, for a shared CI machine.
+// bounds what this size may cost, loosely, for a shared CI machine. With two
+// replicas on one etcd (apt's etcd-server), every watcher's assignment holds
+// every registered sidecar, whichever replica each is connected to.
 func TestBinarySmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts pilot and 200 TLS clients")
 	}
 	bin := proc.Build(t, proc.Pilot)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	for _, replicas := range []int{1, 2} {
+		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) { binarySmall(t, bin, replicas) })
+	}
+}
+
+func binarySmall(t *testing.T, bin string, replicas int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r, err := runBinary(ctx, binConfig{pilotBin: bin, proxies: 200, endpoints: 50, services: 10, rounds: 2, conc: 50, verify: 2, log: io.Discard})
+	r, err := runBinary(ctx, binConfig{pilotBin: bin, proxies: 200, endpoints: 50, services: 10, rounds: 2, conc: 50, verify: 2, log: io.Discard,
+		replicas: replicas, etcdBin: "etcd"})
 	if err != nil {
 		t.Fatal(err)
 	}
