@@ -96,8 +96,8 @@ type roundResult struct {
 	// latency is mostly waiting for a core.
 	pilotCPU, benchCPU float64
 	load               string
-	// pilotGCs is how many GC cycles pilot ran meanwhile (go_gc_duration_seconds_count
-	// on its /metrics): with ~1 GB of heap at 10,000 sidecars, a cycle costs
+	// pilotGCs is how many GC cycles pilot ran meanwhile, all replicas together
+	// (go_gc_duration_seconds_count on their /metrics): with ~1 GB of heap at 10,000 sidecars, a cycle costs
 	// pilot most of a second of CPU and shows as the slow round.
 	pilotGCs int64
 }
@@ -815,7 +815,13 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 			}
 			return s
 		}
-		pilotCPU0, benchCPU0, load, gc0 := pilotsCPU(), cpuSeconds("self"), loadAvg(), p.gcCycles()
+		pilotsGC := func() (n int64) {
+			for _, p := range ps {
+				n += p.gcCycles()
+			}
+			return n
+		}
+		pilotCPU0, benchCPU0, load, gc0 := pilotsCPU(), cpuSeconds("self"), loadAvg(), pilotsGC()
 		rev, err := p.apply(staticYAML(addr))
 		if err != nil {
 			return nil, fmt.Errorf("round %d: %w", r+1, err)
@@ -848,7 +854,7 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 		}); err != nil {
 			return nil, err
 		}
-		pilotCPU, benchCPU, gcs := pilotsCPU()-pilotCPU0, cpuSeconds("self")-benchCPU0, p.gcCycles()-gc0
+		pilotCPU, benchCPU, gcs := pilotsCPU()-pilotCPU0, cpuSeconds("self")-benchCPU0, pilotsGC()-gc0
 		lat := make([]time.Duration, len(f.clients))
 		for i, c := range f.clients {
 			lat[i] = time.Duration(c.ackAt.Load() - written.UnixNano())
