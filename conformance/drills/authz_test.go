@@ -1,7 +1,6 @@
 package drills
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/weft-mesh/weft/conformance/internal/drillkit"
-	"github.com/weft-mesh/weft/sidecar/admin"
 	"github.com/weft-mesh/weft/sidecar/httpproxy"
 	"github.com/weft-mesh/weft/tools/testkit"
 	"github.com/weft-mesh/weft/tools/testkit/proc"
@@ -210,7 +208,11 @@ func TestDrillOverrideRestartKeepsTTL(t *testing.T) {
 		return nil
 	})
 	testkit.Wait(t, 5*time.Second, func() error {
-		if cd := configDump(t, d.reviews); !cd.LastKnownGood.SavedAt.After(applied) {
+		cd, err := drillkit.ConfigDumpAt(d.reviews.AdminURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !cd.LastKnownGood.SavedAt.After(applied) {
 			return fmt.Errorf("last-known-good with the Override not saved yet (saved %v)", cd.LastKnownGood.SavedAt)
 		}
 		return nil
@@ -248,18 +250,4 @@ func TestDrillOverrideRestartKeepsTTL(t *testing.T) {
 	if !strings.Contains(d.reviews.Logs.String(), "override enforced") {
 		t.Error("the restarted sidecar did not log the Override it enforces")
 	}
-}
-
-func configDump(t *testing.T, s *proc.SidecarProcess) *admin.ConfigDump {
-	t.Helper()
-	resp, err := drillkit.Client.Get(s.AdminURL() + "/config_dump")
-	if err != nil {
-		t.Fatalf("config_dump: %v", err)
-	}
-	defer resp.Body.Close()
-	var cd admin.ConfigDump
-	if err := json.NewDecoder(resp.Body).Decode(&cd); err != nil {
-		t.Fatalf("config_dump: %v", err)
-	}
-	return &cd
 }

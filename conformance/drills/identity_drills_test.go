@@ -287,7 +287,7 @@ func TestDrillRestartWithPilotDownKeepsMTLS(t *testing.T) {
 	testkit.Wait(t, 30*time.Second, func() error { return r.call() })
 	// Reviews' routes and trust bundle are saved as last-known-good.
 	testkit.Wait(t, 30*time.Second, func() error {
-		cd, err := configDumpOf(r.reviews)
+		cd, err := drillkit.ConfigDumpAt(r.reviews.AdminURL())
 		if err != nil {
 			return err
 		}

@@ -1,7 +1,6 @@
 package drills
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,43 +12,10 @@ import (
 
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/conformance/internal/drillkit"
-	"github.com/weft-mesh/weft/sidecar/admin"
 	"github.com/weft-mesh/weft/sidecar/runtime"
 	"github.com/weft-mesh/weft/tools/testkit"
 	"github.com/weft-mesh/weft/tools/testkit/proc"
 )
-
-// configDumpOf is a sidecar process's /config_dump.
-func configDumpOf(s *proc.SidecarProcess) (*admin.ConfigDump, error) {
-	resp, err := drillkit.Client.Get(s.AdminURL() + "/config_dump")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var cd admin.ConfigDump
-	if err := json.NewDecoder(resp.Body).Decode(&cd); err != nil {
-		return nil, err
-	}
-	return &cd, nil
-}
-
-// detailsYAML adds Service details (port 9080 -> 8080) with one Workload at appIP.
-func detailsYAML(appIP string) string {
-	return fmt.Sprintf(`apiVersion: mesh.weft.dev/v1alpha1
-kind: Service
-metadata: {name: details, namespace: shop}
-spec:
-  selector: {app: details}
-  ports: [{name: http, port: 9080, targetPort: 8080, protocol: HTTP}]
----
-apiVersion: mesh.weft.dev/v1alpha1
-kind: Workload
-metadata: {name: details-a, namespace: shop, labels: {app: details}}
-spec:
-  address: %s
-  serviceAccount: details
-`, appIP)
-}
 
 // Drill (e) of issue #9: pilot restarted with a new publisher key certified by
 // the same CA (its key file deleted while it was down; the CA root stays).
@@ -98,7 +64,7 @@ func newPublisherKey(t *testing.T, base, mode string) {
 		t.Helper()
 		var serial string
 		testkit.Wait(t, 30*time.Second, func() error {
-			cd, err := configDumpOf(s)
+			cd, err := drillkit.ConfigDumpAt(s.AdminURL())
 			if err != nil {
 				return err
 			}
@@ -148,7 +114,7 @@ func newPublisherKey(t *testing.T, base, mode string) {
 	b = proc.StartSidecar(t, cfgB)
 	start := time.Now()
 	testkit.Wait(t, 10*time.Second, serves(cfgB.IP, "reviews", "v1"))
-	cd, err := configDumpOf(b)
+	cd, err := drillkit.ConfigDumpAt(b.AdminURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,14 +129,14 @@ func newPublisherKey(t *testing.T, base, mode string) {
 	if k2 == k1 {
 		t.Fatal("pilot kept its publisher key")
 	}
-	p.ApplyYAML(detailsYAML(base + ".4"))
+	p.ApplyYAML(drillkit.ServiceYAML("details", base+".4"))
 	back := time.Now()
 	for _, s := range []*proc.SidecarProcess{a, b} {
 		serial := signedBy(s, k2)
 		testkit.Wait(t, 30*time.Second, serves(s.Config.IP, "details", "d1"))
 		t.Logf("%s: next push accepted, signed by the new key %s (publisher certificate %s), %s after pilot returned",
 			s.Config.NodeID, k2, serial, time.Since(back).Round(time.Millisecond))
-		cd, err := configDumpOf(s)
+		cd, err := drillkit.ConfigDumpAt(s.AdminURL())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +158,7 @@ func newPublisherKey(t *testing.T, base, mode string) {
 	_ = a.Stop(a.Grace)
 	a = proc.StartSidecar(t, cfgA)
 	testkit.Wait(t, 10*time.Second, serves(cfgA.IP, "details", "d1"))
-	if cd, err := configDumpOf(a); err != nil || cd.Active == nil || cd.Active.Source != runtime.SourceLKG || cd.Manifest.KeyID != k2 {
+	if cd, err := drillkit.ConfigDumpAt(a.AdminURL()); err != nil || cd.Active == nil || cd.Active.Source != runtime.SourceLKG || cd.Manifest.KeyID != k2 {
 		t.Fatalf("A restarted with pilot down: %+v %v", cd, err)
 	}
 }

@@ -89,16 +89,26 @@ func (s *Sidecar) Ready() (int, string) {
 
 func (s *Sidecar) ConfigDump() *admin.ConfigDump {
 	s.T.Helper()
-	resp, err := Client.Get("http://" + s.W.Admin() + "/config_dump")
+	cd, err := ConfigDumpAt("http://" + s.W.Admin())
 	if err != nil {
-		s.T.Fatalf("config_dump: %v", err)
+		s.T.Fatal(err)
+	}
+	return cd
+}
+
+// ConfigDumpAt reads /config_dump of the sidecar whose admin API is at adminURL
+// (http://host:port).
+func ConfigDumpAt(adminURL string) (*admin.ConfigDump, error) {
+	resp, err := Client.Get(adminURL + "/config_dump")
+	if err != nil {
+		return nil, fmt.Errorf("config_dump: %w", err)
 	}
 	defer resp.Body.Close()
 	var cd admin.ConfigDump
 	if err := json.NewDecoder(resp.Body).Decode(&cd); err != nil {
-		s.T.Fatalf("config_dump: %v", err)
+		return nil, fmt.Errorf("config_dump: %w", err)
 	}
-	return &cd
+	return &cd, nil
 }
 
 // WaitReady waits for 200 from /healthz/ready and returns how long it took.

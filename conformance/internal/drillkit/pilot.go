@@ -68,23 +68,27 @@ func (p *PilotProc) Down() {
 // ApplyYAML applies YAML with meshctl.
 func (p *PilotProc) ApplyYAML(yaml string) { p.t.Helper(); p.Apply(p.t, yaml) }
 
-// meshYAML: Service reviews (port 9080 -> the app's 8080) with one static Workload
+// MeshYAML: Service reviews (port 9080 -> the app's 8080) with one static Workload
 // at the application's address.
-func MeshYAML(appIP string) string {
+func MeshYAML(appIP string) string { return ServiceYAML("reviews", appIP) }
+
+// ServiceYAML: Service name in namespace shop (port 9080 -> the app's 8080)
+// with one static Workload name-a, service account name, at appIP.
+func ServiceYAML(name, appIP string) string {
 	return fmt.Sprintf(`apiVersion: mesh.weft.dev/v1alpha1
 kind: Service
-metadata: {name: reviews, namespace: shop}
+metadata: {name: %[1]s, namespace: shop}
 spec:
-  selector: {app: reviews}
+  selector: {app: %[1]s}
   ports: [{name: http, port: 9080, targetPort: 8080, protocol: HTTP}]
 ---
 apiVersion: mesh.weft.dev/v1alpha1
 kind: Workload
-metadata: {name: reviews-a, namespace: shop, labels: {app: reviews}}
+metadata: {name: %[1]s-a, namespace: shop, labels: {app: %[1]s}}
 spec:
-  address: %s
-  serviceAccount: reviews
-`, appIP)
+  address: %[2]s
+  serviceAccount: %[1]s
+`, name, appIP)
 }
 
 // Setup starts an application "v1" and a control plane serving a sidecar
