@@ -116,6 +116,12 @@ type XDSLimits struct {
 	// half of it.
 	ManifestValidity time.Duration
 
+	// RegistrationTTL is the lease of this replica's registrations on a shared
+	// store (--store etcd): a killed replica's sidecars leave the other
+	// replicas' endpoints at most this long (plus etcd's lease slack) after its
+	// last keep-alive. Between MinRegistrationTTL and MaxRegistrationTTL.
+	RegistrationTTL time.Duration
+
 	// MaxConcurrentReports bounds the outlier reports handled at once; one more
 	// is refused at once (reports are dropped first under load).
 	MaxConcurrentReports int
@@ -132,8 +138,18 @@ func DefaultXDSLimits() XDSLimits {
 		GRPCReadBufferBytes: 8 << 10, GRPCWriteBufferBytes: 32 << 10, GRPCStreamWindow: MinGRPCWindow, GRPCConnWindow: 1 << 20,
 		ManifestValidity:     sign.DefaultValidity,
 		MaxConcurrentReports: outlierrpc.DefaultMaxConcurrent,
+		RegistrationTTL:      etcdstore.DefaultRegistrationTTL,
 	}
 }
+
+// Bounds of XDSLimits.RegistrationTTL. etcd grants leases in whole seconds and
+// may extend a short one to its minimum (1.5 election timeouts), so below 2 s
+// the lease is not what was asked; above 5 min a killed replica's sidecars
+// would linger as endpoints for minutes.
+const (
+	MinRegistrationTTL = 2 * time.Second
+	MaxRegistrationTTL = 5 * time.Minute
+)
 
 // MinGRPCWindow is the smallest flow-control window gRPC accepts (it ignores a
 // smaller one): 64 KiB, HTTP/2's initial window.
@@ -170,6 +186,9 @@ func (l XDSLimits) check() error {
 	if l.CurrentWait > meshcache.MaxCurrentWait {
 		errs = append(errs, fmt.Errorf("CurrentWait %v exceeds %v", l.CurrentWait, meshcache.MaxCurrentWait))
 	}
+	if l.RegistrationTTL < MinRegistrationTTL || l.RegistrationTTL > MaxRegistrationTTL {
+		errs = append(errs, fmt.Errorf("RegistrationTTL must be between %v and %v, got %v", MinRegistrationTTL, MaxRegistrationTTL, l.RegistrationTTL))
+	}
 	if l.ManifestValidity > sign.MaxValidity {
 		errs = append(errs, fmt.Errorf("ManifestValidity %v exceeds %v", l.ManifestValidity, sign.MaxValidity))
 	}
@@ -189,17 +208,17 @@ type registrationStore interface {
 // shareRegistrations shares registrations on a replicated store (nil on one
 // that is not: boltstore keeps them in memory). The replica id is random per
 // process: a restarted replica's old registrations go with its old lease.
-func shareRegistrations(ctx context.Context, st store.Store, log hclog.Logger) (meshcache.Shared, error) {
+func shareRegistrations(ctx context.Context, st store.Store, ttl time.Duration, log hclog.Logger) (meshcache.Shared, error) {
 	rs, ok := st.(registrationStore)
 	if !ok {
 		return nil, nil
 	}
 	id := rand.Text()
-	regs, err := rs.ShareRegistrations(ctx, id, etcdstore.DefaultRegistrationTTL, etcdstore.RegistrationLimits{})
+	regs, err := rs.ShareRegistrations(ctx, id, ttl, etcdstore.RegistrationLimits{})
 	if err != nil {
 		return nil, fmt.Errorf("sharing registrations with the other replicas: %w", err)
 	}
-	log.Info("registrations shared with the other replicas", "replica", id, "lease_ttl", etcdstore.DefaultRegistrationTTL)
+	log.Info("registrations shared with the other replicas", "replica", id, "lease_ttl", ttl)
 	return regshare.New(regs, log.Named("regshare")), nil
 }
 
@@ -252,7 +271,7 @@ func ServeADS(lim XDSLimits) XDSFunc {
 		// Registrations are shared until ADS stops serving, not only until ctx ends.
 		sctx, stopSharing := context.WithCancel(ctx)
 		defer stopSharing()
-		shared, err := shareRegistrations(sctx, env.Store, log)
+		shared, err := shareRegistrations(sctx, env.Store, lim.RegistrationTTL, log)
 		if err != nil {
 			return err
 		}

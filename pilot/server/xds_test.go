@@ -175,6 +175,10 @@ func TestServeADSLimits(t *testing.T) {
 		{"gRPC windows one under their bound", func(l *server.XDSLimits) {
 			l.GRPCStreamWindow, l.GRPCConnWindow = server.MinGRPCWindow-1, server.MinGRPCWindow-1
 		}, "xDS limits: GRPCStreamWindow must be >= 65536 (gRPC ignores a smaller window), got 65535\nGRPCConnWindow must be >= 65536 (gRPC ignores a smaller window), got 65535"},
+		{"registration TTL one under its bound", func(l *server.XDSLimits) { l.RegistrationTTL = server.MinRegistrationTTL - time.Nanosecond },
+			"xDS limits: RegistrationTTL must be between 2s and 5m0s, got 1.999999999s"},
+		{"registration TTL one past its bound", func(l *server.XDSLimits) { l.RegistrationTTL = server.MaxRegistrationTTL + time.Nanosecond },
+			"xDS limits: RegistrationTTL must be between 2s and 5m0s, got 5m0.000000001s"},
 		{"two at once", func(l *server.XDSLimits) { l.MaxUnacked, l.RecvQueue = 0, -1 },
 			"xDS limits: MaxUnacked must be > 0, got 0\nRecvQueue must be > 0, got -1"},
 	}
@@ -190,6 +194,18 @@ func TestServeADSLimits(t *testing.T) {
 				t.Errorf("Run error %v, want xDS: %s", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestRegistrationTTLBounds: both ends of the registration lease are accepted
+// (the cases one past them are in the table above).
+func TestRegistrationTTLBounds(t *testing.T) {
+	for _, ttl := range []time.Duration{server.MinRegistrationTTL, server.MaxRegistrationTTL} {
+		lim := server.DefaultXDSLimits()
+		lim.RegistrationTTL = ttl
+		if err := server.CheckLimits(lim); err != nil {
+			t.Errorf("RegistrationTTL %v: %v, want accepted", ttl, err)
+		}
 	}
 }
 

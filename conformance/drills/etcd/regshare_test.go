@@ -12,7 +12,6 @@ import (
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/pilot/ir"
 	"github.com/weft-mesh/weft/pilot/server/servertest"
-	"github.com/weft-mesh/weft/pilot/store/etcdstore"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	"github.com/weft-mesh/weft/tools/testkit"
 	"github.com/weft-mesh/weft/tools/testkit/etcdtest"
@@ -55,11 +54,12 @@ func edsAddrs(c *servertest.Client, cluster string) ([]string, error) {
 // sidecar registers (authenticated ADS, workload certificate) through replica
 // B only; a client connected to replica A only gets it as an endpoint of the
 // Service its labels select. B is SIGKILLed: the registration leaves A's EDS
-// within its lease (etcdstore.DefaultRegistrationTTL) plus etcd's lease
-// slack and the registration debounce.
+// within its lease (regTTL, set by --etcd-registration-ttl) plus etcd's
+// lease slack and the registration debounce.
 func TestRegistrationAcrossPilotReplicas(t *testing.T) {
+	const regTTL = 3 * time.Second // short, so the drill does not wait the 10 s default
 	c := etcdtest.Start(t, etcdtest.Options{})
-	flags := sharedCAFlags(t, c)
+	flags := append(sharedCAFlags(t, c), "--etcd-registration-ttl", regTTL.String())
 	a := proc.StartPilot(t, "127.93.8.1", filepath.Join(t.TempDir(), "a"), flags...)
 	b := proc.StartPilot(t, "127.93.8.2", filepath.Join(t.TempDir(), "b"), flags...)
 	a.Apply(t, `apiVersion: mesh.weft.dev/v1alpha1
@@ -95,7 +95,7 @@ spec:
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	bound := etcdstore.DefaultRegistrationTTL + 2*etcdtest.ElectionTimeout + 2*time.Second
+	bound := regTTL + 2*etcdtest.ElectionTimeout + 2*time.Second
 	testkit.Wait(t, bound+10*time.Second, func() error {
 		got, err := edsAddrs(client, cluster)
 		if err != nil {
@@ -107,7 +107,7 @@ spec:
 		return nil
 	})
 	gone := time.Since(killed)
-	t.Logf("replica B SIGKILLed: its sidecar left replica A's EDS %.1fs later (lease TTL %s, bound asserted %s)", gone.Seconds(), etcdstore.DefaultRegistrationTTL, bound)
+	t.Logf("replica B SIGKILLed: its sidecar left replica A's EDS %.1fs later (lease TTL %s, bound asserted %s)", gone.Seconds(), regTTL, bound)
 	if gone > bound {
 		t.Errorf("the killed replica's registration stayed %s in A's EDS, want at most %s", gone, bound)
 	}

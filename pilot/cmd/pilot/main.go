@@ -96,6 +96,8 @@ func run() int {
 	fs.IntVar(&streamWin, "xds-grpc-stream-window", streamWin, "bytes a proxy may send on one stream before pilot reads them (at least 65536)")
 	fs.IntVar(&connWin, "xds-grpc-conn-window", connWin, "bytes a proxy may send on one connection before pilot reads them (at least 65536)")
 	fs.DurationVar(&lim.ManifestValidity, "manifest-validity", lim.ManifestValidity, "validity of each sidecar's signed manifest (re-signed at half)")
+	fs.DurationVar(&lim.RegistrationTTL, "etcd-registration-ttl", lim.RegistrationTTL,
+		fmt.Sprintf("--store etcd: lease of this replica's sidecar registrations; a killed replica's sidecars leave the others' endpoints this long after its last keep-alive (%v to %v)", server.MinRegistrationTTL, server.MaxRegistrationTTL))
 	fs.IntVar(&lim.MaxConcurrentReports, "xds-max-concurrent-reports", lim.MaxConcurrentReports,
 		"outlier reports handled at once; one more is refused at once (reports are dropped first under load)")
 	cfg.Status = server.DefaultStatusLimits()

@@ -24,7 +24,7 @@ func TestVersionAndHelp(t *testing.T) {
 		// Identity (issue #9): the listeners, the insecure mode and every xDS bound.
 		for _, f := range []string{"-xds-tls-addr", "-insecure-plaintext-registration", "-trust-domain", "-xds-max-subscriptions",
 			"-xds-max-read-only-subscriptions", "-xds-max-resource-name-bytes", "-xds-max-streams-per-identity", "-xds-max-streams-per-connection",
-			"-xds-max-recv-bytes", "-xds-max-read-only-streams", "node id 256 bytes, 64 labels", "default \"127.0.0.1:15010\"", "default \":15012\""} {
+			"-xds-max-recv-bytes", "-xds-max-read-only-streams", "-etcd-registration-ttl", "node id 256 bytes, 64 labels", "default \"127.0.0.1:15010\"", "default \":15012\""} {
 			if !strings.Contains(string(out), f) {
 				t.Errorf("pilot %s: usage does not show %s", arg, f)
 			}
