@@ -7,6 +7,7 @@ package node
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -57,7 +58,18 @@ type Node struct {
 	// Proxyless: the node is a gRPC library (its user_agent_name starts with
 	// "gRPC ", as grpc-go's "gRPC Go"), not a Weft sidecar.
 	Proxyless bool
+	// LEDS: the node takes endpoints incrementally (client_features holds
+	// FeatureLEDS): pilot sends each ClusterLoadAssignment with per-locality
+	// leds_cluster_locality_config and every endpoint as its own LbEndpoint
+	// resource, so an endpoint change is one resource, not the whole
+	// assignment. A node without it gets whole assignments.
+	LEDS bool
 }
+
+// FeatureLEDS is the client_features entry a Weft sidecar advertises when it
+// merges LbEndpoint resources into their ClusterLoadAssignment (Node.LEDS).
+// Other client features are ignored, not kept.
+const FeatureLEDS = "weft.leds.v1"
 
 // IsProxylessAgent reports whether a node's user_agent_name is a gRPC
 // library's ("gRPC Go", "gRPC Java", "gRPC C++"...).
@@ -83,6 +95,9 @@ const (
 	// MaxMetadataBytes bounds node.metadata as encoded: 64 labels at their
 	// largest are about 37 KiB.
 	MaxMetadataBytes = 64 << 10
+	// MaxClientFeatures bounds client_features (grpc-go sends 2, a Weft
+	// sidecar 1); only FeatureLEDS is read from them.
+	MaxClientFeatures = 32
 )
 
 // Locality is region/zone/subzone.
@@ -186,6 +201,9 @@ func (n *Node) ToProto() *corev3.Node {
 	if n.Locality != (Locality{}) {
 		p.Locality = &corev3.Locality{Region: n.Locality.Region, Zone: n.Locality.Zone, SubZone: n.Locality.SubZone}
 	}
+	if n.LEDS {
+		p.ClientFeatures = []string{FeatureLEDS}
+	}
 	return p
 }
 
@@ -199,7 +217,10 @@ func FromProto(p *corev3.Node) (*Node, error) {
 	if id := p.GetId(); len(id) > MaxIDBytes {
 		return nil, fmt.Errorf("node id %q...: %d bytes, limit %d", id[:32], len(id), MaxIDBytes)
 	}
-	n := &Node{ID: p.GetId(), Proxyless: IsProxylessAgent(p.GetUserAgentName())}
+	if cf := p.GetClientFeatures(); len(cf) > MaxClientFeatures {
+		return nil, fmt.Errorf("node %s: client_features: %d entries, limit %d", p.GetId(), len(cf), MaxClientFeatures)
+	}
+	n := &Node{ID: p.GetId(), Proxyless: IsProxylessAgent(p.GetUserAgentName()), LEDS: slices.Contains(p.GetClientFeatures(), FeatureLEDS)}
 	if sz := proto.Size(p.GetMetadata()); sz > MaxMetadataBytes {
 		return nil, fmt.Errorf("node %s: metadata: %d bytes, limit %d", n.ID, sz, MaxMetadataBytes)
 	}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -55,6 +56,8 @@ func TestFromProtoBounds(t *testing.T) {
 			"node sidecar-1: metadata.weft.labels: 65 labels, limit 64"},
 		{"namespace", registering(func(n *Node) { n.Namespace = long(MaxFieldBytes) }), registering(func(n *Node) { n.Namespace = long(MaxFieldBytes + 1) }),
 			"node sidecar-1: metadata.weft.namespace: 257 bytes, limit 256"},
+		{"client features", &corev3.Node{Id: "x", ClientFeatures: make([]string, MaxClientFeatures)}, &corev3.Node{Id: "x", ClientFeatures: make([]string, MaxClientFeatures+1)},
+			"node x: client_features: 33 entries, limit 32"},
 		{"locality", &corev3.Node{Id: "x", Locality: &corev3.Locality{Region: "r", Zone: long(MaxFieldBytes)}},
 			&corev3.Node{Id: "x", Locality: &corev3.Locality{Region: "r", Zone: long(MaxFieldBytes + 1)}},
 			"node x: locality.zone: 257 bytes, limit 256"},
@@ -164,5 +167,26 @@ func TestInterception(t *testing.T) {
 	p.Metadata.Fields["weft.interception"] = structpb.NewNumberValue(1)
 	if _, err := FromProto(p); err == nil || err.Error() != "node sidecar-1: metadata.weft.interception: want string" {
 		t.Errorf("number: err = %v", err)
+	}
+}
+
+// LEDS round-trips through client_features; other features are ignored and a
+// node without it (grpc-go's) gets whole assignments.
+func TestLEDSFeature(t *testing.T) {
+	p := registering(func(n *Node) { n.LEDS = true })
+	if !slices.Equal(p.GetClientFeatures(), []string{FeatureLEDS}) {
+		t.Fatalf("client_features = %q, want [%q]", p.GetClientFeatures(), FeatureLEDS)
+	}
+	n, err := FromProto(p)
+	if err != nil || !n.LEDS {
+		t.Fatalf("FromProto = %+v, %v; want LEDS", n, err)
+	}
+	plain := registering(func(*Node) {})
+	if len(plain.GetClientFeatures()) != 0 {
+		t.Fatalf("a node without LEDS sends client_features %q", plain.GetClientFeatures())
+	}
+	grpcGo := &corev3.Node{Id: "g", UserAgentName: "gRPC Go", ClientFeatures: []string{"envoy.lb.does_not_support_overprovisioning", "xds.config.resource-in-sotw"}}
+	if n, err := FromProto(grpcGo); err != nil || n.LEDS {
+		t.Fatalf("grpc-go node: %+v, %v; want no LEDS", n, err)
 	}
 }
