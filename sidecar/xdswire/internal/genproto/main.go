@@ -195,7 +195,6 @@ type gen struct {
 	keep    map[protoreflect.FullName][]string
 	enums   map[protoreflect.FullName]protoreflect.EnumDescriptor
 	imports map[string]bool
-	b       strings.Builder
 }
 
 func main() {
