@@ -357,6 +357,8 @@ func TypeName(typeURL string) string {
 		return "CDS"
 	case snapshot.EndpointType:
 		return "EDS"
+	case snapshot.LbEndpointType:
+		return "LEDS"
 	case snapshot.ListenerType:
 		return "LDS"
 	case snapshot.RouteType:

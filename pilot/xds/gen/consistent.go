@@ -6,17 +6,21 @@ import (
 	"slices"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	"github.com/weft-mesh/weft/bootstrap/leds"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	"google.golang.org/protobuf/proto"
 )
 
 // Consistent checks a snapshot's cross references: every route configuration a
 // listener names exists, every cluster a route, fallback chain or tcp_proxy names
-// exists, and every EDS cluster has a ClusterLoadAssignment of its name. It also
+// exists, every EDS cluster has a ClusterLoadAssignment of its name, and in
+// LEDS form every collection an assignment names is well formed and every
+// LbEndpoint is in one of them. It also
 // checks what Envoy rejects within one resource: a domain in two virtual hosts
 // of a route configuration, two filter chains with the same match. It
 // decodes every resource, so it is for tests and debugging, not the push path.
@@ -134,6 +138,7 @@ func Consistent(s *snapshot.Snapshot) error {
 			}
 		}
 	}
+	errs = append(errs, consistentLEDS(s)...)
 	for typ, byName := range s.Resources {
 		for name, r := range byName {
 			if r.Name != name || r.Any.GetTypeUrl() != typ {
@@ -142,4 +147,44 @@ func Consistent(s *snapshot.Snapshot) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func consistentLEDS(s *snapshot.Snapshot) []error {
+	var errs []error
+	colls := map[string]string{} // collection -> assignment naming it
+	for name, r := range s.Resources[snapshot.EndpointType] {
+		cla := &endpointv3.ClusterLoadAssignment{}
+		if err := r.Any.UnmarshalTo(cla); err != nil {
+			errs = append(errs, fmt.Errorf("assignment %q: %w", name, err))
+			continue
+		}
+		for i, le := range cla.GetEndpoints() {
+			lc := le.GetLedsClusterLocalityConfig()
+			if lc == nil {
+				continue
+			}
+			c := lc.GetLedsCollectionName()
+			if err := leds.CheckCollection(c); err != nil {
+				errs = append(errs, fmt.Errorf("assignment %q: endpoints[%d]: %w", name, i, err))
+			}
+			if other, dup := colls[c]; dup {
+				errs = append(errs, fmt.Errorf("assignment %q: collection %q is also named by %q", name, c, other))
+			}
+			colls[c] = name
+			if len(le.GetLbEndpoints()) > 0 {
+				errs = append(errs, fmt.Errorf("assignment %q: endpoints[%d]: both lb_endpoints and a LEDS collection", name, i))
+			}
+		}
+	}
+	for name, r := range s.Resources[snapshot.LbEndpointType] {
+		ep := &endpointv3.LbEndpoint{}
+		if err := r.Any.UnmarshalTo(ep); err != nil {
+			errs = append(errs, fmt.Errorf("LbEndpoint %q: %w", name, err))
+			continue
+		}
+		if c, ok := leds.CollectionOf(name); !ok || colls[c] == "" {
+			errs = append(errs, fmt.Errorf("LbEndpoint %q is in no collection an assignment names", name))
+		}
+	}
+	return errs
 }

@@ -1,8 +1,13 @@
 package gen
 
 import (
+	"fmt"
+	"net"
+	"strconv"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/weft-mesh/weft/bootstrap/leds"
 	"github.com/weft-mesh/weft/pilot/ir"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -45,7 +50,51 @@ const EndpointMTLSField = "mtls"
 // endpoint weight of 1 is left unset for the same reason (the default).
 func loadAssignment(c *ir.Cluster) *endpointv3.ClusterLoadAssignment {
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: c.Name}
-	eps := c.Endpoints
+	eachGroup(c.Endpoints, func(le *endpointv3.LocalityLbEndpoints, group []ir.Endpoint, common endpointMeta) {
+		le.LbEndpoints = make([]*endpointv3.LbEndpoint, 0, len(group))
+		for _, ep := range group {
+			le.LbEndpoints = append(le.LbEndpoints, groupEndpoint(ep, common))
+		}
+		cla.Endpoints = append(cla.Endpoints, le)
+	})
+	return cla
+}
+
+// ledsAssignment is loadAssignment in LEDS form (bootstrap/leds), for a node
+// with node.LEDS: every group keeps its locality, weight and metadata but
+// names its collection instead of listing its endpoints, and each endpoint
+// is returned apart, by resource name, as loadAssignment would have listed
+// it. An endpoint change is then one LbEndpoint resource (and the small
+// assignment when the group's weight changes), not the whole assignment.
+func ledsAssignment(c *ir.Cluster) (*endpointv3.ClusterLoadAssignment, map[string]*endpointv3.LbEndpoint, error) {
+	cla := &endpointv3.ClusterLoadAssignment{ClusterName: c.Name}
+	eps := make(map[string]*endpointv3.LbEndpoint, len(c.Endpoints))
+	var err error
+	eachGroup(c.Endpoints, func(le *endpointv3.LocalityLbEndpoints, group []ir.Endpoint, common endpointMeta) {
+		loc := group[0].Locality
+		coll := leds.Collection(c.Name, loc.Region, loc.Zone, loc.SubZone)
+		le.LbConfig = &endpointv3.LocalityLbEndpoints_LedsClusterLocalityConfig{LedsClusterLocalityConfig: &endpointv3.LedsClusterLocalityConfig{
+			LedsConfig: ads(), LedsCollectionName: coll}}
+		for _, ep := range group {
+			name := leds.Endpoint(coll, net.JoinHostPort(ep.Address, strconv.FormatUint(uint64(ep.Port), 10)))
+			if _, dup := eps[name]; dup && err == nil {
+				// compile de-duplicates a port's endpoints; this is a bug.
+				err = fmt.Errorf("cluster %s: endpoint %s listed twice", c.Name, name)
+			}
+			eps[name] = groupEndpoint(ep, common)
+		}
+		cla.Endpoints = append(cla.Endpoints, le)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return cla, eps, nil
+}
+
+// eachGroup calls f with each locality group of eps (the ir keeps them sorted
+// by locality) and its LocalityLbEndpoints without endpoints: locality,
+// weight and the group's metadata.
+func eachGroup(eps []ir.Endpoint, f func(le *endpointv3.LocalityLbEndpoints, group []ir.Endpoint, common endpointMeta)) {
 	for start := 0; start < len(eps); {
 		end := start + 1
 		for end < len(eps) && eps[end].Locality == eps[start].Locality {
@@ -54,29 +103,31 @@ func loadAssignment(c *ir.Cluster) *endpointv3.ClusterLoadAssignment {
 		group := eps[start:end]
 		common := commonMeta(group)
 		loc := group[0].Locality
-		le := &endpointv3.LocalityLbEndpoints{
-			Locality:    &corev3.Locality{Region: loc.Region, Zone: loc.Zone, SubZone: loc.SubZone},
-			Metadata:    common.metadata(),
-			LbEndpoints: make([]*endpointv3.LbEndpoint, 0, len(group)),
-		}
 		var sum uint32
 		for _, ep := range group {
-			w := max(ep.Weight, 1)
-			sum += w
-			var md *corev3.Metadata
-			if m := metaOf(ep); m != common {
-				md = m.metadata()
-			}
-			if w == 1 {
-				w = 0
-			}
-			le.LbEndpoints = append(le.LbEndpoints, lbEndpoint(ep.Address, ep.Port, w, health(ep.Health), md))
+			sum += max(ep.Weight, 1)
 		}
-		le.LoadBalancingWeight = wrapperspb.UInt32(sum)
-		cla.Endpoints = append(cla.Endpoints, le)
+		f(&endpointv3.LocalityLbEndpoints{
+			Locality:            &corev3.Locality{Region: loc.Region, Zone: loc.Zone, SubZone: loc.SubZone},
+			Metadata:            common.metadata(),
+			LoadBalancingWeight: wrapperspb.UInt32(sum),
+		}, group, common)
 		start = end
 	}
-	return cla
+}
+
+// groupEndpoint renders ep of a group whose common metadata is common: its
+// own metadata only where it differs, a weight of 1 unset.
+func groupEndpoint(ep ir.Endpoint, common endpointMeta) *endpointv3.LbEndpoint {
+	w := max(ep.Weight, 1)
+	var md *corev3.Metadata
+	if m := metaOf(ep); m != common {
+		md = m.metadata()
+	}
+	if w == 1 {
+		w = 0
+	}
+	return lbEndpoint(ep.Address, ep.Port, w, health(ep.Health), md)
 }
 
 // endpointMeta is what an endpoint's "weft" metadata says.

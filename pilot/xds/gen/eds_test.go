@@ -1,8 +1,15 @@
 package gen
 
 import (
+	"bytes"
+	"net"
+	"path/filepath"
 	"strconv"
 	"testing"
+
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/weft-mesh/weft/bootstrap/leds"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 
 	"github.com/weft-mesh/weft/pilot/ir"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
@@ -73,5 +80,112 @@ func TestLoadAssignmentGroupMetadata(t *testing.T) {
 	t.Logf("2,000-endpoint assignment: %d bytes", n)
 	if n > 50_000 {
 		t.Errorf("2,000-endpoint assignment is %d bytes, want <= 50,000 (identity once per group)", n)
+	}
+}
+
+// TestLEDSFormIsTheAssignment: for every golden input and proxy, the same
+// node with LEDS gets the same snapshot but for its assignments, which are
+// in LEDS form: each locality keeps its locality, weight, priority and
+// metadata and names a collection holding exactly the LbEndpoints the plain
+// assignment lists there (byte for byte); every other type is the same
+// resources. The node without LEDS has no LbEndpoint type at all, and the
+// two never share a scope.
+func TestLEDSFormIsTheAssignment(t *testing.T) {
+	inputs, err := filepath.Glob("testdata/*.input.yaml")
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no golden inputs: %v", err)
+	}
+	checked := 0
+	for _, in := range inputs {
+		mesh, proxies := meshFromFile(t, in)
+		for _, p := range proxies {
+			if !p.Registers() {
+				continue
+			}
+			plainNode, ledsNode := *p, *p
+			plainNode.LEDS, ledsNode.LEDS = false, true
+			if ScopeKey(&plainNode) == ScopeKey(&ledsNode) {
+				t.Fatalf("%s: %s: LEDS and plain nodes share a scope key", in, p.ID)
+			}
+			plain, err := Proxy(mesh, &plainNode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls, err := Proxy(mesh, &ledsNode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := Consistent(ls); err != nil {
+				t.Errorf("%s: %s: LEDS snapshot not consistent: %v", in, p.ID, err)
+			}
+			validateAll(t, ls)
+			if _, has := plain.Resources[snapshot.LbEndpointType]; has {
+				t.Errorf("%s: %s: a node without LEDS gets LbEndpoints", in, p.ID)
+			}
+			if _, has := ls.Resources[snapshot.LbEndpointType]; !has {
+				t.Errorf("%s: %s: a LEDS node has no LbEndpoint type", in, p.ID)
+			}
+			for typ := range plain.Resources {
+				if typ != snapshot.EndpointType && plain.Version(typ) != ls.Version(typ) {
+					t.Errorf("%s: %s: %s differs between the LEDS and plain snapshots", in, p.ID, typ)
+				}
+			}
+			used := map[string]bool{}
+			for name, r := range plain.Resources[snapshot.EndpointType] {
+				want, got := &endpointv3.ClusterLoadAssignment{}, &endpointv3.ClusterLoadAssignment{}
+				if err := r.Any.UnmarshalTo(want); err != nil {
+					t.Fatal(err)
+				}
+				lr, ok := ls.Resources[snapshot.EndpointType][name]
+				if !ok {
+					t.Fatalf("%s: %s: LEDS snapshot lacks assignment %s", in, p.ID, name)
+				}
+				if err := lr.Any.UnmarshalTo(got); err != nil {
+					t.Fatal(err)
+				}
+				if len(got.Endpoints) != len(want.Endpoints) {
+					t.Fatalf("%s: %s: %d localities, want %d", in, name, len(got.Endpoints), len(want.Endpoints))
+				}
+				for i, wl := range want.Endpoints {
+					gl := got.Endpoints[i]
+					coll := gl.GetLedsClusterLocalityConfig().GetLedsCollectionName()
+					if coll == "" || len(gl.LbEndpoints) != 0 || gl.GetLedsClusterLocalityConfig().GetLedsConfig().GetAds() == nil {
+						t.Fatalf("%s: %s: locality %d is not in LEDS form: %v", in, name, i, gl)
+					}
+					members := map[string][]byte{}
+					for en, er := range ls.Resources[snapshot.LbEndpointType] {
+						if c, _ := leds.CollectionOf(en); c == coll {
+							members[en] = er.Any.Value
+							used[en] = true
+						}
+					}
+					if len(members) != len(wl.LbEndpoints) {
+						t.Errorf("%s: %s: locality %d: %d LbEndpoints, want %d", in, name, i, len(members), len(wl.LbEndpoints))
+					}
+					for _, lb := range wl.LbEndpoints {
+						sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
+						en := leds.Endpoint(coll, net.JoinHostPort(sa.GetAddress(), strconv.FormatUint(uint64(sa.GetPortValue()), 10)))
+						b, err := proto.MarshalOptions{Deterministic: true}.Marshal(lb)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if !bytes.Equal(members[en], b) {
+							t.Errorf("%s: %s: LbEndpoint %s is not the plain assignment's endpoint", in, name, en)
+						}
+					}
+					wl.LbEndpoints, gl.LbConfig = nil, nil
+					if !proto.Equal(wl, gl) {
+						t.Errorf("%s: %s: locality %d differs beyond its endpoints:\n%v\n%v", in, name, i, wl, gl)
+					}
+				}
+				checked++
+			}
+			if len(used) != len(ls.Resources[snapshot.LbEndpointType]) {
+				t.Errorf("%s: %s: %d LbEndpoints, %d in an assignment's collection", in, p.ID, len(ls.Resources[snapshot.LbEndpointType]), len(used))
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no assignment checked")
 	}
 }

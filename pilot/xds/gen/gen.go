@@ -108,7 +108,7 @@ func Proxy(mesh *ir.Mesh, n *node.Node) (*snapshot.Snapshot, error) {
 // the same snapshot from Proxy: it is everything of the node Proxy reads. A
 // node that does not register reads nothing (every such node shares one key);
 // a sidecar reads its namespace, labels, inbound port, whether it has an
-// identity and whether it is intercepted, not its ID, address, service account, locality or which identity.
+// identity, whether it is intercepted and whether it takes LEDS, not its ID, address, service account, locality or which identity.
 // A proxyless node reads whether it has an identity, and its address (server
 // listeners). Callers may generate once per key.
 func ScopeKey(n *node.Node) string {
@@ -127,6 +127,9 @@ func ScopeKey(n *node.Node) string {
 	if n.Interception != node.InterceptionNone {
 		mode = "intercepted" // iptables and ebpf get the same snapshot
 	}
+	if n.LEDS {
+		mode += "+leds"
+	}
 	return "sidecar\x00" + tls + "\x00" + mode + "\x00" + n.Namespace + "\x00" + strconv.FormatUint(uint64(port), 10) + "\x00" + node.LabelString(n.Labels)
 }
 
@@ -142,8 +145,10 @@ type class struct {
 	// intercepted: the node's traffic is intercepted (node.Interception):
 	// it gets the outbound wire by VIP:port (outbound).
 	intercepted bool
-	mode        string    // its resolved mTLS mode (ir.Mesh.MTLSMode)
-	authz       authzPick // the authorization policies and overrides that apply to it
+	// leds: the node takes endpoints as LbEndpoint resources (node.LEDS).
+	leds  bool
+	mode  string    // its resolved mTLS mode (ir.Mesh.MTLSMode)
+	authz authzPick // the authorization policies and overrides that apply to it
 }
 
 // tlsChains reports whether the inbound listener has TLS chains.
@@ -154,7 +159,8 @@ type classKey string
 
 func workloadClass(mesh *ir.Mesh, n *node.Node) class {
 	c := class{namespace: n.Namespace, inboundPort: n.InboundPort, staleness: pickStaleness(mesh, n),
-		tls: n.Identity != "", authz: pickAuthz(mesh, n.Namespace, n.Labels), intercepted: n.Interception != node.InterceptionNone}
+		tls: n.Identity != "", authz: pickAuthz(mesh, n.Namespace, n.Labels), intercepted: n.Interception != node.InterceptionNone,
+		leds: n.LEDS}
 	c.mode, _ = mesh.MTLSMode(n.Namespace, n.Labels)
 	if c.inboundPort == 0 {
 		c.inboundPort = InboundPort
@@ -219,6 +225,9 @@ func (c class) key() classKey {
 	if c.intercepted {
 		b.WriteByte(4)
 	}
+	if c.leds {
+		b.WriteByte(5)
+	}
 	return classKey(b.String())
 }
 
@@ -227,8 +236,8 @@ func sidecarSnapshot(mesh *ir.Mesh, c class) (*snapshot.Snapshot, error) {
 	if c.tls {
 		v = sidecarTLS
 	}
-	b, err := derive(mesh, nsKey{c.namespace, v, c.intercepted}, func() (*bundle, error) {
-		return namespaceBundle(mesh, c.namespace, v, c.intercepted)
+	b, err := derive(mesh, nsKey{c.namespace, v, c.intercepted, c.leds}, func() (*bundle, error) {
+		return namespaceBundle(mesh, c.namespace, v, c.intercepted, c.leds)
 	})
 	if err != nil {
 		return nil, err
@@ -252,6 +261,9 @@ func sidecarSnapshot(mesh *ir.Mesh, c class) (*snapshot.Snapshot, error) {
 		sig.WriteByte(byte(v))
 		if c.intercepted { // its bundle has the passthrough clusters
 			sig.WriteByte(0xff)
+		}
+		if c.leds { // the same clusters; kept apart so the key says what the bundle is
+			sig.WriteByte(0xfe)
 		}
 		for _, n := range names {
 			sig.WriteByte(0)
@@ -279,7 +291,9 @@ type (
 		ns          string
 		v           clusterVariant
 		intercepted bool
+		leds        bool
 	}
+	ledsAllKey    struct{}
 	allKey        struct{ v clusterVariant }
 	clusterSetKey string // namespace, variant, interception and inbound clusters (name, version)
 )
@@ -304,8 +318,12 @@ func derive[T any](mesh *ir.Mesh, key any, build func() (T, error)) (T, error) {
 }
 
 // bundle is one set of marshalled resources per type; immutable once sealed.
+// lbEndpoints is set (hasLEDS) for a LEDS node's bundle only: a node without
+// LEDS gets no LbEndpoint type at all.
 type bundle struct {
 	clusters, endpoints, listeners, routes snapshot.Set
+	lbEndpoints                            snapshot.Set
+	hasLEDS                                bool
 }
 
 // builder collects a bundle's resources.
@@ -341,12 +359,16 @@ func (b builder) seal() *bundle {
 
 // sets returns a fresh outer map over the bundle's (shared) sets.
 func (b *bundle) sets() map[string]snapshot.Set {
-	return map[string]snapshot.Set{
+	m := map[string]snapshot.Set{
 		snapshot.ClusterType:  b.clusters,
 		snapshot.EndpointType: b.endpoints,
 		snapshot.ListenerType: b.listeners,
 		snapshot.RouteType:    b.routes,
 	}
+	if b.hasLEDS {
+		m[snapshot.LbEndpointType] = b.lbEndpoints
+	}
+	return m
 }
 
 func merged(a, b map[string]snapshot.Resource) map[string]snapshot.Resource {
@@ -379,6 +401,57 @@ func sharedClusters(mesh *ir.Mesh, v clusterVariant) (*shared, error) {
 
 // clusterWire is one cluster's marshalled Cluster and ClusterLoadAssignment.
 type clusterWire struct{ cluster, endpoints snapshot.Resource }
+
+// ledsWire is one cluster's assignment in LEDS form and its LbEndpoint
+// resources by name.
+type ledsWire struct {
+	assignment snapshot.Resource
+	endpoints  map[string]snapshot.Resource
+}
+
+type ledsWireKey struct{}
+
+// ledsWireOf marshals c's LEDS form once per *ir.Cluster (carried from mesh
+// to mesh with it while unchanged). A changed cluster is marshalled anew, its
+// unchanged endpoints too: a few milliseconds for 2,000.
+func ledsWireOf(c *ir.Cluster) (ledsWire, error) {
+	w, err := c.Derive(ledsWireKey{}, func() (any, error) {
+		cla, eps, err := ledsAssignment(c)
+		if err != nil {
+			return nil, err
+		}
+		ar, err := snapshot.NewResource(snapshot.EndpointType, c.Name, cla)
+		if err != nil {
+			return nil, err
+		}
+		out := ledsWire{assignment: ar, endpoints: make(map[string]snapshot.Resource, len(eps))}
+		for name, ep := range eps {
+			if out.endpoints[name], err = snapshot.NewResource(snapshot.LbEndpointType, name, ep); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	})
+	if err != nil {
+		return ledsWire{}, err
+	}
+	return w.(ledsWire), nil
+}
+
+// sharedLEDS is every cluster's LEDS wire, once per mesh.
+func sharedLEDS(mesh *ir.Mesh) (map[string]ledsWire, error) {
+	return derive(mesh, ledsAllKey{}, func() (map[string]ledsWire, error) {
+		out := make(map[string]ledsWire, len(mesh.Clusters))
+		for _, c := range mesh.Clusters {
+			w, err := ledsWireOf(c)
+			if err != nil {
+				return nil, err
+			}
+			out[c.Name] = w
+		}
+		return out, nil
+	})
+}
 
 type clusterWireKey struct{ v clusterVariant }
 
@@ -473,12 +546,21 @@ func wholeMesh(mesh *ir.Mesh, v clusterVariant) (*bundle, error) {
 }
 
 // namespaceBundle is everything a sidecar of namespace ns shares with the other
-// sidecars of ns: its scope's clusters and assignments, the outbound listener
-// and its route configurations.
-func namespaceBundle(mesh *ir.Mesh, ns string, v clusterVariant, intercepted bool) (*bundle, error) {
+// sidecars of ns: its scope's clusters and assignments (in LEDS form with
+// their LbEndpoint resources for withLEDS), the outbound listener and its
+// route configurations.
+func namespaceBundle(mesh *ir.Mesh, ns string, v clusterVariant, intercepted, withLEDS bool) (*bundle, error) {
 	sh, err := sharedClusters(mesh, v)
 	if err != nil {
 		return nil, err
+	}
+	var lw map[string]ledsWire
+	var lbEndpoints map[string]snapshot.Resource
+	if withLEDS {
+		if lw, err = sharedLEDS(mesh); err != nil {
+			return nil, err
+		}
+		lbEndpoints = map[string]snapshot.Resource{}
 	}
 	b := newBuilder()
 	scope := mesh.Scopes[ns]
@@ -486,14 +568,24 @@ func namespaceBundle(mesh *ir.Mesh, ns string, v clusterVariant, intercepted boo
 		for _, p := range svc.Ports {
 			for _, name := range append([]string{p.Cluster}, p.Subsets...) {
 				b[snapshot.ClusterType][name] = sh.clusters[name]
-				b[snapshot.EndpointType][name] = sh.endpoints[name]
+				if !withLEDS {
+					b[snapshot.EndpointType][name] = sh.endpoints[name]
+					continue
+				}
+				w := lw[name]
+				b[snapshot.EndpointType][name] = w.assignment
+				maps.Copy(lbEndpoints, w.endpoints)
 			}
 		}
 	}
 	if err := addOutbound(b, mesh, ns, scope, intercepted); err != nil {
 		return nil, err
 	}
-	return b.seal(), nil
+	out := b.seal()
+	if withLEDS {
+		out.lbEndpoints, out.hasLEDS = snapshot.NewSet(lbEndpoints), true
+	}
+	return out, nil
 }
 
 // addOutbound adds the outbound listener of namespace ns, its route

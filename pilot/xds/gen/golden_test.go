@@ -47,6 +47,8 @@ type testProxy struct {
 	Identity string `json:"identity,omitempty"`
 	// Interception is node.Interception: "", iptables or ebpf.
 	Interception string `json:"interception,omitempty"`
+	// LEDS is node.LEDS: the proxy advertises node.FeatureLEDS.
+	LEDS bool `json:"leds,omitempty"`
 }
 
 // loadInput decodes a golden input into the compile input and the proxies to
@@ -91,7 +93,7 @@ func loadInput(t testing.TB, path string) (compile.Input, []*node.Node) {
 			t.Fatalf("%s: document %d: %v", path, i+1, err)
 		}
 		proxies = append(proxies, &node.Node{ID: p.ID, Namespace: p.Namespace, ServiceAccount: p.ServiceAccount,
-			Address: p.Address, InboundPort: p.InboundPort, Labels: p.Labels, Locality: loc, Identity: p.Identity, Interception: p.Interception})
+			Address: p.Address, InboundPort: p.InboundPort, Labels: p.Labels, Locality: loc, Identity: p.Identity, Interception: p.Interception, LEDS: p.LEDS})
 	}
 	objs, err := resource.Decode([]byte(strings.Join(resources, "\n---\n")), path)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/weft-mesh/weft/bootstrap/leds"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -18,6 +19,10 @@ import (
 const (
 	ClusterType  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 	EndpointType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+	// LbEndpointType is one endpoint of a ClusterLoadAssignment in LEDS form
+	// (bootstrap/leds), for a Weft sidecar that advertises node.FeatureLEDS.
+	// It follows EDS: the assignment names the collection first.
+	LbEndpointType = leds.TypeURL
 	ListenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
 	RouteType    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 	SecretType   = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
@@ -32,7 +37,7 @@ const (
 )
 
 // PushOrder is the order in which types are sent.
-var PushOrder = []string{ClusterType, EndpointType, ListenerType, RouteType, SecretType, StalenessType, ManifestType}
+var PushOrder = []string{ClusterType, EndpointType, LbEndpointType, ListenerType, RouteType, SecretType, StalenessType, ManifestType}
 
 // Resource is one named xDS resource with its content hash as version.
 type Resource struct {
