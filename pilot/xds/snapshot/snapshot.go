@@ -23,9 +23,9 @@ const (
 	// (bootstrap/leds), for a Weft sidecar that advertises node.FeatureLEDS.
 	// It follows EDS: the assignment names the collection first.
 	LbEndpointType = leds.TypeURL
-	ListenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
-	RouteType    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
-	SecretType   = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+	ListenerType   = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	RouteType      = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+	SecretType     = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
 	// StalenessType is the StalenessPolicy pilot delivers to each Weft sidecar
 	// (bootstrap/stalenesspb.TypeURL), one resource named "staleness". It is
 	// covered by the manifest like everything else, so it goes before it.
