@@ -88,14 +88,19 @@ func CompileWith(state map[string]map[string]any, o Options) (*Config, error) {
 	case o.DefaultRouteTimeout > 0:
 		cfg.defaultTimeout = o.DefaultRouteTimeout
 	}
-	// Types other than these four (secrets, Weft manifests) are activated elsewhere.
+	// Types other than these (secrets, Weft manifests) are activated elsewhere.
 	if n := len(state[xdsresource.ClusterType]); n > MaxClusters {
 		return nil, fmt.Errorf("%w: %d clusters, limit %d", ErrInvalid, n, MaxClusters)
 	}
 	if n := len(state[xdsresource.ListenerType]); n > MaxListeners {
 		return nil, fmt.Errorf("%w: %d listeners, limit %d", ErrInvalid, n, MaxListeners)
 	}
-	eps := state[xdsresource.EndpointType]
+	// Assignments in LEDS form get their LbEndpoint resources (an orphan
+	// LbEndpoint is a NACK).
+	eps, err := xdsresource.ResolveLEDS(state[xdsresource.EndpointType], state[xdsresource.LbEndpointType])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	trust, err := compileTrust(state[xdsresource.SecretType])
 	if err != nil {
 		return nil, err

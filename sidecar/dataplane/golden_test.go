@@ -75,7 +75,22 @@ func TestGenGoldensCompile(t *testing.T) {
 			}
 			sidecars++
 			r := dt.Resources{}
+			lbEndpoints := map[string]any{} // LEDS: named by their wrapper, not their body
+			for name, raw := range types["LbEndpoint"].Resources {
+				m := &endpointv3.LbEndpoint{}
+				if err := protojson.Unmarshal(raw, m); err != nil {
+					t.Fatalf("%s %s LbEndpoint %s: %v", f, id, name, err)
+				}
+				_, v, err := xdsresource.Decode(xdsresource.LbEndpointType, dt.Any(m))
+				if err != nil {
+					t.Fatalf("%s %s LbEndpoint %s: %v", f, id, name, err)
+				}
+				lbEndpoints[name] = v
+			}
 			for short, set := range types {
+				if short == "LbEndpoint" {
+					continue
+				}
 				gt, ok := goldenTypes[short]
 				if !ok {
 					t.Fatalf("%s %s: type %s unknown to this test", f, id, short)
@@ -89,7 +104,12 @@ func TestGenGoldensCompile(t *testing.T) {
 				}
 			}
 			r.Add(xdsresource.SecretType, rootCA)
-			cfg, err := r.Compile(dataplane.Options{})
+			st, err := r.State()
+			if err != nil {
+				t.Fatalf("%s %s: %v", f, id, err)
+			}
+			st[xdsresource.LbEndpointType] = lbEndpoints
+			cfg, err := dataplane.CompileWith(st, dataplane.Options{})
 			if err != nil {
 				t.Errorf("%s %s: %v", filepath.Base(f), id, err)
 				continue

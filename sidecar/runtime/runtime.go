@@ -257,13 +257,15 @@ func (r *Runtime) DeliveredRoots() *bundle.Bundle {
 }
 
 // Types lists the xDS types the sidecar subscribes to, in push order: the four
-// Envoy types and SDS Secrets (by name: ROOTCA, which every manifest
+// Envoy types with LEDS's LbEndpoints after EDS (wildcard: pilot sends them
+// to a node that advertises node.FeatureLEDS, all of its scope's) and SDS
+// Secrets (by name: ROOTCA, which every manifest
 // references, and what listeners and clusters reference), then, unless
 // manifests are skipped (a plain xDS server), the StalenessPolicy pilot
 // delivers (wildcard: one per sidecar; without it the defaults apply) and the
 // manifest last.
 func (r *Runtime) Types() []string {
-	ts := []string{xdsclient.TypeCluster, xdsclient.TypeEndpoint, xdsclient.TypeListener, xdsclient.TypeRoute, xdsclient.TypeSecret}
+	ts := []string{xdsclient.TypeCluster, xdsclient.TypeEndpoint, xdsresource.LbEndpointType, xdsclient.TypeListener, xdsclient.TypeRoute, xdsclient.TypeSecret}
 	if !r.cfg.InsecureSkipManifest {
 		ts = append(ts, xdsresource.StalenessType, manifest.TypeURL)
 	}

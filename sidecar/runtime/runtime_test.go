@@ -254,8 +254,8 @@ func flipContent(t *testing.T, a *anypb.Any) *anypb.Any {
 func TestInsecureSkipManifest(t *testing.T) {
 	e := newEnv(t)
 	r := e.runtime(func(c *Config) { c.PublisherKey, c.InsecureSkipManifest = nil, true })
-	if got := r.Types(); len(got) != 5 || got[4] != "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret" {
-		t.Fatalf("Types = %v, want the four Envoy types and SDS", got)
+	if got := r.Types(); len(got) != 6 || got[2] != xdsresource.LbEndpointType || got[5] != "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret" {
+		t.Fatalf("Types = %v, want the four Envoy types, LEDS after EDS, and SDS", got)
 	}
 	res := mesh("127.0.0.1:9001")
 	u := e.update(r, res, "v1")

@@ -379,7 +379,9 @@ func (e *engine) decodeDelta(t *typeState, resp *discovery.DeltaDiscoveryRespons
 		if err != nil {
 			return nil, fmt.Errorf("type %s: resource %s: %w", short, label, err)
 		}
-		if got != name {
+		// A body without a name (an LbEndpoint: Decode returns "") is named
+		// by its wrapper.
+		if got != name && got != "" {
 			return nil, fmt.Errorf("type %s: resource %s: body is named %q", short, label, got)
 		}
 		next[name] = Resource{Name: name, Version: r.GetVersion(), Value: v, Raw: a}

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/weft-mesh/weft/bootstrap/leds"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -278,31 +281,188 @@ func decodeAssignment(e errs, prefix string, m *endpointv3.ClusterLoadAssignment
 		if l := le.GetLocality(); l != nil {
 			loc = l.GetRegion() + "/" + l.GetZone() + "/" + l.GetSubZone()
 		}
-		for j, lb := range le.GetLbEndpoints() {
-			ef := fmt.Sprintf("%s.lb_endpoints[%d]", f, j)
-			ap, err := socketAddr(e, ef+".endpoint.address.socket_address", lb.GetEndpoint().GetAddress())
+		if lc := le.GetLedsClusterLocalityConfig(); lc != nil {
+			l, err := decodeLEDSLocality(e, prefix, f, le, lc, out.LEDS)
 			if err != nil {
 				return nil, err
 			}
-			w := uint32(1)
-			if v := lb.GetLoadBalancingWeight(); v != nil {
-				if v.GetValue() == 0 || v.GetValue() > 1<<16 {
-					return nil, e.at(ef+".load_balancing_weight", "must be 1..65536, got %d", v.GetValue())
-				}
-				w = v.GetValue()
+			l.Weight, l.Priority, l.Locality = lw, le.GetPriority(), loc
+			out.LEDS = append(out.LEDS, l)
+			continue
+		}
+		for j, lb := range le.GetLbEndpoints() {
+			ep, err := decodeLbEndpoint(e, fmt.Sprintf("%s.lb_endpoints[%d].", f, j), lb)
+			if err != nil {
+				return nil, err
 			}
-			h := lb.GetHealthStatus()
 			md := endpointMeta(le, lb)
 			out.Endpoints = append(out.Endpoints, Endpoint{
-				Addr:     ap,
-				Weight:   w * lw,
-				Healthy:  h == corev3.HealthStatus_UNKNOWN || h == corev3.HealthStatus_HEALTHY || h == corev3.HealthStatus_DEGRADED,
+				Addr:     ep.Addr,
+				Weight:   ep.Weight * lw,
+				Healthy:  ep.Healthy,
 				Priority: le.GetPriority(),
 				Locality: loc,
 				Peer:     isPeer(md),
 				MTLS:     isMTLS(md),
 			})
 		}
+	}
+	return out, nil
+}
+
+// LbEndpointType is one endpoint of an assignment in LEDS form
+// (bootstrap/leds): pilot sends them to a sidecar that advertises
+// node.FeatureLEDS, named inside the collection their locality names.
+const LbEndpointType = leds.TypeURL
+
+// LEDSLocality is a locality of an assignment in LEDS form: its endpoints are
+// the LbEndpoint resources of Collection (ResolveLEDS puts them in).
+type LEDSLocality struct {
+	Collection string
+	Weight     uint32 // load_balancing_weight, 1 when unset
+	Priority   uint32
+	Locality   string // region/zone/subzone
+	// Peer and MTLS are the group's "weft" metadata, which an endpoint's own
+	// replaces as a whole.
+	Peer, MTLS bool
+}
+
+func decodeLEDSLocality(e errs, prefix, f string, le *endpointv3.LocalityLbEndpoints, lc *endpointv3.LedsClusterLocalityConfig, seen []LEDSLocality) (LEDSLocality, error) {
+	if prefix != "" {
+		return LEDSLocality{}, e.at(f+".leds_cluster_locality_config", "LEDS is only for an EDS assignment")
+	}
+	if len(le.GetLbEndpoints()) > 0 {
+		return LEDSLocality{}, e.at(f, "both lb_endpoints and leds_cluster_locality_config")
+	}
+	if lc.GetLedsConfig().GetAds() == nil {
+		return LEDSLocality{}, e.at(f+".leds_cluster_locality_config.leds_config", "only ads is supported")
+	}
+	c := lc.GetLedsCollectionName()
+	if len(c) > MaxNameBytes {
+		return LEDSLocality{}, e.at(f+".leds_cluster_locality_config.leds_collection_name", "is %d bytes, limit %d", len(c), MaxNameBytes)
+	}
+	if err := leds.CheckCollection(c); err != nil {
+		return LEDSLocality{}, e.at(f+".leds_cluster_locality_config.leds_collection_name", "%v", err)
+	}
+	for _, o := range seen {
+		if o.Collection == c {
+			return LEDSLocality{}, e.at(f+".leds_cluster_locality_config.leds_collection_name", "collection %q named by two localities", c)
+		}
+	}
+	md := le.GetMetadata().GetFilterMetadata()[endpointMetadataKey]
+	return LEDSLocality{Collection: c, Peer: isPeer(md), MTLS: isMTLS(md)}, nil
+}
+
+// LbEndpoint is a decoded endpoint, inline in an assignment or, for
+// LbEndpointType, a resource of its own (named by its wrapper: the body
+// carries no name).
+type LbEndpoint struct {
+	Addr    netip.AddrPort
+	Weight  uint32 // the endpoint's own, 1..65536
+	Healthy bool
+	// OwnMeta: the endpoint has its own "weft" metadata (Peer, MTLS), which
+	// replaces its group's.
+	OwnMeta    bool
+	Peer, MTLS bool
+}
+
+func decodeLbEndpoint(e errs, ef string, lb *endpointv3.LbEndpoint) (LbEndpoint, error) {
+	ap, err := socketAddr(e, ef+"endpoint.address.socket_address", lb.GetEndpoint().GetAddress())
+	if err != nil {
+		return LbEndpoint{}, err
+	}
+	w := uint32(1)
+	if v := lb.GetLoadBalancingWeight(); v != nil {
+		if v.GetValue() == 0 || v.GetValue() > 1<<16 {
+			return LbEndpoint{}, e.at(ef+"load_balancing_weight", "must be 1..65536, got %d", v.GetValue())
+		}
+		w = v.GetValue()
+	}
+	h := lb.GetHealthStatus()
+	out := LbEndpoint{Addr: ap, Weight: w, Healthy: h == corev3.HealthStatus_UNKNOWN || h == corev3.HealthStatus_HEALTHY || h == corev3.HealthStatus_DEGRADED}
+	if md, ok := lb.GetMetadata().GetFilterMetadata()[endpointMetadataKey]; ok {
+		out.OwnMeta, out.Peer, out.MTLS = true, isPeer(md), isMTLS(md)
+	}
+	return out, nil
+}
+
+// decodeLEDSEndpoint decodes one LbEndpointType resource. Its name is its
+// wrapper's; Decode returns "" for it.
+func decodeLEDSEndpoint(m *endpointv3.LbEndpoint) (*LbEndpoint, error) {
+	ep, err := decodeLbEndpoint(errs{kind: "LbEndpoint"}, "", m)
+	if err != nil {
+		return nil, err
+	}
+	return &ep, nil
+}
+
+// ResolveLEDS puts the LbEndpoint resources (name -> *LbEndpoint) into the
+// assignments (name -> *Endpoints) whose LEDS localities name their
+// collection (bootstrap/leds.CollectionOf), in name order, weighted and
+// labelled as an inline endpoint of that locality would be. Assignments
+// without LEDS are returned as they are; the others are copies (decoded
+// values are shared). An LbEndpoint in no collection an assignment names,
+// or whose name is not inside a collection, is an error naming it (a NACK),
+// and so is an assignment past MaxEndpoints.
+func ResolveLEDS(assignments, lbEndpoints map[string]any) (map[string]any, error) {
+	byColl := make(map[string][]string)
+	for name := range lbEndpoints {
+		c, ok := leds.CollectionOf(name)
+		if !ok || leds.CheckCollection(c) != nil {
+			return nil, &FieldError{Kind: "LbEndpoint", Name: name, Msg: "name is not <xdstp collection>/<address:port>"}
+		}
+		byColl[c] = append(byColl[c], name)
+	}
+	used := make(map[string]bool, len(byColl))
+	out := assignments
+	copied := false
+	for _, name := range slices.Sorted(maps.Keys(assignments)) {
+		eps, ok := assignments[name].(*Endpoints)
+		if !ok || len(eps.LEDS) == 0 {
+			continue
+		}
+		e := errs{kind: "endpoints", name: name}
+		n := len(eps.Endpoints)
+		for _, l := range eps.LEDS {
+			n += len(byColl[l.Collection])
+		}
+		if n > MaxEndpoints {
+			return nil, e.at("endpoints", "more than %d endpoints in total with its LEDS collections", MaxEndpoints)
+		}
+		merged := &Endpoints{Name: eps.Name, Endpoints: make([]Endpoint, 0, n)}
+		merged.Endpoints = append(merged.Endpoints, eps.Endpoints...)
+		for _, l := range eps.LEDS {
+			members := byColl[l.Collection]
+			slices.Sort(members)
+			used[l.Collection] = true
+			for _, en := range members {
+				lb, ok := lbEndpoints[en].(*LbEndpoint)
+				if !ok {
+					return nil, &FieldError{Kind: "LbEndpoint", Name: en, Msg: fmt.Sprintf("value is %T, want *xdsresource.LbEndpoint", lbEndpoints[en])}
+				}
+				peer, mtls := l.Peer, l.MTLS
+				if lb.OwnMeta {
+					peer, mtls = lb.Peer, lb.MTLS
+				}
+				merged.Endpoints = append(merged.Endpoints, Endpoint{Addr: lb.Addr, Weight: lb.Weight * l.Weight, Healthy: lb.Healthy,
+					Priority: l.Priority, Locality: l.Locality, Peer: peer, MTLS: mtls})
+			}
+		}
+		if !copied {
+			out, copied = maps.Clone(assignments), true
+		}
+		out[name] = merged
+	}
+	var orphans []string
+	for c, names := range byColl {
+		if !used[c] {
+			orphans = append(orphans, slices.Min(names))
+		}
+	}
+	if len(orphans) > 0 {
+		o := slices.Min(orphans)
+		c, _ := leds.CollectionOf(o)
+		return nil, &FieldError{Kind: "LbEndpoint", Name: o, Msg: fmt.Sprintf("collection %q is named by no ClusterLoadAssignment", c)}
 	}
 	return out, nil
 }

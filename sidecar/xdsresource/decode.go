@@ -34,6 +34,9 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string {
+	if e.Name == "" && e.Kind == "LbEndpoint" { // its wrapper names it
+		return fmt.Sprintf("%s: %s: %s", e.Kind, e.Field, e.Msg)
+	}
 	if e.Field == "" {
 		return fmt.Sprintf("%s %q: %s", e.Kind, e.Name, e.Msg)
 	}
@@ -54,8 +57,9 @@ func (e errs) at(field, format string, args ...any) error {
 const MaxResourceBytes = 4 << 20
 
 // Decode turns one xDS resource into its Weft type: *Listener, *RouteConfig, *Cluster,
-// *Endpoints, *Secret or *Staleness. It returns the resource name (also when validation fails and the name
-// could be read) so the xDS client can NACK by name.
+// *Endpoints, *LbEndpoint, *Secret or *Staleness. It returns the resource name (also when validation fails and the name
+// could be read) so the xDS client can NACK by name; "" for an LbEndpoint,
+// whose body has none (its wrapper names it).
 func Decode(typeURL string, a *anypb.Any) (string, any, error) {
 	if a == nil {
 		return "", nil, fmt.Errorf("%w: nil resource of type %s", ErrInvalid, typeURL)
@@ -107,6 +111,16 @@ func Decode(typeURL string, a *anypb.Any) (string, any, error) {
 			return m.GetClusterName(), nil, err // an untyped nil, never a typed nil pointer
 		}
 		return m.GetClusterName(), v, nil
+	case LbEndpointType:
+		m := &endpointv3.LbEndpoint{}
+		if err := unmarshal(a, m, "LbEndpoint"); err != nil {
+			return "", nil, err
+		}
+		v, err := decodeLEDSEndpoint(m)
+		if err != nil {
+			return "", nil, err // an untyped nil, never a typed nil pointer
+		}
+		return "", v, nil // named by its wrapper only
 	case SecretType:
 		m := &tlsv3.Secret{}
 		if err := unmarshal(a, m, "secret"); err != nil {

@@ -405,6 +405,9 @@ func (c *Cluster) References() (string, []string) {
 type Endpoints struct {
 	Name      string
 	Endpoints []Endpoint
+	// LEDS are the localities in LEDS form, whose endpoints are LbEndpoint
+	// resources: ResolveLEDS puts them into Endpoints (and clears this).
+	LEDS []LEDSLocality
 }
 
 // Endpoint is one upstream host.

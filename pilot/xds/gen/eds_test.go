@@ -3,11 +3,15 @@ package gen
 import (
 	"bytes"
 	"net"
+	"net/netip"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/weft-mesh/weft/bootstrap/leds"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 
@@ -180,6 +184,12 @@ func TestLEDSFormIsTheAssignment(t *testing.T) {
 				}
 				checked++
 			}
+			if err := sidecarAccepts(ls); err != nil {
+				t.Errorf("%s: %s: the sidecar refuses the LEDS snapshot: %v", in, p.ID, err)
+			}
+			if want, got := sidecarEndpoints(t, plain), sidecarEndpoints(t, ls); !cmp.Equal(want, got, cmpopts.EquateComparable(netip.AddrPort{})) {
+				t.Errorf("%s: %s: the sidecar's endpoints differ (-plain +leds):\n%s", in, p.ID, cmp.Diff(want, got, cmpopts.EquateComparable(netip.AddrPort{})))
+			}
 			if len(used) != len(ls.Resources[snapshot.LbEndpointType]) {
 				t.Errorf("%s: %s: %d LbEndpoints, %d in an assignment's collection", in, p.ID, len(ls.Resources[snapshot.LbEndpointType]), len(used))
 			}
@@ -188,4 +198,32 @@ func TestLEDSFormIsTheAssignment(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("no assignment checked")
 	}
+}
+
+// sidecarEndpoints is what the sidecar makes of a snapshot's assignments
+// (xdsresource.Decode, then ResolveLEDS), each assignment's endpoints sorted.
+func sidecarEndpoints(t *testing.T, s *snapshot.Snapshot) map[string][]xdsresource.Endpoint {
+	t.Helper()
+	decode := func(typ string) map[string]any {
+		out := map[string]any{}
+		for name, r := range s.Resources[typ] {
+			_, v, err := xdsresource.Decode(typ, r.Any)
+			if err != nil {
+				t.Fatalf("%s %s: %v", typ, name, err)
+			}
+			out[name] = v
+		}
+		return out
+	}
+	merged, err := xdsresource.ResolveLEDS(decode(snapshot.EndpointType), decode(snapshot.LbEndpointType))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]xdsresource.Endpoint{}
+	for name, v := range merged {
+		eps := slices.Clone(v.(*xdsresource.Endpoints).Endpoints)
+		slices.SortFunc(eps, func(a, b xdsresource.Endpoint) int { return a.Addr.Compare(b.Addr) })
+		out[name] = eps
+	}
+	return out
 }

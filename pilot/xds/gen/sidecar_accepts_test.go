@@ -34,12 +34,15 @@ func sidecarAccepts(s *snapshot.Snapshot) error {
 		return fmt.Errorf("ROOTCA: %w", err)
 	}
 	state[snapshot.SecretType] = map[string]any{RootCASecretName: v}
-	for _, typ := range []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.ListenerType, snapshot.RouteType, snapshot.StalenessType} {
+	for _, typ := range []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.LbEndpointType, snapshot.ListenerType, snapshot.RouteType, snapshot.StalenessType} {
 		byName := map[string]any{}
 		for name, r := range s.Resources[typ] {
 			got, v, err := xdsresource.Decode(typ, r.Any)
 			if err != nil {
 				return fmt.Errorf("%s %q: %w", typ, name, err)
+			}
+			if got == "" {
+				got = name // an LbEndpoint is named by its wrapper only
 			}
 			byName[got] = v
 		}

@@ -61,7 +61,7 @@ func contentKey(snap *snapshot.Snapshot) string {
 	return b.String()
 }
 
-var checkedTypes = []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.ListenerType, snapshot.RouteType, snapshot.SecretType, snapshot.StalenessType}
+var checkedTypes = []string{snapshot.ClusterType, snapshot.EndpointType, snapshot.LbEndpointType, snapshot.ListenerType, snapshot.RouteType, snapshot.SecretType, snapshot.StalenessType}
 
 // checkSidecar runs a snapshot through exactly what a Weft sidecar runs before
 // activating it (Secrets through the runtime, which checks ROOTCA's bundle).
@@ -77,6 +77,9 @@ func checkSidecar(snap *snapshot.Snapshot) error {
 			got, v, err := decode(typ, r.Any)
 			if err != nil {
 				return fmt.Errorf("%s %q: %w", status.TypeName(typ), name, err)
+			}
+			if got == "" {
+				got = name // an LbEndpoint is named by its wrapper only
 			}
 			byName[got] = v
 		}
