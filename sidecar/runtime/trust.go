@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/weft-mesh/weft/sidecar/runtime/lkg"
 	"github.com/weft-mesh/weft/sidecar/xdsclient"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
+	"github.com/weft-mesh/weft/sidecar/xdswire"
 )
 
 // DecodeSecret decodes an SDS Secret as the sidecar does (Decode calls it;
@@ -24,7 +24,7 @@ func DecodeSecret(a *anypb.Any) (string, any, error) {
 	if len(a.GetValue()) > xdsresource.MaxResourceBytes {
 		return "", nil, fmt.Errorf("%w: secret is %d bytes, limit %d", xdsresource.ErrInvalid, len(a.GetValue()), xdsresource.MaxResourceBytes)
 	}
-	var s tlsv3.Secret
+	var s xdswire.Secret
 	if err := proto.Unmarshal(a.GetValue(), &s); err != nil {
 		return "", nil, fmt.Errorf("%w: secret: malformed protobuf: %v", xdsresource.ErrInvalid, err)
 	}

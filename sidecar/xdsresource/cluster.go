@@ -10,18 +10,18 @@ import (
 	"slices"
 	"time"
 
-	"github.com/weft-mesh/weft/bootstrap/leds"
-
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/weft-mesh/weft/bootstrap/leds"
+	"github.com/weft-mesh/weft/sidecar/xdswire"
 )
 
-const httpOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+const (
+	httpOptionsKey     = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+	httpOptionsTypeURL = "type.googleapis.com/" + httpOptionsKey
+)
 
 // Endpoint metadata marking a peer sidecar's inbound listener (pilot's gen
 // writes it; any other value or type means "not a peer").
@@ -38,7 +38,7 @@ const (
 // its locality group's (pilot writes the tuple most of a group shares once,
 // on the LocalityLbEndpoints, and only differing endpoints carry their own,
 // which replaces the group's as a whole).
-func endpointMeta(le *endpointv3.LocalityLbEndpoints, lb *endpointv3.LbEndpoint) *structpb.Struct {
+func endpointMeta(le *xdswire.LocalityLbEndpoints, lb *xdswire.LbEndpoint) *structpb.Struct {
 	if st, ok := lb.GetMetadata().GetFilterMetadata()[endpointMetadataKey]; ok {
 		return st
 	}
@@ -53,14 +53,14 @@ func isPeer(md *structpb.Struct) bool {
 	return md.GetFields()[peerField].GetStringValue() == peerSidecar
 }
 
-func decodeCluster(m *clusterv3.Cluster) (*Cluster, error) {
+func decodeCluster(m *xdswire.Cluster) (*Cluster, error) {
 	e := errs{kind: "cluster", name: m.GetName()}
 	if err := checkName(e, "name", m.GetName()); err != nil {
 		return nil, err
 	}
 	c := &Cluster{Name: m.GetName()}
 	switch m.GetType() {
-	case clusterv3.Cluster_EDS:
+	case xdswire.Cluster_EDS:
 		c.EDSName = m.GetEdsClusterConfig().GetServiceName()
 		if c.EDSName == "" {
 			c.EDSName = m.GetName() // Envoy: the cluster name is the EDS name by default
@@ -68,7 +68,7 @@ func decodeCluster(m *clusterv3.Cluster) (*Cluster, error) {
 		if len(c.EDSName) > MaxNameBytes {
 			return nil, e.at("eds_cluster_config.service_name", "is %d bytes, limit %d", len(c.EDSName), MaxNameBytes)
 		}
-	case clusterv3.Cluster_STATIC:
+	case xdswire.Cluster_STATIC:
 		// No load_assignment (or an empty one): no endpoints, Istio's
 		// BlackHoleCluster; what is sent to it is refused and counted.
 		eps := &Endpoints{}
@@ -80,7 +80,7 @@ func decodeCluster(m *clusterv3.Cluster) (*Cluster, error) {
 		}
 		eps.Name = m.GetName()
 		c.Static = eps
-	case clusterv3.Cluster_ORIGINAL_DST:
+	case xdswire.Cluster_ORIGINAL_DST:
 		if err := checkOriginalDst(e, m); err != nil {
 			return nil, err
 		}
@@ -97,17 +97,17 @@ func decodeCluster(m *clusterv3.Cluster) (*Cluster, error) {
 	}
 	c.ConnectTimeout = ct
 	switch m.GetLbPolicy() {
-	case clusterv3.Cluster_CLUSTER_PROVIDED:
+	case xdswire.Cluster_CLUSTER_PROVIDED:
 		if !c.OriginalDst {
 			return nil, e.at("lb_policy", "CLUSTER_PROVIDED is only valid with type ORIGINAL_DST")
 		}
-	case clusterv3.Cluster_ROUND_ROBIN:
+	case xdswire.Cluster_ROUND_ROBIN:
 		c.LB = RoundRobin
-	case clusterv3.Cluster_LEAST_REQUEST:
+	case xdswire.Cluster_LEAST_REQUEST:
 		c.LB = LeastRequest
-	case clusterv3.Cluster_RANDOM:
+	case xdswire.Cluster_RANDOM:
 		c.LB = Random
-	case clusterv3.Cluster_RING_HASH:
+	case xdswire.Cluster_RING_HASH:
 		c.LB = RingHash
 		c.RingMin, c.RingMax = 1024, 8*1024*1024
 		if rh := m.GetRingHashLbConfig(); rh != nil {
@@ -129,7 +129,7 @@ func decodeCluster(m *clusterv3.Cluster) (*Cluster, error) {
 	}
 	c.Limits = DefaultThresholds
 	for i, t := range m.GetCircuitBreakers().GetThresholds() {
-		if t.GetPriority() != corev3.RoutingPriority_DEFAULT {
+		if t.GetPriority() != xdswire.RoutingPriority_DEFAULT {
 			continue
 		}
 		f := fmt.Sprintf("circuit_breakers.thresholds[%d]", i)
@@ -192,8 +192,8 @@ func decodeCluster(m *clusterv3.Cluster) (*Cluster, error) {
 		c.HTTP2 = true
 	}
 	if a, ok := m.GetTypedExtensionProtocolOptions()[httpOptionsKey]; ok {
-		o := &httpv3.HttpProtocolOptions{}
-		if err := a.UnmarshalTo(o); err != nil {
+		o := &xdswire.HttpProtocolOptions{}
+		if err := unpack(a, httpOptionsTypeURL, o); err != nil {
 			return nil, e.at("typed_extension_protocol_options[\""+httpOptionsKey+"\"]", "malformed: %v", err)
 		}
 		if ex := o.GetExplicitHttpConfig(); ex != nil {
@@ -224,9 +224,9 @@ func decodeCluster(m *clusterv3.Cluster) (*Cluster, error) {
 // header or metadata, a fixed upstream port, outlier detection over hosts that
 // exist one connection at a time, and an upstream TLS context (passthrough
 // carries the application's bytes as they are).
-func checkOriginalDst(e errs, m *clusterv3.Cluster) error {
+func checkOriginalDst(e errs, m *xdswire.Cluster) error {
 	switch {
-	case m.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED:
+	case m.GetLbPolicy() != xdswire.Cluster_CLUSTER_PROVIDED:
 		return e.at("lb_policy", "%s: type ORIGINAL_DST needs CLUSTER_PROVIDED", m.GetLbPolicy())
 	case len(m.GetLoadAssignment().GetEndpoints()) > 0:
 		return e.at("load_assignment", "an ORIGINAL_DST cluster has no endpoints of its own")
@@ -245,7 +245,7 @@ func checkOriginalDst(e errs, m *clusterv3.Cluster) error {
 	return nil
 }
 
-func decodeEndpoints(m *endpointv3.ClusterLoadAssignment) (*Endpoints, error) {
+func decodeEndpoints(m *xdswire.ClusterLoadAssignment) (*Endpoints, error) {
 	e := errs{kind: "endpoints", name: m.GetClusterName()}
 	if err := checkName(e, "cluster_name", m.GetClusterName()); err != nil {
 		return nil, err
@@ -258,7 +258,7 @@ func decodeEndpoints(m *endpointv3.ClusterLoadAssignment) (*Endpoints, error) {
 	return eps, nil
 }
 
-func decodeAssignment(e errs, prefix string, m *endpointv3.ClusterLoadAssignment) (*Endpoints, error) {
+func decodeAssignment(e errs, prefix string, m *xdswire.ClusterLoadAssignment) (*Endpoints, error) {
 	out := &Endpoints{}
 	total := 0
 	for i, le := range m.GetEndpoints() {
@@ -327,7 +327,7 @@ type LEDSLocality struct {
 	Peer, MTLS bool
 }
 
-func decodeLEDSLocality(e errs, prefix, f string, le *endpointv3.LocalityLbEndpoints, lc *endpointv3.LedsClusterLocalityConfig, seen []LEDSLocality) (LEDSLocality, error) {
+func decodeLEDSLocality(e errs, prefix, f string, le *xdswire.LocalityLbEndpoints, lc *xdswire.LedsClusterLocalityConfig, seen []LEDSLocality) (LEDSLocality, error) {
 	if prefix != "" {
 		return LEDSLocality{}, e.at(f+".leds_cluster_locality_config", "LEDS is only for an EDS assignment")
 	}
@@ -366,7 +366,7 @@ type LbEndpoint struct {
 	Peer, MTLS bool
 }
 
-func decodeLbEndpoint(e errs, ef string, lb *endpointv3.LbEndpoint) (LbEndpoint, error) {
+func decodeLbEndpoint(e errs, ef string, lb *xdswire.LbEndpoint) (LbEndpoint, error) {
 	ap, err := socketAddr(e, ef+"endpoint.address.socket_address", lb.GetEndpoint().GetAddress())
 	if err != nil {
 		return LbEndpoint{}, err
@@ -379,7 +379,7 @@ func decodeLbEndpoint(e errs, ef string, lb *endpointv3.LbEndpoint) (LbEndpoint,
 		w = v.GetValue()
 	}
 	h := lb.GetHealthStatus()
-	out := LbEndpoint{Addr: ap, Weight: w, Healthy: h == corev3.HealthStatus_UNKNOWN || h == corev3.HealthStatus_HEALTHY || h == corev3.HealthStatus_DEGRADED}
+	out := LbEndpoint{Addr: ap, Weight: w, Healthy: h == xdswire.HealthStatus_UNKNOWN || h == xdswire.HealthStatus_HEALTHY || h == xdswire.HealthStatus_DEGRADED}
 	if md, ok := lb.GetMetadata().GetFilterMetadata()[endpointMetadataKey]; ok {
 		out.OwnMeta, out.Peer, out.MTLS = true, isPeer(md), isMTLS(md)
 	}
@@ -388,7 +388,7 @@ func decodeLbEndpoint(e errs, ef string, lb *endpointv3.LbEndpoint) (LbEndpoint,
 
 // decodeLEDSEndpoint decodes one LbEndpointType resource. Its name is its
 // wrapper's; Decode returns "" for it.
-func decodeLEDSEndpoint(m *endpointv3.LbEndpoint) (*LbEndpoint, error) {
+func decodeLEDSEndpoint(m *xdswire.LbEndpoint) (*LbEndpoint, error) {
 	ep, err := decodeLbEndpoint(errs{kind: "LbEndpoint"}, "", m)
 	if err != nil {
 		return nil, err
@@ -474,7 +474,7 @@ const RateLimitMetadataKey = "weft.localRateLimit"
 // decodeOutlier applies Envoy's defaults to absent fields and rejects what Envoy's
 // proto validation (percents ≤ 100, durations > 0) and its outlier detector
 // (max_ejection_time ≥ base_ejection_time) reject.
-func decodeOutlier(e errs, od *clusterv3.OutlierDetection) (*Outlier, error) {
+func decodeOutlier(e errs, od *xdswire.OutlierDetection) (*Outlier, error) {
 	const f = "outlier_detection."
 	o := &Outlier{SplitExternalLocalOriginErrors: od.GetSplitExternalLocalOriginErrors()}
 	type u32 struct {

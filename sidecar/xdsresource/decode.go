@@ -8,16 +8,12 @@ import (
 	"strings"
 	"time"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/weft-mesh/weft/bootstrap/stalenesspb"
+	"github.com/weft-mesh/weft/sidecar/xdswire"
 )
 
 // ErrInvalid is wrapped by every validation error so callers can tell a bad resource
@@ -72,7 +68,7 @@ func Decode(typeURL string, a *anypb.Any) (string, any, error) {
 	}
 	switch typeURL {
 	case ListenerType:
-		m := &listenerv3.Listener{}
+		m := &xdswire.Listener{}
 		if err := unmarshal(a, m, "listener"); err != nil {
 			return "", nil, err
 		}
@@ -82,7 +78,7 @@ func Decode(typeURL string, a *anypb.Any) (string, any, error) {
 		}
 		return m.GetName(), v, nil
 	case RouteType:
-		m := &routev3.RouteConfiguration{}
+		m := &xdswire.RouteConfiguration{}
 		if err := unmarshal(a, m, "route"); err != nil {
 			return "", nil, err
 		}
@@ -92,7 +88,7 @@ func Decode(typeURL string, a *anypb.Any) (string, any, error) {
 		}
 		return m.GetName(), v, nil
 	case ClusterType:
-		m := &clusterv3.Cluster{}
+		m := &xdswire.Cluster{}
 		if err := unmarshal(a, m, "cluster"); err != nil {
 			return "", nil, err
 		}
@@ -102,7 +98,7 @@ func Decode(typeURL string, a *anypb.Any) (string, any, error) {
 		}
 		return m.GetName(), v, nil
 	case EndpointType:
-		m := &endpointv3.ClusterLoadAssignment{}
+		m := &xdswire.ClusterLoadAssignment{}
 		if err := unmarshal(a, m, "endpoints"); err != nil {
 			return "", nil, err
 		}
@@ -112,7 +108,7 @@ func Decode(typeURL string, a *anypb.Any) (string, any, error) {
 		}
 		return m.GetClusterName(), v, nil
 	case LbEndpointType:
-		m := &endpointv3.LbEndpoint{}
+		m := &xdswire.LbEndpoint{}
 		if err := unmarshal(a, m, "LbEndpoint"); err != nil {
 			return "", nil, err
 		}
@@ -122,7 +118,7 @@ func Decode(typeURL string, a *anypb.Any) (string, any, error) {
 		}
 		return "", v, nil // named by its wrapper only
 	case SecretType:
-		m := &tlsv3.Secret{}
+		m := &xdswire.Secret{}
 		if err := unmarshal(a, m, "secret"); err != nil {
 			return "", nil, err
 		}
@@ -144,6 +140,19 @@ func Decode(typeURL string, a *anypb.Any) (string, any, error) {
 		return stalenesspb.Name, v, nil
 	}
 	return "", nil, fmt.Errorf("%w: unsupported type %q", ErrInvalid, typeURL)
+}
+
+// unpack decodes an Any carrying the Envoy message named by url into m, the
+// trimmed type mirroring it. As anypb's UnmarshalTo, it compares the name after
+// the URL's last '/' (any host); UnmarshalTo itself cannot be used: it compares
+// with m's own full name, which is not Envoy's.
+func unpack(a *anypb.Any, url string, m proto.Message) error {
+	want := url[strings.LastIndexByte(url, '/')+1:]
+	got := a.GetTypeUrl()
+	if got = got[strings.LastIndexByte(got, '/')+1:]; got != want {
+		return fmt.Errorf("mismatched message type: got %q, want %q", got, want)
+	}
+	return proto.Unmarshal(a.GetValue(), m)
 }
 
 func unmarshal(a *anypb.Any, m proto.Message, kind string) error {

@@ -4,13 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
-	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
-
 	"github.com/weft-mesh/weft/sidecar/authz"
+	"github.com/weft-mesh/weft/sidecar/xdswire"
 )
 
 const (
@@ -18,7 +13,7 @@ const (
 	tcpTypeURL = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"
 )
 
-func decodeListener(m *listenerv3.Listener) (*Listener, error) {
+func decodeListener(m *xdswire.Listener) (*Listener, error) {
 	e := errs{kind: "listener", name: m.GetName()}
 	if err := checkName(e, "name", m.GetName()); err != nil {
 		return nil, err
@@ -100,7 +95,7 @@ func decodeListener(m *listenerv3.Listener) (*Listener, error) {
 	return l, nil
 }
 
-func socketAddr(e errs, field string, a *corev3.Address) (netip.AddrPort, error) {
+func socketAddr(e errs, field string, a *xdswire.Address) (netip.AddrPort, error) {
 	sa := a.GetSocketAddress()
 	if sa == nil {
 		return netip.AddrPort{}, e.at(field, "required")
@@ -109,7 +104,7 @@ func socketAddr(e errs, field string, a *corev3.Address) (netip.AddrPort, error)
 	if err != nil {
 		return netip.AddrPort{}, e.at(field+".address", "not an IP literal: %q", sa.GetAddress())
 	}
-	if sa.GetProtocol() != corev3.SocketAddress_TCP {
+	if sa.GetProtocol() != xdswire.SocketAddress_TCP {
 		return netip.AddrPort{}, e.at(field+".protocol", "only TCP is supported")
 	}
 	p := sa.GetPortValue()
@@ -119,7 +114,7 @@ func socketAddr(e errs, field string, a *corev3.Address) (netip.AddrPort, error)
 	return netip.AddrPortFrom(ip.Unmap(), uint16(p)), nil
 }
 
-func decodeFilterChain(e errs, field string, fc *listenerv3.FilterChain) (FilterChain, error) {
+func decodeFilterChain(e errs, field string, fc *xdswire.FilterChain) (FilterChain, error) {
 	c := FilterChain{Name: fc.GetName()}
 	if mt := fc.GetFilterChainMatch(); mt != nil {
 		if p := mt.GetDestinationPort(); p != nil {
@@ -131,7 +126,7 @@ func decodeFilterChain(e errs, field string, fc *listenerv3.FilterChain) (Filter
 		// Matches we cannot evaluate would silently widen the chain; refuse them.
 		if len(mt.GetServerNames()) > 0 || len(mt.GetSourcePrefixRanges()) > 0 ||
 			len(mt.GetSourcePorts()) > 0 || len(mt.GetApplicationProtocols()) > 0 || len(mt.GetDirectSourcePrefixRanges()) > 0 ||
-			mt.GetSourceType() != listenerv3.FilterChainMatch_ANY || mt.GetAddressSuffix() != "" || mt.GetSuffixLen() != nil {
+			mt.GetSourceType() != xdswire.FilterChainMatch_ANY || mt.GetAddressSuffix() != "" || mt.GetSuffixLen() != nil {
 			return c, e.at(field+".filter_chain_match", "only destination_port, prefix_ranges and transport_protocol are supported")
 		}
 		prs, err := prefixRanges(e, field+".filter_chain_match.prefix_ranges", mt.GetPrefixRanges())
@@ -168,8 +163,8 @@ func decodeFilterChain(e errs, field string, fc *listenerv3.FilterChain) (Filter
 		if nf.GetTypedConfig().GetTypeUrl() != NetworkRBACTypeURL {
 			return c, e.at(ff+".typed_config", "only envoy.filters.network.rbac may precede the terminal filter, got %q", nf.GetTypedConfig().GetTypeUrl())
 		}
-		m := &rbacnetv3.RBAC{}
-		if err := nf.GetTypedConfig().UnmarshalTo(m); err != nil {
+		m := &xdswire.NetworkRBAC{}
+		if err := unpack(nf.GetTypedConfig(), NetworkRBACTypeURL, m); err != nil {
 			return c, e.at(ff+".typed_config", "malformed network RBAC: %v", err)
 		}
 		f, err := decodeNetworkRBAC(e, ff+".typed_config", nf.GetName(), m)
@@ -186,8 +181,8 @@ func decodeFilterChain(e errs, field string, fc *listenerv3.FilterChain) (Filter
 	}
 	switch tc.GetTypeUrl() {
 	case hcmTypeURL:
-		h := &hcmv3.HttpConnectionManager{}
-		if err := tc.UnmarshalTo(h); err != nil {
+		h := &xdswire.HttpConnectionManager{}
+		if err := unpack(tc, hcmTypeURL, h); err != nil {
 			return c, e.at(ff+".typed_config", "malformed HttpConnectionManager: %v", err)
 		}
 		if len(c.RBAC) > 0 {
@@ -202,8 +197,8 @@ func decodeFilterChain(e errs, field string, fc *listenerv3.FilterChain) (Filter
 			return c, err
 		}
 	case tcpTypeURL:
-		t := &tcpv3.TcpProxy{}
-		if err := tc.UnmarshalTo(t); err != nil {
+		t := &xdswire.TcpProxy{}
+		if err := unpack(tc, tcpTypeURL, t); err != nil {
 			return c, e.at(ff+".typed_config", "malformed TcpProxy: %v", err)
 		}
 		p, err := decodeTCP(e, ff+".typed_config", t)
@@ -222,7 +217,7 @@ func decodeFilterChain(e errs, field string, fc *listenerv3.FilterChain) (Filter
 // Envoy), bits past the length masked off (Envoy ignores them too), none
 // repeated. IPv4-mapped IPv6 prefixes are refused: destinations are matched
 // unmapped, so such a range could never match; the IPv4 form says it.
-func prefixRanges(e errs, field string, rs []*corev3.CidrRange) ([]netip.Prefix, error) {
+func prefixRanges(e errs, field string, rs []*xdswire.CidrRange) ([]netip.Prefix, error) {
 	if len(rs) == 0 {
 		return nil, nil
 	}
@@ -254,7 +249,7 @@ func prefixRanges(e errs, field string, rs []*corev3.CidrRange) ([]netip.Prefix,
 	return out, nil
 }
 
-func decodeHCM(e errs, field string, h *hcmv3.HttpConnectionManager) (*HTTPManager, error) {
+func decodeHCM(e errs, field string, h *xdswire.HttpConnectionManager) (*HTTPManager, error) {
 	switch {
 	case h.GetRds() != nil:
 		n := h.GetRds().GetRouteConfigName()
@@ -272,7 +267,7 @@ func decodeHCM(e errs, field string, h *hcmv3.HttpConnectionManager) (*HTTPManag
 	return nil, e.at(field, "need rds or route_config")
 }
 
-func decodeTCP(e errs, field string, t *tcpv3.TcpProxy) (*TCPProxy, error) {
+func decodeTCP(e errs, field string, t *xdswire.TcpProxy) (*TCPProxy, error) {
 	p := &TCPProxy{}
 	switch {
 	case t.GetCluster() != "":

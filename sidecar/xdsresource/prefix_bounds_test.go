@@ -5,20 +5,20 @@ import (
 	"net/netip"
 	"testing"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/weft-mesh/weft/sidecar/xdswire"
 )
 
 // The prefix-range bounds at and one past, on decodeListener directly: the
 // wire round trip of 131,072 ranges would cost the race build ~20s.
 func TestPrefixRangeBounds(t *testing.T) {
-	ranges := func(n int) []*corev3.CidrRange {
-		rs := make([]*corev3.CidrRange, n)
+	ranges := func(n int) []*xdswire.CidrRange {
+		rs := make([]*xdswire.CidrRange, n)
 		for i := range rs {
-			rs[i] = &corev3.CidrRange{AddressPrefix: netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}).String(), PrefixLen: wrapperspb.UInt32(32)}
+			rs[i] = &xdswire.CidrRange{AddressPrefix: netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}).String(), PrefixLen: wrapperspb.UInt32(32)}
 		}
 		return rs
 	}
@@ -26,27 +26,27 @@ func TestPrefixRangeBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chain := func(port uint32, rs []*corev3.CidrRange) *listenerv3.FilterChain {
-		return &listenerv3.FilterChain{
-			FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port), PrefixRanges: rs},
-			Filters:          []*listenerv3.Filter{{Name: "envoy.filters.network.tcp_proxy", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: tcp}}},
+	chain := func(port uint32, rs []*xdswire.CidrRange) *xdswire.FilterChain {
+		return &xdswire.FilterChain{
+			FilterChainMatch: &xdswire.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port), PrefixRanges: rs},
+			Filters:          []*xdswire.Filter{{Name: "envoy.filters.network.tcp_proxy", ConfigType: &xdswire.Filter_TypedConfig{TypedConfig: tcp}}},
 		}
 	}
-	listener := func(chains ...*listenerv3.FilterChain) *listenerv3.Listener {
-		return &listenerv3.Listener{Name: "outbound", FilterChains: chains, Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
-			SocketAddress: &corev3.SocketAddress{Address: "127.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 15001}}}}}
+	listener := func(chains ...*xdswire.FilterChain) *xdswire.Listener {
+		return &xdswire.Listener{Name: "outbound", FilterChains: chains, Address: &xdswire.Address{Address: &xdswire.Address_SocketAddress{
+			SocketAddress: &xdswire.SocketAddress{Address: "127.0.0.1", PortSpecifier: &xdswire.SocketAddress_PortValue{PortValue: 15001}}}}}
 	}
 	full := ranges(MaxPrefixRanges + 1)
 	atChain := full[:MaxPrefixRanges]
 	// The listener's bound over chains of other ports (the same ranges: other
 	// ports are other matches).
-	var chains []*listenerv3.FilterChain
+	var chains []*xdswire.FilterChain
 	for i := 0; i*MaxPrefixRanges < MaxListenerPrefixRanges; i++ {
 		chains = append(chains, chain(uint32(9000+i), atChain))
 	}
 	for _, tc := range []struct {
 		name string
-		l    *listenerv3.Listener
+		l    *xdswire.Listener
 		want string
 	}{
 		{"chain at its bound", listener(chain(9000, atChain)), ""},

@@ -14,15 +14,10 @@ import (
 	"strconv"
 	"time"
 
-	rbacconfigv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/weft-mesh/weft/sidecar/authz"
+	"github.com/weft-mesh/weft/sidecar/xdswire"
 )
 
 // Type URLs and names of the filters RBAC decoding knows.
@@ -39,7 +34,7 @@ const (
 
 // decodeHTTPFilters decodes an HCM's http_filters: RBAC filters, then the
 // router last. No filters at all is a plain router (older pilots, tests).
-func decodeHTTPFilters(e errs, field string, h *hcmv3.HttpConnectionManager) ([]authz.Filter, error) {
+func decodeHTTPFilters(e errs, field string, h *xdswire.HttpConnectionManager) ([]authz.Filter, error) {
 	fs := h.GetHttpFilters()
 	var out []authz.Filter
 	for i, f := range fs {
@@ -57,8 +52,8 @@ func decodeHTTPFilters(e errs, field string, h *hcmv3.HttpConnectionManager) ([]
 				return nil, e.at(ff, "the router must be the last HTTP filter")
 			}
 		case HTTPRBACTypeURL:
-			m := &rbachttpv3.RBAC{}
-			if err := tc.UnmarshalTo(m); err != nil {
+			m := &xdswire.HttpRBAC{}
+			if err := unpack(tc, HTTPRBACTypeURL, m); err != nil {
 				return nil, e.at(ff+".typed_config", "malformed RBAC: %v", err)
 			}
 			if m.GetMatcher() != nil || m.GetShadowMatcher() != nil {
@@ -83,11 +78,11 @@ func decodeHTTPFilters(e errs, field string, h *hcmv3.HttpConnectionManager) ([]
 }
 
 // decodeNetworkRBAC decodes one envoy.filters.network.rbac before a tcp_proxy.
-func decodeNetworkRBAC(e errs, field, name string, m *rbacnetv3.RBAC) (authz.Filter, error) {
+func decodeNetworkRBAC(e errs, field, name string, m *xdswire.NetworkRBAC) (authz.Filter, error) {
 	switch {
 	case m.GetMatcher() != nil || m.GetShadowMatcher() != nil:
 		return authz.Filter{}, e.at(field+".matcher", "the matcher API is not supported (pilot emits rules)")
-	case m.GetEnforcementType() != rbacnetv3.RBAC_ONE_TIME_ON_FIRST_BYTE:
+	case m.GetEnforcementType() != xdswire.NetworkRBAC_ONE_TIME_ON_FIRST_BYTE:
 		return authz.Filter{}, e.at(field+".enforcement_type", "only ONE_TIME_ON_FIRST_BYTE is supported (decided once per connection)")
 	case m.GetDelayDeny() != nil:
 		return authz.Filter{}, e.at(field+".delay_deny", "not supported")
@@ -95,7 +90,7 @@ func decodeNetworkRBAC(e errs, field, name string, m *rbacnetv3.RBAC) (authz.Fil
 	return decodeRBACFilter(e, field, name, m.GetRules(), m.GetShadowRules())
 }
 
-func decodeRBACFilter(e errs, field, name string, rules, shadow *rbacconfigv3.RBAC) (authz.Filter, error) {
+func decodeRBACFilter(e errs, field, name string, rules, shadow *xdswire.RBAC) (authz.Filter, error) {
 	f := authz.Filter{Name: name, Override: name == OverrideFilterName}
 	if rules == nil && shadow == nil {
 		return f, e.at(field, "RBAC filter %q has neither rules nor shadow_rules", name)
@@ -120,14 +115,14 @@ func decodeRBACFilter(e errs, field, name string, rules, shadow *rbacconfigv3.RB
 	return f, nil
 }
 
-func decodeRBACRules(e errs, field string, m *rbacconfigv3.RBAC) (*authz.Rules, error) {
+func decodeRBACRules(e errs, field string, m *xdswire.RBAC) (*authz.Rules, error) {
 	r := &authz.Rules{}
 	switch m.GetAction() {
-	case rbacconfigv3.RBAC_ALLOW:
+	case xdswire.RBAC_ALLOW:
 		r.Action = authz.Allow
-	case rbacconfigv3.RBAC_DENY:
+	case xdswire.RBAC_DENY:
 		r.Action = authz.Deny
-	case rbacconfigv3.RBAC_LOG:
+	case xdswire.RBAC_LOG:
 		r.Action = authz.Log
 	default:
 		return nil, e.at(field+".action", "unsupported action %s", m.GetAction())
@@ -180,11 +175,11 @@ func decodeRBACRules(e errs, field string, m *rbacconfigv3.RBAC) (*authz.Rules, 
 	return r, nil
 }
 
-func decodePermission(e errs, f string, m *rbacconfigv3.Permission, depth int) (authz.Permission, error) {
+func decodePermission(e errs, f string, m *xdswire.Permission, depth int) (authz.Permission, error) {
 	if depth > authz.MaxDepth {
 		return authz.Permission{}, e.at(f, "nested deeper than %d", authz.MaxDepth)
 	}
-	set := func(kind authz.PermissionKind, sf string, rules []*rbacconfigv3.Permission) (authz.Permission, error) {
+	set := func(kind authz.PermissionKind, sf string, rules []*xdswire.Permission) (authz.Permission, error) {
 		if len(rules) == 0 || len(rules) > authz.MaxIDs {
 			return authz.Permission{}, e.at(sf, "want 1..%d rules, got %d", authz.MaxIDs, len(rules))
 		}
@@ -199,16 +194,16 @@ func decodePermission(e errs, f string, m *rbacconfigv3.Permission, depth int) (
 		return p, nil
 	}
 	switch r := m.GetRule().(type) {
-	case *rbacconfigv3.Permission_Any:
+	case *xdswire.Permission_Any:
 		if !r.Any {
 			return authz.Permission{}, e.at(f+".any", "must be true")
 		}
 		return authz.Permission{Kind: authz.PermissionAny}, nil
-	case *rbacconfigv3.Permission_AndRules:
+	case *xdswire.Permission_AndRules:
 		return set(authz.PermissionAnd, f+".and_rules.rules", r.AndRules.GetRules())
-	case *rbacconfigv3.Permission_OrRules:
+	case *xdswire.Permission_OrRules:
 		return set(authz.PermissionOr, f+".or_rules.rules", r.OrRules.GetRules())
-	case *rbacconfigv3.Permission_NotRule:
+	case *xdswire.Permission_NotRule:
 		if r.NotRule == nil {
 			return authz.Permission{}, e.at(f+".not_rule", "required")
 		}
@@ -217,17 +212,17 @@ func decodePermission(e errs, f string, m *rbacconfigv3.Permission, depth int) (
 			return x, err
 		}
 		return authz.Permission{Kind: authz.PermissionNot, Rules: []authz.Permission{x}}, nil
-	case *rbacconfigv3.Permission_UrlPath:
+	case *xdswire.Permission_UrlPath:
 		sm := r.UrlPath.GetPath()
 		if sm == nil {
 			return authz.Permission{}, e.at(f+".url_path.path", "required")
 		}
 		x, err := stringMatch(e, f+".url_path.path", sm, true)
 		return authz.Permission{Kind: authz.PermissionPath, Match: x}, err
-	case *rbacconfigv3.Permission_Header:
+	case *xdswire.Permission_Header:
 		x, err := methodMatch(e, f+".header", r.Header)
 		return authz.Permission{Kind: authz.PermissionMethod, Match: x}, err
-	case *rbacconfigv3.Permission_DestinationPort:
+	case *xdswire.Permission_DestinationPort:
 		if r.DestinationPort == 0 || r.DestinationPort > 65535 {
 			return authz.Permission{}, e.at(f+".destination_port", "must be 1..65535, got %d", r.DestinationPort)
 		}
@@ -238,11 +233,11 @@ func decodePermission(e errs, f string, m *rbacconfigv3.Permission, depth int) (
 	return authz.Permission{}, e.at(f, "unsupported permission %s (supported: any, and_rules, or_rules, not_rule, url_path, header :method, destination_port)", oneofName(m.GetRule()))
 }
 
-func decodePrincipal(e errs, f string, m *rbacconfigv3.Principal, depth int) (authz.Principal, error) {
+func decodePrincipal(e errs, f string, m *xdswire.Principal, depth int) (authz.Principal, error) {
 	if depth > authz.MaxDepth {
 		return authz.Principal{}, e.at(f, "nested deeper than %d", authz.MaxDepth)
 	}
-	set := func(kind authz.PrincipalKind, sf string, ids []*rbacconfigv3.Principal) (authz.Principal, error) {
+	set := func(kind authz.PrincipalKind, sf string, ids []*xdswire.Principal) (authz.Principal, error) {
 		if len(ids) == 0 || len(ids) > authz.MaxIDs {
 			return authz.Principal{}, e.at(sf, "want 1..%d ids, got %d", authz.MaxIDs, len(ids))
 		}
@@ -257,16 +252,16 @@ func decodePrincipal(e errs, f string, m *rbacconfigv3.Principal, depth int) (au
 		return p, nil
 	}
 	switch id := m.GetIdentifier().(type) {
-	case *rbacconfigv3.Principal_Any:
+	case *xdswire.Principal_Any:
 		if !id.Any {
 			return authz.Principal{}, e.at(f+".any", "must be true")
 		}
 		return authz.Principal{Kind: authz.PrincipalAny}, nil
-	case *rbacconfigv3.Principal_AndIds:
+	case *xdswire.Principal_AndIds:
 		return set(authz.PrincipalAnd, f+".and_ids.ids", id.AndIds.GetIds())
-	case *rbacconfigv3.Principal_OrIds:
+	case *xdswire.Principal_OrIds:
 		return set(authz.PrincipalOr, f+".or_ids.ids", id.OrIds.GetIds())
-	case *rbacconfigv3.Principal_NotId:
+	case *xdswire.Principal_NotId:
 		if id.NotId == nil {
 			return authz.Principal{}, e.at(f+".not_id", "required")
 		}
@@ -275,7 +270,7 @@ func decodePrincipal(e errs, f string, m *rbacconfigv3.Principal, depth int) (au
 			return x, err
 		}
 		return authz.Principal{Kind: authz.PrincipalNot, IDs: []authz.Principal{x}}, nil
-	case *rbacconfigv3.Principal_Authenticated_:
+	case *xdswire.Principal_Authenticated_:
 		sm := id.Authenticated.GetPrincipalName()
 		if sm == nil {
 			// Envoy: any peer with a verified certificate.
@@ -293,17 +288,17 @@ func decodePrincipal(e errs, f string, m *rbacconfigv3.Principal, depth int) (au
 }
 
 // stringMatch takes exact, prefix and (for paths) suffix, case-sensitive.
-func stringMatch(e errs, f string, m *matcherv3.StringMatcher, suffixOK bool) (authz.StringMatch, error) {
+func stringMatch(e errs, f string, m *xdswire.StringMatcher, suffixOK bool) (authz.StringMatch, error) {
 	if m.GetIgnoreCase() {
 		return authz.StringMatch{}, e.at(f+".ignore_case", "not supported (matches are case-sensitive)")
 	}
 	var out authz.StringMatch
 	switch p := m.GetMatchPattern().(type) {
-	case *matcherv3.StringMatcher_Exact:
+	case *xdswire.StringMatcher_Exact:
 		out = authz.StringMatch{Kind: authz.Exact, Value: p.Exact}
-	case *matcherv3.StringMatcher_Prefix:
+	case *xdswire.StringMatcher_Prefix:
 		out = authz.StringMatch{Kind: authz.Prefix, Value: p.Prefix}
-	case *matcherv3.StringMatcher_Suffix:
+	case *xdswire.StringMatcher_Suffix:
 		if !suffixOK {
 			return out, e.at(f+".suffix", "not supported here")
 		}
@@ -320,7 +315,7 @@ func stringMatch(e errs, f string, m *matcherv3.StringMatcher, suffixOK bool) (a
 }
 
 // methodMatch takes a header permission on ":method" with an exact value.
-func methodMatch(e errs, f string, h *routev3.HeaderMatcher) (authz.StringMatch, error) {
+func methodMatch(e errs, f string, h *xdswire.HeaderMatcher) (authz.StringMatch, error) {
 	if h.GetName() != ":method" {
 		return authz.StringMatch{}, e.at(f+".name", "only :method is supported, got %q", clipName(h.GetName()))
 	}
@@ -329,9 +324,9 @@ func methodMatch(e errs, f string, h *routev3.HeaderMatcher) (authz.StringMatch,
 	}
 	var v string
 	switch s := h.GetHeaderMatchSpecifier().(type) {
-	case *routev3.HeaderMatcher_ExactMatch:
+	case *xdswire.HeaderMatcher_ExactMatch:
 		v = s.ExactMatch
-	case *routev3.HeaderMatcher_StringMatch:
+	case *xdswire.HeaderMatcher_StringMatch:
 		x, err := stringMatch(e, f+".string_match", s.StringMatch, false)
 		if err != nil {
 			return x, err

@@ -8,16 +8,16 @@ import (
 	"strconv"
 	"strings"
 
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/weft-mesh/weft/sidecar/xdswire"
 )
 
 // FallbackMetadataKey is the route filter_metadata key under which pilot lists the
 // fallback clusters: {"clusters": ["outbound|9080||backup.shop.svc.cluster.local", ...]}.
 const FallbackMetadataKey = "weft.fallback"
 
-func decodeRouteConfig(m *routev3.RouteConfiguration) (*RouteConfig, error) {
+func decodeRouteConfig(m *xdswire.RouteConfiguration) (*RouteConfig, error) {
 	e := errs{kind: "route", name: m.GetName()}
 	if err := checkName(e, "name", m.GetName()); err != nil {
 		return nil, err
@@ -31,7 +31,7 @@ func decodeRouteConfig(m *routev3.RouteConfiguration) (*RouteConfig, error) {
 // paths relative to the element, and under prefixes a failing element's path on
 // the way out: a valid configuration of 10,000 routes then builds no path
 // strings at all (they were most of its decode time).
-func decodeRoutes(e errs, prefix string, m *routev3.RouteConfiguration) (*RouteConfig, error) {
+func decodeRoutes(e errs, prefix string, m *xdswire.RouteConfiguration) (*RouteConfig, error) {
 	vhs := m.GetVirtualHosts()
 	if len(vhs) > MaxVirtualHosts {
 		return nil, e.at(prefix+"virtual_hosts", "%d virtual hosts, limit %d", len(vhs), MaxVirtualHosts)
@@ -89,7 +89,7 @@ func checkDomain(d string) error {
 	return nil
 }
 
-func decodeRoute(e errs, f string, r *routev3.Route) (Route, error) {
+func decodeRoute(e errs, f string, r *xdswire.Route) (Route, error) {
 	out := Route{Name: r.GetName()}
 	mt, err := decodeMatch(e, f+".match", r.GetMatch())
 	if err != nil {
@@ -97,11 +97,11 @@ func decodeRoute(e errs, f string, r *routev3.Route) (Route, error) {
 	}
 	out.Match = mt
 	switch a := r.GetAction().(type) {
-	case *routev3.Route_Route:
+	case *xdswire.Route_Route:
 		if err := decodeAction(e, f+".route", a.Route, &out); err != nil {
 			return out, err
 		}
-	case *routev3.Route_DirectResponse:
+	case *xdswire.Route_DirectResponse:
 		s := a.DirectResponse.GetStatus()
 		if s < 200 || s > 599 {
 			return out, e.at(f+".direct_response.status", "must be 200..599, got %d", s)
@@ -112,7 +112,7 @@ func decodeRoute(e errs, f string, r *routev3.Route) (Route, error) {
 		}
 		out.Direct = &DirectResponse{Status: s, Body: body}
 	default:
-		return out, e.at(f, "unsupported action %T (want route or direct_response)", r.GetAction())
+		return out, e.at(f, "unsupported action %s (want route or direct_response)", oneofName(r.GetAction()))
 	}
 	fb, err := decodeFallback(e, f+".metadata.filter_metadata[\""+FallbackMetadataKey+"\"]", r.GetMetadata().GetFilterMetadata()[FallbackMetadataKey])
 	if err != nil {
@@ -148,18 +148,18 @@ func decodeFallback(e errs, f string, s *structpb.Struct) ([]string, error) {
 	return out, nil
 }
 
-func decodeMatch(e errs, f string, m *routev3.RouteMatch) (RouteMatch, error) {
+func decodeMatch(e errs, f string, m *xdswire.RouteMatch) (RouteMatch, error) {
 	var rm RouteMatch
 	if m == nil {
 		return rm, e.at(f, "required")
 	}
 	rm.CaseSensitive = m.GetCaseSensitive() == nil || m.GetCaseSensitive().GetValue()
 	switch p := m.GetPathSpecifier().(type) {
-	case *routev3.RouteMatch_Prefix:
+	case *xdswire.RouteMatch_Prefix:
 		rm.PathKind, rm.Path = PathPrefix, p.Prefix
-	case *routev3.RouteMatch_Path:
+	case *xdswire.RouteMatch_Path:
 		rm.PathKind, rm.Path = PathExact, p.Path
-	case *routev3.RouteMatch_SafeRegex:
+	case *xdswire.RouteMatch_SafeRegex:
 		re, err := compileRE2(e, f+".safe_regex", p.SafeRegex.GetRegex())
 		if err != nil {
 			return rm, err
@@ -168,7 +168,7 @@ func decodeMatch(e errs, f string, m *routev3.RouteMatch) (RouteMatch, error) {
 	case nil:
 		return rm, e.at(f, "one of prefix, path or safe_regex is required")
 	default:
-		return rm, e.at(f, "unsupported path specifier %T", p)
+		return rm, e.at(f, "unsupported path specifier %s", oneofName(p))
 	}
 	if !rm.CaseSensitive && rm.PathKind != PathRegex {
 		rm.Path = lower(rm.Path)
@@ -191,29 +191,29 @@ func decodeMatch(e errs, f string, m *routev3.RouteMatch) (RouteMatch, error) {
 	return rm, nil
 }
 
-func decodeHeader(e errs, f string, h *routev3.HeaderMatcher) (HeaderMatch, error) {
+func decodeHeader(e errs, f string, h *xdswire.HeaderMatcher) (HeaderMatch, error) {
 	hm := HeaderMatch{Name: lower(h.GetName()), Invert: h.GetInvertMatch()}
 	if hm.Name == "" {
 		return hm, e.at(f+".name", "must not be empty")
 	}
 	// Legacy specifiers are rewritten as the StringMatcher they mean.
-	var sm *matcherv3.StringMatcher
+	var sm *xdswire.StringMatcher
 	field := f + ".string_match"
 	switch s := h.GetHeaderMatchSpecifier().(type) {
-	case *routev3.HeaderMatcher_ExactMatch:
-		sm = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: s.ExactMatch}}
-	case *routev3.HeaderMatcher_PrefixMatch:
-		sm = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: s.PrefixMatch}}
-	case *routev3.HeaderMatcher_SuffixMatch:
-		sm = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Suffix{Suffix: s.SuffixMatch}}
-	case *routev3.HeaderMatcher_ContainsMatch:
-		sm = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Contains{Contains: s.ContainsMatch}}
-	case *routev3.HeaderMatcher_SafeRegexMatch:
-		sm = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: s.SafeRegexMatch}}
+	case *xdswire.HeaderMatcher_ExactMatch:
+		sm = &xdswire.StringMatcher{MatchPattern: &xdswire.StringMatcher_Exact{Exact: s.ExactMatch}}
+	case *xdswire.HeaderMatcher_PrefixMatch:
+		sm = &xdswire.StringMatcher{MatchPattern: &xdswire.StringMatcher_Prefix{Prefix: s.PrefixMatch}}
+	case *xdswire.HeaderMatcher_SuffixMatch:
+		sm = &xdswire.StringMatcher{MatchPattern: &xdswire.StringMatcher_Suffix{Suffix: s.SuffixMatch}}
+	case *xdswire.HeaderMatcher_ContainsMatch:
+		sm = &xdswire.StringMatcher{MatchPattern: &xdswire.StringMatcher_Contains{Contains: s.ContainsMatch}}
+	case *xdswire.HeaderMatcher_SafeRegexMatch:
+		sm = &xdswire.StringMatcher{MatchPattern: &xdswire.StringMatcher_SafeRegex{SafeRegex: s.SafeRegexMatch}}
 		field = f + ".safe_regex_match"
-	case *routev3.HeaderMatcher_StringMatch:
+	case *xdswire.HeaderMatcher_StringMatch:
 		sm = s.StringMatch
-	case *routev3.HeaderMatcher_PresentMatch:
+	case *xdswire.HeaderMatcher_PresentMatch:
 		hm.Kind = StringPresent
 		if !s.PresentMatch {
 			hm.Invert = !hm.Invert
@@ -223,26 +223,26 @@ func decodeHeader(e errs, f string, h *routev3.HeaderMatcher) (HeaderMatch, erro
 		hm.Kind = StringPresent // Envoy: no specifier means "present"
 		return hm, nil
 	default:
-		return hm, e.at(f, "unsupported header matcher %T", s)
+		return hm, e.at(f, "unsupported header matcher %s", oneofName(s))
 	}
 	return decodeStringMatch(e, field, hm, sm)
 }
 
 // decodeStringMatch fills hm from sm; f is the matcher's field path.
-func decodeStringMatch(e errs, f string, hm HeaderMatch, sm *matcherv3.StringMatcher) (HeaderMatch, error) {
+func decodeStringMatch(e errs, f string, hm HeaderMatch, sm *xdswire.StringMatcher) (HeaderMatch, error) {
 	if sm.GetIgnoreCase() {
 		return hm, e.at(f+".ignore_case", "not supported")
 	}
 	switch p := sm.GetMatchPattern().(type) {
-	case *matcherv3.StringMatcher_Exact:
+	case *xdswire.StringMatcher_Exact:
 		hm.Kind, hm.Value = StringExact, p.Exact
-	case *matcherv3.StringMatcher_Prefix:
+	case *xdswire.StringMatcher_Prefix:
 		hm.Kind, hm.Value = StringPrefix, p.Prefix
-	case *matcherv3.StringMatcher_Suffix:
+	case *xdswire.StringMatcher_Suffix:
 		hm.Kind, hm.Value = StringSuffix, p.Suffix
-	case *matcherv3.StringMatcher_Contains:
+	case *xdswire.StringMatcher_Contains:
 		hm.Kind, hm.Value = StringContains, p.Contains
-	case *matcherv3.StringMatcher_SafeRegex:
+	case *xdswire.StringMatcher_SafeRegex:
 		rf := f + ".safe_regex"
 		if strings.HasSuffix(f, ".safe_regex_match") {
 			rf = f
@@ -253,19 +253,19 @@ func decodeStringMatch(e errs, f string, hm HeaderMatch, sm *matcherv3.StringMat
 		}
 		hm.Kind, hm.Value, hm.Regex = StringRegex, p.SafeRegex.GetRegex(), re
 	default:
-		return hm, e.at(f, "unsupported string matcher %T", p)
+		return hm, e.at(f, "unsupported string matcher %s", oneofName(p))
 	}
 	return hm, nil
 }
 
-func decodeAction(e errs, f string, a *routev3.RouteAction, out *Route) error {
+func decodeAction(e errs, f string, a *xdswire.RouteAction, out *Route) error {
 	switch c := a.GetClusterSpecifier().(type) {
-	case *routev3.RouteAction_Cluster:
+	case *xdswire.RouteAction_Cluster:
 		if err := checkName(e, f+".cluster", c.Cluster); err != nil {
 			return err
 		}
 		out.Clusters = []WeightedCluster{{Name: c.Cluster, Weight: 1}}
-	case *routev3.RouteAction_WeightedClusters:
+	case *xdswire.RouteAction_WeightedClusters:
 		ws := c.WeightedClusters.GetClusters()
 		if len(ws) == 0 || len(ws) > MaxWeightedTargets {
 			return e.at(f+".weighted_clusters.clusters", "want 1..%d clusters, got %d", MaxWeightedTargets, len(ws))
@@ -287,7 +287,7 @@ func decodeAction(e errs, f string, a *routev3.RouteAction, out *Route) error {
 	case nil:
 		return e.at(f, "one of cluster or weighted_clusters is required")
 	default:
-		return e.at(f, "unsupported cluster specifier %T", c)
+		return e.at(f, "unsupported cluster specifier %s", oneofName(c))
 	}
 	// No timeout means the sidecar's default (Envoy's is 15s), applied when the
 	// route is compiled; an explicit 0 disables it, as in Envoy.
@@ -344,7 +344,7 @@ func decodeAction(e errs, f string, a *routev3.RouteAction, out *Route) error {
 // decodeBackoff fills p's back-off from bo (nil: Envoy's defaults). As Envoy:
 // base_interval is required and positive, max_interval (default 10× base) is
 // positive and not below the base.
-func decodeBackoff(e errs, f string, bo *routev3.RetryPolicy_RetryBackOff, p *RetryPolicy) error {
+func decodeBackoff(e errs, f string, bo *xdswire.RetryPolicy_RetryBackOff, p *RetryPolicy) error {
 	p.BackoffBase, p.BackoffMax = DefaultBackoffBase, DefaultBackoffBase*DefaultBackoffMaxMult
 	if bo == nil {
 		return nil

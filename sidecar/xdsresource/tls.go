@@ -5,12 +5,11 @@ import (
 	"slices"
 	"strings"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/weft-mesh/weft/sidecar/xdswire"
 )
 
 // TLS as pilot sends it to Weft sidecars (issue 9's "Wire"): clusters carry an
@@ -94,7 +93,7 @@ func onlyFields(e errs, field string, m proto.Message, allowed ...string) error 
 }
 
 // transportSocket checks the socket's name and returns its typed_config's type URL.
-func transportSocket(e errs, field string, ts *corev3.TransportSocket, wantURL string) error {
+func transportSocket(e errs, field string, ts *xdswire.TransportSocket, wantURL string) error {
 	if ts.GetName() != tlsSocketName {
 		return e.at(field+".name", "transport socket %q, only %q is supported", ts.GetName(), tlsSocketName)
 	}
@@ -104,12 +103,12 @@ func transportSocket(e errs, field string, ts *corev3.TransportSocket, wantURL s
 	return nil
 }
 
-func decodeUpstreamTLS(e errs, field string, ts *corev3.TransportSocket) (*UpstreamTLS, error) {
+func decodeUpstreamTLS(e errs, field string, ts *xdswire.TransportSocket) (*UpstreamTLS, error) {
 	if err := transportSocket(e, field, ts, upstreamTLSTypeURL); err != nil {
 		return nil, err
 	}
-	u := &tlsv3.UpstreamTlsContext{}
-	if err := ts.GetTypedConfig().UnmarshalTo(u); err != nil {
+	u := &xdswire.UpstreamTlsContext{}
+	if err := unpack(ts.GetTypedConfig(), upstreamTLSTypeURL, u); err != nil {
 		return nil, e.at(field+".typed_config", "malformed UpstreamTlsContext: %v", err)
 	}
 	f := field + ".typed_config"
@@ -157,7 +156,7 @@ func decodeUpstreamTLS(e errs, field string, ts *corev3.TransportSocket) (*Upstr
 		if err := onlyFields(e, sf, s, "san_type", "matcher"); err != nil {
 			return nil, err
 		}
-		if s.GetSanType() != tlsv3.SubjectAltNameMatcher_URI {
+		if s.GetSanType() != xdswire.SubjectAltNameMatcher_URI {
 			return nil, e.at(sf+".san_type", "%s, only URI (a SPIFFE ID) is supported", s.GetSanType())
 		}
 		id, err := exactSPIFFE(e, sf+".matcher", s.GetMatcher())
@@ -171,7 +170,7 @@ func decodeUpstreamTLS(e errs, field string, ts *corev3.TransportSocket) (*Upstr
 	return out, nil
 }
 
-func exactSPIFFE(e errs, field string, m *matcherv3.StringMatcher) (spiffeid.ID, error) {
+func exactSPIFFE(e errs, field string, m *xdswire.StringMatcher) (spiffeid.ID, error) {
 	if err := onlyFields(e, field, m, "exact"); err != nil {
 		return spiffeid.ID{}, err
 	}
@@ -182,12 +181,12 @@ func exactSPIFFE(e errs, field string, m *matcherv3.StringMatcher) (spiffeid.ID,
 	return id, nil
 }
 
-func decodeDownstreamTLS(e errs, field string, ts *corev3.TransportSocket) (*DownstreamTLS, error) {
+func decodeDownstreamTLS(e errs, field string, ts *xdswire.TransportSocket) (*DownstreamTLS, error) {
 	if err := transportSocket(e, field, ts, downTLSTypeURL); err != nil {
 		return nil, err
 	}
-	d := &tlsv3.DownstreamTlsContext{}
-	if err := ts.GetTypedConfig().UnmarshalTo(d); err != nil {
+	d := &xdswire.DownstreamTlsContext{}
+	if err := unpack(ts.GetTypedConfig(), downTLSTypeURL, d); err != nil {
 		return nil, e.at(field+".typed_config", "malformed DownstreamTlsContext: %v", err)
 	}
 	f := field + ".typed_config"
@@ -227,7 +226,7 @@ func decodeDownstreamTLS(e errs, field string, ts *corev3.TransportSocket) (*Dow
 }
 
 // decodeCommon checks what both contexts share and returns the ALPN list.
-func decodeCommon(e errs, cf string, ctx *tlsv3.CommonTlsContext) ([]string, error) {
+func decodeCommon(e errs, cf string, ctx *xdswire.CommonTlsContext) ([]string, error) {
 	if err := onlyFields(e, cf, ctx, "tls_params", "alpn_protocols", "tls_certificate_provider_instance",
 		"combined_validation_context", "validation_context_sds_secret_config"); err != nil {
 		return nil, err
@@ -237,11 +236,11 @@ func decodeCommon(e errs, cf string, ctx *tlsv3.CommonTlsContext) ([]string, err
 		if err := onlyFields(e, pf, p, "tls_minimum_protocol_version", "tls_maximum_protocol_version"); err != nil {
 			return nil, err
 		}
-		for name, v := range map[string]tlsv3.TlsParameters_TlsProtocol{
+		for name, v := range map[string]xdswire.TlsParameters_TlsProtocol{
 			"tls_minimum_protocol_version": p.GetTlsMinimumProtocolVersion(),
 			"tls_maximum_protocol_version": p.GetTlsMaximumProtocolVersion(),
 		} {
-			if v != tlsv3.TlsParameters_TLS_AUTO && v != tlsv3.TlsParameters_TLSv1_3 {
+			if v != xdswire.TlsParameters_TLS_AUTO && v != xdswire.TlsParameters_TLSv1_3 {
 				return nil, e.at(pf+"."+name, "%s: sidecars speak TLS 1.3 only", v)
 			}
 		}
@@ -269,7 +268,7 @@ func decodeCommon(e errs, cf string, ctx *tlsv3.CommonTlsContext) ([]string, err
 }
 
 // rootCA checks an SDS reference: the name RootCASecret, delivered over ADS.
-func rootCA(e errs, field string, s *tlsv3.SdsSecretConfig) (string, error) {
+func rootCA(e errs, field string, s *xdswire.SdsSecretConfig) (string, error) {
 	if s == nil {
 		return "", e.at(field, "required: the SDS secret %s", RootCASecret)
 	}
@@ -285,7 +284,7 @@ func rootCA(e errs, field string, s *tlsv3.SdsSecretConfig) (string, error) {
 	return s.GetName(), nil
 }
 
-func decodeSecret(m *tlsv3.Secret) (*Secret, error) {
+func decodeSecret(m *xdswire.Secret) (*Secret, error) {
 	e := errs{kind: "secret", name: m.GetName()}
 	if err := checkName(e, "name", m.GetName()); err != nil {
 		return nil, err
@@ -317,7 +316,7 @@ func decodeSecret(m *tlsv3.Secret) (*Secret, error) {
 	return &Secret{Name: m.GetName(), TrustedCA: slices.Clone(ca), CRL: slices.Clone(crl)}, nil
 }
 
-func inlineBytes(e errs, field string, ds *corev3.DataSource) ([]byte, error) {
+func inlineBytes(e errs, field string, ds *xdswire.DataSource) ([]byte, error) {
 	if ds == nil {
 		return nil, e.at(field, "required")
 	}

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"time"
 
-	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weft-mesh/weft/certs/bundle"
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
 	"github.com/weft-mesh/weft/certs/revoke"
+	"github.com/weft-mesh/weft/sidecar/xdswire"
 )
 
 // A sidecar trusts publishers through its --ca-root roots united with the last
@@ -55,7 +55,7 @@ func RootCA(value []byte) (*bundle.Bundle, *revoke.CRL, error) {
 }
 
 func rootCA(value []byte, withCRL bool) (*bundle.Bundle, *revoke.CRL, error) {
-	var s tlsv3.Secret
+	var s xdswire.Secret
 	if err := proto.Unmarshal(value, &s); err != nil {
 		return nil, nil, fmt.Errorf("secret %s: malformed protobuf: %v", manifest.RootCAName, err)
 	}
