@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -130,7 +131,8 @@ var kinds = map[string]func() (proto.Message, proto.Message){
 	"ClusterLoadAssignment": func() (proto.Message, proto.Message) {
 		return &endpointv3.ClusterLoadAssignment{}, &xdswire.ClusterLoadAssignment{}
 	},
-	"Secret": func() (proto.Message, proto.Message) { return &tlsv3.Secret{}, &xdswire.Secret{} },
+	"Secret":     func() (proto.Message, proto.Message) { return &tlsv3.Secret{}, &xdswire.Secret{} },
+	"LbEndpoint": func() (proto.Message, proto.Message) { return &endpointv3.LbEndpoint{}, &xdswire.LbEndpoint{} },
 }
 
 // goldenResources reads every resource of pilot's golden snapshots
@@ -192,6 +194,16 @@ func builtResources() []resource {
 		dt.RootCA([]byte("bundle"), []byte("crl")), tc,
 		dt.Listener("inbound", dt.MustAddr("10.0.0.1:15006"), dt.WithTransport(dt.HTTPChain(15006, "r"), "tls")),
 		dt.OriginalDstCluster("passthrough", 0), dt.BlackHoleCluster("blackhole"))
+	// LEDS form: a locality naming a collection, and one of its LbEndpoints.
+	ledsCLA := &endpointv3.ClusterLoadAssignment{ClusterName: "c", Endpoints: []*endpointv3.LocalityLbEndpoints{{
+		Locality: &corev3.Locality{Region: "r", Zone: "z"},
+		LbConfig: &endpointv3.LocalityLbEndpoints_LedsClusterLocalityConfig{LedsClusterLocalityConfig: &endpointv3.LedsClusterLocalityConfig{
+			LedsConfig:         &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}, ResourceApiVersion: corev3.ApiVersion_V3},
+			LedsCollectionName: "xdstp://weft/envoy.config.endpoint.v3.LbEndpoint/c/r,z,/*",
+		}},
+	}}}
+	lbe := dt.MarkPeer(dt.Endpoints("c", peer), peer).GetEndpoints()[0].GetLbEndpoints()[0]
+	ms = append(ms, ledsCLA, lbe)
 	var out []resource
 	for _, m := range ms {
 		kind := string(m.ProtoReflect().Descriptor().Name())

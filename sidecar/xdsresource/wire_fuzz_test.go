@@ -10,7 +10,7 @@ import (
 )
 
 // wireKinds orders kinds for the fuzzer's selector byte.
-var wireKinds = []string{"Listener", "RouteConfiguration", "Cluster", "ClusterLoadAssignment", "Secret"}
+var wireKinds = []string{"Listener", "RouteConfiguration", "Cluster", "ClusterLoadAssignment", "Secret", "LbEndpoint"}
 
 // FuzzTrimmed is the differential check of the trimmed schema, at the proto
 // level: the same bytes are unmarshalled into go-control-plane's full type and
