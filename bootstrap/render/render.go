@@ -103,6 +103,10 @@ type Settings struct {
 	// (GOMAXPROCS): its worker cores, as Envoy's --concurrency.
 	// DefaultConcurrency..MaxConcurrency.
 	Concurrency int
+	// H2Server is --h2-server: the HTTP/2 server of the listeners'
+	// prior-knowledge HTTP/2 connections (the peer hop, gRPC clients), "weft"
+	// (sidecar/h2server) or "std" (net/http's); "" the sidecar's default.
+	H2Server string
 	// Pprof serves Go's profiler (runtime/pprof) under /debug/pprof/ on the admin
 	// address, which must then be a loopback address: profiles reveal memory.
 	Pprof bool
@@ -169,8 +173,9 @@ type File struct {
 	FileLimits
 	FileDNS
 	// Concurrency and Pprof: see Settings.
-	Concurrency int  `json:"concurrency,omitempty"`
-	Pprof       bool `json:"pprof,omitempty"`
+	Concurrency int    `json:"concurrency,omitempty"`
+	Pprof       bool   `json:"pprof,omitempty"`
+	H2Server    string `json:"h2-server,omitempty"`
 	// Intercept and InterceptCgroup: see Settings.
 	Intercept       string `json:"intercept,omitempty"`
 	InterceptCgroup string `json:"intercept-cgroup,omitempty"`
@@ -210,6 +215,7 @@ func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, err
 	limitFlags(fs, &f.FileLimits)
 	dnsFlags(fs, &f.FileDNS)
 	fs.IntVar(&f.Concurrency, "concurrency", 0, fmt.Sprintf("worker threads (GOMAXPROCS), 1..%d (default %d)", MaxConcurrency, DefaultConcurrency))
+	fs.StringVar(&f.H2Server, "h2-server", "", "weft|std: the HTTP/2 server of prior-knowledge HTTP/2 connections (default std: net/http's; weft: sidecar/h2server)")
 	fs.BoolVar(&f.Pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ on the admin address (loopback only; a sidecar built with -tags weftpprof)")
 	fs.StringVar(&f.Intercept, "intercept", "", "none|iptables|ebpf|auto: how traffic reaches the sidecar (default none: applications address it)")
 	fs.StringVar(&f.InterceptCgroup, "intercept-cgroup", "", "ebpf, auto: the pod's cgroup v2 directory to attach to (default the sidecar's own)")
@@ -291,6 +297,9 @@ func (f File) overriddenBy(cmd File, set map[string]bool) File {
 	if set["concurrency"] {
 		f.Concurrency = cmd.Concurrency
 	}
+	if set["h2-server"] {
+		f.H2Server = cmd.H2Server
+	}
 	return f
 }
 
@@ -333,7 +342,10 @@ func (f File) Settings() (*Settings, error) {
 	s := &Settings{PublisherKey: f.PublisherKey, StateDir: f.StateDir, XDSMode: f.XDSMode,
 		TokenFile: f.TokenFile, CARoot: f.CARoot, TrustDomain: f.TrustDomain,
 		InsecureSkipManifest: f.InsecureSkipManifest, Staleness: append([]string(nil), f.Staleness...), Pprof: f.Pprof,
-		Concurrency: f.Concurrency}
+		Concurrency: f.Concurrency, H2Server: f.H2Server}
+	if s.H2Server != "" && s.H2Server != "weft" && s.H2Server != "std" {
+		return nil, fmt.Errorf("h2-server: %q is neither weft nor std", s.H2Server)
+	}
 	switch {
 	case s.Concurrency == 0:
 		s.Concurrency = DefaultConcurrency

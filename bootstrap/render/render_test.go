@@ -141,6 +141,9 @@ func TestParse(t *testing.T) {
 		{"concurrency at the bound", with("--concurrency", fmt.Sprint(MaxConcurrency)), want(func(s *Settings) { s.Concurrency = MaxConcurrency }), ""},
 		{"concurrency one past the bound", with("--concurrency", fmt.Sprint(MaxConcurrency+1)), nil, "sidecar settings: concurrency: 257 outside 1..256"},
 		{"negative concurrency", with("--concurrency", "-1"), nil, "sidecar settings: concurrency: -1 outside 1..256"},
+		{"h2-server weft", with("--h2-server", "weft"), want(func(s *Settings) { s.H2Server = "weft" }), ""},
+		{"h2-server std", with("--h2-server", "std"), want(func(s *Settings) { s.H2Server = "std" }), ""},
+		{"h2-server unknown", with("--h2-server", "nghttp2"), nil, `sidecar settings: h2-server: "nghttp2" is neither weft nor std`},
 		{"pprof on the loopback admin address", with("--pprof"), want(func(s *Settings) { s.Pprof = true }), ""},
 		{"empty labels", without("--labels", "--labels", ""), want(func(s *Settings) { s.Node.Labels = map[string]string{} }), ""},
 

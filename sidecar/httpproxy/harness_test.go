@@ -1,6 +1,7 @@
 package httpproxy_test
 
 import (
+	"flag"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -61,6 +62,11 @@ func validationPool(t *testing.T) *cluster.Pool {
 	return pool
 }
 
+// h2serverFlag picks the HTTP/2 server of every sidecar the tests start
+// (Config.H2Server; "" the default), so the package's HTTP/2 and gRPC tests
+// run against either: go test ./sidecar/httpproxy -args -h2server=std.
+var h2serverFlag = flag.String("h2server", "", "HTTP/2 server of the tests' sidecars: std or weft (default: httpproxy.DefaultH2Server)")
+
 // listen reserves a loopback port so configs can name it before the sidecar starts.
 func listen(t testing.TB) net.Listener {
 	t.Helper()
@@ -103,7 +109,7 @@ func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOp
 		t.Fatal(err)
 	}
 	pcfg := httpproxy.Config{Logger: log, Pool: pool, Degraded: o.degraded, Observer: o.observer, Memory: o.memory,
-		ExpectContinueTimeout: o.expectTimeout, UpgradeIdleTimeout: o.upgradeIdle}
+		ExpectContinueTimeout: o.expectTimeout, UpgradeIdleTimeout: o.upgradeIdle, H2Server: *h2serverFlag}
 	if o.proxy != nil {
 		o.proxy(&pcfg)
 	}

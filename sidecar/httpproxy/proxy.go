@@ -54,6 +54,7 @@ import (
 	"github.com/weft-mesh/weft/sidecar/authz"
 	"github.com/weft-mesh/weft/sidecar/cluster"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
+	"github.com/weft-mesh/weft/sidecar/h2server"
 	"github.com/weft-mesh/weft/sidecar/mtls"
 	"github.com/weft-mesh/weft/sidecar/overload"
 )
@@ -141,7 +142,20 @@ type Config struct {
 	// MTLS dials the mTLS connections to peer sidecars that need them (the H2
 	// pool's; Pool has its own); nil: this sidecar has no identity.
 	MTLS *mtls.Manager
+	// H2Server picks the HTTP/2 server of the listeners' prior-knowledge
+	// HTTP/2 connections (the peer hop from other sidecars, gRPC clients):
+	// H2ServerWeft (sidecar/h2server) or H2ServerStd (net/http's). "" means
+	// DefaultH2Server.
+	H2Server string
 }
+
+// Values of Config.H2Server.
+const (
+	H2ServerStd  = "std"
+	H2ServerWeft = "weft"
+	// DefaultH2Server is the one the sidecar-pair benchmark favours.
+	DefaultH2Server = H2ServerStd
+)
 
 // Defaults and bounds of Config.
 const (
@@ -305,7 +319,12 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.MaxRetryBodyBytes == 0 {
 		cfg.MaxRetryBodyBytes = DefaultMaxRetryBodyBytes
 	}
+	if cfg.H2Server == "" {
+		cfg.H2Server = DefaultH2Server
+	}
 	switch {
+	case cfg.H2Server != H2ServerStd && cfg.H2Server != H2ServerWeft:
+		return nil, fmt.Errorf("httpproxy: H2Server %q is neither %q nor %q", cfg.H2Server, H2ServerStd, H2ServerWeft)
 	case cfg.BufferSize < MinBufferSize || cfg.BufferSize > MaxBufferSize:
 		return nil, fmt.Errorf("httpproxy: BufferSize %d outside 4KiB..1MiB", cfg.BufferSize)
 	case cfg.MaxHeaderBytes < MinMaxHeaderBytes || cfg.MaxHeaderBytes > MaxMaxHeaderBytes:
@@ -358,8 +377,9 @@ func New(cfg Config) (*Proxy, error) {
 }
 
 // h2Server is one listener's HTTP/2 server, so a listener's shutdown drains its
-// own connections (GOAWAY) and no other listener's.
+// own connections (GOAWAY) and no other listener's: weft, or srv (net/http's).
 type h2Server struct {
+	weft *h2server.Server
 	srv  *http.Server
 	ln   *connListener
 	done chan struct{} // closed when srv.Serve returns
@@ -377,6 +397,20 @@ func (p *Proxy) h2For(listener string) *h2Server {
 		return s
 	}
 	cfg := p.cfg
+	if cfg.H2Server == H2ServerWeft {
+		ws, err := h2server.New(h2server.Config{Handler: http.HandlerFunc(p.serveH2Request),
+			MaxConcurrentStreams: cfg.MaxConcurrentStreams, MaxReadFrameSize: cfg.H2MaxFrameSize,
+			MaxHeaderListSize: cfg.MaxHeaderBytes + h2HeaderListSlack, StreamWindow: cfg.H2StreamBuffer,
+			ConnWindow: cfg.H2ConnBuffer, IdleTimeout: cfg.IdleTimeout,
+			Logf: func(format string, args ...any) { p.log.Debug(fmt.Sprintf(format, args...)) }})
+		if err != nil { // New checked every bound
+			p.log.Error("HTTP/2 server", "listener", listener, "error", err)
+			return nil
+		}
+		s := &h2Server{weft: ws}
+		p.h2srvs[listener] = s
+		return s
+	}
 	s := &h2Server{ln: newConnListener(), done: make(chan struct{})}
 	s.srv = &http.Server{
 		Protocols:         &p.h2c,
@@ -413,6 +447,16 @@ func (p *Proxy) DrainHTTP2(ctx context.Context, listener string) {
 	if s == nil {
 		return
 	}
+	s.close(ctx)
+}
+
+// close drains s's connections until ctx ends, then closes what remains.
+func (s *h2Server) close(ctx context.Context) {
+	if s.weft != nil {
+		_ = s.weft.Shutdown(ctx)
+		s.weft.Close()
+		return
+	}
 	_ = s.srv.Shutdown(ctx)
 	_ = s.srv.Close()
 	<-s.done
@@ -428,9 +472,10 @@ func (p *Proxy) Close() {
 	srvs := p.h2srvs
 	p.h2srvs = nil
 	p.h2mu.Unlock()
+	done, cancel := context.WithCancel(context.Background())
+	cancel() // no drain: closed at once
 	for _, s := range srvs {
-		_ = s.srv.Close()
-		<-s.done
+		s.close(done)
 	}
 	p.h2.Close()
 	p.h1std.CloseIdleConnections()
@@ -478,6 +523,10 @@ func (p *Proxy) ServeConn(ctx context.Context, conn net.Conn, t Target) {
 	if isH2Preface(br) {
 		dw.close()
 		_ = conn.SetReadDeadline(time.Time{})
+		if p.cfg.H2Server == H2ServerWeft {
+			p.serveWeftH2(ctx, conn, br, t)
+			return
+		}
 		p.serveH2Conn(ctx, &bufConn{Conn: conn, r: br, w: newWriteBehind(conn), t: t, closed: make(chan struct{})})
 		return
 	}
@@ -519,6 +568,23 @@ func (p *Proxy) serveH2Conn(ctx context.Context, bc *bufConn) {
 		return
 	}
 	<-bc.closed
+}
+
+// h2HeaderListSlack is added to MaxHeaderBytes for SETTINGS_MAX_HEADER_LIST_SIZE,
+// which counts 32 bytes more per field than the bytes on the wire (x/net/http2
+// pads net/http's MaxHeaderBytes the same way: ten fields' worth).
+const h2HeaderListSlack = 10 * 32
+
+// serveWeftH2 serves conn (its preface still in br) on its listener's own HTTP/2
+// server until it closes.
+func (p *Proxy) serveWeftH2(ctx context.Context, conn net.Conn, br *bufio.Reader, t Target) {
+	s := p.h2For(t.Listener)
+	if s == nil {
+		conn.Close()
+		return
+	}
+	s.weft.ServeConn(context.WithValue(ctx, targetKey{}, &t), conn, br)
+	p.putReader(br) // ServeConn returned: nothing reads br any more
 }
 
 // bufConn replays bytes already buffered by the sniffing reader, joins the
