@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -75,7 +74,7 @@ const FeatureLEDS = "weft.leds.v1"
 // library's ("gRPC Go", "gRPC Java", "gRPC C++"...).
 func IsProxylessAgent(userAgent string) bool { return strings.HasPrefix(userAgent, "gRPC ") }
 
-// Bounds on what a node may present. FromProto refuses anything past them, so one
+// Bounds on what a node may present. FromWire refuses anything past them, so one
 // stream's first request cannot make pilot hold megabytes (a 1 MiB node id, 50,000
 // labels). They are at least what bootstrap/render lets a sidecar send.
 const (
@@ -169,8 +168,22 @@ func (n *Node) Validate() error {
 	return nil
 }
 
-// ToProto renders the node as an Envoy core.Node.
-func (n *Node) ToProto() *corev3.Node {
+// Wire is the part of an xDS core.Node (envoy.config.core.v3.Node) Weft writes
+// and reads, apart from the generated type that carries it: pilot converts
+// go-control-plane's (bootstrap/node/envoynode), the sidecar its trimmed one
+// (sidecar/xdswire), so this package links neither.
+type Wire struct {
+	ID, Cluster, UserAgentName string
+	Metadata                   *structpb.Struct
+	Locality                   *Locality // nil: none
+	ClientFeatures             []string
+}
+
+// UserAgent is the user_agent_name a Weft sidecar sends.
+const UserAgent = "weft-sidecar"
+
+// ToWire renders the node as an xDS core.Node's fields.
+func (n *Node) ToWire() Wire {
 	fields := map[string]*structpb.Value{}
 	if n.Namespace != "" {
 		fields[keyNamespace] = structpb.NewStringValue(n.Namespace)
@@ -197,9 +210,10 @@ func (n *Node) ToProto() *corev3.Node {
 		}
 		fields[keyLabels] = structpb.NewStructValue(&structpb.Struct{Fields: lf})
 	}
-	p := &corev3.Node{Id: n.ID, Cluster: n.Namespace, UserAgentName: "weft-sidecar", Metadata: &structpb.Struct{Fields: fields}}
+	p := Wire{ID: n.ID, Cluster: n.Namespace, UserAgentName: UserAgent, Metadata: &structpb.Struct{Fields: fields}}
 	if n.Locality != (Locality{}) {
-		p.Locality = &corev3.Locality{Region: n.Locality.Region, Zone: n.Locality.Zone, SubZone: n.Locality.SubZone}
+		l := n.Locality
+		p.Locality = &l
 	}
 	if n.LEDS {
 		p.ClientFeatures = []string{FeatureLEDS}
@@ -207,32 +221,29 @@ func (n *Node) ToProto() *corev3.Node {
 	return p
 }
 
-// FromProto reads a Node from an Envoy core.Node; missing Weft metadata is not an
-// error (the result simply does not register). Wrong types are, and so is
-// anything past the bounds above (checked before anything is copied).
-func FromProto(p *corev3.Node) (*Node, error) {
-	if p == nil {
-		return nil, fmt.Errorf("node: missing")
-	}
-	if id := p.GetId(); len(id) > MaxIDBytes {
+// FromWire reads a Node from an xDS core.Node's fields; missing Weft metadata
+// is not an error (the result simply does not register). Wrong types are, and
+// so is anything past the bounds above (checked before anything is copied).
+func FromWire(p Wire) (*Node, error) {
+	if id := p.ID; len(id) > MaxIDBytes {
 		return nil, fmt.Errorf("node id %q...: %d bytes, limit %d", id[:32], len(id), MaxIDBytes)
 	}
-	if cf := p.GetClientFeatures(); len(cf) > MaxClientFeatures {
-		return nil, fmt.Errorf("node %s: client_features: %d entries, limit %d", p.GetId(), len(cf), MaxClientFeatures)
+	if cf := p.ClientFeatures; len(cf) > MaxClientFeatures {
+		return nil, fmt.Errorf("node %s: client_features: %d entries, limit %d", p.ID, len(cf), MaxClientFeatures)
 	}
-	n := &Node{ID: p.GetId(), Proxyless: IsProxylessAgent(p.GetUserAgentName()), LEDS: slices.Contains(p.GetClientFeatures(), FeatureLEDS)}
-	if sz := proto.Size(p.GetMetadata()); sz > MaxMetadataBytes {
+	n := &Node{ID: p.ID, Proxyless: IsProxylessAgent(p.UserAgentName), LEDS: slices.Contains(p.ClientFeatures, FeatureLEDS)}
+	if sz := proto.Size(p.Metadata); sz > MaxMetadataBytes {
 		return nil, fmt.Errorf("node %s: metadata: %d bytes, limit %d", n.ID, sz, MaxMetadataBytes)
 	}
-	if l := p.GetLocality(); l != nil {
-		for _, seg := range [...]struct{ name, v string }{{"region", l.GetRegion()}, {"zone", l.GetZone()}, {"sub_zone", l.GetSubZone()}} {
+	if l := p.Locality; l != nil {
+		for _, seg := range [...]struct{ name, v string }{{"region", l.Region}, {"zone", l.Zone}, {"sub_zone", l.SubZone}} {
 			if len(seg.v) > MaxFieldBytes {
 				return nil, fmt.Errorf("node %s: locality.%s: %d bytes, limit %d", n.ID, seg.name, len(seg.v), MaxFieldBytes)
 			}
 		}
-		n.Locality = Locality{Region: l.GetRegion(), Zone: l.GetZone(), SubZone: l.GetSubZone()}
+		n.Locality = *l
 	}
-	f := p.GetMetadata().GetFields()
+	f := p.Metadata.GetFields()
 	str := func(key string, dst *string) error {
 		v, ok := f[key]
 		if !ok {

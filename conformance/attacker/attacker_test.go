@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/bootstrap/node/envoynode"
 	"github.com/weft-mesh/weft/pilot/ca"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	"github.com/weft-mesh/weft/tools/testkit"
@@ -94,7 +95,7 @@ func (st *stream) open(t testing.TB, n *node.Node, types []string, names map[str
 	for i, typ := range types {
 		req := &discoveryv3.DiscoveryRequest{TypeUrl: typ, ResourceNames: names[typ]}
 		if i == 0 {
-			req.Node = n.ToProto()
+			req.Node = envoynode.ToProto(n)
 		}
 		if err := st.s.Send(req); err != nil {
 			break // the server ended the stream: Recv says why

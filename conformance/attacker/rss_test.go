@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/bootstrap/node/envoynode"
 	"github.com/weft-mesh/weft/pilot/xds/ads"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
@@ -111,7 +112,7 @@ func hostile(ctx context.Context, cc *grpc.ClientConn, id string, names []string
 	if err != nil {
 		return fmt.Errorf("%s: %w", id, err)
 	}
-	if err := s.Send(&discoveryv3.DiscoveryRequest{Node: (&node.Node{ID: id}).ToProto(), TypeUrl: snapshot.EndpointType, ResourceNames: names}); err != nil {
+	if err := s.Send(&discoveryv3.DiscoveryRequest{Node: envoynode.ToProto((&node.Node{ID: id})), TypeUrl: snapshot.EndpointType, ResourceNames: names}); err != nil {
 		return fmt.Errorf("%s: send: %w", id, err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/bootstrap/node/envoynode"
 	"github.com/weft-mesh/weft/pilot/server/servertest"
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
@@ -86,7 +87,7 @@ func TestNACKDrill(t *testing.T) {
 func drill(t *testing.T, delta bool) {
 	p := servertest.Start(t, servertest.Options{})
 	rev1 := p.Apply(t, good)
-	c := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: delta, Node: (&node.Node{ID: nodeID}).ToProto(), Types: types, Judge: strict})
+	c := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: delta, Node: envoynode.ToProto((&node.Node{ID: nodeID})), Types: types, Judge: strict})
 	rollout := func(rev int64) (int, string, string) {
 		return meshctlRun(p, "rollout", "status", strconv.FormatInt(rev, 10), "--wait", "--timeout", "10s")
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/bootstrap/node/envoynode"
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
 	"github.com/weft-mesh/weft/pilot/server"
@@ -80,7 +81,7 @@ func TestDeltaReconnectEndToEnd(t *testing.T) {
 	p := servertest.Start(t, servertest.Options{})
 	rev := p.Apply(t, mesh)
 	types := []string{snapshot.ClusterType, snapshot.EndpointType}
-	n := (&node.Node{ID: "debugger"}).ToProto()
+	n := envoynode.ToProto((&node.Node{ID: "debugger"}))
 	c := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: n, Types: types})
 	p.WaitProxy(t, 10*time.Second, "debugger", "first sync", func(ps status.ProxyStatus) bool {
 		return ps.EffectiveRevision >= rev && ps.Status == "SYNCED"
@@ -220,8 +221,8 @@ func TestSidecarManifest(t *testing.T) {
 	rev := p.Apply(t, mesh)
 	sc := &node.Node{ID: "reviews-1", Namespace: "shop", ServiceAccount: "reviews", Labels: map[string]string{"app": "reviews"},
 		Address: "127.0.0.5", InboundPort: 15006}
-	c := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: sc.ToProto(), Types: snapshot.PushOrder})
-	plain := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: (&node.Node{ID: "plain"}).ToProto(),
+	c := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: envoynode.ToProto(sc), Types: snapshot.PushOrder})
+	plain := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: envoynode.ToProto((&node.Node{ID: "plain"})),
 		Types: []string{snapshot.ClusterType, manifest.TypeURL}, Names: map[string][]string{manifest.TypeURL: {manifest.Name}}})
 	synced := func(rev int64) func(status.ProxyStatus) bool {
 		return func(ps status.ProxyStatus) bool { return ps.EffectiveRevision >= rev && ps.Status == "SYNCED" }
@@ -360,7 +361,7 @@ func TestManifestSharedPerScope(t *testing.T) {
 	for i, id := range ids {
 		sc := &node.Node{ID: id, Namespace: "shop", ServiceAccount: "reviews", Labels: map[string]string{"app": "reviews"},
 			Address: fmt.Sprintf("127.0.0.%d", 5+i), InboundPort: 15006}
-		clients = append(clients, servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: sc.ToProto(), Types: snapshot.PushOrder}))
+		clients = append(clients, servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: envoynode.ToProto(sc), Types: snapshot.PushOrder}))
 	}
 	for _, id := range ids {
 		p.WaitProxy(t, 10*time.Second, id, "synced", func(ps status.ProxyStatus) bool {
@@ -429,7 +430,7 @@ func TestNotCurrentAfterWait(t *testing.T) {
 	opened := time.Now()
 	sc := &node.Node{ID: "reviews-1", Namespace: "shop", ServiceAccount: "reviews", Labels: map[string]string{"app": "reviews"},
 		Address: "127.0.0.5", InboundPort: 15006}
-	c := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: sc.ToProto(), Types: snapshot.PushOrder})
+	c := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: envoynode.ToProto(sc), Types: snapshot.PushOrder})
 	manifests := func() []*manifest.Manifest {
 		var out []*manifest.Manifest
 		for _, r := range c.Responses() {

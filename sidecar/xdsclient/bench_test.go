@@ -6,8 +6,9 @@ import (
 	"strconv"
 	"testing"
 
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/weft-mesh/weft/sidecar/xdswire"
 )
 
 // BenchmarkHandle measures one full-state push of n clusters through decode,
@@ -20,7 +21,7 @@ func BenchmarkHandle(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("sotw/%d", n), func(b *testing.B) {
 			e := benchEngine(b, SotW)
-			resp := &discovery.DiscoveryResponse{TypeUrl: TypeCluster, VersionInfo: "v"}
+			resp := &xdswire.DiscoveryResponse{TypeUrl: TypeCluster, VersionInfo: "v"}
 			for _, m := range ms {
 				resp.Resources = append(resp.Resources, mustAny(b, m))
 			}
@@ -35,9 +36,9 @@ func BenchmarkHandle(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("delta/%d", n), func(b *testing.B) {
 			e := benchEngine(b, Delta)
-			resp := &discovery.DeltaDiscoveryResponse{TypeUrl: TypeCluster}
+			resp := &xdswire.DeltaDiscoveryResponse{TypeUrl: TypeCluster}
 			for i, m := range ms {
-				resp.Resources = append(resp.Resources, &discovery.Resource{Name: ms[i].(interface{ GetName() string }).GetName(), Version: "1", Resource: mustAny(b, m)})
+				resp.Resources = append(resp.Resources, &xdswire.Resource{Name: ms[i].(interface{ GetName() string }).GetName(), Version: "1", Resource: mustAny(b, m)})
 			}
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {

@@ -9,12 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/weft-mesh/weft/sidecar/xdswire"
 )
 
 // TypeStatus is what /config_dump shows for one type.
@@ -263,7 +264,6 @@ func (c *Client) stream(ctx context.Context, srv string) (ok bool, err error) {
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ads := discovery.NewAggregatedDiscoveryServiceClient(cc)
 	c.eng.startStream()
 	start := c.cfg.Now()
 	defer func() {
@@ -272,13 +272,13 @@ func (c *Client) stream(ctx context.Context, srv string) (ok bool, err error) {
 		}
 	}()
 	if c.cfg.Mode == SotW {
-		st, err := ads.StreamAggregatedResources(sctx)
+		st, err := openStream[xdswire.DiscoveryRequest, xdswire.DiscoveryResponse](sctx, cc, sotwMethod)
 		if err != nil {
 			return false, fmt.Errorf("open sotw stream to %s: %w", srv, err)
 		}
 		return loop(sctx, c, srv, cc, st, c.eng.initialSotW(), c.eng.handleSotW)
 	}
-	st, err := ads.DeltaAggregatedResources(sctx)
+	st, err := openStream[xdswire.DeltaDiscoveryRequest, xdswire.DeltaDiscoveryResponse](sctx, cc, deltaMethod)
 	if err != nil {
 		return false, fmt.Errorf("open delta stream to %s: %w", srv, err)
 	}
@@ -301,6 +301,27 @@ func waitReady(ctx context.Context, cc *grpc.ClientConn, timeout time.Duration) 
 			return ctx.Err()
 		}
 	}
+}
+
+// The ADS methods (envoy.service.discovery.v3.AggregatedDiscoveryService),
+// called with the trimmed request and response types: the wire is the same as
+// go-control-plane's generated client's.
+const (
+	adsService  = "envoy.service.discovery.v3.AggregatedDiscoveryService"
+	sotwMethod  = "/" + adsService + "/StreamAggregatedResources"
+	deltaMethod = "/" + adsService + "/DeltaAggregatedResources"
+)
+
+// adsDesc describes both ADS methods: bidirectional streams.
+var adsDesc = grpc.StreamDesc{ClientStreams: true, ServerStreams: true}
+
+// openStream opens one ADS stream of method on cc.
+func openStream[Req, Resp any](ctx context.Context, cc *grpc.ClientConn, method string) (*grpc.GenericClientStream[Req, Resp], error) {
+	cs, err := cc.NewStream(ctx, &adsDesc, method)
+	if err != nil {
+		return nil, err
+	}
+	return &grpc.GenericClientStream[Req, Resp]{ClientStream: cs}, nil
 }
 
 // adsStream is the part of a SotW or delta ADS stream the loop uses.

@@ -26,7 +26,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 
-	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/bootstrap/node/envoynode"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -235,7 +235,7 @@ func TestConformanceGoControlPlane(t *testing.T) {
 			if len(first) != 1 {
 				t.Fatalf("%d first requests, want 1", len(first))
 			}
-			got, err := node.FromProto(first[0].node)
+			got, err := envoynode.FromProto(first[0].node)
 			if err != nil {
 				t.Fatal(err)
 			}

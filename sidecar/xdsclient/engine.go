@@ -10,11 +10,12 @@ import (
 	"slices"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/hashicorp/go-hclog"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+
+	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/sidecar/xdswire"
 )
 
 // wildcard is the explicit wildcard name (delta). SotW uses the legacy form (no
@@ -85,18 +86,18 @@ func (e *engine) startStream() {
 	}
 }
 
-func (e *engine) nodeOnce() *corev3.Node {
+func (e *engine) nodeOnce() *xdswire.Node {
 	if !e.sendNode {
 		return nil
 	}
 	e.sendNode = false
-	return e.cfg.Node.ToProto()
+	return wireNode(e.cfg.Node)
 }
 
 // initialSotW is the first request per type on a new SotW stream. Named types with
 // nothing to ask for wait: an empty name list would mean wildcard.
-func (e *engine) initialSotW() []*discovery.DiscoveryRequest {
-	var out []*discovery.DiscoveryRequest
+func (e *engine) initialSotW() []*xdswire.DiscoveryRequest {
+	var out []*xdswire.DiscoveryRequest
 	for _, t := range e.order {
 		names := e.refs[t.url]
 		if t.named && len(names) == 0 {
@@ -107,8 +108,8 @@ func (e *engine) initialSotW() []*discovery.DiscoveryRequest {
 	return out
 }
 
-func (e *engine) sotwRequest(t *typeState) *discovery.DiscoveryRequest {
-	req := &discovery.DiscoveryRequest{
+func (e *engine) sotwRequest(t *typeState) *xdswire.DiscoveryRequest {
+	req := &xdswire.DiscoveryRequest{
 		Node:          e.nodeOnce(),
 		TypeUrl:       t.url,
 		VersionInfo:   e.state.Versions[t.url],
@@ -127,8 +128,8 @@ func (e *engine) sotwRequest(t *typeState) *discovery.DiscoveryRequest {
 }
 
 // initialDelta subscribes every type and announces what the client holds.
-func (e *engine) initialDelta() []*discovery.DeltaDiscoveryRequest {
-	var out []*discovery.DeltaDiscoveryRequest
+func (e *engine) initialDelta() []*xdswire.DeltaDiscoveryRequest {
+	var out []*xdswire.DeltaDiscoveryRequest
 	for _, t := range e.order {
 		held := e.state.Resources[t.url]
 		names := []string{wildcard}
@@ -139,7 +140,7 @@ func (e *engine) initialDelta() []*discovery.DeltaDiscoveryRequest {
 			}
 			t.subscribed = names
 		}
-		req := &discovery.DeltaDiscoveryRequest{
+		req := &xdswire.DeltaDiscoveryRequest{
 			Node:                   e.nodeOnce(),
 			TypeUrl:                t.url,
 			ResourceNamesSubscribe: names,
@@ -221,7 +222,7 @@ func (e *engine) checkCount(t *typeState, n int) error {
 
 // handleSotW processes one SotW response and returns the requests to send: the
 // ACK/NACK first, then subscription changes it caused for other types.
-func (e *engine) handleSotW(ctx context.Context, resp *discovery.DiscoveryResponse) []*discovery.DiscoveryRequest {
+func (e *engine) handleSotW(ctx context.Context, resp *xdswire.DiscoveryResponse) []*xdswire.DiscoveryRequest {
 	t := e.accept(resp.GetTypeUrl(), resp.GetNonce())
 	if t == nil {
 		return nil
@@ -241,7 +242,7 @@ func (e *engine) handleSotW(ctx context.Context, resp *discovery.DiscoveryRespon
 	nack := e.record(t, err)
 	req := e.sotwRequest(t)
 	req.ErrorDetail = nack
-	out := []*discovery.DiscoveryRequest{req}
+	out := []*xdswire.DiscoveryRequest{req}
 	for _, o := range e.order {
 		if o != t && o.named && !slices.Equal(o.subscribed, e.refs[o.url]) && (o.sent || len(e.refs[o.url]) > 0) {
 			out = append(out, e.sotwRequest(o))
@@ -251,7 +252,7 @@ func (e *engine) handleSotW(ctx context.Context, resp *discovery.DiscoveryRespon
 }
 
 // sotwDigest identifies a SotW response's content (not its nonce).
-func sotwDigest(resp *discovery.DiscoveryResponse) [sha256.Size]byte {
+func sotwDigest(resp *xdswire.DiscoveryResponse) [sha256.Size]byte {
 	h := sha256.New()
 	var n [8]byte
 	field := func(b []byte) {
@@ -269,7 +270,7 @@ func sotwDigest(resp *discovery.DiscoveryResponse) [sha256.Size]byte {
 	return out
 }
 
-func (e *engine) decodeSotW(t *typeState, resp *discovery.DiscoveryResponse) (map[string]Resource, error) {
+func (e *engine) decodeSotW(t *typeState, resp *xdswire.DiscoveryResponse) (map[string]Resource, error) {
 	short := ShortName(t.url)
 	if err := e.checkCount(t, len(resp.GetResources())); err != nil {
 		return nil, err
@@ -313,7 +314,7 @@ func (e *engine) decodeSotW(t *typeState, resp *discovery.DiscoveryResponse) (ma
 var errDuplicate = errors.New("duplicate name in one response")
 
 // handleDelta processes one delta response.
-func (e *engine) handleDelta(ctx context.Context, resp *discovery.DeltaDiscoveryResponse) []*discovery.DeltaDiscoveryRequest {
+func (e *engine) handleDelta(ctx context.Context, resp *xdswire.DeltaDiscoveryResponse) []*xdswire.DeltaDiscoveryRequest {
 	t := e.accept(resp.GetTypeUrl(), resp.GetNonce())
 	if t == nil {
 		return nil
@@ -322,7 +323,7 @@ func (e *engine) handleDelta(ctx context.Context, resp *discovery.DeltaDiscovery
 	if err == nil {
 		err = e.commit(ctx, t, next, resp.GetSystemVersionInfo())
 	}
-	out := []*discovery.DeltaDiscoveryRequest{{
+	out := []*xdswire.DeltaDiscoveryRequest{{
 		Node:          e.nodeOnce(),
 		TypeUrl:       t.url,
 		ResponseNonce: resp.GetNonce(),
@@ -343,12 +344,12 @@ func (e *engine) handleDelta(ctx context.Context, resp *discovery.DeltaDiscovery
 		o.subscribed = slices.Clone(want)
 		o.sent = true
 		// A subscription change carries no nonce: it is not an ACK.
-		out = append(out, &discovery.DeltaDiscoveryRequest{TypeUrl: o.url, ResourceNamesSubscribe: sub, ResourceNamesUnsubscribe: unsub})
+		out = append(out, &xdswire.DeltaDiscoveryRequest{TypeUrl: o.url, ResourceNamesSubscribe: sub, ResourceNamesUnsubscribe: unsub})
 	}
 	return out
 }
 
-func (e *engine) decodeDelta(t *typeState, resp *discovery.DeltaDiscoveryResponse) (map[string]Resource, error) {
+func (e *engine) decodeDelta(t *typeState, resp *xdswire.DeltaDiscoveryResponse) (map[string]Resource, error) {
 	short := ShortName(t.url)
 	if err := e.checkCount(t, len(resp.GetResources())+len(resp.GetRemovedResources())); err != nil {
 		return nil, err
@@ -433,4 +434,14 @@ func (e *engine) statuses(connected bool) []TypeStatus {
 		out = append(out, ts)
 	}
 	return out
+}
+
+// wireNode renders the node in the trimmed core.Node (node.Wire's fields).
+func wireNode(n *node.Node) *xdswire.Node {
+	w := n.ToWire()
+	p := &xdswire.Node{Id: w.ID, Cluster: w.Cluster, UserAgentName: w.UserAgentName, Metadata: w.Metadata, ClientFeatures: w.ClientFeatures}
+	if l := w.Locality; l != nil {
+		p.Locality = &xdswire.Locality{Region: l.Region, Zone: l.Zone, SubZone: l.SubZone}
+	}
+	return p
 }

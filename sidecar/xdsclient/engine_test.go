@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/weft-mesh/weft/sidecar/xdswire"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -40,8 +40,8 @@ func newTestEngine(t *testing.T, mode Mode, ap *applier, mutate func(*Config)) *
 	return e
 }
 
-func sotwResp(t *testing.T, typeURL, version, nonce string, ms ...proto.Message) *discovery.DiscoveryResponse {
-	r := &discovery.DiscoveryResponse{TypeUrl: typeURL, VersionInfo: version, Nonce: nonce}
+func sotwResp(t *testing.T, typeURL, version, nonce string, ms ...proto.Message) *xdswire.DiscoveryResponse {
+	r := &xdswire.DiscoveryResponse{TypeUrl: typeURL, VersionInfo: version, Nonce: nonce}
 	for _, m := range ms {
 		r.Resources = append(r.Resources, mustAny(t, m))
 	}
@@ -63,23 +63,23 @@ func TestSotWResponses(t *testing.T) {
 	errApply := errors.New("dataplane: listener l2: route r9 not found")
 	tests := []struct {
 		name   string
-		resp   func(t *testing.T) *discovery.DiscoveryResponse
+		resp   func(t *testing.T) *xdswire.DiscoveryResponse
 		reject error
 		max    int
 		want   func(t *testing.T) outcome
 	}{
 		{"good version is ACKed and replaces the set",
-			func(t *testing.T) *discovery.DiscoveryResponse {
+			func(t *testing.T) *xdswire.DiscoveryResponse {
 				return sotwResp(t, TypeListener, "v2", "n2", listener("l2"), listener("l3"))
 			}, nil, 0,
 			func(*testing.T) outcome {
 				return outcome{Requests: 1, Nonce: "n2", Version: "v2", Listeners: []string{"l2", "l3"}}
 			}},
 		{"empty LDS deletes all listeners",
-			func(t *testing.T) *discovery.DiscoveryResponse { return sotwResp(t, TypeListener, "v2", "n2") }, nil, 0,
+			func(t *testing.T) *xdswire.DiscoveryResponse { return sotwResp(t, TypeListener, "v2", "n2") }, nil, 0,
 			func(*testing.T) outcome { return outcome{Requests: 1, Nonce: "n2", Version: "v2"} }},
 		{"corrupt Any is NACKed, old state kept",
-			func(t *testing.T) *discovery.DiscoveryResponse {
+			func(t *testing.T) *xdswire.DiscoveryResponse {
 				r := sotwResp(t, TypeListener, "v2", "n2", listener("l2"))
 				r.Resources = append(r.Resources, corruptAny)
 				return r
@@ -88,52 +88,52 @@ func TestSotWResponses(t *testing.T) {
 				return outcome{Requests: 1, Nonce: "n2", Version: "v1", NACK: "type Listener: resource #1: " + corruptErr(t), Listeners: []string{"l1"}}
 			}},
 		{"duplicate names are NACKed",
-			func(t *testing.T) *discovery.DiscoveryResponse {
+			func(t *testing.T) *xdswire.DiscoveryResponse {
 				return sotwResp(t, TypeListener, "v2", "n2", listener("l2"), listener("l2"))
 			}, nil, 0,
 			func(*testing.T) outcome {
 				return outcome{Requests: 1, Nonce: "n2", Version: "v1", NACK: "type Listener: resource l2: duplicate name in one response", Listeners: []string{"l1"}}
 			}},
 		{"resource of another type is NACKed",
-			func(t *testing.T) *discovery.DiscoveryResponse {
+			func(t *testing.T) *xdswire.DiscoveryResponse {
 				return sotwResp(t, TypeListener, "v2", "n2", listener("l2"), cluster("c1"))
 			}, nil, 0,
 			func(*testing.T) outcome {
 				return outcome{Requests: 1, Nonce: "n2", Version: "v1", NACK: `type Listener: resource #1: type_url "` + TypeCluster + `" does not match the response's`, Listeners: []string{"l1"}}
 			}},
 		{"validation failure names the resource",
-			func(t *testing.T) *discovery.DiscoveryResponse {
+			func(t *testing.T) *xdswire.DiscoveryResponse {
 				return sotwResp(t, TypeListener, "v2", "n2", listener("l2"), listener("bad-l"))
 			}, nil, 0,
 			func(*testing.T) outcome {
 				return outcome{Requests: 1, Nonce: "n2", Version: "v1", NACK: "type Listener: resource bad-l: invalid", Listeners: []string{"l1"}}
 			}},
 		{"apply rejection is NACKed with its message",
-			func(t *testing.T) *discovery.DiscoveryResponse {
+			func(t *testing.T) *xdswire.DiscoveryResponse {
 				return sotwResp(t, TypeListener, "v2", "n2", listener("l2"))
 			}, errApply, 0,
 			func(*testing.T) outcome {
 				return outcome{Requests: 1, Nonce: "n2", Version: "v1", NACK: errApply.Error(), Listeners: []string{"l1"}}
 			}},
 		{"too many resources",
-			func(t *testing.T) *discovery.DiscoveryResponse {
+			func(t *testing.T) *xdswire.DiscoveryResponse {
 				return sotwResp(t, TypeListener, "v2", "n2", listener("a"), listener("b"), listener("c"))
 			}, nil, 2,
 			func(*testing.T) outcome {
 				return outcome{Requests: 1, Nonce: "n2", Version: "v1", NACK: "type Listener: response has 3 resources, limit 2", Listeners: []string{"l1"}}
 			}},
 		{"unknown type is ignored, not NACKed",
-			func(t *testing.T) *discovery.DiscoveryResponse {
+			func(t *testing.T) *xdswire.DiscoveryResponse {
 				return sotwResp(t, "type.googleapis.com/weft.v1.Unknown", "v2", "n2")
 			}, nil, 0,
 			func(*testing.T) outcome { return outcome{Listeners: []string{"l1"}, Unknown: 1} }},
 		{"empty nonce is ignored",
-			func(t *testing.T) *discovery.DiscoveryResponse {
+			func(t *testing.T) *xdswire.DiscoveryResponse {
 				return sotwResp(t, TypeListener, "v2", "", listener("l2"))
 			}, nil, 0,
 			func(*testing.T) outcome { return outcome{Listeners: []string{"l1"}, Ignored: 1} }},
 		{"replayed nonce is ignored",
-			func(t *testing.T) *discovery.DiscoveryResponse {
+			func(t *testing.T) *xdswire.DiscoveryResponse {
 				return sotwResp(t, TypeListener, "v2", "n1", listener("l2"))
 			}, nil, 0,
 			func(*testing.T) outcome { return outcome{Listeners: []string{"l1"}, Ignored: 1} }},
@@ -158,12 +158,12 @@ func TestSotWResponses(t *testing.T) {
 	}
 }
 
-func deltaResp(t *testing.T, typeURL, nonce string, removed []string, ms ...proto.Message) *discovery.DeltaDiscoveryResponse {
-	r := &discovery.DeltaDiscoveryResponse{TypeUrl: typeURL, Nonce: nonce, SystemVersionInfo: "sys-" + nonce, RemovedResources: removed}
+func deltaResp(t *testing.T, typeURL, nonce string, removed []string, ms ...proto.Message) *xdswire.DeltaDiscoveryResponse {
+	r := &xdswire.DeltaDiscoveryResponse{TypeUrl: typeURL, Nonce: nonce, SystemVersionInfo: "sys-" + nonce, RemovedResources: removed}
 	for _, m := range ms {
 		a := mustAny(t, m)
 		name, _, _ := testDecode(typeURL, a)
-		r.Resources = append(r.Resources, &discovery.Resource{Name: name, Version: "h-" + name + "-" + nonce, Resource: a})
+		r.Resources = append(r.Resources, &xdswire.Resource{Name: name, Version: "h-" + name + "-" + nonce, Resource: a})
 	}
 	return r
 }
@@ -171,53 +171,53 @@ func deltaResp(t *testing.T, typeURL, nonce string, removed []string, ms ...prot
 func TestDeltaResponses(t *testing.T) {
 	tests := []struct {
 		name string
-		resp func(t *testing.T) *discovery.DeltaDiscoveryResponse
+		resp func(t *testing.T) *xdswire.DeltaDiscoveryResponse
 		want func(t *testing.T) outcome
 	}{
 		{"upsert keeps what is absent",
-			func(t *testing.T) *discovery.DeltaDiscoveryResponse {
+			func(t *testing.T) *xdswire.DeltaDiscoveryResponse {
 				return deltaResp(t, TypeListener, "n2", nil, listener("l2"))
 			},
 			func(*testing.T) outcome { return outcome{Requests: 1, Nonce: "n2", Listeners: []string{"l1", "l2"}} }},
 		{"removal",
-			func(t *testing.T) *discovery.DeltaDiscoveryResponse {
+			func(t *testing.T) *xdswire.DeltaDiscoveryResponse {
 				return deltaResp(t, TypeListener, "n2", []string{"l1"}, listener("l2"))
 			},
 			func(*testing.T) outcome { return outcome{Requests: 1, Nonce: "n2", Listeners: []string{"l2"}} }},
 		{"corrupt Any",
-			func(t *testing.T) *discovery.DeltaDiscoveryResponse {
+			func(t *testing.T) *xdswire.DeltaDiscoveryResponse {
 				r := deltaResp(t, TypeListener, "n2", nil)
-				r.Resources = []*discovery.Resource{{Name: "l2", Version: "x", Resource: corruptAny}}
+				r.Resources = []*xdswire.Resource{{Name: "l2", Version: "x", Resource: corruptAny}}
 				return r
 			},
 			func(t *testing.T) outcome {
 				return outcome{Requests: 1, Nonce: "n2", NACK: "type Listener: resource l2: " + corruptErr(t), Listeners: []string{"l1"}}
 			}},
 		{"duplicate names",
-			func(t *testing.T) *discovery.DeltaDiscoveryResponse {
+			func(t *testing.T) *xdswire.DeltaDiscoveryResponse {
 				return deltaResp(t, TypeListener, "n2", nil, listener("l2"), listener("l2"))
 			},
 			func(*testing.T) outcome {
 				return outcome{Requests: 1, Nonce: "n2", NACK: "type Listener: resource l2: duplicate name in one response", Listeners: []string{"l1"}}
 			}},
 		{"updated and removed at once",
-			func(t *testing.T) *discovery.DeltaDiscoveryResponse {
+			func(t *testing.T) *xdswire.DeltaDiscoveryResponse {
 				return deltaResp(t, TypeListener, "n2", []string{"l2"}, listener("l2"))
 			},
 			func(*testing.T) outcome {
 				return outcome{Requests: 1, Nonce: "n2", NACK: "type Listener: resource l2: both updated and removed", Listeners: []string{"l1"}}
 			}},
 		{"mismatched type",
-			func(t *testing.T) *discovery.DeltaDiscoveryResponse {
+			func(t *testing.T) *xdswire.DeltaDiscoveryResponse {
 				r := deltaResp(t, TypeListener, "n2", nil)
-				r.Resources = []*discovery.Resource{{Name: "c1", Version: "x", Resource: mustAny(t, cluster("c1"))}}
+				r.Resources = []*xdswire.Resource{{Name: "c1", Version: "x", Resource: mustAny(t, cluster("c1"))}}
 				return r
 			},
 			func(*testing.T) outcome {
 				return outcome{Requests: 1, Nonce: "n2", NACK: `type Listener: resource c1: type_url "` + TypeCluster + `" does not match the response's`, Listeners: []string{"l1"}}
 			}},
 		{"wrapper name differs from body",
-			func(t *testing.T) *discovery.DeltaDiscoveryResponse {
+			func(t *testing.T) *xdswire.DeltaDiscoveryResponse {
 				r := deltaResp(t, TypeListener, "n2", nil, listener("l2"))
 				r.Resources[0].Name = "l3"
 				return r
@@ -226,7 +226,7 @@ func TestDeltaResponses(t *testing.T) {
 				return outcome{Requests: 1, Nonce: "n2", NACK: `type Listener: resource l3: body is named "l2"`, Listeners: []string{"l1"}}
 			}},
 		{"no body",
-			func(t *testing.T) *discovery.DeltaDiscoveryResponse {
+			func(t *testing.T) *xdswire.DeltaDiscoveryResponse {
 				r := deltaResp(t, TypeListener, "n2", nil, listener("l2"))
 				r.Resources[0].Resource = nil
 				return r
@@ -235,19 +235,19 @@ func TestDeltaResponses(t *testing.T) {
 				return outcome{Requests: 1, Nonce: "n2", NACK: "type Listener: resource l2: no resource body", Listeners: []string{"l1"}}
 			}},
 		{"validation failure",
-			func(t *testing.T) *discovery.DeltaDiscoveryResponse {
+			func(t *testing.T) *xdswire.DeltaDiscoveryResponse {
 				return deltaResp(t, TypeListener, "n2", nil, listener("bad-x"))
 			},
 			func(*testing.T) outcome {
 				return outcome{Requests: 1, Nonce: "n2", NACK: "type Listener: resource bad-x: invalid", Listeners: []string{"l1"}}
 			}},
 		{"unknown type ignored",
-			func(t *testing.T) *discovery.DeltaDiscoveryResponse {
+			func(t *testing.T) *xdswire.DeltaDiscoveryResponse {
 				return deltaResp(t, "type.googleapis.com/weft.v1.Unknown", "n2", nil)
 			},
 			func(*testing.T) outcome { return outcome{Listeners: []string{"l1"}, Unknown: 1} }},
 		{"replayed nonce ignored",
-			func(t *testing.T) *discovery.DeltaDiscoveryResponse {
+			func(t *testing.T) *xdswire.DeltaDiscoveryResponse {
 				return deltaResp(t, TypeListener, "n1", []string{"l1"})
 			},
 			func(*testing.T) outcome { return outcome{Listeners: []string{"l1"}, Ignored: 1} }},
@@ -330,7 +330,7 @@ func typeURLs[R interface{ GetTypeUrl() string }](reqs []R) []string {
 	return out
 }
 
-func sotwSummary(reqs []*discovery.DiscoveryRequest) []string {
+func sotwSummary(reqs []*xdswire.DiscoveryRequest) []string {
 	var out []string
 	for _, r := range reqs {
 		out = append(out, fmt.Sprintf("%s nonce=%s v=%s %v", ShortName(r.TypeUrl), r.ResponseNonce, r.VersionInfo, r.ResourceNames))
@@ -338,7 +338,7 @@ func sotwSummary(reqs []*discovery.DiscoveryRequest) []string {
 	return out
 }
 
-func deltaSummary(reqs []*discovery.DeltaDiscoveryRequest) []string {
+func deltaSummary(reqs []*xdswire.DeltaDiscoveryRequest) []string {
 	var out []string
 	for _, r := range reqs {
 		out = append(out, fmt.Sprintf("%s nonce=%s +%v -%v", ShortName(r.TypeUrl), r.ResponseNonce, r.ResourceNamesSubscribe, r.ResourceNamesUnsubscribe))
@@ -436,7 +436,7 @@ func TestSotWResendOfRejected(t *testing.T) {
 		}
 	})
 	e.handleSotW(ctx, sotwResp(t, TypeCluster, "v1", "1", cluster("c1")))
-	bad := func(nonce string) []*discovery.DiscoveryRequest {
+	bad := func(nonce string) []*xdswire.DiscoveryRequest {
 		return e.handleSotW(ctx, sotwResp(t, TypeListener, "v2", nonce, listener("bad-l")))
 	}
 	const want = "type Listener: resource bad-l: invalid"

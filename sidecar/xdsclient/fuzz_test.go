@@ -5,9 +5,10 @@ import (
 	"errors"
 	"testing"
 
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/weft-mesh/weft/sidecar/xdswire"
 )
 
 // answer summarises the requests an engine sent back for one response.
@@ -63,24 +64,24 @@ func FuzzHandleResponse(f *testing.F) {
 		if delta {
 			e.initialDelta()
 			e.handleDelta(ctx, deltaResp(t, TypeListener, "seed", nil, listener("l1", "r1")))
-			var resp discovery.DeltaDiscoveryResponse
+			var resp xdswire.DeltaDiscoveryResponse
 			if proto.Unmarshal(raw, &resp) != nil {
 				return
 			}
 			typeURL, nonce = resp.TypeUrl, resp.Nonce
 			handle = func() answer {
-				return summarize(e.handleDelta(ctx, &resp), func(*discovery.DeltaDiscoveryRequest) string { return "" })
+				return summarize(e.handleDelta(ctx, &resp), func(*xdswire.DeltaDiscoveryRequest) string { return "" })
 			}
 		} else {
 			e.initialSotW()
 			e.handleSotW(ctx, sotwResp(t, TypeListener, "v0", "seed", listener("l1", "r1")))
-			var resp discovery.DiscoveryResponse
+			var resp xdswire.DiscoveryResponse
 			if proto.Unmarshal(raw, &resp) != nil {
 				return
 			}
 			typeURL, nonce = resp.TypeUrl, resp.Nonce
 			handle = func() answer {
-				return summarize(e.handleSotW(ctx, &resp), (*discovery.DiscoveryRequest).GetVersionInfo)
+				return summarize(e.handleSotW(ctx, &resp), (*xdswire.DiscoveryRequest).GetVersionInfo)
 			}
 		}
 		if e.types[TypeListener].acks != 1 {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-mesh/weft/bootstrap/node/envoynode"
 	"github.com/weft-mesh/weft/internal/outlierreport"
 	"github.com/weft-mesh/weft/pilot/server/servertest"
 	"github.com/weft-mesh/weft/pilot/status/outlieragg"
@@ -46,7 +47,7 @@ func TestOutliers(t *testing.T) {
 	var cs []*servertest.Client
 	for i := range 5 {
 		id := fmt.Sprintf("web-%d", i)
-		cs = append(cs, servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: sidecarNode(id).ToProto(), Types: xdsTypes}))
+		cs = append(cs, servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: envoynode.ToProto(sidecarNode(id)), Types: xdsTypes}))
 		waitEffective(t, p, id, rev)
 	}
 	for i, c := range cs {

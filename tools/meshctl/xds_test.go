@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/bootstrap/node/envoynode"
 	"github.com/weft-mesh/weft/pilot/server/servertest"
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
@@ -49,8 +50,8 @@ func waitEffective(t *testing.T, p *servertest.Pilot, id string, rev int64) {
 func TestProxyStatusAndConfigDump(t *testing.T) {
 	p := servertest.Start(t, servertest.Options{})
 	rev := p.Apply(t, svc)
-	servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: sidecarNode("reviews-1").ToProto(), Types: xdsTypes})
-	servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Node: (&node.Node{ID: "stuck"}).ToProto(), Types: xdsTypes[:1], Silent: true})
+	servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: envoynode.ToProto(sidecarNode("reviews-1")), Types: xdsTypes})
+	servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Node: envoynode.ToProto((&node.Node{ID: "stuck"})), Types: xdsTypes[:1], Silent: true})
 	waitEffective(t, p, "reviews-1", rev)
 	p.WaitProxy(t, 10*time.Second, "stuck", "pending", func(ps status.ProxyStatus) bool { return ps.Status == status.PendingAck })
 
@@ -113,7 +114,7 @@ func TestProxyStatusAndConfigDump(t *testing.T) {
 func TestRolloutStatus(t *testing.T) {
 	p := servertest.Start(t, servertest.Options{})
 	rev := p.Apply(t, svc)
-	servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: sidecarNode("reviews-1").ToProto(), Types: xdsTypes})
+	servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: envoynode.ToProto(sidecarNode("reviews-1")), Types: xdsTypes})
 	p.WaitProxy(t, 10*time.Second, "reviews-1", "connected", func(status.ProxyStatus) bool { return true })
 
 	code, out, errOut := runX(t, p, "rollout", "status", "--wait", "--timeout", "10s")
@@ -126,7 +127,7 @@ func TestRolloutStatus(t *testing.T) {
 	}
 
 	// A proxy that never answers keeps the next revision pending.
-	servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: (&node.Node{ID: "stuck"}).ToProto(), Types: xdsTypes[:1], Silent: true})
+	servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: envoynode.ToProto((&node.Node{ID: "stuck"})), Types: xdsTypes[:1], Silent: true})
 	p.WaitProxy(t, 10*time.Second, "stuck", "pending", func(ps status.ProxyStatus) bool { return ps.Status == status.PendingAck })
 	rev2 := p.Apply(t, svcChanged)
 	waitEffective(t, p, "reviews-1", rev2)

@@ -20,6 +20,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/bootstrap/node/envoynode"
 	"github.com/weft-mesh/weft/certs/bundle"
 	"github.com/weft-mesh/weft/internal/edkey"
 	"github.com/weft-mesh/weft/pilot/ca"
@@ -112,7 +113,7 @@ func openADS(t *testing.T, addr string, roots *bundle.Bundle, cert tls.Certifica
 		t.Fatal(err)
 	}
 	n := &node.Node{ID: id, Namespace: ns, ServiceAccount: sa, Address: "10.0.0.3", InboundPort: 15006}
-	if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: snapshot.ClusterType, Node: n.ToProto()}); err != nil {
+	if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: snapshot.ClusterType, Node: envoynode.ToProto(n)}); err != nil {
 		t.Fatal(err)
 	}
 	l := &liveADS{answered: make(chan struct{}), ended: make(chan struct{})}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/bootstrap/node/envoynode"
 	"github.com/weft-mesh/weft/pilot/ir"
 	"github.com/weft-mesh/weft/pilot/server/servertest"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
@@ -73,11 +74,11 @@ spec:
 	cert := b.SVID(t, "shop", "reviews")
 	reg := &node.Node{ID: "reviews-on-b", Namespace: "shop", ServiceAccount: "reviews", Labels: map[string]string{"app": "reviews"},
 		Address: "127.93.8.10", InboundPort: 15006}
-	servertest.Dial(t, b.XDSTLSAddr(), servertest.ClientOptions{Node: reg.ToProto(), Types: []string{snapshot.ClusterType},
+	servertest.Dial(t, b.XDSTLSAddr(), servertest.ClientOptions{Node: envoynode.ToProto(reg), Types: []string{snapshot.ClusterType},
 		Creds: proc.ClientTLS(t, roots, "cluster.local", &cert)})
 	cluster := ir.OutboundClusterName(9080, "", ir.ServiceHost("reviews", "shop", "cluster.local"))
 	reader := &node.Node{ID: "reader-on-a", Namespace: "shop", ServiceAccount: "productpage"}
-	client := servertest.Dial(t, a.XDSAddr(), servertest.ClientOptions{Node: reader.ToProto(),
+	client := servertest.Dial(t, a.XDSAddr(), servertest.ClientOptions{Node: envoynode.ToProto(reader),
 		Types: []string{snapshot.EndpointType}, Names: map[string][]string{snapshot.EndpointType: {cluster}}})
 	want := "127.93.8.10:15006"
 	testkit.Wait(t, 30*time.Second, func() error {

@@ -15,6 +15,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/bootstrap/node/envoynode"
 	"github.com/weft-mesh/weft/bootstrap/render"
 	"github.com/weft-mesh/weft/certs/revoke"
 	"github.com/weft-mesh/weft/pilot/resource"
@@ -89,7 +90,7 @@ func TestRegistrationBoundToCertificate(t *testing.T) {
 			c := sotwOn(t, e.as(t, tc.id))
 			// Not c.send: a peer refused before its first request is read may
 			// see the send fail; the stream's status says why.
-			_ = c.stream.Send(&discoveryv3.DiscoveryRequest{Node: tc.n.ToProto(), TypeUrl: cds})
+			_ = c.stream.Send(&discoveryv3.DiscoveryRequest{Node: envoynode.ToProto(tc.n), TypeUrl: cds})
 			if got := codeMsg(c.endErr()); !strings.HasPrefix(got, tc.want) {
 				t.Fatalf("got  %s\nwant %s...", got, tc.want)
 			}
@@ -101,7 +102,7 @@ func TestRegistrationBoundToCertificate(t *testing.T) {
 
 	t.Run("matching certificate", func(t *testing.T) {
 		c := sotwOn(t, e.as(t, reviewsID))
-		c.send(&discoveryv3.DiscoveryRequest{Node: sidecarNode("a", "shop", "").ToProto(), TypeUrl: cds})
+		c.send(&discoveryv3.DiscoveryRequest{Node: envoynode.ToProto(sidecarNode("a", "shop", "")), TypeUrl: cds})
 		if r := c.recv(); len(r.Resources) != 1 {
 			t.Fatalf("response %v", r)
 		}
@@ -135,7 +136,7 @@ func TestPlaintextRegistration(t *testing.T) {
 			e := start(t, func(c *Config) { c.PlaintextRegistration = allowed })
 			e.src.publish(mkSnap(t, 1, res{cds: {"c": "1"}}))
 			c := e.sotw(t)
-			c.send(&discoveryv3.DiscoveryRequest{Node: sidecarNode("a", "shop", "reviews").ToProto(), TypeUrl: cds})
+			c.send(&discoveryv3.DiscoveryRequest{Node: envoynode.ToProto(sidecarNode("a", "shop", "reviews")), TypeUrl: cds})
 			if !allowed {
 				if got := codeMsg(c.endErr()); !strings.HasPrefix(got, `PermissionDenied: ads: node a: registration as a workload of namespace "shop" refused`) {
 					t.Fatal(got)
@@ -158,7 +159,7 @@ func TestNodeIDClaims(t *testing.T) {
 	e := startTLS(t, nil)
 	e.src.publish(mkSnap(t, 1, res{cds: {"c": "1"}}))
 	real := sotwOn(t, e.as(t, reviewsID))
-	real.send(&discoveryv3.DiscoveryRequest{Node: sidecarNode("reviews-1", "shop", "reviews").ToProto(), TypeUrl: cds})
+	real.send(&discoveryv3.DiscoveryRequest{Node: envoynode.ToProto(sidecarNode("reviews-1", "shop", "reviews")), TypeUrl: cds})
 	r := real.recv()
 	real.ack(r)
 	e.waitStatus(t, "reviews-1", "synced", func(ps status.ProxyStatus) bool { return ps.Status == status.Synced })
@@ -167,7 +168,7 @@ func TestNodeIDClaims(t *testing.T) {
 		imp := sotwOn(t, e.as(t, who))
 		n := nodeProto("reviews-1") // read-only claims are refused too
 		if who != "" {
-			n = sidecarNode("reviews-1", "shop", "ratings").ToProto()
+			n = envoynode.ToProto(sidecarNode("reviews-1", "shop", "ratings"))
 		}
 		imp.send(&discoveryv3.DiscoveryRequest{Node: n, TypeUrl: cds})
 		if got := codeMsg(imp.endErr()); !strings.HasPrefix(got, `AlreadyExists: ads: node id "reviews-1" is held by another stream of another identity;`) {
@@ -183,7 +184,7 @@ func TestNodeIDClaims(t *testing.T) {
 
 	// The same identity (a new certificate, another connection) takes over.
 	again := sotwOn(t, e.as(t, reviewsID))
-	again.send(&discoveryv3.DiscoveryRequest{Node: sidecarNode("reviews-1", "shop", "reviews").ToProto(), TypeUrl: cds})
+	again.send(&discoveryv3.DiscoveryRequest{Node: envoynode.ToProto(sidecarNode("reviews-1", "shop", "reviews")), TypeUrl: cds})
 	again.ack(again.recv())
 	if got := codeMsg(real.endErr()); !strings.HasPrefix(got, "Aborted: ads: node reviews-1 opened a newer stream with the same identity (spiffe://cluster.local/ns/shop/sa/reviews)") {
 		t.Fatalf("older stream ended with %s", got)
@@ -240,7 +241,7 @@ func TestStreamsPerIdentity(t *testing.T) {
 	var open []sotwClient
 	for i := range limit {
 		c := sotwOn(t, cl)
-		c.send(&discoveryv3.DiscoveryRequest{Node: sidecarNode(fmt.Sprint("r", i), "shop", "reviews").ToProto(), TypeUrl: cds})
+		c.send(&discoveryv3.DiscoveryRequest{Node: envoynode.ToProto(sidecarNode(fmt.Sprint("r", i), "shop", "reviews")), TypeUrl: cds})
 		c.recv()
 		open = append(open, c)
 	}
@@ -347,7 +348,7 @@ func TestHostileNodesRefused(t *testing.T) {
 	}{
 		{&discoveryv3.DiscoveryRequest{Node: nodeProto(strings.Repeat("x", 1<<20)), TypeUrl: cds},
 			`InvalidArgument: ads: first request: node id "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"...: 1048576 bytes, limit 256`},
-		{&discoveryv3.DiscoveryRequest{Node: big.ToProto(), TypeUrl: cds}, "InvalidArgument: ads: first request: node n: metadata: 739034 bytes, limit 65536"},
+		{&discoveryv3.DiscoveryRequest{Node: envoynode.ToProto(big), TypeUrl: cds}, "InvalidArgument: ads: first request: node n: metadata: 739034 bytes, limit 65536"},
 	} {
 		c := e.sotw(t)
 		c.send(tc.n)
@@ -435,10 +436,10 @@ func TestRevokedStreamCut(t *testing.T) {
 		return e.dial(t, grpc.WithTransportCredentials(e.ca.ClientCreds(&c)))
 	}
 	victim := sotwOn(t, dial(bad))
-	victim.send(&discoveryv3.DiscoveryRequest{Node: sidecarNode("reviews-1", "shop", "reviews").ToProto(), TypeUrl: cds})
+	victim.send(&discoveryv3.DiscoveryRequest{Node: envoynode.ToProto(sidecarNode("reviews-1", "shop", "reviews")), TypeUrl: cds})
 	victim.ack(victim.recv())
 	other := sotwOn(t, e.as(t, "spiffe://cluster.local/ns/shop/sa/ratings"))
-	other.send(&discoveryv3.DiscoveryRequest{Node: sidecarNode("ratings-1", "shop", "ratings").ToProto(), TypeUrl: cds})
+	other.send(&discoveryv3.DiscoveryRequest{Node: envoynode.ToProto(sidecarNode("ratings-1", "shop", "ratings")), TypeUrl: cds})
 	other.ack(other.recv())
 
 	revs.revoke(t, big.NewInt(12345)) // a CRL change that does not list it
@@ -450,7 +451,7 @@ func TestRevokedStreamCut(t *testing.T) {
 	e.src.publish(mkSnap(t, 2, res{cds: {"c": "2"}}))
 	other.ack(other.recv()) // still served
 	again := sotwOn(t, dial(bad))
-	again.send(&discoveryv3.DiscoveryRequest{Node: sidecarNode("reviews-1", "shop", "reviews").ToProto(), TypeUrl: cds})
+	again.send(&discoveryv3.DiscoveryRequest{Node: envoynode.ToProto(sidecarNode("reviews-1", "shop", "reviews")), TypeUrl: cds})
 	if got := codeMsg(again.endErr()); got != want {
 		t.Fatalf("reopen: got %s", got)
 	}
@@ -474,7 +475,7 @@ func TestReadOnlyStreamsBound(t *testing.T) {
 		t.Fatal(got)
 	}
 	withCert := sotwOn(t, e.as(t, reviewsID))
-	withCert.send(&discoveryv3.DiscoveryRequest{Node: sidecarNode("r", "shop", "reviews").ToProto(), TypeUrl: cds})
+	withCert.send(&discoveryv3.DiscoveryRequest{Node: envoynode.ToProto(sidecarNode("r", "shop", "reviews")), TypeUrl: cds})
 	withCert.recv()
 	if err := open[0].stream.CloseSend(); err != nil {
 		t.Fatal(err)

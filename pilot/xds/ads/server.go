@@ -38,6 +38,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/bootstrap/node/envoynode"
 	"github.com/weft-mesh/weft/certs/revoke"
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/xds/authn"
@@ -467,7 +468,7 @@ func (s *Server) open(ctx context.Context, closeStream context.CancelCauseFunc, 
 	if pn.GetId() == "" {
 		return nil, grpcstatus.Error(codes.InvalidArgument, "ads: first request: node.id is required")
 	}
-	n, err := node.FromProto(pn)
+	n, err := envoynode.FromProto(pn)
 	if err != nil {
 		return nil, grpcstatus.Errorf(codes.InvalidArgument, "ads: first request: %v", err)
 	}

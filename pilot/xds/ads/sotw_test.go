@@ -10,6 +10,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/bootstrap/node/envoynode"
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
@@ -235,7 +236,7 @@ func TestNodeIdentity(t *testing.T) {
 		msg  string
 	}{
 		{"missing node", []*discoveryv3.DiscoveryRequest{{TypeUrl: cds}}, codes.InvalidArgument, "ads: first request: node.id is required"},
-		{"bad metadata", []*discoveryv3.DiscoveryRequest{{TypeUrl: cds, Node: (&node.Node{ID: "x", Namespace: "ns", Address: "not-an-ip"}).ToProto()}}, codes.InvalidArgument,
+		{"bad metadata", []*discoveryv3.DiscoveryRequest{{TypeUrl: cds, Node: envoynode.ToProto((&node.Node{ID: "x", Namespace: "ns", Address: "not-an-ip"}))}}, codes.InvalidArgument,
 			`ads: first request: node x: address: "not-an-ip" is not an IP literal`},
 		{"id changes", []*discoveryv3.DiscoveryRequest{{TypeUrl: cds, Node: nodeProto("a")}, {TypeUrl: cds, Node: nodeProto("b")}}, codes.InvalidArgument,
 			`ads: node.id changed on the stream from "a" to "b"`},

@@ -15,6 +15,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/bootstrap/node/envoynode"
 	"github.com/weft-mesh/weft/internal/outlierreport"
 	"github.com/weft-mesh/weft/pilot/ca"
 	"github.com/weft-mesh/weft/pilot/server"
@@ -49,7 +50,7 @@ func sidecar(t *testing.T, p *servertest.Pilot, id string, i int, rev int64) *se
 	t.Helper()
 	n := &node.Node{ID: id, Namespace: "shop", ServiceAccount: "web", Labels: map[string]string{"app": "web"},
 		Address: fmt.Sprintf("127.0.1.%d", i+1), InboundPort: 15006}
-	c := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: n.ToProto(), Types: snapshot.PushOrder})
+	c := servertest.Dial(t, p.XDSAddr, servertest.ClientOptions{Delta: true, Node: envoynode.ToProto(n), Types: snapshot.PushOrder})
 	p.WaitProxy(t, 10*time.Second, id, "synced", func(ps status.ProxyStatus) bool {
 		return ps.EffectiveRevision >= rev && ps.Status == status.Synced
 	})
@@ -222,7 +223,7 @@ func TestReportsTrustedByIdentity(t *testing.T) {
 		return proc.ClientTLS(t, svc.Bundle(), "cluster.local", &c)
 	}
 	n := &node.Node{ID: "web-0", Namespace: "shop", ServiceAccount: "web", Labels: map[string]string{"app": "web"}, Address: "127.0.1.1", InboundPort: 15006}
-	own := servertest.Dial(t, p.XDSTLSAddr, servertest.ClientOptions{Delta: true, Node: n.ToProto(), Types: snapshot.PushOrder, Creds: svid("web")})
+	own := servertest.Dial(t, p.XDSTLSAddr, servertest.ClientOptions{Delta: true, Node: envoynode.ToProto(n), Types: snapshot.PushOrder, Creds: svid("web")})
 	p.WaitProxy(t, 10*time.Second, "web-0", "synced", func(ps status.ProxyStatus) bool { return ps.EffectiveRevision >= rev && ps.Status == status.Synced })
 	if err := send(own.Conn(), ejecting("web-0", "10.0.0.3:9080")); err != nil {
 		t.Fatalf("on its own stream's connection: %v", err)

@@ -35,6 +35,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/bootstrap/node/envoynode"
 	"github.com/weft-mesh/weft/certs/bundle"
 	"github.com/weft-mesh/weft/certs/ca"
 	"github.com/weft-mesh/weft/certs/spiffe"
@@ -191,8 +192,9 @@ func (c *sidecar) nodeFor() *corev3.Node {
 	if c.endpoint {
 		sa, labels = bigService, map[string]string{"app": bigService}
 	}
-	return (&node.Node{ID: c.id, Namespace: benchNS, ServiceAccount: sa, Labels: labels,
-		Address: fmt.Sprintf("10.%d.%d.%d", 100+c.idx/62500, c.idx/250%250, c.idx%250+1), InboundPort: 15006}).ToProto()
+	return envoynode.ToProto((&node.Node{ID: c.id, Namespace: benchNS, ServiceAccount: sa, Labels: labels,
+		Address: fmt.Sprintf("10.%d.%d.%d", 100+c.idx/62500, c.idx/250%250, c.idx%250+1), InboundPort: 15006}))
+
 }
 
 func (c *sidecar) run(ctx context.Context) error {

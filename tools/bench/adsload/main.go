@@ -32,6 +32,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
+	"github.com/weft-mesh/weft/bootstrap/node/envoynode"
 	"github.com/weft-mesh/weft/pilot/xds/gen"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
@@ -350,8 +351,9 @@ func (c *client) runDelta(ctx context.Context, conn *grpc.ClientConn, id string)
 	if c.sidecar {
 		types = append(append([]string(nil), allTypes...), snapshot.ManifestType)
 		// Labels no Service selects: a client, not an endpoint of the mesh.
-		nd = (&node.Node{ID: id, Namespace: "bench", ServiceAccount: "default", Labels: map[string]string{"app": "loadclient"},
-			Address: fmt.Sprintf("10.250.%d.%d", c.idx/250, c.idx%250+1), InboundPort: 15006}).ToProto()
+		nd = envoynode.ToProto((&node.Node{ID: id, Namespace: "bench", ServiceAccount: "default", Labels: map[string]string{"app": "loadclient"},
+			Address: fmt.Sprintf("10.250.%d.%d", c.idx/250, c.idx%250+1), InboundPort: 15006}))
+
 	}
 	for i, t := range types {
 		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, ResourceNamesSubscribe: []string{"*"}}
