@@ -308,8 +308,8 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 	reg.MustRegister(intercept.Collector())
 	nodeInfo := s.Node
 	nodeInfo.Interception = intercept.Node()
-	// Incremental endpoints need the resource names delta responses carry.
-	nodeInfo.LEDS = s.XDSMode != "sotw"
+	// Incremental endpoints (pilot wraps them in SotW to name them).
+	nodeInfo.LEDS = true
 
 	// activated tells the memory goroutine a configuration was swapped in (one
 	// pending signal is enough; the stream never waits on it).

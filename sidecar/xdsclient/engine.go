@@ -18,6 +18,10 @@ import (
 	"github.com/weft-mesh/weft/sidecar/xdswire"
 )
 
+// resourceWrapperType is a discovery Resource carried in a SotW response's
+// Any: it names a resource whose body has no name.
+const resourceWrapperType = "type.googleapis.com/envoy.service.discovery.v3.Resource"
+
 // wildcard is the explicit wildcard name (delta). SotW uses the legacy form (no
 // names), because go-control-plane's SotW snapshot cache filters by literal name.
 const wildcard = "*"
@@ -289,6 +293,19 @@ func (e *engine) decodeSotW(t *typeState, resp *xdswire.DiscoveryResponse) (map[
 		if a == nil {
 			return nil, fmt.Errorf("type %s: resource %s: empty", short, label)
 		}
+		// A resource whose body has no name (an LbEndpoint) comes wrapped
+		// in a discovery Resource that names it (xDS: "resources in SotW").
+		wrapped := ""
+		if a.GetTypeUrl() == resourceWrapperType {
+			var r discovery.Resource
+			if err := a.UnmarshalTo(&r); err != nil {
+				return nil, fmt.Errorf("type %s: resource %s: malformed Resource wrapper: %v", short, label, err)
+			}
+			if r.GetName() == "" {
+				return nil, fmt.Errorf("type %s: resource %s: Resource wrapper without a name", short, label)
+			}
+			wrapped, label, a = r.GetName(), r.GetName(), r.GetResource()
+		}
 		if a.GetTypeUrl() != t.url {
 			return nil, fmt.Errorf("type %s: resource %s: type_url %q does not match the response's", short, label, a.GetTypeUrl())
 		}
@@ -298,6 +315,12 @@ func (e *engine) decodeSotW(t *typeState, resp *xdswire.DiscoveryResponse) (map[
 		}
 		if err != nil {
 			return nil, fmt.Errorf("type %s: resource %s: %w", short, label, err)
+		}
+		switch {
+		case wrapped != "" && name == "":
+			name = wrapped
+		case wrapped != "" && name != wrapped:
+			return nil, fmt.Errorf("type %s: resource %s: body is named %q", short, wrapped, name)
 		}
 		if name == "" {
 			return nil, fmt.Errorf("type %s: resource %s: empty name", short, label)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-mesh/weft/bootstrap/leds"
 	"github.com/weft-mesh/weft/conformance/internal/drillkit"
 	"github.com/weft-mesh/weft/tools/meshctl"
 	"github.com/weft-mesh/weft/tools/testkit"
@@ -45,6 +46,13 @@ func TestDrillOutlierEjected(t *testing.T) {
 	ejectionDrill(t, "127.81.1", false)
 }
 
+// Drill (a) on a delta stream, where the endpoints are LEDS resources pushed
+// one by one (issue #11); the drills' sidecars speak SotW otherwise, where
+// pilot sends the whole LbEndpoint set wrapped.
+func TestDrillOutlierEjectedDelta(t *testing.T) {
+	ejectionDrill(t, "127.81.7", false, "--xds-mode", "delta")
+}
+
 // Drill (e), issue #8: pilot is killed (SIGKILL), then an upstream fails: the
 // sidecar ejects it all the same, from its last configuration, on its own
 // observations.
@@ -52,10 +60,15 @@ func TestDrillOutlierEjectedPilotDown(t *testing.T) {
 	ejectionDrill(t, "127.81.5", true)
 }
 
-func ejectionDrill(t *testing.T, base string, killPilot bool) {
+func ejectionDrill(t *testing.T, base string, killPilot bool, sidecarFlags ...string) {
 	ups := startUpstreams(t, base, "reviews-a", "reviews-b", "reviews-c")
 	bad := ups[1]
-	p, sc := meshUp(t, base, svcYAML("reviews", ups...)+routeYAML("reviews", retry5xx)+policyYAML("reviews", ejectPolicy))
+	p, sc := meshUp(t, base, svcYAML("reviews", ups...)+routeYAML("reviews", retry5xx)+policyYAML("reviews", ejectPolicy), sidecarFlags...)
+	// The sidecar takes endpoints incrementally (LEDS, issue #11): the three
+	// upstreams are LbEndpoint resources it merged into the assignment.
+	if cd := sc.ConfigDump(); cd.Active.Resources[leds.TypeURL] != len(ups) {
+		t.Fatalf("the sidecar (%s) holds %d LbEndpoints, want %d (one per upstream)", cd.XDS.Mode, cd.Active.Resources[leds.TypeURL], len(ups))
+	}
 	loadStart := time.Now()
 	lg := drillkit.StartRate(t, sc.W, "reviews:9080", ejectRate)
 	testkit.Eventually(t, 20*time.Second, "every upstream serving", func() bool {

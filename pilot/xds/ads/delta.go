@@ -126,7 +126,8 @@ func (t *deltaType) addForce(n string) {
 
 // pushAll sends what changed for every subscribed type: additions and updates
 // first in CDS, EDS, LDS, RDS order, then removals in the reverse order, so a
-// proxy never holds a reference to something it does not have.
+// proxy never holds a reference to something it does not have. LEDS's
+// removals are not references' targets and go with its additions.
 func (st *deltaStream) pushAll() error {
 	latest := st.watch.Snapshot()
 	if latest == nil {
@@ -139,6 +140,17 @@ func (st *deltaStream) pushAll() error {
 			continue
 		}
 		add, rm := st.build(typ, t, latest)
+		if typ == snapshot.LbEndpointType && rm != nil {
+			// Nothing names one LbEndpoint (an assignment names its
+			// collection), so its removals need not wait for the other
+			// types: they go with its additions, one response per change.
+			if add == nil {
+				add = rm
+			} else {
+				add.RemovedResources = rm.RemovedResources
+			}
+			rm = nil
+		}
 		if err := st.sendResp(typ, t, latest, add); err != nil {
 			return err
 		}

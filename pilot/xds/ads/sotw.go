@@ -1,6 +1,8 @@
 package ads
 
 import (
+	"fmt"
+
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
@@ -28,7 +30,10 @@ type sotwStream struct {
 
 // fullSet reports whether every response of typ carries the whole subscribed
 // set, so that absence means deletion (LDS and CDS).
-func fullSet(typ string) bool { return typ == snapshot.ListenerType || typ == snapshot.ClusterType }
+// A LEDS node's LbEndpoints are too: they are subscribed by wildcard.
+func fullSet(typ string) bool {
+	return typ == snapshot.ListenerType || typ == snapshot.ClusterType || typ == snapshot.LbEndpointType
+}
 
 // StreamAggregatedResources serves a state-of-the-world ADS stream.
 func (s *Server) StreamAggregatedResources(gs discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
@@ -213,7 +218,18 @@ func (st *sotwStream) sendSel(typ string, t *sotwType, from *snapshot.Snapshot, 
 	names := sel.all(from, typ)
 	anys := make([]*anypb.Any, 0, len(names))
 	for _, n := range names {
-		anys = append(anys, get(n).Any)
+		a := get(n).Any
+		if typ == snapshot.LbEndpointType {
+			// Its body has no name: SotW carries it in a discovery Resource
+			// that names it (xDS "resources in SotW"). Wrapped per send: a
+			// Weft sidecar on delta, the path that matters, gets no wrapper.
+			w, err := wrapResource(n, get(n))
+			if err != nil {
+				return err
+			}
+			a = w
+		}
+		anys = append(anys, a)
 	}
 	nonce, err := st.nextNonce(typ)
 	if err != nil {
@@ -235,4 +251,13 @@ func (st *sotwStream) sendSel(typ string, t *sotwType, from *snapshot.Snapshot, 
 		st.log.Trace("sent", "type", typ, "version", sel.version, "nonce", nonce, "resources", len(anys))
 	}
 	return nil
+}
+
+// wrapResource is r in a discovery Resource named name, as an Any.
+func wrapResource(name string, r snapshot.Resource) (*anypb.Any, error) {
+	a, err := anypb.New(&discoveryv3.Resource{Name: name, Version: r.Version, Resource: r.Any})
+	if err != nil {
+		return nil, fmt.Errorf("ads: wrap %s %q: %w", status.TypeName(snapshot.LbEndpointType), name, err)
+	}
+	return a, nil
 }
