@@ -33,7 +33,20 @@ const scheme = "xdstp://"
 // and locality segments escaped so neither can hold a '/'.
 func Collection(cluster, region, zone, subZone string) string {
 	var b strings.Builder
-	b.Grow(len(scheme) + len(Authority) + len(resourceType) + len(cluster) + len(region) + len(zone) + len(subZone) + 8)
+	b.WriteString(CollectionPrefix(cluster))
+	escape(&b, region)
+	b.WriteByte(',')
+	escape(&b, zone)
+	b.WriteByte(',')
+	escape(&b, subZone)
+	b.WriteString("/*")
+	return b.String()
+}
+
+// CollectionPrefix is what every collection of cluster, and so every name of
+// its endpoints, starts with.
+func CollectionPrefix(cluster string) string {
+	var b strings.Builder
 	b.WriteString(scheme)
 	b.WriteString(Authority)
 	b.WriteByte('/')
@@ -41,12 +54,6 @@ func Collection(cluster, region, zone, subZone string) string {
 	b.WriteByte('/')
 	escape(&b, cluster)
 	b.WriteByte('/')
-	escape(&b, region)
-	b.WriteByte(',')
-	escape(&b, zone)
-	b.WriteByte(',')
-	escape(&b, subZone)
-	b.WriteString("/*")
 	return b.String()
 }
 

@@ -17,6 +17,9 @@ func TestNames(t *testing.T) {
 	if err := CheckCollection(c); err != nil {
 		t.Fatal(err)
 	}
+	if p := CollectionPrefix("outbound|80||a.b.svc.cluster.local"); !strings.HasPrefix(c, p) || strings.HasPrefix(Collection("outbound|80||a.b.svc.cluster.local.x", "", "", ""), p) {
+		t.Fatalf("CollectionPrefix = %q: not the prefix of exactly its cluster's collections", p)
+	}
 	e := Endpoint(c, "10.0.0.1:80")
 	if got, ok := CollectionOf(e); !ok || got != c {
 		t.Fatalf("CollectionOf(%q) = %q, %v; want %q", e, got, ok, c)

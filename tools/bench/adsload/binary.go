@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/weft-mesh/weft/bootstrap/leds"
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/bootstrap/node/envoynode"
 	"github.com/weft-mesh/weft/certs/bundle"
@@ -71,7 +72,10 @@ type binConfig struct {
 	// from files; sidecar i connects to replica i % replicas.
 	replicas int
 	etcdBin  string
-	log      io.Writer
+	// noLEDS: the sidecars do not advertise node.FeatureLEDS and get the
+	// big Service's whole assignment on every change (the form before LEDS).
+	noLEDS bool
+	log    io.Writer
 }
 
 type binResult struct {
@@ -162,12 +166,18 @@ type sidecar struct {
 	verify   bool // decodes the big assignment and checks it
 	m        *binMeasure
 
-	conn     *grpc.ClientConn
-	bytes    atomic.Int64
-	ready    chan struct{} // closed once every type was received
-	seen     int           // types received (owner: the recv goroutine)
-	pend     bool          // the big assignment changed; the manifest covering it is still to come (recv goroutine)
-	bigVer   atomic.Pointer[string]
+	conn   *grpc.ClientConn
+	leds   bool // advertises node.FeatureLEDS: the big Service's endpoints come as LbEndpoint resources
+	bytes  atomic.Int64
+	ready  chan struct{} // closed once every type was received
+	seen   int           // types received (owner: the recv goroutine)
+	pend   bool          // the big assignment changed; the manifest covering it is still to come (recv goroutine)
+	bigVer atomic.Pointer[string]
+	// big is the big Service's endpoint set from LbEndpoint adds and removes
+	// (LEDS; owner: the recv goroutine): name -> address, the address only
+	// for verify clients, which decode each LbEndpoint.
+	big      map[string]string
+	bigCount atomic.Int64 // len(big)
 	pushes   atomic.Int64 // updates of the big assignment received
 	ackAt    atomic.Int64 // unix nanos: ACK of the manifest after the latest big update
 	restarts atomic.Int64 // streams that ended and were opened again
@@ -192,9 +202,8 @@ func (c *sidecar) nodeFor() *corev3.Node {
 	if c.endpoint {
 		sa, labels = bigService, map[string]string{"app": bigService}
 	}
-	return envoynode.ToProto((&node.Node{ID: c.id, Namespace: benchNS, ServiceAccount: sa, Labels: labels,
-		Address: fmt.Sprintf("10.%d.%d.%d", 100+c.idx/62500, c.idx/250%250, c.idx%250+1), InboundPort: 15006}))
-
+	return envoynode.ToProto(&node.Node{ID: c.id, Namespace: benchNS, ServiceAccount: sa, Labels: labels,
+		Address: fmt.Sprintf("10.%d.%d.%d", 100+c.idx/62500, c.idx/250%250, c.idx%250+1), InboundPort: 15006, LEDS: c.leds})
 }
 
 func (c *sidecar) run(ctx context.Context) error {
@@ -211,12 +220,19 @@ func (c *sidecar) run(ctx context.Context) error {
 			return err
 		}
 	}
+	c.big = map[string]string{} // a new stream's wildcard sends the whole set again
+	c.bigCount.Store(0)
 	for {
 		r, err := s.Recv()
 		if err != nil {
 			return err
 		}
-		if r.TypeUrl == snapshot.EndpointType {
+		if r.TypeUrl == snapshot.LbEndpointType {
+			if err := c.takeLEDS(r); err != nil {
+				return err
+			}
+		}
+		if r.TypeUrl == snapshot.EndpointType && !c.leds {
 			for _, res := range r.Resources {
 				if res.Name != bigCluster {
 					continue
@@ -246,6 +262,58 @@ func (c *sidecar) run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// bigPrefix is what the name of every LbEndpoint of the big Service starts
+// with, whatever its locality.
+var bigPrefix = leds.CollectionPrefix(bigCluster)
+
+// takeLEDS applies a LEDS response to the big Service's endpoint set: a
+// change is any add or remove in its collections (verify clients decode each
+// LbEndpoint and check the count and the round's address).
+func (c *sidecar) takeLEDS(r *discoveryv3.DeltaDiscoveryResponse) error {
+	changed := false
+	for _, res := range r.Resources {
+		if !strings.HasPrefix(res.Name, bigPrefix) {
+			continue
+		}
+		changed = true
+		addr := ""
+		if c.verify {
+			var ep endpointv3.LbEndpoint
+			if err := res.GetResource().UnmarshalTo(&ep); err != nil {
+				return fmt.Errorf("decode %s: %w", res.Name, err)
+			}
+			addr = ep.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()
+		}
+		c.big[res.Name] = addr
+	}
+	for _, n := range r.RemovedResources {
+		if strings.HasPrefix(n, bigPrefix) {
+			changed = true
+			delete(c.big, n)
+		}
+	}
+	if !changed {
+		return nil
+	}
+	v := r.Nonce // the set's version as this stream saw it change
+	c.bigVer.Store(&v)
+	c.pushes.Add(1)
+	c.pend = true
+	c.bigCount.Store(int64(len(c.big)))
+	if c.verify {
+		target := *c.m.target.Load()
+		found := ""
+		for _, a := range c.big {
+			if a == target {
+				found = target
+			}
+		}
+		c.epCount.Store(int64(len(c.big)))
+		c.hasAddr.Store(&found)
+	}
+	return nil
 }
 
 // check decodes the big assignment (verify clients): endpoints, and whether
@@ -569,11 +637,11 @@ func (f *binFleet) stop() {
 
 // connect starts clients from..to (in order, conc at a time: each slot is held
 // until the client has every type) and waits until all are in sync.
-func (f *binFleet) connect(ctx context.Context, addrs []string, ids *identities, m *binMeasure, from, to, conc, verify int, endpoint bool) error {
+func (f *binFleet) connect(ctx context.Context, addrs []string, ids *identities, m *binMeasure, from, to, conc, verify int, endpoint, withLEDS bool) error {
 	sem := make(chan struct{}, conc)
 	var batch []*sidecar
 	for i := from; i < to; i++ {
-		c := &sidecar{idx: i, id: fmt.Sprintf("sidecar-%05d", i), endpoint: endpoint, verify: i-from < verify, m: m, ready: make(chan struct{})}
+		c := &sidecar{idx: i, id: fmt.Sprintf("sidecar-%05d", i), endpoint: endpoint, verify: i-from < verify, m: m, ready: make(chan struct{}), leds: withLEDS}
 		sa := "client"
 		if endpoint {
 			sa = bigService
@@ -754,7 +822,7 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 	watchers := cfg.proxies - cfg.endpoints
 	start := time.Now()
 	logf("connecting %d sidecars that are endpoints of nothing (%d at once)", watchers, cfg.conc)
-	if err := f.connect(ctx, tlsAddrs, ids, m, 0, watchers, cfg.conc, cfg.verify, false); err != nil {
+	if err := f.connect(ctx, tlsAddrs, ids, m, 0, watchers, cfg.conc, cfg.verify, false, !cfg.noLEDS); err != nil {
 		return nil, fmt.Errorf("connect: %w (pilot log: %s)", err, p.logTail())
 	}
 	res.connectWatchers = time.Since(start)
@@ -767,7 +835,7 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 	}
 	start = time.Now()
 	logf("registering %d sidecars as endpoints of %s", cfg.endpoints, bigService)
-	if err := f.connect(ctx, tlsAddrs, ids, m, watchers, cfg.proxies, cfg.conc, 0, true); err != nil {
+	if err := f.connect(ctx, tlsAddrs, ids, m, watchers, cfg.proxies, cfg.conc, 0, true, !cfg.noLEDS); err != nil {
 		return nil, fmt.Errorf("join: %w (pilot log: %s)", err, p.logTail())
 	}
 	// Replicas share registrations through the store (pilot/xds/regshare), so
@@ -779,6 +847,16 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 			if n := c.epCount.Load(); n != want {
 				return fmt.Errorf("%s holds %d endpoints of %s, want %d", c.id, n, bigService, want)
 			}
+		}
+		if !cfg.noLEDS {
+			// Each stream names its own versions (nonces): every sidecar
+			// holds the whole set instead.
+			for _, c := range f.clients {
+				if n := c.bigCount.Load(); n != want {
+					return fmt.Errorf("%s holds %d LbEndpoints of %s, want %d", c.id, n, bigService, want)
+				}
+			}
+			return nil
 		}
 		for r := range replicas {
 			var group []*sidecar
@@ -850,6 +928,10 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 			for _, c := range f.clients[:min(cfg.verify, watchers)] {
 				if h := c.hasAddr.Load(); h == nil || *h != addr {
 					return fmt.Errorf("verify client %s: the assignment does not hold %s", c.id, addr)
+				}
+				// The registered sidecars and the static endpoint, moved.
+				if n := c.epCount.Load(); n != want+1 {
+					return fmt.Errorf("verify client %s holds %d endpoints of %s, want %d", c.id, n, bigService, want+1)
 				}
 			}
 			return nil
