@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/weft-mesh/weft/bootstrap/node"
 	"github.com/weft-mesh/weft/sidecar/xdswire"
@@ -297,8 +298,8 @@ func (e *engine) decodeSotW(t *typeState, resp *xdswire.DiscoveryResponse) (map[
 		// in a discovery Resource that names it (xDS: "resources in SotW").
 		wrapped := ""
 		if a.GetTypeUrl() == resourceWrapperType {
-			var r discovery.Resource
-			if err := a.UnmarshalTo(&r); err != nil {
+			var r xdswire.Resource
+			if err := proto.Unmarshal(a.GetValue(), &r); err != nil {
 				return nil, fmt.Errorf("type %s: resource %s: malformed Resource wrapper: %v", short, label, err)
 			}
 			if r.GetName() == "" {
