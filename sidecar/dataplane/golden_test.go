@@ -1,8 +1,6 @@
 package dataplane_test
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,7 +13,6 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3" // in gen's inbound listeners
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"sigs.k8s.io/yaml"
 
 	"github.com/weft-mesh/weft/bootstrap/stalenesspb"
 	"github.com/weft-mesh/weft/sidecar/dataplane"
@@ -42,84 +39,63 @@ var goldenTypes = map[string]struct {
 // with the sidecar's decoders and compiles it with a ROOTCA secret (which
 // pilot's publisher adds per push): the wire shapes agree from this side too.
 func TestGenGoldensCompile(t *testing.T) {
-	files, err := filepath.Glob("../../pilot/xds/gen/testdata/*.golden.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no gen goldens: %v", err)
-	}
 	ca := mtlstest.NewCA(t, "root")
 	rootCA := dt.RootCA(ca.RootPEM(), ca.CRLPEM(t, 1, time.Now().Add(-time.Minute), time.Hour))
 	sidecars, withTLS := 0, 0
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc struct {
-			Proxies map[string]map[string]struct {
-				Resources map[string]json.RawMessage `json:"resources"`
-			} `json:"proxies"`
-		}
-		j, err := yaml.YAMLToJSON(b)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if err := json.Unmarshal(j, &doc); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		for id, types := range doc.Proxies {
-			ls := types["Listener"].Resources
-			if _, ok := ls["outbound"]; !ok {
-				if _, ok := ls["inbound"]; !ok {
-					continue // a proxyless gRPC node: not a sidecar's snapshot
-				}
+	for _, g := range dt.GenGoldens(t, "../../pilot/xds/gen/testdata/*.golden.yaml") {
+		f, id, types := g.File, g.Proxy, g.Types
+		ls := types["Listener"]
+		if _, ok := ls["outbound"]; !ok {
+			if _, ok := ls["inbound"]; !ok {
+				continue // a proxyless gRPC node: not a sidecar's snapshot
 			}
-			sidecars++
-			r := dt.Resources{}
-			lbEndpoints := map[string]any{} // LEDS: named by their wrapper, not their body
-			for name, raw := range types["LbEndpoint"].Resources {
-				m := &endpointv3.LbEndpoint{}
-				if err := protojson.Unmarshal(raw, m); err != nil {
-					t.Fatalf("%s %s LbEndpoint %s: %v", f, id, name, err)
-				}
-				_, v, err := xdsresource.Decode(xdsresource.LbEndpointType, dt.Any(m))
-				if err != nil {
-					t.Fatalf("%s %s LbEndpoint %s: %v", f, id, name, err)
-				}
-				lbEndpoints[name] = v
+		}
+		sidecars++
+		r := dt.Resources{}
+		lbEndpoints := map[string]any{} // LEDS: named by their wrapper, not their body
+		for name, raw := range types["LbEndpoint"] {
+			m := &endpointv3.LbEndpoint{}
+			if err := protojson.Unmarshal(raw, m); err != nil {
+				t.Fatalf("%s %s LbEndpoint %s: %v", f, id, name, err)
 			}
-			for short, set := range types {
-				if short == "LbEndpoint" {
-					continue
-				}
-				gt, ok := goldenTypes[short]
-				if !ok {
-					t.Fatalf("%s %s: type %s unknown to this test", f, id, short)
-				}
-				for name, raw := range set.Resources {
-					m := gt.new()
-					if err := protojson.Unmarshal(raw, m); err != nil {
-						t.Fatalf("%s %s %s %s: %v", f, id, short, name, err)
-					}
-					r.Add(gt.url, m)
-				}
-			}
-			r.Add(xdsresource.SecretType, rootCA)
-			st, err := r.State()
+			_, v, err := xdsresource.Decode(xdsresource.LbEndpointType, dt.Any(m))
 			if err != nil {
-				t.Fatalf("%s %s: %v", f, id, err)
+				t.Fatalf("%s %s LbEndpoint %s: %v", f, id, name, err)
 			}
-			st[xdsresource.LbEndpointType] = lbEndpoints
-			cfg, err := dataplane.CompileWith(st, dataplane.Options{})
-			if err != nil {
-				t.Errorf("%s %s: %v", filepath.Base(f), id, err)
+			lbEndpoints[name] = v
+		}
+		for short, set := range types {
+			if short == "LbEndpoint" {
 				continue
 			}
-			if cfg.NeedsMTLS() {
-				withTLS++
+			gt, ok := goldenTypes[short]
+			if !ok {
+				t.Fatalf("%s %s: type %s unknown to this test", f, id, short)
 			}
-			if strings.Contains(string(types["Listener"].Resources["inbound"]), "DownstreamTlsContext") && !cfg.NeedsMTLS() {
-				t.Errorf("%s %s: TLS chains compiled without needing mTLS", filepath.Base(f), id)
+			for name, raw := range set {
+				m := gt.new()
+				if err := protojson.Unmarshal(raw, m); err != nil {
+					t.Fatalf("%s %s %s %s: %v", f, id, short, name, err)
+				}
+				r.Add(gt.url, m)
 			}
+		}
+		r.Add(xdsresource.SecretType, rootCA)
+		st, err := r.State()
+		if err != nil {
+			t.Fatalf("%s %s: %v", f, id, err)
+		}
+		st[xdsresource.LbEndpointType] = lbEndpoints
+		cfg, err := dataplane.CompileWith(st, dataplane.Options{})
+		if err != nil {
+			t.Errorf("%s %s: %v", filepath.Base(f), id, err)
+			continue
+		}
+		if cfg.NeedsMTLS() {
+			withTLS++
+		}
+		if strings.Contains(string(types["Listener"]["inbound"]), "DownstreamTlsContext") && !cfg.NeedsMTLS() {
+			t.Errorf("%s %s: TLS chains compiled without needing mTLS", filepath.Base(f), id)
 		}
 	}
 	if sidecars == 0 || withTLS == 0 {

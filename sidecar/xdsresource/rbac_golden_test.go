@@ -1,8 +1,6 @@
 package xdsresource_test
 
 import (
-	"encoding/json"
-	"os"
 	"sort"
 	"testing"
 	"time"
@@ -11,7 +9,6 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3" // the listener filter gen emits
 	"google.golang.org/protobuf/encoding/protojson"
-	"sigs.k8s.io/yaml"
 
 	"github.com/weft-mesh/weft/sidecar/authz"
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
@@ -26,25 +23,10 @@ const genGolden = "../../pilot/xds/gen/testdata/authz.golden.yaml"
 // golden file.
 func goldenListeners(t *testing.T) map[string]*listenerv3.Listener {
 	t.Helper()
-	y, err := os.ReadFile(genGolden)
-	if err != nil {
-		t.Fatalf("gen's golden output: %v", err)
-	}
-	j, err := yaml.YAMLToJSON(y)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Proxies map[string]map[string]struct {
-			Resources map[string]json.RawMessage `json:"resources"`
-		} `json:"proxies"`
-	}
-	if err := json.Unmarshal(j, &doc); err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]*listenerv3.Listener{}
-	for proxy, types := range doc.Proxies {
-		raw, ok := types["Listener"].Resources["inbound"]
+	for _, g := range dt.GenGoldens(t, genGolden) {
+		proxy := g.Proxy
+		raw, ok := g.Types["Listener"]["inbound"]
 		if !ok {
 			continue
 		}

@@ -1,8 +1,6 @@
 package xdsresource_test
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -21,7 +19,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
-	"sigs.k8s.io/yaml"
 
 	dt "github.com/weft-mesh/weft/sidecar/dataplane/dataplanetest"
 	"github.com/weft-mesh/weft/sidecar/xdsresource"
@@ -138,41 +135,20 @@ var kinds = map[string]func() (proto.Message, proto.Message){
 // goldenResources reads every resource of pilot's golden snapshots
 // (pilot/xds/gen/testdata/*.golden.yaml, protojson as YAML) into full types.
 func goldenResources(t testing.TB) []resource {
-	files, err := filepath.Glob("../../pilot/xds/gen/testdata/*.golden.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no golden snapshots: %v", err)
-	}
 	var out []resource
-	for _, f := range files {
-		y, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc struct {
-			Proxies map[string]map[string]struct {
-				Resources map[string]json.RawMessage `json:"resources"`
-			} `json:"proxies"`
-		}
-		j, err := yaml.YAMLToJSON(y)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if err := json.Unmarshal(j, &doc); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		for proxy, types := range doc.Proxies {
-			for kind, rs := range types {
-				mk, ok := kinds[kind]
-				if !ok {
-					continue // weft's own Policy (staleness): a weft proto, complete
+	for _, g := range dt.GenGoldens(t, "../../pilot/xds/gen/testdata/*.golden.yaml") {
+		for kind, rs := range g.Types {
+			mk, ok := kinds[kind]
+			if !ok {
+				continue // weft's own Policy (staleness): a weft proto, complete
+			}
+			for name, raw := range rs {
+				full, _ := mk()
+				label := filepath.Base(g.File) + " " + g.Proxy + " " + kind + " " + name
+				if err := protojson.Unmarshal(raw, full); err != nil {
+					t.Fatalf("%s: %v", label, err)
 				}
-				for name, raw := range rs.Resources {
-					full, _ := mk()
-					if err := protojson.Unmarshal(raw, full); err != nil {
-						t.Fatalf("%s %s %s %s: %v", filepath.Base(f), proxy, kind, name, err)
-					}
-					out = append(out, resource{name: filepath.Base(f) + " " + proxy + " " + kind + " " + name, full: full, trimmed: func() proto.Message { _, tm := mk(); return tm }})
-				}
+				out = append(out, resource{name: label, full: full, trimmed: func() proto.Message { _, tm := mk(); return tm }})
 			}
 		}
 	}
