@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"time"
 
@@ -63,7 +62,12 @@ type conn struct {
 	closing         bool // the connection is ending: writes fail
 	opened          uint64
 	idleSeen        uint64 // opened at the last idle tick
-	idleTimer       *time.Timer
+	// recentResets are the last streams this server reset: frames the client
+	// had in flight for them are ignored (RFC 9113 §5.4.2), as x/net/http2
+	// ignores them while its RST_STREAM is queued.
+	recentResets [MaxRecentResets]uint32
+	nextReset    int
+	idleTimer    *time.Timer
 }
 
 func newConn(s *Server, ctx context.Context, nc net.Conn, br *bufio.Reader) *conn {
@@ -148,20 +152,10 @@ func (c *conn) serve() {
 			c.srv.logf("h2server: connection error from %s: %v (%v)", c.remoteAddr, http2.ErrCode(ce), c.fr.ErrorDetail())
 			c.goAwayAndDrain(http2.ErrCode(ce))
 			return
-		case isTimeout(err) && c.draining():
-			c.drain() // a graceful GOAWAY and no stream left: finishGraceful woke us
-			return
 		default:
 			return // the client went away, or a deadline (idle, drain) passed
 		}
 	}
-}
-
-// draining reports a graceful GOAWAY sent and no stream left.
-func (c *conn) draining() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.goAway && len(c.streams) == 0
 }
 
 // teardown ends every stream and closes the connection.
@@ -257,11 +251,12 @@ func (c *conn) startGracefulShutdown() {
 	}
 }
 
-// finishGraceful wakes the reader to end the connection: the GOAWAY has gone
-// out and no stream is left. (The read fails with a deadline error; the reader
-// then drains and closes.)
+// finishGraceful ends the connection GoAwayTimeout from now (or when the
+// client closes it first): the GOAWAY has gone out and no stream is left. Until
+// then frames are still processed (PINGs answered, as x/net/http2 does), and
+// new streams are not taken.
 func (c *conn) finishGraceful() {
-	_ = c.nc.SetReadDeadline(time.Now())
+	_ = c.nc.SetReadDeadline(time.Now().Add(GoAwayTimeout))
 }
 
 // onIdle closes a connection that opened no stream since the last tick and has none.
@@ -510,9 +505,10 @@ func (c *conn) processData(f *http2.DataFrame) error {
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
 	if st == nil || state != stateOpen || st.gotTrailers {
+		reset := st == nil && c.recentlyResetLocked(id)
 		c.mu.Unlock()
-		if err := c.discardData(f); err != nil {
-			return err
+		if err := c.discardData(f); err != nil || reset {
+			return err // reset: in flight when this server reset the stream
 		}
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeStreamClosed}
 	}
@@ -592,12 +588,31 @@ func (c *conn) sendWindowUpdates(id uint32, streamUpd, connUpd int32, flush bool
 	})
 }
 
+// noteResetLocked remembers that this server reset stream id.
+func (c *conn) noteResetLocked(id uint32) {
+	if c.srv.cfg.forgetResets {
+		return
+	}
+	c.recentResets[c.nextReset] = id
+	c.nextReset = (c.nextReset + 1) % MaxRecentResets
+}
+
+func (c *conn) recentlyResetLocked(id uint32) bool {
+	for _, r := range c.recentResets {
+		if r == id && id != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // resetStream sends RST_STREAM for id and ends the stream if it is open.
 func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 	c.wmu.Lock()
 	c.mu.Lock()
 	st := c.streams[id]
 	if st != nil {
+		c.noteResetLocked(id)
 		if st.resetSent {
 			c.mu.Unlock()
 			c.wmu.Unlock()
@@ -635,9 +650,6 @@ func (c *conn) removeStreamLocked(st *stream) {
 	}
 }
 
-// isTimeout reports a read that failed on its deadline.
-func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
-
 // processHeaders opens a stream or takes a stream's trailers.
 func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	id := f.StreamID
@@ -655,6 +667,10 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		}
 		return c.trailersLocked(st, f)
 	}
+	if c.recentlyResetLocked(id) {
+		c.mu.Unlock()
+		return nil // in flight when this server reset the stream
+	}
 	if id <= c.maxID {
 		c.mu.Unlock()
 		return http2.ConnectionError(http2.ErrCodeProtocol)
@@ -665,6 +681,7 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream}
 	}
 	if f.HasPriority() && f.Priority.StreamDep == id {
+		c.noteResetLocked(id)
 		c.mu.Unlock()
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 	}
@@ -672,6 +689,9 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	st := &stream{c: c, id: id, declLen: -1}
 	req, handler, err := c.newRequest(st, f)
 	if err != nil {
+		c.mu.Lock()
+		c.noteResetLocked(id) // the stream existed, if only to be reset
+		c.mu.Unlock()
 		return err
 	}
 	st.req = req

@@ -84,6 +84,9 @@ const (
 	// MaxIdleWorkers bounds the handler goroutines a Server keeps waiting for
 	// a next request (each keeps its grown stack); more exit when done.
 	MaxIdleWorkers = 64
+	// MaxRecentResets is how many of the streams it reset last a connection
+	// remembers, to ignore the frames the client had in flight for them.
+	MaxRecentResets = 16
 	// windowRefresh: receive credit is returned once this much is owed, or
 	// once it is at least what the peer has left (x/net/http2's rule).
 	windowRefresh = 4 << 10
@@ -113,6 +116,11 @@ type Config struct {
 	ResponseBufferBytes int
 	// Logf, when set, is told of handler panics and connection errors.
 	Logf func(format string, args ...any)
+
+	// forgetResets (tests only) turns off the ignoring of frames on streams
+	// this server reset (recentResets), to model x/net/http2 once its
+	// RST_STREAM has been written.
+	forgetResets bool
 }
 
 // Server serves HTTP/2 connections handed to ServeConn.
