@@ -242,9 +242,9 @@ func runDiff(t *testing.T, stream []byte, serve serveFunc) string {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	sort.Strings(reqs)
-	mu.Lock()
+	mu.Lock() // the handlers are done, but only mu says so to the race detector
 	defer mu.Unlock()
+	sort.Strings(reqs)
 	return fmt.Sprintf("goaway=%q ping=%q\n%s", goAway, synced, strings.Join(reqs, "\n"))
 }
 
