@@ -280,8 +280,11 @@ func ServeADS(lim XDSLimits) XDSFunc {
 			Store:  env.Store, Logger: log.Named("meshcache"),
 			Debounce: lim.Debounce, MaxDelay: lim.MaxDelay, GenWorkers: lim.GenWorkers, CurrentWait: lim.CurrentWait,
 			RegistrationDebounce: lim.RegistrationDebounce, RegistrationMaxDelay: lim.RegistrationMaxDelay,
-			Generate:   src.Generate(gen.Proxy),
-			ScopeKey:   meshcache.DefaultScopeKey,
+			Generate: src.Generate(gen.Proxy),
+			// What gen.Proxy reads of a node: sidecars of one workload class
+			// share one generation per mesh, not one per address (10,000
+			// sidecars of two classes cost two, not 10,000).
+			ScopeKey:   gen.ScopeKey,
 			OnCompiled: func(rev int64, at time.Time) { env.Status.RevisionWritten(rev, at) },
 		})
 		if err != nil {

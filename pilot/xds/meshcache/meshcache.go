@@ -151,6 +151,9 @@ func DefaultScopeKey(n *node.Node) string {
 		strconv.FormatUint(uint64(n.InboundPort), 10), n.Locality.String(), n.Identity, strconv.FormatBool(n.Proxyless), n.Interception}, "\x00")
 }
 
+// ScopeKey is the key the cache generates n's snapshot under (Config.ScopeKey).
+func (c *Cache) ScopeKey(n *node.Node) string { return c.cfg.ScopeKey(n) }
+
 // Cache is safe for concurrent use. Run must be running for snapshots to exist.
 type Cache struct {
 	cfg Config

@@ -84,6 +84,7 @@ type Source struct {
 	checked  checkCache
 	contents *contentCache
 	rootCAs  rootCACache
+	augs     augCache
 
 	mu     sync.Mutex                     // guards scopes and errs
 	scopes map[string]map[*watch]struct{} // scope key -> open watches
@@ -155,6 +156,15 @@ const minRecheck = time.Second
 // so it is built after the Source and handed back here.
 func (s *Source) Use(c *meshcache.Cache) { s.cache = c }
 
+// scopeKey is the key meshcache generates n's snapshot under, which a
+// generation error is recorded by.
+func (s *Source) scopeKey(n *node.Node) string {
+	if s.cache == nil {
+		return meshcache.DefaultScopeKey(n)
+	}
+	return s.cache.ScopeKey(n)
+}
+
 // Generate wraps gen.Proxy: a Weft sidecar's snapshot must also pass the sidecar's
 // own decoding and compile (sidecar/xdsresource, sidecar/dataplane), so a push the
 // sidecar would NACK is caught here, logged and not sent. meshcache calls it once
@@ -168,7 +178,7 @@ func (s *Source) Generate(g func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, erro
 				err = fmt.Errorf("snapshot for %s at revision %d fails sidecar validation, not sent: %w", n.ID, m.Revision, verr)
 			}
 		}
-		s.recordGen(meshcache.DefaultScopeKey(n), m.Revision, err)
+		s.recordGen(s.scopeKey(n), m.Revision, err)
 		return snap, err
 	}
 }
@@ -215,7 +225,7 @@ func (s *Source) Connect(n *node.Node) (ads.Watch, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &watch{s: s, p: p, n: n, key: meshcache.DefaultScopeKey(n), changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	w := &watch{s: s, p: p, n: n, key: s.scopeKey(n), changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if n.Registers() {
 		w.scope = manifestScope(n)
 		s.contents.acquire(w.scope)
@@ -378,9 +388,41 @@ func (w *watch) withRootCA(raw *snapshot.Snapshot) *snapshot.Snapshot {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if raw != w.rawBase || rc != w.rootCA || w.aug == nil {
-		w.rawBase, w.rootCA, w.aug = raw, rc, withRootCA(raw, rc)
+		w.rawBase, w.rootCA, w.aug = raw, rc, w.s.augs.get(raw, rc)
 	}
 	return w.aug
+}
+
+// augCache shares withRootCA's result between the streams of a scope (they
+// are offered the same snapshot): one copy per scope snapshot rather than per
+// stream, and the same value, which the content cache recognises at once.
+type augCache struct {
+	mu sync.Mutex // guards m
+	m  map[augKey]*snapshot.Snapshot
+}
+
+type augKey struct {
+	raw *snapshot.Snapshot
+	rc  *rootCA
+}
+
+// maxAugEntries bounds augCache; it restarts empty when full (entries pin
+// snapshots; a push needs one per scope).
+const maxAugEntries = 1024
+
+func (c *augCache) get(raw *snapshot.Snapshot, rc *rootCA) *snapshot.Snapshot {
+	k := augKey{raw, rc}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.m[k]; ok {
+		return s
+	}
+	if c.m == nil || len(c.m) >= maxAugEntries {
+		c.m = map[augKey]*snapshot.Snapshot{}
+	}
+	s := withRootCA(raw, rc)
+	c.m[k] = s
+	return s
 }
 
 // armLocked sets the stream's wake-up at the earlier half-life of the two parts
