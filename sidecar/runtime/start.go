@@ -12,6 +12,7 @@ import (
 	"github.com/weft-mesh/weft/sidecar/runtime/lkg"
 	"github.com/weft-mesh/weft/sidecar/runtime/staleness"
 	"github.com/weft-mesh/weft/sidecar/xdsclient"
+	"github.com/weft-mesh/weft/sidecar/xdsresource"
 )
 
 // errStale refuses a persisted snapshot whose routing state has expired.
@@ -86,6 +87,9 @@ func (r *Runtime) loadLKG(now time.Time) (*xdsclient.Update, *activeState, error
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("last-known-good: %s %q: %w", res.TypeURL, res.Name, err)
+		}
+		if name == "" && res.TypeURL == xdsresource.LbEndpointType {
+			name = res.Name // an LbEndpoint body has no name: its wrapper's, as on the stream
 		}
 		if name != res.Name {
 			return nil, nil, fmt.Errorf("last-known-good: %w: %s %q decodes as %q", manifest.ErrMismatch, res.TypeURL, res.Name, name)
