@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
@@ -233,5 +234,62 @@ func TestGenerated(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Errorf("%s is not what genproto writes: run go generate ./sidecar/xdswire", f[1])
 		}
+	}
+}
+
+// TestOpaquePresence: an opaque field (bytes for a message the sidecar never
+// reads) set to an empty message, the usual way to switch an Envoy option on
+// (http2_protocol_options: {}), reads as present in the trimmed type, and its
+// Go getter is non-nil: the decoders test presence with `!= nil`.
+func TestOpaquePresence(t *testing.T) {
+	n := 0
+	var msg func(md protoreflect.MessageDescriptor)
+	msg = func(md protoreflect.MessageDescriptor) {
+		for i := 0; i < md.Messages().Len(); i++ {
+			if !md.Messages().Get(i).IsMapEntry() {
+				msg(md.Messages().Get(i))
+			}
+		}
+		em := envoyDesc(t, md).(protoreflect.MessageDescriptor)
+		for i := 0; i < md.Fields().Len(); i++ {
+			f := md.Fields().Get(i)
+			ef := em.Fields().ByNumber(f.Number())
+			if f.Kind() != protoreflect.BytesKind || ef.Kind() != protoreflect.MessageKind || f.IsList() || f.IsMap() {
+				continue
+			}
+			n++
+			et, err := protoregistry.GlobalTypes.FindMessageByName(em.FullName())
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub, err := protoregistry.GlobalTypes.FindMessageByName(ef.Message().FullName())
+			if err != nil {
+				t.Fatal(err)
+			}
+			full := et.New()
+			full.Set(ef, protoreflect.ValueOfMessage(sub.New()))
+			b, err := proto.Marshal(full.Interface())
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt, err := protoregistry.GlobalTypes.FindMessageByName(md.FullName())
+			if err != nil {
+				t.Fatal(err)
+			}
+			trimmed := tt.New()
+			if err := proto.Unmarshal(b, trimmed.Interface()); err != nil {
+				t.Fatal(err)
+			}
+			if !trimmed.Has(f) || trimmed.Get(f).Bytes() == nil {
+				t.Errorf("%s: an empty %s reads as absent", f.FullName(), ef.Message().FullName())
+			}
+		}
+	}
+	fd := xdswire.File_xdswire_proto
+	for i := 0; i < fd.Messages().Len(); i++ {
+		msg(fd.Messages().Get(i))
+	}
+	if n < 20 {
+		t.Fatalf("checked %d opaque fields, expected more", n)
 	}
 }
