@@ -215,7 +215,7 @@ func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, err
 	limitFlags(fs, &f.FileLimits)
 	dnsFlags(fs, &f.FileDNS)
 	fs.IntVar(&f.Concurrency, "concurrency", 0, fmt.Sprintf("worker threads (GOMAXPROCS), 1..%d (default %d)", MaxConcurrency, DefaultConcurrency))
-	fs.StringVar(&f.H2Server, "h2-server", "", "weft|std: the HTTP/2 server of prior-knowledge HTTP/2 connections (default std: net/http's; weft: sidecar/h2server)")
+	fs.StringVar(&f.H2Server, "h2-server", "", "weft|std: the HTTP/2 server of prior-knowledge HTTP/2 connections (default weft: sidecar/h2server; std: net/http's)")
 	fs.BoolVar(&f.Pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ on the admin address (loopback only; a sidecar built with -tags weftpprof)")
 	fs.StringVar(&f.Intercept, "intercept", "", "none|iptables|ebpf|auto: how traffic reaches the sidecar (default none: applications address it)")
 	fs.StringVar(&f.InterceptCgroup, "intercept-cgroup", "", "ebpf, auto: the pod's cgroup v2 directory to attach to (default the sidecar's own)")

@@ -1,7 +1,9 @@
 // Package httpproxy is the sidecar's HTTP request path. HTTP/1.1 runs on a purpose-built
 // keep-alive loop (own parser, pooled buffers, pooled upstream connections, no
-// per-request goroutines); HTTP/2 (h2c) and gRPC go through golang.org/x/net/http2 and
-// an h2c upstream transport that multiplexes requests on pooled connections.
+// per-request goroutines); HTTP/2 (h2c, or h2 inside mTLS) and gRPC clients are
+// served by sidecar/h2server (Config.H2Server; net/http's server is the
+// fallback), and go upstream through an HTTP/2 transport that multiplexes
+// requests on pooled connections.
 //
 // Each request loads the active *dataplane.Config once and finishes on it, so a swap
 // never changes a request midway.
@@ -154,7 +156,7 @@ const (
 	H2ServerStd  = "std"
 	H2ServerWeft = "weft"
 	// DefaultH2Server is the one the sidecar-pair benchmark favours.
-	DefaultH2Server = H2ServerStd
+	DefaultH2Server = H2ServerWeft
 )
 
 // Defaults and bounds of Config.
