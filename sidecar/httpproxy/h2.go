@@ -108,6 +108,7 @@ type answer struct {
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route *dataplane.Route, c *cluster.Cluster,
 	pin *cluster.Endpoint, prio int, a *answer) {
 	ctx := r.Context()
+	stripHopByHop(r.Header, isGRPC(r))
 	var cancel context.CancelFunc
 	timeout := route.Timeout
 	grpcTimeout := false // the client's grpc-timeout is the shorter bound
@@ -245,6 +246,26 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 	}
 }
 
+// stripHopByHop makes h fit to go upstream over HTTP/1.1 or HTTP/2, once before
+// the first attempt: hop-by-hop fields go, and TE stays only as "trailers"
+// (all HTTP/2 allows; gRPC needs it end to end, so a gRPC request gets it).
+func stripHopByHop(h http.Header, grpc bool) {
+	for _, k := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Transfer-Encoding"} {
+		delete(h, k)
+	}
+	if te, ok := h["Te"]; grpc || ok {
+		trailers := grpc
+		for _, v := range te {
+			trailers = trailers || v == "trailers"
+		}
+		if trailers {
+			h["Te"] = []string{"trailers"}
+		} else {
+			delete(h, "Te")
+		}
+	}
+}
+
 // grpcStatusOf is the grpc-status of a trailers-only gRPC response (in its
 // headers); false for any other response.
 func grpcStatusOf(resp *http.Response) (int, bool) {
@@ -304,14 +325,17 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, rb *replayBuf, t
 	if route.Retry != nil && route.Retry.PerTryTimeout > 0 {
 		tryCtx, cancel = context.WithTimeout(ctx, route.Retry.PerTryTimeout)
 	}
-	out := r.Clone(tryCtx)
+	// A shallow copy: the header is r's, made fit for every attempt once by
+	// forward (stripHopByHop) and not changed during them (an abandoned
+	// attempt's transport may still read it). Cloning it was a tenth of the
+	// peer hop's allocations.
+	out := r.WithContext(tryCtx)
+	u := *r.URL
+	out.URL = &u
 	out.RequestURI = ""
 	out.URL.Scheme = "http"
 	out.URL.Host = e.Address()
 	out.Host = r.Host
-	for _, k := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Transfer-Encoding"} {
-		out.Header.Del(k)
-	}
 	var body *replayReader
 	switch {
 	case rb != nil:
@@ -323,11 +347,6 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, rb *replayBuf, t
 	var resp *http.Response
 	var err error
 	if c.HTTP2 || e.Peer {
-		// HTTP/2 allows only "te: trailers" (gRPC needs it end to end).
-		out.Header.Del("Te")
-		if isGRPC(r) || r.Header.Get("Te") == "trailers" {
-			out.Header.Set("Te", "trailers")
-		}
 		resp, err = p.roundTripH2(tryCtx, out, c, e)
 	} else if out.Body == nil || out.ContentLength >= 0 {
 		resp, err = p.roundTripPool(tryCtx, out, c, e)
