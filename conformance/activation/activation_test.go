@@ -133,7 +133,7 @@ func decode(tb testing.TB, r *runtime.Runtime, snap *snapshot.Snapshot) *xdsclie
 
 type fixture struct {
 	rt    *runtime.Runtime
-	priv  ed25519.PrivateKey     // the publisher key snaps are signed with
+	priv  ed25519.PrivateKey    // the publisher key snaps are signed with
 	snaps [2]*snapshot.Snapshot // two revisions that differ in every route
 }
 
