@@ -338,7 +338,14 @@ func (c *conn) process(f http2.Frame) error {
 			return http2.ConnectionError(http2.ErrCodeProtocol)
 		}
 		c.sawSettings = true
-		_ = c.nc.SetReadDeadline(time.Time{})
+		// Clear the first-SETTINGS deadline, unless a GOAWAY went out meanwhile:
+		// then its deadline (finishGraceful, set after goAway under c.mu) is
+		// the one that must close the connection.
+		c.mu.Lock()
+		if !c.goAway {
+			_ = c.nc.SetReadDeadline(time.Time{})
+		}
+		c.mu.Unlock()
 	}
 	c.mu.Lock()
 	// After GOAWAY, frames of streams it did not take are dropped (their DATA's

@@ -559,3 +559,61 @@ func TestConfigBounds(t *testing.T) {
 		}
 	}
 }
+
+// A graceful shutdown that lands between the client's preface and its first
+// SETTINGS still closes the connection GoAwayTimeout later: the reader's
+// clearing of the first-SETTINGS deadline must not cancel the GOAWAY's (it did,
+// and the connection stayed open until the listener's drain timeout; found by
+// sidecar/listener's TestShutdownClosesHTTP2Conns under -race, 3 runs in 10).
+func TestShutdownBeforeClientSettings(t *testing.T) {
+	s, err := New(Config{Handler: http.HandlerFunc(echo)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, ss := net.Pipe()
+	defer cs.Close()
+	served := make(chan struct{})
+	go func() { defer close(served); s.ServeConn(context.Background(), ss, nil) }()
+	defer s.Close()
+	frames := make(chan http2.Frame, 16)
+	go func() {
+		defer close(frames)
+		fr := http2.NewFramer(nil, cs)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			frames <- f
+		}
+	}()
+	// net.Pipe is synchronous: once Write returns, the server has the preface.
+	if _, err := io.WriteString(cs, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(ctx) }()
+	for f := range frames {
+		if isGoAway(f) {
+			break
+		}
+	}
+	// The client's SETTINGS arrive after the GOAWAY.
+	if err := http2.NewFramer(cs, nil).WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range frames { // the SETTINGS ACK, then the end
+		}
+	}()
+	select {
+	case <-served:
+	case <-time.After(GoAwayTimeout + 5*time.Second):
+		t.Fatalf("connection still open %v after a GOAWAY sent before the client's SETTINGS (want it closed %v after)", GoAwayTimeout+5*time.Second, GoAwayTimeout)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v, want nil once the connection closed", err)
+	}
+}
