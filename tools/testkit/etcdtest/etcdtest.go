@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -98,14 +97,13 @@ func RequireBinary(t testing.TB, bin string) string {
 
 var build37 struct {
 	once sync.Once
-	dir  string
 	path string
 	err  error
 }
 
 // Etcd37Binary builds the etcd37 helper (etcd 3.7 through embed, a module of its
-// own beside this file) once per test process and returns its path; Cleanup
-// removes it.
+// own beside this file) once per test process, into the binaries' directory the
+// checkout's test processes share (proc.GoBuild), and returns its path.
 func Etcd37Binary(t testing.TB) string {
 	t.Helper()
 	build37.once.Do(func() {
@@ -114,20 +112,7 @@ func Etcd37Binary(t testing.TB) string {
 			build37.err = errors.New("etcdtest: cannot locate the etcd37 module")
 			return
 		}
-		dir, err := os.MkdirTemp("", "weft-etcd37-")
-		if err != nil {
-			build37.err = err
-			return
-		}
-		build37.dir = dir
-		path := filepath.Join(dir, "etcd37")
-		cmd := exec.Command("go", "build", "-o", path, ".")
-		cmd.Dir = filepath.Join(filepath.Dir(file), "etcd37")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			build37.err = fmt.Errorf("etcdtest: building etcd37: %v\n%s", err, out)
-			return
-		}
-		build37.path = path
+		build37.path, build37.err = proc.GoBuild("etcd37", filepath.Join(filepath.Dir(file), "etcd37"), nil, ".")
 	})
 	if build37.err != nil {
 		t.Fatal(build37.err)
@@ -135,13 +120,9 @@ func Etcd37Binary(t testing.TB) string {
 	return build37.path
 }
 
-// Cleanup removes the built etcd37 binary; call it when the test process ends
-// (it fits goleak.Cleanup).
-func Cleanup(int) {
-	if build37.dir != "" {
-		os.RemoveAll(build37.dir)
-	}
-}
+// Cleanup is called when the test process ends (it fits goleak.Cleanup); the
+// etcd37 binary stays for the checkout's next test process (proc.GoBuild).
+func Cleanup(int) {}
 
 // freePorts returns n distinct free loopback TCP ports. Another process may take
 // one before etcd binds it; Start then fails with etcd's bind error in the log.

@@ -3,18 +3,24 @@
 // users run), once per test process, and starts them as processes whose output
 // is captured and which are stopped when the test ends.
 //
-// A package that builds must remove the binaries when its tests end:
+// The binaries go to one directory per module checkout and user, shared by every
+// test process of that checkout (see binDir): `go test ./...` runs about twenty
+// packages that start binaries, and go build leaves an up-to-date output alone,
+// so only the first links (seconds each) and the rest check in about a second.
+// TestMain still ends with Cleanup, which removes what is private to the process:
 //
 //	func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(proc.Cleanup)) }
 package proc
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -51,36 +57,43 @@ const module = "github.com/weft-mesh/weft/"
 
 var (
 	dirOnce sync.Once
-	dir     string // the binaries' directory, removed by Cleanup
+	binsDir string // the shared binaries' directory (binDir)
 	dirErr  error
 )
+
+// binDir is the binaries' directory for this checkout (the module root go env
+// GOMOD names) and user: under the temporary directory, which is also where go
+// build links, so it moves a relinked binary into place with a rename and a
+// process still running the old one keeps it. 0755 so that a process started as
+// another user (a pod's sidecar as uid 1337, see Netns) can run the binaries.
+func binDir() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("go env GOMOD: not inside the module")
+	}
+	sum := sha256.Sum256([]byte(filepath.Dir(gomod)))
+	d := filepath.Join(os.TempDir(), fmt.Sprintf("weft-testbin-%d-%x", os.Getuid(), sum[:6]))
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return "", err
+	}
+	return d, os.Chmod(d, 0o755)
+}
 
 // Build builds b, the first time it is asked for in this test process, with the
 // Makefile's flags and the version versiontest.Sentinel linked in, and returns
 // its path.
 func Build(t testing.TB, b *Binary) string {
 	t.Helper()
-	dirOnce.Do(func() {
-		// 0755: a process started as another user (a pod's sidecar as uid 1337,
-		// see Netns) must be able to run the binaries.
-		if dir, dirErr = os.MkdirTemp("", "weft-bin-"); dirErr == nil {
-			dirErr = os.Chmod(dir, 0o755)
-		}
-	})
-	if dirErr != nil {
-		t.Fatalf("proc: binaries directory: %v", dirErr)
-	}
 	b.once.Do(func() {
-		path := filepath.Join(dir, b.name)
-		cmd := exec.Command("go", b.args(path)...)
+		var env []string
 		if b.static {
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			env = []string{"CGO_ENABLED=0"}
 		}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("proc: building %s: %v\n%s", b.name, err, out)
-			return
-		}
-		b.path = path
+		b.path, b.err = GoBuild(b.name, "", env, b.buildArgs()...)
 	})
 	if b.err != nil {
 		t.Fatal(b.err)
@@ -88,22 +101,48 @@ func Build(t testing.TB, b *Binary) string {
 	return b.path
 }
 
-// args are go's arguments to build b into path.
-func (b *Binary) args(path string) []string {
-	args := []string{"build"}
+// GoBuild runs `go build -o <the shared directory>/name args...` in directory
+// dir ("": the current one) with env added, and returns the output's path. Test
+// processes of one checkout take turns (a lock file beside the binaries), so two
+// never write one binary at once. Build uses it; so may a test helper building a
+// program of its own (etcdtest's etcd 3.7).
+func GoBuild(name, dir string, env []string, args ...string) (string, error) {
+	dirOnce.Do(func() { binsDir, dirErr = binDir() })
+	if dirErr != nil {
+		return "", fmt.Errorf("proc: binaries directory: %w", dirErr)
+	}
+	path := filepath.Join(binsDir, name)
+	lock, err := os.OpenFile(filepath.Join(binsDir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("proc: building %s: %w", name, err)
+	}
+	defer lock.Close() // closing releases the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("proc: building %s: lock %s: %w", name, lock.Name(), err)
+	}
+	cmd := exec.Command("go", append([]string{"build", "-o", path}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("proc: building %s: %v\n%s", name, err, out)
+	}
+	return path, nil
+}
+
+// buildArgs are go build's arguments for b after -o.
+func (b *Binary) buildArgs() []string {
+	var args []string
 	if b.static {
 		args = append(args, "-tags", SidecarTags)
 	}
-	return append(args, "-ldflags", "-X "+versiontest.VarFlag+"="+versiontest.Sentinel, "-o", path, module+b.pkg)
+	return append(args, "-ldflags", "-X "+versiontest.VarFlag+"="+versiontest.Sentinel, module+b.pkg)
 }
 
-// Cleanup removes the built binaries; call it when the test process ends (see
-// the package comment). The exit code is unused: it fits goleak.Cleanup.
-func Cleanup(int) {
-	if dir != "" {
-		os.RemoveAll(dir)
-	}
-}
+// Cleanup is called when the test process ends (see the package comment). The
+// shared binaries stay for the checkout's next test process, as go's build
+// cache does; nothing else is private to the process today. The exit code is
+// unused: it fits goleak.Cleanup.
+func Cleanup(int) {}
 
 // Buffer is a goroutine-safe log buffer: a process writes it while a test reads.
 type Buffer struct {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -138,6 +139,27 @@ func TestBuild(t *testing.T) {
 		t.Errorf("Build rebuilt a binary it had built (%v)", err)
 	}
 	versiontest.Check(t, bin, "meshctl")
+}
+
+// The binaries' directory is one per checkout and user (so the test processes of
+// one go test ./... share their binaries), and others may enter it.
+func TestBinDirShared(t *testing.T) {
+	a, err := binDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := binDir(); err != nil || b != a {
+		t.Errorf("binDir again = %q, %v; want %q", b, err, a)
+	}
+	if !strings.HasPrefix(a, os.TempDir()+string(os.PathSeparator)) || !strings.Contains(filepath.Base(a), fmt.Sprint(os.Getuid())) {
+		t.Errorf("binDir = %q: want a per-user directory in %s", a, os.TempDir())
+	}
+	if fi, err := os.Stat(a); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("binDir %s: %v, %v; want mode 0755", a, fi, err)
+	}
+	if bin := Build(t, Meshctl); filepath.Dir(bin) != a {
+		t.Errorf("Build put meshctl in %s, want %s", filepath.Dir(bin), a)
+	}
 }
 
 // The binaries are built as `make build` builds them: the same packages, flags
