@@ -170,6 +170,9 @@ func newFixtureWith(tb testing.TB, appPort int, compile func(map[string]map[stri
 	if err != nil {
 		tb.Fatal(err)
 	}
+	// The last-known-good writer may still be writing into StateDir: done before
+	// TempDir's removal (cleanups run last first).
+	tb.Cleanup(rt.Flush)
 	f := &fixture{rt: rt, priv: priv}
 	for i := range f.snaps {
 		f.snaps[i] = snapshotFor(tb, priv, meshInputTo(Services, RulesPerRoute, i, int64(i+1), appPort))
@@ -178,8 +181,9 @@ func newFixtureWith(tb testing.TB, appPort int, compile func(map[string]map[stri
 }
 
 // activate decodes snap and applies it, and returns how long the decode took
-// and how long Apply took until the new configuration was swapped in.
-func (f *fixture) activate(tb testing.TB, snap *snapshot.Snapshot) (decoded, swapped time.Duration) {
+// and how long the runtime says the activation took (LastActivation, as in
+// weft_sidecar_activation_duration_seconds: its decode included).
+func (f *fixture) activate(tb testing.TB, snap *snapshot.Snapshot) (decoded, activation time.Duration) {
 	tb.Helper()
 	start := time.Now()
 	u := decode(tb, f.rt, snap)
@@ -227,24 +231,26 @@ func TestSnapshotSize(t *testing.T) {
 // 10 rules snapshot, alternating two contents so every iteration is a real
 // activation (the same content again would be a no-op), each at a higher
 // revision than the last (a lower one is refused as a rollback). Goal: <= 50
-// ms per activation (reported as decode-ms, swap-ms and total-ms). Persisting
-// the last-known-good file follows the swap and is not in swap-ms; re-signing
-// the next revision is outside the timer.
+// ms per activation: total-ms is the runtime's figure (LastActivation, what
+// the histogram observes), decode-ms the decode as timed here, swap-ms the
+// rest (hash, manifest check, compile, swap). Persisting the last-known-good
+// file follows the swap (on the runtime's writer goroutine) and is not in
+// total-ms; re-signing the next revision is outside the timer.
 func BenchmarkActivation1000x10(b *testing.B) {
 	f := newFixture(b)
 	f.activate(b, f.snaps[1])
-	var dec, swap time.Duration
+	var dec, total time.Duration
 	n := 0
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
 		next := f.atRevision(b, f.snaps[n%2], int64(3+n))
 		b.StartTimer()
-		d, s := f.activate(b, next)
-		dec, swap, n = dec+d, swap+s, n+1
+		d, t := f.activate(b, next)
+		dec, total, n = dec+d, total+t, n+1
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(n) / 1e6 }
 	b.ReportMetric(ms(dec), "decode-ms")
-	b.ReportMetric(ms(swap), "swap-ms")
-	b.ReportMetric(ms(dec+swap), "total-ms")
+	b.ReportMetric(ms(total-dec), "swap-ms")
+	b.ReportMetric(ms(total), "total-ms")
 }

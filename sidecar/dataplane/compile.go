@@ -176,6 +176,7 @@ func CompileWith(state map[string]map[string]any, o Options) (*Config, error) {
 		m, t, needed := o.MTLS, cfg.trust, cfg.needsMTLS
 		cfg.commits = append(cfg.commits, func() { m.SetTrust(t, needed) })
 	}
+	cfg.oneTargets = nil // compile scratch
 	if private {
 		cfg.Activate()
 	}
@@ -270,25 +271,47 @@ func (cfg *Config) compileCluster(xc *xdsresource.Cluster, eps map[string]any, o
 	return c, lim, nil
 }
 
-func (cfg *Config) lookupCluster(kind, name, field, cl string) (*cluster.Cluster, error) {
-	c := cfg.clusters[cl]
-	if c == nil {
-		return nil, fmt.Errorf("%w: %s %q: %s: cluster %q not found", ErrInvalid, kind, name, field, cl)
-	}
-	return c, nil
+func missingCluster(kind, name, field, cl string) error {
+	return fmt.Errorf("%w: %s %q: %s: cluster %q not found", ErrInvalid, kind, name, field, cl)
 }
 
-func (cfg *Config) targets(kind, name, field string, ws []xdsresource.WeightedCluster) ([]target, uint64, error) {
+// oneTarget is a plain cluster action's targets.
+type oneTarget struct {
+	name   string
+	weight uint32
+}
+
+// targets resolves ws; field gives the field path of ws, called only to name
+// a failure (a valid configuration of 10,000 routes builds no path string).
+// Routes of one plain cluster action share their targets slice (immutable, as
+// the Config is): most routes are that, a Service's rules all to its cluster.
+func (cfg *Config) targets(kind, name string, field func() string, ws []xdsresource.WeightedCluster) ([]target, uint64, error) {
+	if len(ws) == 1 && ws[0].Weight > 0 {
+		k := oneTarget{ws[0].Name, ws[0].Weight}
+		if ts, ok := cfg.oneTargets[k]; ok {
+			return ts, uint64(k.weight), nil
+		}
+		c := cfg.clusters[k.name]
+		if c == nil {
+			return nil, 0, missingCluster(kind, name, field(), k.name)
+		}
+		ts := []target{{c: c, cum: uint64(k.weight)}}
+		if cfg.oneTargets == nil {
+			cfg.oneTargets = make(map[oneTarget][]target)
+		}
+		cfg.oneTargets[k] = ts
+		return ts, uint64(k.weight), nil
+	}
 	ts := make([]target, 0, len(ws))
 	var total uint64
 	for i, w := range ws {
-		f := field
-		if len(ws) > 1 {
-			f = fmt.Sprintf("%s.weighted_clusters.clusters[%d]", field, i)
-		}
-		c, err := cfg.lookupCluster(kind, name, f, w.Name)
-		if err != nil {
-			return nil, 0, err
+		c := cfg.clusters[w.Name]
+		if c == nil {
+			f := field()
+			if len(ws) > 1 {
+				f = fmt.Sprintf("%s.weighted_clusters.clusters[%d]", f, i)
+			}
+			return nil, 0, missingCluster(kind, name, f, w.Name)
 		}
 		if w.Weight == 0 {
 			continue
@@ -303,9 +326,9 @@ func (cfg *Config) compileRoutes(kind, name string, xr *xdsresource.RouteConfig)
 	rt := &RouteTable{Name: xr.Name, exact: make(map[string]*VirtualHost)}
 	for i, xv := range xr.VirtualHosts {
 		vh := &VirtualHost{Name: xv.Name, Routes: make([]*Route, 0, len(xv.Routes))}
-		for j, xrt := range xv.Routes {
-			f := fmt.Sprintf("virtual_hosts[%d].routes[%d].route", i, j)
-			r, err := cfg.compileRoute(kind, name, f, &xrt)
+		for j := range xv.Routes {
+			f := func() string { return fmt.Sprintf("virtual_hosts[%d].routes[%d].route", i, j) }
+			r, err := cfg.compileRoute(kind, name, f, &xv.Routes[j])
 			if err != nil {
 				return nil, err
 			}
@@ -332,7 +355,8 @@ func (cfg *Config) compileRoutes(kind, name string, xr *xdsresource.RouteConfig)
 	return rt, nil
 }
 
-func (cfg *Config) compileRoute(kind, name, f string, x *xdsresource.Route) (*Route, error) {
+// compileRoute compiles x; f gives its field path (see targets).
+func (cfg *Config) compileRoute(kind, name string, f func() string, x *xdsresource.Route) (*Route, error) {
 	r := &Route{
 		Name: x.Name, pathKind: x.Match.PathKind, path: x.Match.Path, pathRE: x.Match.PathRegex,
 		caseSens: x.Match.CaseSensitive, headers: x.Match.Headers,
@@ -363,10 +387,10 @@ func (cfg *Config) compileRoute(kind, name, f string, x *xdsresource.Route) (*Ro
 		r.Retry = rr
 	}
 	for i, fb := range x.Fallback {
-		c, err := cfg.lookupCluster(kind, name, fmt.Sprintf("%s.metadata.filter_metadata[%q].clusters[%d]",
-			strings.TrimSuffix(f, ".route"), xdsresource.FallbackMetadataKey, i), fb)
-		if err != nil {
-			return nil, err
+		c := cfg.clusters[fb]
+		if c == nil {
+			return nil, missingCluster(kind, name, fmt.Sprintf("%s.metadata.filter_metadata[%q].clusters[%d]",
+				strings.TrimSuffix(f(), ".route"), xdsresource.FallbackMetadataKey, i), fb)
 		}
 		r.Fallback = append(r.Fallback, c)
 	}
@@ -506,7 +530,7 @@ func (cfg *Config) compileChain(xl *xdsresource.Listener, f string, x *xdsresour
 		}
 		fc.HTTP = rt
 	case x.TCP != nil:
-		ts, total, err := cfg.targets("listener", xl.Name, f+".filters[0].typed_config.cluster", x.TCP.Clusters)
+		ts, total, err := cfg.targets("listener", xl.Name, func() string { return f + ".filters[0].typed_config.cluster" }, x.TCP.Clusters)
 		if err != nil {
 			return nil, err
 		}

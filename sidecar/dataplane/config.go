@@ -43,6 +43,8 @@ type Config struct {
 	needsMTLS bool
 	// dns is the name table (dns.go); nil: none.
 	dns *DNSTable
+	// oneTargets: compile scratch (see targets), nil once compiled.
+	oneTargets map[oneTarget][]target
 }
 
 // Activate is the retire step of build → validate → swap → retire, called by the

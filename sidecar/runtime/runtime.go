@@ -126,6 +126,10 @@ type Runtime struct {
 	// lastActivation is how long the latest xDS activation took, in nanoseconds
 	// (see LastActivation).
 	lastActivation atomic.Int64
+	// decodeNs is the time Decode spent on resources since the latest candidate
+	// had an outcome other than "not yet covered": the decoding part of the next
+	// activation. Added by Decode, taken by Apply (both on the stream goroutine).
+	decodeNs atomic.Int64
 
 	// mu serialises Apply, Tick and the last-known-good start; it guards the fields
 	// below, which only those hold.
@@ -139,6 +143,10 @@ type Runtime struct {
 	savedConfirm  time.Time     // lastConfirmed handed to the writer with the last save
 	saveSeq       uint64        // saves handed to the writer so far
 	savedSeq      uint64        // newest save whose outcome lkgInfo shows
+	// hashes are the content hashes of the latest candidate's resources by their
+	// Raw (what the xDS client holds, unchanged until the resource is): each
+	// resource is hashed once, not on every Apply of a push (see content).
+	hashes map[*anypb.Any][32]byte
 	toSave        *pendingSave  // built under mu, handed to the writer after unlock
 	// trustPath leads from the --ca-root roots to trust (Follow(base, trustPath)
 	// is *trust): the active manifest's path plus its own bundle when it
@@ -288,7 +296,16 @@ func (m *Manifest) References() (string, []string) {
 // Decode is the xDS client's DecodeFunc: Envoy types through xdsresource, the
 // ROOTCA Secret's bundle checked, the manifest verified against the trusted
 // publishers (trust), node and validity (a failure is a NACK naming the check).
+// Its time counts in the next activation's (LastActivation).
 func (r *Runtime) Decode(typeURL string, a *anypb.Any) (string, any, error) {
+	began := time.Now()
+	name, v, err := r.decode(typeURL, a)
+	r.decodeNs.Add(int64(time.Since(began)))
+	return name, v, err
+}
+
+// decode is Decode without the time accounted (last-known-good start).
+func (r *Runtime) decode(typeURL string, a *anypb.Any) (string, any, error) {
 	if typeURL == xdsclient.TypeSecret {
 		return DecodeSecret(a)
 	}
@@ -353,14 +370,21 @@ func (r *Runtime) Apply(_ context.Context, u *xdsclient.Update) error {
 
 func (r *Runtime) applyLocked(u *xdsclient.Update) error {
 	began := time.Now() // activation duration: wall time, not the injectable clock
+	// What was decoded for this candidate; kept for the next one when this one
+	// is not yet covered (its resources are then part of that one).
+	decoded := time.Duration(r.decodeNs.Swap(0))
+	pending := func(why string) error {
+		r.decodeNs.Add(int64(decoded))
+		r.setPendingLocked(why)
+		return nil
+	}
 	now := r.cfg.Now()
-	digest, hashes, raw := content(u)
+	digest, hashes, raw := r.content(u)
 	var mv *Manifest
 	if !r.cfg.InsecureSkipManifest {
 		res, ok := u.Resources[manifest.TypeURL][manifest.Name]
 		if !ok {
-			r.setPendingLocked("waiting for the signed manifest")
-			return nil
+			return pending("waiting for the signed manifest")
 		}
 		mv, _ = res.Value.(*Manifest)
 		if mv == nil || mv.Verified == nil {
@@ -368,16 +392,13 @@ func (r *Runtime) applyLocked(u *xdsclient.Update) error {
 		}
 		if !now.Before(mv.Verified.ValidUntil) {
 			// Verified when it arrived, expired since: pilot should have re-signed.
-			r.setPendingLocked(fmt.Sprintf("manifest revision %d expired at %s; waiting for a new one", mv.Verified.Revision, mv.Verified.ValidUntil.UTC().Format(time.RFC3339)))
-			return nil
+			return pending(fmt.Sprintf("manifest revision %d expired at %s; waiting for a new one", mv.Verified.Revision, mv.Verified.ValidUntil.UTC().Format(time.RFC3339)))
 		}
 		if err := mv.Verified.Match(hashes, manifest.TypeURL); err != nil {
-			r.setPendingLocked(fmt.Sprintf("candidate not yet covered by manifest revision %d: %v", mv.Verified.Revision, err))
-			return nil
+			return pending(fmt.Sprintf("candidate not yet covered by manifest revision %d: %v", mv.Verified.Revision, err))
 		}
 	} else if missing := missingNames(u); missing != "" {
-		r.setPendingLocked("warming: waiting for " + missing)
-		return nil
+		return pending("warming: waiting for " + missing)
 	}
 	current := mv == nil || mv.Verified.Current
 	if cur := r.cur; cur != nil && cur.digest == digest {
@@ -469,7 +490,7 @@ func (r *Runtime) applyLocked(u *xdsclient.Update) error {
 	}
 	r.applyTrustLocked(step)
 	r.activateLocked(st, now)
-	took := time.Since(began)
+	took := decoded + time.Since(began)
 	r.lastActivation.Store(int64(took))
 	if r.cfg.Metrics != nil {
 		r.cfg.Metrics.activationDuration.Observe(took.Seconds())
@@ -479,7 +500,9 @@ func (r *Runtime) applyLocked(u *xdsclient.Update) error {
 	return nil
 }
 
-// LastActivation is how long the latest activation from xDS took in Apply:
+// LastActivation is how long the latest activation from xDS took: decoding its
+// resources that arrived since the previous candidate's outcome (in Decode, as
+// they arrived: the gaps between responses are not counted), then in Apply
 // hashing the candidate, checking it against the manifest, compiling it and
 // swapping it in (persisting it as last-known-good follows and is not counted).
 // Zero before the first. weft_sidecar_activation_duration_seconds has them all.
@@ -568,20 +591,48 @@ func (r *Runtime) saved(seq uint64, at time.Time, err error) {
 // sidecar calls it on shutdown so the final snapshot is on disk.
 func (r *Runtime) Flush() { r.saver.flush() }
 
-// content returns the candidate's digest (every non-manifest resource's type, name
-// and content hash), the hashes by type and name, and the raw resources to persist.
-func content(u *xdsclient.Update) (string, map[string]map[string][32]byte, []lkg.Resource) {
+// content is contentOf(u) with each resource hashed once: a resource the
+// previous candidate had (the same Raw: the xDS client keeps it until the
+// resource changes) keeps its hash. Called under mu.
+func (r *Runtime) content(u *xdsclient.Update) (string, map[string]map[string][32]byte, []lkg.Resource) {
+	n := 0
+	for _, byName := range u.Resources {
+		n += len(byName)
+	}
+	seen := make(map[*anypb.Any][32]byte, n)
+	hash := func(a *anypb.Any) [32]byte {
+		h, ok := r.hashes[a]
+		if !ok {
+			h = hashRaw(a)
+		}
+		seen[a] = h
+		return h
+	}
+	d, hashes, raw := contentOf(u, hash)
+	r.hashes = seen
+	return d, hashes, raw
+}
+
+func hashRaw(a *anypb.Any) [32]byte { return manifest.Hash(a.GetValue()) }
+
+// contentOf returns the candidate's digest (every non-manifest resource's type,
+// name and content hash by hash), the hashes by type and name, and the raw
+// resources to persist.
+func contentOf(u *xdsclient.Update, hash func(*anypb.Any) [32]byte) (string, map[string]map[string][32]byte, []lkg.Resource) {
 	hashes := make(map[string]map[string][32]byte, len(u.Resources))
-	var raw []lkg.Resource
+	n := 0
+	for _, byName := range u.Resources {
+		n += len(byName)
+	}
+	raw := make([]lkg.Resource, 0, n)
 	for typ, byName := range u.Resources {
 		if typ == manifest.TypeURL {
 			continue
 		}
 		m := make(map[string][32]byte, len(byName))
 		for n, res := range byName {
-			v := res.Raw.GetValue()
-			m[n] = manifest.Hash(v)
-			raw = append(raw, lkg.Resource{TypeURL: typ, Name: n, Version: res.Version, Value: v})
+			m[n] = hash(res.Raw)
+			raw = append(raw, lkg.Resource{TypeURL: typ, Name: n, Version: res.Version, Value: res.Raw.GetValue()})
 		}
 		hashes[typ] = m
 	}

@@ -83,7 +83,7 @@ func (r *Runtime) loadLKG(now time.Time) (*xdsclient.Update, *activeState, error
 			// it signed); Decode would judge it as one just arriving.
 			name, v, err = r.storedManifest(res, snap, m)
 		} else {
-			name, v, err = r.Decode(res.TypeURL, res.Any())
+			name, v, err = r.decode(res.TypeURL, res.Any())
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("last-known-good: %s %q: %w", res.TypeURL, res.Name, err)
@@ -118,7 +118,7 @@ func (r *Runtime) loadLKG(now time.Time) (*xdsclient.Update, *activeState, error
 	if mv, _ := mres.Value.(*Manifest); mv == nil || mv.Verified == nil || mv.Verified.Digest != m.Digest || mv.Verified.Revision != m.Revision || !mv.Verified.IssuedAt.Equal(m.IssuedAt) {
 		return nil, nil, fmt.Errorf("last-known-good: %w: manifest resource differs from the file's manifest", manifest.ErrMismatch)
 	}
-	digest, _, raw := content(u)
+	digest, _, raw := contentOf(u, hashRaw)
 	state := make(map[string]map[string]any, len(u.Resources))
 	for typ, byName := range u.Resources {
 		if typ == manifest.TypeURL {

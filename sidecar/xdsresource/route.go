@@ -37,7 +37,14 @@ func decodeRoutes(e errs, prefix string, m *xdswire.RouteConfiguration) (*RouteC
 		return nil, e.at(prefix+"virtual_hosts", "%d virtual hosts, limit %d", len(vhs), MaxVirtualHosts)
 	}
 	rc := &RouteConfig{Name: m.GetName(), VirtualHosts: make([]VirtualHost, 0, len(vhs))}
-	domains := make(map[string]int)
+	n := 0
+	for _, vh := range vhs {
+		n += len(vh.GetDomains())
+	}
+	// Sized for what is there (no rehashing at 8,000 domains), capped so a
+	// resource refused below for too many domains preallocates little.
+	domains := make(map[string]int, min(n, 1<<16))
+	single := make(singleClusters)
 	for i, vh := range vhs {
 		f := func() string { return prefix + "virtual_hosts[" + strconv.Itoa(i) + "]" }
 		if len(vh.GetDomains()) == 0 || len(vh.GetDomains()) > MaxDomains {
@@ -61,7 +68,7 @@ func decodeRoutes(e errs, prefix string, m *xdswire.RouteConfiguration) (*RouteC
 		}
 		v.Routes = make([]Route, 0, len(vh.GetRoutes()))
 		for j, r := range vh.GetRoutes() {
-			dr, err := decodeRoute(e, "", r)
+			dr, err := decodeRoute(e, single, r)
 			if err != nil {
 				return nil, under(err, f()+".routes["+strconv.Itoa(j)+"]")
 			}
@@ -89,7 +96,26 @@ func checkDomain(d string) error {
 	return nil
 }
 
-func decodeRoute(e errs, f string, r *xdswire.Route) (Route, error) {
+// singleClusters shares, within one route configuration, the one-entry
+// Clusters of the routes that name the same cluster (most routes: a Service's
+// rules all go to its cluster). Decoded values are immutable, so sharing is
+// safe, and it saves an allocation per route.
+type singleClusters map[string][]WeightedCluster
+
+func (s singleClusters) of(name string) []WeightedCluster {
+	if w, ok := s[name]; ok {
+		return w
+	}
+	w := []WeightedCluster{{Name: name, Weight: 1}}
+	s[name] = w
+	return w
+}
+
+// decodeRoute decodes one route with field paths relative to it (the caller
+// prefixes a failing one's, see decodeRoutes): constant paths, so a valid route
+// builds none.
+func decodeRoute(e errs, single singleClusters, r *xdswire.Route) (Route, error) {
+	const f = ""
 	out := Route{Name: r.GetName()}
 	mt, err := decodeMatch(e, f+".match", r.GetMatch())
 	if err != nil {
@@ -98,7 +124,7 @@ func decodeRoute(e errs, f string, r *xdswire.Route) (Route, error) {
 	out.Match = mt
 	switch a := r.GetAction().(type) {
 	case *xdswire.Route_Route:
-		if err := decodeAction(e, f+".route", a.Route, &out); err != nil {
+		if err := decodeAction(e, single, a.Route, &out); err != nil {
 			return out, err
 		}
 	case *xdswire.Route_DirectResponse:
@@ -181,6 +207,9 @@ func decodeMatch(e errs, f string, m *xdswire.RouteMatch) (RouteMatch, error) {
 	if len(hs) > MaxHeaderMatchers {
 		return rm, e.at(f+".headers", "%d matchers, limit %d", len(hs), MaxHeaderMatchers)
 	}
+	if len(hs) > 0 {
+		rm.Headers = make([]HeaderMatch, 0, len(hs))
+	}
 	for i, h := range hs {
 		hm, err := decodeHeader(e, "", h)
 		if err != nil {
@@ -258,19 +287,23 @@ func decodeStringMatch(e errs, f string, hm HeaderMatch, sm *xdswire.StringMatch
 	return hm, nil
 }
 
-func decodeAction(e errs, f string, a *xdswire.RouteAction, out *Route) error {
+// decodeAction decodes a route's action (field "route"; single: see
+// singleClusters).
+func decodeAction(e errs, single singleClusters, a *xdswire.RouteAction, out *Route) error {
+	const f = ".route"
 	switch c := a.GetClusterSpecifier().(type) {
 	case *xdswire.RouteAction_Cluster:
 		if err := checkName(e, f+".cluster", c.Cluster); err != nil {
 			return err
 		}
-		out.Clusters = []WeightedCluster{{Name: c.Cluster, Weight: 1}}
+		out.Clusters = single.of(c.Cluster)
 	case *xdswire.RouteAction_WeightedClusters:
 		ws := c.WeightedClusters.GetClusters()
 		if len(ws) == 0 || len(ws) > MaxWeightedTargets {
 			return e.at(f+".weighted_clusters.clusters", "want 1..%d clusters, got %d", MaxWeightedTargets, len(ws))
 		}
 		var sum uint64
+		out.Clusters = make([]WeightedCluster, 0, len(ws))
 		for i, w := range ws {
 			if err := checkName(e, ".name", w.GetName()); err != nil {
 				return under(err, f+".weighted_clusters.clusters["+strconv.Itoa(i)+"]")
