@@ -147,7 +147,7 @@ type Runtime struct {
 	// Raw (what the xDS client holds, unchanged until the resource is): each
 	// resource is hashed once, not on every Apply of a push (see content).
 	hashes map[*anypb.Any][32]byte
-	toSave        *pendingSave  // built under mu, handed to the writer after unlock
+	toSave *pendingSave // built under mu, handed to the writer after unlock
 	// trustPath leads from the --ca-root roots to trust (Follow(base, trustPath)
 	// is *trust): the active manifest's path plus its own bundle when it
 	// delivered one.
