@@ -97,6 +97,20 @@ def main():
             c, cm, rp = med(P["cpux"]), med(P["cpumaxx"]), med(P["rpsx"])
             print(f"goals, {n} vs nginx (medians): CPU/req at {a.qps} rps {c:.2f}x (<= 1.0x: {g(c <= 1.0)}); "
                   f"at saturation {cm:.2f}x (<= 1.0x: {g(cm <= 1.0)}); max rps {rp:.2f}x (>= 0.9x: {g(rp >= 0.9)})")
+    # Same-round ratios of any two rows: a over b, medians and each round's.
+    def same_round(a_, b_, k):
+        return [get(by[(rd, a_)], k) / get(by[(rd, b_)], k) for rd in rounds
+                if (rd, a_) in by and (rd, b_) in by and get(by[(rd, b_)], k)]
+    if "nginx1" in per:
+        for n in ("sidecar", "sidecar-alt"):
+            if n in per:
+                c, cm, rp = (med(same_round(n, "nginx1", k)) for k in ("cpu", "cpumax", "rps"))
+                print(f"{n} vs nginx1 (one worker process; medians of same-round ratios): CPU/req at {a.qps} rps "
+                      f"{c:.2f}x, at saturation {cm:.2f}x, max rps {rp:.2f}x")
+    if "sidecar-alt" in per and "sidecar" in per:
+        for k, what in (("cpu", f"CPU/req at {a.qps} rps"), ("cpumax", "CPU/req at saturation"), ("rps", "max rps")):
+            r = same_round("sidecar", "sidecar-alt", k)
+            print(f"A/B sidecar / sidecar-alt {what}: {med(r):.3f}x (rounds: {' '.join(f'{x:.3f}' for x in r)})")
     if "sidecar-policy" in per and "sidecar" in per:
         # Same process, same round: the cost of the DestinationPolicy's checks.
         rat = {k: [get(by[(rd, "sidecar-policy")], k) / get(by[(rd, "sidecar")], k) for rd in rounds

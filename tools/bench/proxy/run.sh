@@ -8,6 +8,7 @@
 #               the sidecar connects with the publisher key, and the load is sent
 #               with "Host: bench:9080" so it takes the Route like mesh traffic.
 #   nginx       client -> nginx (worker_processes 2, upstream keepalive) -> app
+#   nginx1      the same nginx with worker_processes 1 (not in the default TARGETS)
 #   benchproxy* a STAND-IN, not the product: tools/bench/proxy/benchproxy, the
 #               sidecar's request path with a fixed Go-built config and no metrics
 #               Observer (benchproxy2: two of them chained over HTTP/1.1,
@@ -31,7 +32,8 @@
 # profiler served with --pprof) for PPROF_SECONDS=8 under wrk load first;
 # target sidecar-alt is a second real sidecar started with ALT_ENV="K=V ..." in its
 # environment and ALT_FLAGS, for an A/B of a setting in the same interleaved run;
-# ALT_BIN=PATH runs that binary as sidecar-alt instead, for an A/B of two builds,
+# ALT_BIN=PATH runs that binary as sidecar-alt instead, for an A/B of two builds
+# (SIDECAR_BIN=PATH: that binary as the sidecar row instead of the tree's build),
 # e.g. main's: CGO_ENABLED=0 go build -tags grpcnotrace -o /tmp/a/sidecar ./sidecar/cmd/sidecar;
 # targets sidecar-pair and sidecar-pair-mtls (issue #9) are the REAL sidecar pair:
 # client sidecar (with an identity: a token from meshctl, a certificate from pilot's
@@ -52,7 +54,10 @@
 # TARGETS="sidecar sidecar-policy" tools/bench/proxy/run.sh 3;
 # AB_CONCURRENT=1 runs the fixed-rate load of each X-alt at the same time as X's
 # (both at QPS) so the shared machine's noise falls on both alike, for A/B
-# ratios; wrk still runs one target at a time)
+# ratios; wrk still runs one target at a time;
+# SYSCALLS=DIR counts each target's syscalls and context switches per request with
+# perf stat (before the rounds; ROUNDS=0 for that alone): TARGETS="sidecar nginx"
+# SYSCALLS=/tmp/sc run.sh 0)
 set -euo pipefail
 ROUNDS=${1:-${ROUNDS:-3}}
 DURATION=${DURATION:-10s}
@@ -85,6 +90,11 @@ go build -o "$RUN/benchproxy" ./tools/bench/proxy/benchproxy
 # The real binaries, built as `make build` builds them (the sidecar's flags matter
 # for its CPU and RSS).
 make -s build BIN="$RUN/bin" >/dev/null
+if [ -n "${SIDECAR_BIN:-}" ]; then
+	# A prebuilt sidecar as the "sidecar" row (and the pair's), e.g. an experiment
+	# beside ALT_BIN's baseline with the tree left as it is.
+	cp "$SIDECAR_BIN" "$RUN/bin/sidecar"
+fi
 if [ -n "${PPROF:-}${PPROF_PAIR:-}" ]; then
 	# The profiler is linked in only with this tag (sidecar/admin PprofTag).
 	CGO_ENABLED=0 go build -tags grpcnotrace,weftpprof -o "$RUN/bin/sidecar" ./sidecar/cmd/sidecar
@@ -98,6 +108,7 @@ BP3=127.0.0.1:19104   # first benchproxy of the chain, BP1 marked a peer sidecar
 BP4=127.0.0.1:19105   # benchproxy in front of the app taking mTLS only (2nd hop of the mTLS chain)
 BP5=127.0.0.1:19106   # first benchproxy of the mTLS chain: BP4 an mTLS peer sidecar, h2 inside TLS
 NGX=127.0.0.1:19103
+NGX1=127.0.0.1:19107  # nginx with one worker (target nginx1)
 # The real sidecar and its pilot on loopback addresses of their own (n from the
 # shell's pid, so concurrent runs do not collide).
 IP_PREFIX=${IP_PREFIX:-127.$((20 + $$ % 200)).17}
@@ -119,26 +130,37 @@ start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/benchproxy" -listen $BP3 -upstream $B
 "$RUN/benchproxy" -mtls-gen "$RUN/mtls"
 start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/benchproxy" -listen $BP4 -upstream $APP -mtls "$RUN/mtls" -mtls-as server; PID_BP4=$!
 start env GODEBUG="$SIDECAR_GODEBUG" "$RUN/benchproxy" -listen $BP5 -upstream $BP4 -peer -mtls "$RUN/mtls" -mtls-as client; PID_BP5=$!
-mkdir -p "$RUN/nginx"
-cat >"$RUN/nginx/nginx.conf" <<NGX
-worker_processes 2;
+# nginx_conf DIR WORKERS LISTEN: nginx's configuration, written to DIR/nginx.conf.
+nginx_conf() {
+	mkdir -p "$1"
+	cat >"$1/nginx.conf" <<NGX
+worker_processes $2;
 daemon off;
-error_log $RUN/nginx/error.log warn;
-pid $RUN/nginx/nginx.pid;
+error_log $1/error.log warn;
+pid $1/nginx.pid;
 events { worker_connections 4096; }
 http {
     access_log off;
-    client_body_temp_path $RUN/nginx/body; proxy_temp_path $RUN/nginx/proxy;
-    fastcgi_temp_path $RUN/nginx/fcgi; uwsgi_temp_path $RUN/nginx/uwsgi; scgi_temp_path $RUN/nginx/scgi;
+    client_body_temp_path $1/body; proxy_temp_path $1/proxy;
+    fastcgi_temp_path $1/fcgi; uwsgi_temp_path $1/uwsgi; scgi_temp_path $1/scgi;
     keepalive_requests 1000000;
     upstream be { server $APP; keepalive 128; keepalive_requests 1000000; }
     server {
-        listen $NGX;
+        listen $3;
         location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }
     }
 }
 NGX
+}
+nginx_conf "$RUN/nginx" 2 $NGX
 start "$NGINX" -c "$RUN/nginx/nginx.conf" -p "$RUN/nginx"; PID_NGX=$!
+PID_NGX1=
+if [[ " $TARGETS " == *" nginx1 "* ]]; then
+	# The same nginx with one worker process: the shape of the sidecar's default
+	# (--concurrency 1, one thread running Go code), for the fairness check.
+	nginx_conf "$RUN/nginx1" 1 $NGX1
+	start "$NGINX" -c "$RUN/nginx1/nginx.conf" -p "$RUN/nginx1"; PID_NGX1=$!
+fi
 
 # The real sidecar, configured by a real pilot.
 start_pilot "$RUN/bin" "$PILOT_IP"
@@ -347,7 +369,7 @@ until_ok 20 sidecar_ready "$SCR_IP" || fail "real sidecar not ready"
 
 # Wait for readiness by content (200 with the full body), not by port.
 ok200() { [ "$(curl -s -o /dev/null -w '%{http_code} %{size_download}' -H "Host: ${2:-$HOST}" "http://$1/")" = "200 1024" ]; }
-for u in $APP $BP1 $BP2 $BP3 $NGX $SCR ${PID_SCA:+$SCA}; do
+for u in $APP $BP1 $BP2 $BP3 $NGX ${PID_NGX1:+$NGX1} $SCR ${PID_SCA:+$SCA}; do
 	until_ok 10 ok200 "$u" || fail "$u does not answer 200 with 1024 bytes"
 done
 # mtls_seen IP: the sidecar on IP counted a server-side mTLS handshake (the counter
@@ -387,10 +409,10 @@ ticks() {
 rss_kb() { local t=0; for p in "$@"; do for c in $p $(pgrep -P "$p" || true); do t=$((t + $(awk '/VmRSS/{print $2}' "/proc/$c/status"))); done; done; echo $t; }
 HZ=$(getconf CLK_TCK)
 
-declare -A TARGET=([direct]=$APP [sidecar]=$SCR [sidecar-alt]=$SCA [sidecar-policy]=$SCR [nginx]=$NGX [benchproxy]=$BP1
+declare -A TARGET=([direct]=$APP [sidecar]=$SCR [sidecar-alt]=$SCA [sidecar-policy]=$SCR [nginx]=$NGX [nginx1]=$NGX1 [benchproxy]=$BP1
 	[benchproxy2]=$BP2 [benchproxy2h2]=$BP3 [benchproxy2mtls]=$BP5 [sidecar-pair]=$PC [sidecar-pair-mtls]=$PC
 	[sidecar-pair-alt]=$PCA [sidecar-pair-mtls-alt]=$PCA)
-declare -A PROCS=([direct]="" [sidecar]="$PID_SCR" [sidecar-alt]="$PID_SCA" [sidecar-policy]="$PID_SCR" [nginx]="$PID_NGX"
+declare -A PROCS=([direct]="" [sidecar]="$PID_SCR" [sidecar-alt]="$PID_SCA" [sidecar-policy]="$PID_SCR" [nginx]="$PID_NGX" [nginx1]="$PID_NGX1"
 	[benchproxy]="$PID_BP1" [benchproxy2]="$PID_BP2 $PID_BP1" [benchproxy2h2]="$PID_BP3 $PID_BP1" [benchproxy2mtls]="$PID_BP5 $PID_BP4"
 	[sidecar-pair]="$PID_PC $PID_SP" [sidecar-pair-mtls]="$PID_PC $PID_SM"
 	[sidecar-pair-alt]="$PID_PCA $PID_SPA" [sidecar-pair-mtls-alt]="$PID_PCA $PID_SMA")
@@ -458,6 +480,48 @@ for i,side in enumerate(('client','server')):
 	done
 fi
 
+if [ -n "${SYSCALLS:-}" ]; then
+	# Syscalls and context switches per request of each target's processes (nginx:
+	# master and workers), by perf stat over exactly one load run: fortio at QPS
+	# ("fixed") and wrk ("max"), each PPROF_SECONDS long; DIR/<target>-<load>.perf
+	# and a per-request table on stderr. The tracepoints slow the processes: read
+	# counts here, CPU in the rounds.
+	mkdir -p "$SYSCALLS"
+	for name in "${ORDER[@]}"; do
+		procs=${PROCS[$name]}
+		[ -n "$procs" ] || continue
+		pids=$(for p in $procs; do echo "$p"; pgrep -P "$p" || true; done | paste -sd,)
+		host=${HOSTS[$name]:-$HOST}
+		perf stat -e 'syscalls:sys_enter_*,context-switches' -p "$pids" -o "$SYSCALLS/$name-fixed.perf" -- \
+			"$FORTIO" load -quiet -uniform -qps "$QPS" -c "$CONNS" -t "${PPROF_SECONDS}s" -H "Host: $host" \
+			-json "$RUN/sc.json" "http://${TARGET[$name]}/" >/dev/null 2>&1
+		n=$(python3 -c "import json; print(json.load(open('$RUN/sc.json'))['DurationHistogram']['Count'])")
+		perf stat -e 'syscalls:sys_enter_*,context-switches' -p "$pids" -o "$SYSCALLS/$name-max.perf" -- \
+			wrk -t1 -c"$WRK_CONNS" -d"${PPROF_SECONDS}s" -H "Host: $host" "http://${TARGET[$name]}/" >"$RUN/sc.wrk"
+		m=$(awk '/requests in/{print $1}' "$RUN/sc.wrk")
+		python3 - "$name" "$SYSCALLS/$name-fixed.perf" "$n" "$SYSCALLS/$name-max.perf" "$m" <<'PY' | tee "$SYSCALLS/$name.txt" >&2
+import re, sys
+name = sys.argv[1]
+def load(f, n):
+    d = {}
+    for l in open(f):
+        m = re.match(r"\s*([\d,]+)\s+(\S+)", l)
+        if m and int(m.group(1).replace(",", "")):
+            k = m.group(2).replace("syscalls:sys_enter_", "")
+            d[k] = int(m.group(1).replace(",", "")) / int(n)
+    return d
+a, b = load(sys.argv[2], sys.argv[3]), load(sys.argv[4], sys.argv[5])
+keys = sorted(set(a) | set(b), key=lambda k: -max(a.get(k, 0), b.get(k, 0)))
+print(f"{name}: per request, fixed {sys.argv[3]} requests at QPS / max {sys.argv[5]} requests (wrk)")
+tot = lambda d: sum(v for k, v in d.items() if k != "context-switches")
+for k in keys:
+    if max(a.get(k, 0), b.get(k, 0)) >= 0.01:
+        print(f"  {k:24} {a.get(k, 0):7.3f} {b.get(k, 0):7.3f}")
+print(f"  {'all syscalls':24} {tot(a):7.3f} {tot(b):7.3f}")
+PY
+	done
+fi
+
 RES="$RUN/results.tsv"
 : >"$RES"
 # fixed NAME JSON: fortio at QPS against target NAME, its results into JSON.
@@ -482,25 +546,37 @@ in_order() { [[ " ${ORDER[*]} " == *" $1 "* ]]; }
 # With AB_CONCURRENT=1 a target X and X-alt both in TARGETS take their fixed-rate
 # load at the same time (each at QPS, disjoint processes), so the machine's
 # noise from other work lands on both alike; wrk still runs one at a time.
+# partner NAME: the other of NAME and NAME-alt (or of X-alt and X) when both are in
+# TARGETS, else nothing.
+partner() {
+	if [[ $1 == *-alt ]] && in_order "${1%-alt}"; then echo "${1%-alt}"; elif in_order "$1-alt"; then echo "$1-alt"; fi
+}
+# The order alternates by round (odd rounds as TARGETS, even rounds reversed), so
+# a drift of the shared machine within a round does not fall on one target alone.
 declare -A FIXED=()
 for r in $(seq "$ROUNDS"); do
-	for name in "${ORDER[@]}"; do
+	order=("${ORDER[@]}")
+	if [ $((r % 2)) = 0 ] && [ -z "${NO_ALTERNATE:-}" ]; then
+		order=()
+		for ((i = ${#ORDER[@]} - 1; i >= 0; i--)); do order+=("${ORDER[$i]}"); done
+	fi
+	for name in "${order[@]}"; do
 		url="http://${TARGET[$name]}/"
 		host=${HOSTS[$name]:-$HOST}
 		procs=${PROCS[$name]}
 		load=$(cut -d' ' -f1 /proc/loadavg)
 		echo "round $r $name: load $load" >&2
-		if [ -n "${AB_CONCURRENT:-}" ] && [[ $name == *-alt ]] && in_order "${name%-alt}"; then
-			read -r n errs p50 p90 p99 cpu_fixed <<<"${FIXED[$name]}" # measured with ${name%-alt}
-		elif [ -n "${AB_CONCURRENT:-}" ] && in_order "$name-alt"; then
-			alt=$name-alt
-			t0=$(ticks $procs) a0=$(ticks ${PROCS[$alt]})
-			fixed "$alt" "$RUN/fa.json" &
+		other=$( [ -n "${AB_CONCURRENT:-}" ] && partner "$name" || true)
+		if [ -n "$other" ] && [ -n "${FIXED[$r $name]:-}" ]; then
+			read -r n errs p50 p90 p99 cpu_fixed <<<"${FIXED[$r $name]}" # measured with $other
+		elif [ -n "$other" ]; then
+			t0=$(ticks $procs) a0=$(ticks ${PROCS[$other]})
+			fixed "$other" "$RUN/fa.json" &
 			fpid=$!
 			fixed "$name" "$RUN/f.json"
 			wait "$fpid"
-			t1=$(ticks $procs) a1=$(ticks ${PROCS[$alt]})
-			FIXED[$alt]=$(fixed_result "$RUN/fa.json" $((a1 - a0)))
+			t1=$(ticks $procs) a1=$(ticks ${PROCS[$other]})
+			FIXED[$r $other]=$(fixed_result "$RUN/fa.json" $((a1 - a0)))
 			read -r n errs p50 p90 p99 cpu_fixed < <(fixed_result "$RUN/f.json" $((t1 - t0)))
 		else
 			t0=$( [ -n "$procs" ] && ticks $procs || echo 0 )
