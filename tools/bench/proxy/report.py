@@ -29,6 +29,7 @@ def main():
     ap.add_argument("--idle-nginx-kb", type=int)
     ap.add_argument("--idlerss", default="", help="idlerss.sh's last line")
     ap.add_argument("--alt", default="", help="how sidecar-alt differs from sidecar")
+    ap.add_argument("--alt2", default="", help="how sidecar-alt2 differs from sidecar")
     a = ap.parse_args()
 
     rows = [l.rstrip("\n").split("\t") for l in open(a.tsv) if l.strip()]
@@ -91,7 +92,7 @@ def main():
 
     g = lambda ok: "met" if ok else "MISSED"
     print()
-    for n in ("sidecar", "sidecar-alt"):
+    for n in ("sidecar", "sidecar-alt", "sidecar-alt2"):
         P = per.get(n)
         if P and P["cpux"]:
             c, cm, rp = med(P["cpux"]), med(P["cpumaxx"]), med(P["rpsx"])
@@ -102,15 +103,17 @@ def main():
         return [get(by[(rd, a_)], k) / get(by[(rd, b_)], k) for rd in rounds
                 if (rd, a_) in by and (rd, b_) in by and get(by[(rd, b_)], k)]
     if "nginx1" in per:
-        for n in ("sidecar", "sidecar-alt"):
+        for n in ("sidecar", "sidecar-alt", "sidecar-alt2"):
             if n in per:
                 c, cm, rp = (med(same_round(n, "nginx1", k)) for k in ("cpu", "cpumax", "rps"))
                 print(f"{n} vs nginx1 (one worker process; medians of same-round ratios): CPU/req at {a.qps} rps "
                       f"{c:.2f}x, at saturation {cm:.2f}x, max rps {rp:.2f}x")
-    if "sidecar-alt" in per and "sidecar" in per:
+    for x_, y_ in (("sidecar", "sidecar-alt"), ("sidecar", "sidecar-alt2"), ("sidecar-alt2", "sidecar-alt")):
+        if x_ not in per or y_ not in per:
+            continue
         for k, what in (("cpu", f"CPU/req at {a.qps} rps"), ("cpumax", "CPU/req at saturation"), ("rps", "max rps")):
-            r = same_round("sidecar", "sidecar-alt", k)
-            print(f"A/B sidecar / sidecar-alt {what}: {med(r):.3f}x (rounds: {' '.join(f'{x:.3f}' for x in r)})")
+            r = same_round(x_, y_, k)
+            print(f"A/B {x_} / {y_} {what}: {med(r):.3f}x (rounds: {' '.join(f'{x:.3f}' for x in r)})")
     if "sidecar-policy" in per and "sidecar" in per:
         # Same process, same round: the cost of the DestinationPolicy's checks.
         rat = {k: [get(by[(rd, "sidecar-policy")], k) / get(by[(rd, "sidecar")], k) for rd in rounds
@@ -125,6 +128,8 @@ def main():
               "retry budget, all five outlier detectors, local rate limit (none tripping) and Route retries")
     if "sidecar-alt" in per:
         print(f"sidecar-alt = the real sidecar with {a.alt or '(nothing different)'}")
+    if "sidecar-alt2" in per:
+        print(f"sidecar-alt2 = the real sidecar with {a.alt2 or '(nothing different)'}")
     # The pair rows (issue #9): CPU per sidecar is half the pair's; the -alt pair is
     # read against its base row as medians of same-round ratios.
     for base in ("sidecar-pair", "sidecar-pair-mtls"):

@@ -33,7 +33,8 @@
 # target sidecar-alt is a second real sidecar started with ALT_ENV="K=V ..." in its
 # environment and ALT_FLAGS, for an A/B of a setting in the same interleaved run;
 # ALT_BIN=PATH runs that binary as sidecar-alt instead, for an A/B of two builds
-# (SIDECAR_BIN=PATH: that binary as the sidecar row instead of the tree's build),
+# (SIDECAR_BIN=PATH: that binary as the sidecar row instead of the tree's build;
+# target sidecar-alt2 is a third, with ALT2_BIN, ALT2_ENV and ALT2_FLAGS),
 # e.g. main's: CGO_ENABLED=0 go build -tags grpcnotrace -o /tmp/a/sidecar ./sidecar/cmd/sidecar;
 # targets sidecar-pair and sidecar-pair-mtls (issue #9) are the REAL sidecar pair:
 # client sidecar (with an identity: a token from meshctl, a certificate from pilot's
@@ -57,7 +58,8 @@
 # ratios; wrk still runs one target at a time;
 # SYSCALLS=DIR counts each target's syscalls and context switches per request with
 # perf stat (before the rounds; ROUNDS=0 for that alone): TARGETS="sidecar nginx"
-# SYSCALLS=/tmp/sc run.sh 0)
+# SYSCALLS=/tmp/sc run.sh 0; PERF=DIR records each target's kernel and user stacks
+# with perf record -g the same way)
 set -euo pipefail
 ROUNDS=${1:-${ROUNDS:-3}}
 DURATION=${DURATION:-10s}
@@ -310,6 +312,18 @@ if [[ " $TARGETS " == *" sidecar-alt "* ]]; then
 		--state-dir "$RUN/state-alt" --admin-addr "$SCA_IP:15000" --outbound-addr "$SCA" ${ALT_FLAGS:-} >"$RUN/sidecar-alt.log" 2>&1
 	PID_SCA=$!
 fi
+SCA2_IP=$IP_PREFIX.19
+SCA2=$SCA2_IP:15001
+PID_SCA2=
+if [[ " $TARGETS " == *" sidecar-alt2 "* ]]; then
+	# A third real sidecar, as sidecar-alt with ALT2_BIN, ALT2_ENV and ALT2_FLAGS:
+	# two variants, or a variant and the baseline again (an A/A control), in one run.
+	# shellcheck disable=SC2086 # ALT2_ENV and ALT2_FLAGS are word lists
+	start env GODEBUG="$SIDECAR_GODEBUG" ${ALT2_ENV:-} "${ALT2_BIN:-$RUN/bin/sidecar}" --node-id bench-client-alt2 --namespace bench --service-account client \
+		--labels app=client --address "$SCA2_IP" --pilot "$PILOT_IP:15010" --publisher-key "$RUN/pilot/publisher.pub" \
+		--state-dir "$RUN/state-alt2" --admin-addr "$SCA2_IP:15000" --outbound-addr "$SCA2" ${ALT2_FLAGS:-} >"$RUN/sidecar-alt2.log" 2>&1
+	PID_SCA2=$!
+fi
 PC_IP=$IP_PREFIX.15  # the pair's client sidecar (identity)
 SP_IP=$IP_PREFIX.13  # the plain pair's server sidecar (no identity: h2c)
 SM_IP=$IP_PREFIX.14  # the mTLS pair's server sidecar (identity, STRICT)
@@ -369,7 +383,7 @@ until_ok 20 sidecar_ready "$SCR_IP" || fail "real sidecar not ready"
 
 # Wait for readiness by content (200 with the full body), not by port.
 ok200() { [ "$(curl -s -o /dev/null -w '%{http_code} %{size_download}' -H "Host: ${2:-$HOST}" "http://$1/")" = "200 1024" ]; }
-for u in $APP $BP1 $BP2 $BP3 $NGX ${PID_NGX1:+$NGX1} $SCR ${PID_SCA:+$SCA}; do
+for u in $APP $BP1 $BP2 $BP3 $NGX ${PID_NGX1:+$NGX1} $SCR ${PID_SCA:+$SCA} ${PID_SCA2:+$SCA2}; do
 	until_ok 10 ok200 "$u" || fail "$u does not answer 200 with 1024 bytes"
 done
 # mtls_seen IP: the sidecar on IP counted a server-side mTLS handshake (the counter
@@ -409,10 +423,10 @@ ticks() {
 rss_kb() { local t=0; for p in "$@"; do for c in $p $(pgrep -P "$p" || true); do t=$((t + $(awk '/VmRSS/{print $2}' "/proc/$c/status"))); done; done; echo $t; }
 HZ=$(getconf CLK_TCK)
 
-declare -A TARGET=([direct]=$APP [sidecar]=$SCR [sidecar-alt]=$SCA [sidecar-policy]=$SCR [nginx]=$NGX [nginx1]=$NGX1 [benchproxy]=$BP1
+declare -A TARGET=([direct]=$APP [sidecar]=$SCR [sidecar-alt]=$SCA [sidecar-alt2]=$SCA2 [sidecar-policy]=$SCR [nginx]=$NGX [nginx1]=$NGX1 [benchproxy]=$BP1
 	[benchproxy2]=$BP2 [benchproxy2h2]=$BP3 [benchproxy2mtls]=$BP5 [sidecar-pair]=$PC [sidecar-pair-mtls]=$PC
 	[sidecar-pair-alt]=$PCA [sidecar-pair-mtls-alt]=$PCA)
-declare -A PROCS=([direct]="" [sidecar]="$PID_SCR" [sidecar-alt]="$PID_SCA" [sidecar-policy]="$PID_SCR" [nginx]="$PID_NGX" [nginx1]="$PID_NGX1"
+declare -A PROCS=([direct]="" [sidecar]="$PID_SCR" [sidecar-alt]="$PID_SCA" [sidecar-alt2]="$PID_SCA2" [sidecar-policy]="$PID_SCR" [nginx]="$PID_NGX" [nginx1]="$PID_NGX1"
 	[benchproxy]="$PID_BP1" [benchproxy2]="$PID_BP2 $PID_BP1" [benchproxy2h2]="$PID_BP3 $PID_BP1" [benchproxy2mtls]="$PID_BP5 $PID_BP4"
 	[sidecar-pair]="$PID_PC $PID_SP" [sidecar-pair-mtls]="$PID_PC $PID_SM"
 	[sidecar-pair-alt]="$PID_PCA $PID_SPA" [sidecar-pair-mtls-alt]="$PID_PCA $PID_SMA")
@@ -522,6 +536,24 @@ PY
 	done
 fi
 
+if [ -n "${PERF:-}" ]; then
+	# perf record -g of each target's processes over one fortio run at QPS and one
+	# wrk run, PPROF_SECONDS each: DIR/<target>-{fixed,max}.data (kernel and user
+	# stacks; read with perf report -i FILE --no-children --sort sym).
+	mkdir -p "$PERF"
+	for name in "${ORDER[@]}"; do
+		procs=${PROCS[$name]}
+		[ -n "$procs" ] || continue
+		pids=$(for p in $procs; do echo "$p"; pgrep -P "$p" || true; done | paste -sd,)
+		host=${HOSTS[$name]:-$HOST}
+		perf record -g -q -p "$pids" -o "$PERF/$name-fixed.data" -- \
+			"$FORTIO" load -quiet -uniform -qps "$QPS" -c "$CONNS" -t "${PPROF_SECONDS}s" -H "Host: $host" \
+			"http://${TARGET[$name]}/" >/dev/null 2>&1
+		perf record -g -q -p "$pids" -o "$PERF/$name-max.data" -- \
+			wrk -t1 -c"$WRK_CONNS" -d"${PPROF_SECONDS}s" -H "Host: $host" "http://${TARGET[$name]}/" >/dev/null 2>&1
+	done
+fi
+
 RES="$RUN/results.tsv"
 : >"$RES"
 # fixed NAME JSON: fortio at QPS against target NAME, its results into JSON.
@@ -602,4 +634,5 @@ if [ -n "${KEEP_RESULTS:-}" ]; then cp "$RES" "$KEEP_RESULTS"; fi
 
 python3 tools/bench/proxy/report.py "$RES" --qps "$QPS" --conns "$CONNS" --wrk-conns "$WRK_CONNS" --duration "$DURATION" \
 	--host "$HOST" --godebug "$SIDECAR_GODEBUG" --idle-sidecar-kb "$IDLE_RSS_SCR" --idle-benchproxy-kb "$IDLE_RSS_BP" \
-	--idle-nginx-kb "$IDLE_RSS_NGX" --idlerss "$IDLE_REAL" --alt "${ALT_BIN:+bin $ALT_BIN }${ALT_ENV:-} ${ALT_FLAGS:-}"
+	--idle-nginx-kb "$IDLE_RSS_NGX" --idlerss "$IDLE_REAL" --alt "${ALT_BIN:+bin $ALT_BIN }${ALT_ENV:-} ${ALT_FLAGS:-}" \
+	--alt2 "${ALT2_BIN:+bin $ALT2_BIN }${ALT2_ENV:-} ${ALT2_FLAGS:-}"
