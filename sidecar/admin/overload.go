@@ -29,11 +29,11 @@ type OverloadConfig struct {
 type OverloadCollector struct {
 	cfg OverloadConfig
 
-	conns, connsLimit, connsRefused            *prometheus.Desc
-	sidecarConns, sidecarConnsLimit            *prometheus.Desc
-	reqs, reqsLimit, reqsRefused               *prometheus.Desc
-	memUsed, memLimit, memHigh, memShed, memOn *prometheus.Desc
-	limit                                      *prometheus.Desc
+	conns, connsLimit, connsRefused                          *prometheus.Desc
+	sidecarConns, sidecarConnsLimit                          *prometheus.Desc
+	reqs, reqsLimit, reqsRefused                             *prometheus.Desc
+	memUsed, memCommitted, memLimit, memHigh, memShed, memOn *prometheus.Desc
+	limit                                                    *prometheus.Desc
 }
 
 // NewOverloadCollector checks cfg.
@@ -54,6 +54,7 @@ func NewOverloadCollector(cfg OverloadConfig) (*OverloadCollector, error) {
 		reqsLimit:         prometheus.NewDesc("weft_sidecar_downstream_requests_limit", "The listener's bound on requests in flight (--max-requests-per-listener).", l, nil),
 		reqsRefused:       prometheus.NewDesc("weft_sidecar_downstream_requests_refused_total", "Requests answered 503 (x-weft-overflow: requests) because the listener's request bound was reached.", l, nil),
 		memUsed:           prometheus.NewDesc("weft_sidecar_memory_used_bytes", "Memory the Go runtime holds from the OS, as last sampled (what the soft limit counts).", nil, nil),
+		memCommitted:      prometheus.NewDesc("weft_sidecar_memory_committed_bytes", "Request-body bytes the HTTP/2 server holds unread or has granted clients credit to send; shedding counts them on top of the sampled memory.", nil, nil),
 		memLimit:          prometheus.NewDesc("weft_sidecar_memory_limit_bytes", "The memory ceiling (--memory-limit), also the Go soft limit.", nil, nil),
 		memHigh:           prometheus.NewDesc("weft_sidecar_memory_high_water_bytes", "Memory at and above which new requests are shed (--memory-high-water of the limit).", nil, nil),
 		memShed:           prometheus.NewDesc("weft_sidecar_memory_shed_requests_total", "Requests answered 503 (x-weft-overflow: memory) above the memory high-water mark.", nil, nil),
@@ -65,7 +66,7 @@ func NewOverloadCollector(cfg OverloadConfig) (*OverloadCollector, error) {
 // Describe implements prometheus.Collector.
 func (c *OverloadCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.conns, c.connsLimit, c.connsRefused, c.sidecarConns, c.sidecarConnsLimit,
-		c.reqs, c.reqsLimit, c.reqsRefused, c.memUsed, c.memLimit, c.memHigh, c.memShed, c.memOn, c.limit} {
+		c.reqs, c.reqsLimit, c.reqsRefused, c.memUsed, c.memCommitted, c.memLimit, c.memHigh, c.memShed, c.memOn, c.limit} {
 		ch <- d
 	}
 }
@@ -94,6 +95,7 @@ func (c *OverloadCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if m := c.cfg.Memory; m != nil {
 		gauge(c.memUsed, float64(m.Used()))
+		gauge(c.memCommitted, float64(m.Committed()))
 		gauge(c.memLimit, float64(m.Limit()))
 		gauge(c.memHigh, float64(m.HighWater()))
 		counter(c.memShed, m.Sheds())

@@ -57,6 +57,8 @@ type conn struct {
 	initSendWin     int64  // the client's SETTINGS_INITIAL_WINDOW_SIZE
 	peerMaxFrame    int    // the client's SETTINGS_MAX_FRAME_SIZE
 	inflow          inflow // connection receive window
+	streamCommitted int64  // Σ stream.committed
+	committed       int64  // this connection's share of Server.committed
 	unackedSettings int
 	goAway          bool // a GOAWAY went out: no new streams
 	closing         bool // the connection is ending: writes fail
@@ -168,7 +170,10 @@ func (c *conn) teardown() {
 	for id, st := range c.streams {
 		st.endLocked(errConnClosed)
 		delete(c.streams, id)
+		st.committed = 0
 	}
+	c.streamCommitted = 0 // what is unread goes when the handlers do
+	c.syncCommittedLocked()
 	c.winCond.Broadcast()
 	c.mu.Unlock()
 	c.cancel()
@@ -555,6 +560,7 @@ func (c *conn) processData(f *http2.DataFrame) error {
 	if f.StreamEnded() {
 		c.endRemoteLocked(st)
 	}
+	c.recommitLocked(st)
 	c.mu.Unlock()
 	if connUpd > 0 || streamUpd > 0 {
 		c.sendWindowUpdates(id, streamUpd, connUpd, false)
@@ -569,6 +575,7 @@ func (c *conn) processData(f *http2.DataFrame) error {
 // when it is shorter than its content-length; the caller resets the stream).
 func (c *conn) endRemoteLocked(st *stream) {
 	st.remoteDone = true
+	defer c.recommitLocked(st)
 	if st.declLen >= 0 && st.gotLen != st.declLen {
 		st.endBodyLocked(errors.New("h2server: request body shorter than its content-length"))
 	} else {
@@ -651,6 +658,9 @@ func (c *conn) removeStreamLocked(st *stream) {
 		return
 	}
 	delete(c.streams, st.id)
+	c.streamCommitted -= st.committed
+	st.committed = 0
+	c.syncCommittedLocked()
 	c.winCond.Broadcast()
 	if len(c.streams) == 0 && c.goAway && !c.closing {
 		c.finishGraceful() // goAway is set under wmu after its GOAWAY was written
@@ -717,6 +727,7 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		st.remoteDone = true
 		st.bodyErr = io.EOF
 	}
+	c.recommitLocked(st)
 	c.mu.Unlock()
 	c.handlers.Add(1)
 	c.srv.dispatch(st)
@@ -745,6 +756,32 @@ func (c *conn) trailersLocked(st *stream, f *http2.MetaHeadersFrame) error {
 		return http2.StreamError{StreamID: st.id, Code: http2.ErrCodeProtocol}
 	}
 	return nil
+}
+
+// recommitLocked brings st's share of Server.BodyBytesCommitted, and its
+// connection's, up to date after st's credit, body or state changed. A stream
+// no longer in c.streams counts nothing (removeStreamLocked took its share out).
+func (c *conn) recommitLocked(st *stream) {
+	n := int64(0)
+	if c.streams[st.id] == st {
+		n = st.commitmentLocked()
+	}
+	c.streamCommitted += n - st.committed
+	st.committed = n
+	c.syncCommittedLocked()
+}
+
+// syncCommittedLocked moves the change of c's share into the server's total: at
+// most ConnWindow, the credit the connection as a whole grants.
+func (c *conn) syncCommittedLocked() {
+	n := min(c.streamCommitted, int64(c.srv.cfg.ConnWindow))
+	if d := n - c.committed; d != 0 {
+		c.srv.committed.Add(d)
+		if f := c.srv.cfg.Commit; f != nil {
+			f(d)
+		}
+		c.committed = n
+	}
 }
 
 // inflow is one receive window: avail is what the client may still send,

@@ -114,6 +114,10 @@ type Config struct {
 	IdleTimeout time.Duration
 	// ResponseBufferBytes: 0 means DefaultResponseBufferBytes.
 	ResponseBufferBytes int
+	// Commit, when set, is told every change of BodyBytesCommitted (a memory
+	// guard's overload.Memory.Commit); it must be quick and safe for concurrent
+	// use: connections call it under their lock.
+	Commit func(delta int64)
 	// Logf, when set, is told of handler panics and connection errors.
 	Logf func(format string, args ...any)
 
@@ -137,7 +141,19 @@ type Server struct {
 	idle     atomic.Int32 // workers waiting on work
 	workers  sync.WaitGroup
 	bufs     sync.Pool // *[]byte of cap ResponseBufferBytes: response bodies held before their HEADERS
+
+	committed atomic.Int64 // BodyBytesCommitted: the connections' shares, each updated under its mu
 }
+
+// BodyBytesCommitted is how many bytes of request bodies the server holds unread
+// or has granted clients flow-control credit to send on streams whose bodies are
+// still open: memory it has promised, which arrives whether or not a handler has
+// run yet. Each stream counts its unread bytes plus its remaining credit (at most
+// what its content-length has left); each connection at most its ConnWindow. A
+// memory guard adds this to what the runtime reports, so requests admitted
+// between two samples cannot push it past its ceiling with bodies they were
+// already allowed to send (sidecar/overload). One atomic load.
+func (s *Server) BodyBytesCommitted() int64 { return s.committed.Load() }
 
 // New checks cfg and returns a Server.
 func New(cfg Config) (*Server, error) {

@@ -47,6 +47,21 @@ type stream struct {
 	bodyCond    sync.Cond
 	bodyClosed  bool        // the handler closed the body
 	trailer     http.Header // trailers received, when the request declared some
+	committed   int64       // this stream's share of conn.streamCommitted
+}
+
+// commitmentLocked is what st holds of its body unread plus the credit its client
+// may still use (Server.BodyBytesCommitted).
+func (st *stream) commitmentLocked() int64 {
+	n := int64(len(st.body) - st.boff)
+	if !st.remoteDone && !st.bodyClosed && !st.ended {
+		more := int64(st.inflow.avail)
+		if st.declLen >= 0 {
+			more = min(more, st.declLen-st.gotLen)
+		}
+		n += max(more, 0)
+	}
+	return n
 }
 
 // endLocked ends st at once: its context, its body (after what is buffered)
@@ -56,6 +71,7 @@ func (st *stream) endLocked(err error) {
 		return
 	}
 	st.ended, st.endErr = true, err
+	defer st.c.recommitLocked(st)
 	st.endBodyLocked(err)
 	if st.cancel != nil {
 		st.cancel()
@@ -87,8 +103,10 @@ func (st *stream) run() {
 		}()
 		st.handler.ServeHTTP(w, st.req)
 	}()
+	reset := false
 	if (aborted || w.finish() != nil) && !st.isEnded() {
 		c.resetStream(st.id, http2.ErrCodeInternal)
+		reset = true
 	}
 	w.release()
 	c.mu.Lock()
@@ -101,6 +119,11 @@ func (st *stream) run() {
 	if open {
 		// Answered before the request's end: the rest is not wanted (RFC 9113 §8.1).
 		c.resetStream(st.id, http2.ErrCodeNo)
+	}
+	if open || reset {
+		// resetStream leaves its frame for the reader's next flush, which waits
+		// for the client's next frame: a client told nothing would go on sending.
+		c.flushPending()
 	}
 	st.cancel()
 }
@@ -149,6 +172,7 @@ func (b *requestBody) Read(p []byte) (int, error) {
 		su = st.inflow.add(n)
 	}
 	cu := c.inflow.add(n)
+	c.recommitLocked(st)
 	c.mu.Unlock()
 	if su > 0 || cu > 0 {
 		c.sendWindowUpdates(st.id, su, cu, true) // the client may be waiting for it
@@ -176,6 +200,7 @@ func (b *requestBody) Close() error {
 	if n > 0 {
 		cu = c.inflow.add(n)
 	}
+	c.recommitLocked(st)
 	c.mu.Unlock()
 	if cu > 0 {
 		c.sendWindowUpdates(0, 0, cu, true)

@@ -403,7 +403,7 @@ func (p *Proxy) h2For(listener string) *h2Server {
 		ws, err := h2server.New(h2server.Config{Handler: http.HandlerFunc(p.serveH2Request),
 			MaxConcurrentStreams: cfg.MaxConcurrentStreams, MaxReadFrameSize: cfg.H2MaxFrameSize,
 			MaxHeaderListSize: cfg.MaxHeaderBytes + h2HeaderListSlack, StreamWindow: cfg.H2StreamBuffer,
-			ConnWindow: cfg.H2ConnBuffer, IdleTimeout: cfg.IdleTimeout,
+			ConnWindow: cfg.H2ConnBuffer, IdleTimeout: cfg.IdleTimeout, Commit: cfg.Memory.Commit,
 			Logf: func(format string, args ...any) { p.log.Debug(fmt.Sprintf(format, args...)) }})
 		if err != nil { // New checked every bound
 			p.log.Error("HTTP/2 server", "listener", listener, "error", err)

@@ -57,7 +57,16 @@ type MemoryConfig struct {
 
 // Memory decides whether to shed new requests because the process is near its
 // memory ceiling. Run samples memory on a ticker into atomics; the request path
-// calls Shedding, one atomic load.
+// calls Shedding, three atomic loads.
+//
+// Sampling alone admits too much under a body-heavy load: an HTTP/2 request is
+// admitted when it starts, and its client then sends up to the flow-control
+// credit the sidecar granted (a MiB), which the sampled figure shows only later,
+// so every request admitted before the next sample brings memory nobody counted.
+// Whoever grants such credit reports it with Commit (h2server's
+// BodyBytesCommitted); Shedding and Sample count it on top of the sample. Bytes
+// that arrived and are still held count twice until the next sample, which sheds
+// a little early and never late.
 type Memory struct {
 	limit, high, low uint64
 	interval         time.Duration
@@ -66,9 +75,10 @@ type Memory struct {
 	now              func() time.Time
 	lastGC           time.Time // written by Sample only
 
-	used     atomic.Uint64 // last sample, written by Run only
-	shedding atomic.Bool   // written by Run only
-	sheds    atomic.Uint64 // requests shed, counted by the request path
+	used      atomic.Uint64 // last sample, written by Run only
+	committed atomic.Int64  // Commit's total
+	shedding  atomic.Bool   // written by Run only
+	sheds     atomic.Uint64 // requests shed, counted by the request path
 }
 
 // NewMemory checks cfg.
@@ -118,7 +128,7 @@ func (m *Memory) Run(ctx context.Context) {
 // tests and for a caller that wants a fresh reading. Not for concurrent use with Run.
 func (m *Memory) Sample() {
 	u := m.read()
-	if u >= m.low && m.shedding.Load() {
+	if u+m.Committed() >= m.low && m.shedding.Load() {
 		// Still shedding: is it live memory, or garbage not yet collected?
 		if now := m.now(); now.Sub(m.lastGC) >= MemoryGCInterval {
 			m.lastGC = now
@@ -127,16 +137,37 @@ func (m *Memory) Sample() {
 		}
 	}
 	m.used.Store(u)
-	switch {
-	case u >= m.high:
+	switch total := u + m.Committed(); {
+	case total >= m.high:
 		m.shedding.Store(true)
-	case u < m.low:
+	case total < m.low:
 		m.shedding.Store(false)
 	}
 }
 
-// Shedding reports whether new requests must be refused. nil never sheds.
-func (m *Memory) Shedding() bool { return m != nil && m.shedding.Load() }
+// Shedding reports whether new requests must be refused: the last sample said
+// so, or the sample and what is committed since reach the high-water mark. nil
+// never sheds.
+func (m *Memory) Shedding() bool {
+	return m != nil && (m.shedding.Load() || m.used.Load()+m.Committed() >= m.high)
+}
+
+// Commit adds delta (negative: released) to the memory promised but perhaps not
+// yet in the sample: request-body bytes a client may send under credit granted,
+// or holds unread. Safe for concurrent use; a nil Memory ignores it.
+func (m *Memory) Commit(delta int64) {
+	if m != nil {
+		m.committed.Add(delta)
+	}
+}
+
+// Committed is Commit's total, in bytes (0 if it ever went negative).
+func (m *Memory) Committed() uint64 {
+	if m == nil {
+		return 0
+	}
+	return uint64(max(m.committed.Load(), 0))
+}
 
 // Shed counts one refused request.
 func (m *Memory) Shed() { m.sheds.Add(1) }

@@ -210,3 +210,45 @@ func TestMemoryCollectsWhileShedding(t *testing.T) {
 		t.Fatalf("shedding %v after %d GCs, want true after 1", m.Shedding(), gcs)
 	}
 }
+
+// Committed memory counts on top of the sample at once (no sample needed), at
+// the high-water mark and not one byte below, and in Sample's hysteresis.
+func TestMemoryCommittedCountsAtOnce(t *testing.T) {
+	var used atomic.Uint64
+	used.Store(30 << 20)
+	m, err := overload.NewMemory(overload.MemoryConfig{Limit: 100 << 20, HighWater: 0.5, Read: used.Load, GC: func() {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	high, low := m.HighWater(), m.HighWater()-uint64(float64(m.Limit())*overload.MemoryHysteresis)
+	for i, step := range []struct {
+		commit int64 // Commit's argument
+		sample bool  // then Sample
+		shed   bool
+	}{
+		{0, false, false},
+		{int64(high-30<<20) - 1, false, false}, // one byte below the mark
+		{1, false, true},                       // at it: before any sample
+		{-1, false, false},                     // released: the sample alone said nothing
+		{1, true, true},                        // sampled at the mark: shedding latched
+		{-int64(high - low), true, true},       // at the low mark: still shedding
+		{-1, true, false},                      // below it: stops
+		{-int64(high), false, false},           // more released than committed reads as 0
+	} {
+		m.Commit(step.commit)
+		if step.sample {
+			m.Sample()
+		}
+		if got := m.Shedding(); got != step.shed {
+			t.Errorf("step %d: committed %d, used %d: Shedding = %v, want %v", i, m.Committed(), m.Used(), got, step.shed)
+		}
+	}
+	if m.Committed() != 0 {
+		t.Errorf("Committed = %d after releasing more than committed, want 0", m.Committed())
+	}
+	var nilMem *overload.Memory
+	nilMem.Commit(1 << 30)
+	if nilMem.Shedding() || nilMem.Committed() != 0 {
+		t.Error("a nil Memory sheds or counts commitments")
+	}
+}
