@@ -29,6 +29,9 @@ func (s *Settings) checkIdentity() error {
 	if s.TokenFile != "" && s.CARoot == "" {
 		return errors.New("ca-root: required with token-file (it verifies pilot)")
 	}
+	if s.CertificateInMemoryOnly && s.TokenFile == "" {
+		return errors.New("certificate-in-memory-only: only with token-file (without it the sidecar has no workload certificate)")
+	}
 	return nil
 }
 

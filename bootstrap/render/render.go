@@ -89,6 +89,11 @@ type Settings struct {
 	CARoot string
 	// TrustDomain of the mesh's SPIFFE IDs; default DefaultTrustDomain.
 	TrustDomain string
+	// CertificateInMemoryOnly keeps the workload certificate's key in memory
+	// only, as Istio and Linkerd do, instead of also in StateDir: a sidecar
+	// restarted while pilot is away then has no mTLS until pilot returns
+	// (sidecar/certclient/persist.go says what persisting buys).
+	CertificateInMemoryOnly bool
 	// InsecureSkipManifest lets PublisherKey be empty: activation then does not wait
 	// for a signed manifest (interop with plain xDS servers) and nothing is persisted.
 	InsecureSkipManifest bool
@@ -166,6 +171,8 @@ type File struct {
 	TokenFile      string            `json:"token-file,omitempty"`
 	CARoot         string            `json:"ca-root,omitempty"`
 	TrustDomain    string            `json:"trust-domain,omitempty"`
+	// CertificateInMemoryOnly: see Settings.
+	CertificateInMemoryOnly bool `json:"certificate-in-memory-only,omitempty"`
 	// InsecureSkipManifest and Staleness: see Settings.
 	InsecureSkipManifest bool     `json:"insecure-skip-manifest,omitempty"`
 	Staleness            []string `json:"staleness,omitempty"`
@@ -211,6 +218,7 @@ func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, err
 	fs.StringVar(&f.TokenFile, "token-file", "", "bootstrap token file: get a workload certificate and use mTLS to pilot")
 	fs.StringVar(&f.CARoot, "ca-root", "", "mesh CA root PEM file verifying pilot (pilot's <data-dir>/ca/root.pem)")
 	fs.StringVar(&f.TrustDomain, "trust-domain", "", "SPIFFE trust domain (default "+DefaultTrustDomain+")")
+	fs.BoolVar(&f.CertificateInMemoryOnly, "certificate-in-memory-only", false, "keep the workload certificate's key in memory only, never in --state-dir (a restart with pilot away then has no mTLS until pilot returns)")
 	fs.BoolVar(&f.InsecureSkipManifest, "insecure-skip-manifest", false, "activate without pilot's signed manifest (plain xDS servers); allows no publisher-key")
 	limitFlags(fs, &f.FileLimits)
 	dnsFlags(fs, &f.FileDNS)
@@ -289,6 +297,9 @@ func (f File) overriddenBy(cmd File, set map[string]bool) File {
 	if set["insecure-skip-manifest"] {
 		f.InsecureSkipManifest = cmd.InsecureSkipManifest
 	}
+	if set["certificate-in-memory-only"] {
+		f.CertificateInMemoryOnly = cmd.CertificateInMemoryOnly
+	}
 	f.FileLimits.override(cmd.FileLimits, set)
 	f.FileDNS.override(cmd.FileDNS, set)
 	if set["pprof"] {
@@ -340,7 +351,7 @@ func ParseLabels(s string) (map[string]string, error) {
 // Settings validates the file's values and applies defaults.
 func (f File) Settings() (*Settings, error) {
 	s := &Settings{PublisherKey: f.PublisherKey, StateDir: f.StateDir, XDSMode: f.XDSMode,
-		TokenFile: f.TokenFile, CARoot: f.CARoot, TrustDomain: f.TrustDomain,
+		TokenFile: f.TokenFile, CARoot: f.CARoot, TrustDomain: f.TrustDomain, CertificateInMemoryOnly: f.CertificateInMemoryOnly,
 		InsecureSkipManifest: f.InsecureSkipManifest, Staleness: append([]string(nil), f.Staleness...), Pprof: f.Pprof,
 		Concurrency: f.Concurrency, H2Server: f.H2Server}
 	if s.H2Server != "" && s.H2Server != "weft" && s.H2Server != "std" {

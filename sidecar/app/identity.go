@@ -42,9 +42,22 @@ func newIdentity(s *render.Settings, holder *svid.Holder, log hclog.Logger, reg 
 	if err != nil {
 		return nil, fmt.Errorf("pilot SPIFFE ID: %w", err)
 	}
+	// Persisted, a restart with pilot away keeps mTLS until NotAfter
+	// (certclient/persist.go); --certificate-in-memory-only gives that up.
+	stateDir := s.StateDir
+	if s.CertificateInMemoryOnly && stateDir != "" {
+		removed, err := certclient.RemovePersisted(stateDir)
+		if err != nil {
+			return nil, err
+		}
+		if removed {
+			log.Info("removed the workload certificate an earlier run persisted (--certificate-in-memory-only)", "dir", stateDir)
+		}
+		stateDir = ""
+	}
 	cc, err := certclient.New(certclient.Config{Holder: holder, TrustDomain: s.TrustDomain, Namespace: s.Node.Namespace,
 		ServiceAccount: s.Node.ServiceAccount, TokenFile: s.TokenFile, Trust: trust, Servers: s.Pilot, Logger: log, Registerer: reg,
-		StateDir: s.StateDir}) // a restart with pilot away keeps mTLS until NotAfter (certclient/persist.go)
+		StateDir: stateDir})
 	if err != nil {
 		return nil, err
 	}

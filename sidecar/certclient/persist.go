@@ -40,6 +40,20 @@ const FileName = "workload-svid.pem"
 // write is discarded on load.
 const FileMode fs.FileMode = 0o600
 
+// RemovePersisted removes the certificate and key persisted in stateDir, if
+// any: a sidecar told to keep its key in memory only must not leave an earlier
+// run's on disk. It reports whether there was one.
+func RemovePersisted(stateDir string) (bool, error) {
+	err := os.Remove(filepath.Join(stateDir, FileName))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	}
+	return false, fmt.Errorf("removing the persisted workload certificate: %w", err)
+}
+
 // restore loads the persisted certificate into the holder when it is still
 // good at now; it reports whether it did.
 func (c *Client) restore(now time.Time) bool {

@@ -26,7 +26,7 @@ const usage = `usage: sidecar --node-id ID --namespace NS --service-account SA -
                [--ready-addr IP:PORT] [--app-address IP] [--locality R/Z/S] [--xds-mode delta|sotw]
                [--staleness CLASS=WARN/EXPIRE[/ONEXPIRE]]... [--insecure-skip-manifest] [--concurrency N]
                [--pprof (built with -tags weftpprof)] [--h2-server weft|std]
-               [--token-file FILE] [--ca-root FILE] [--trust-domain TD]
+               [--token-file FILE] [--ca-root FILE] [--trust-domain TD] [--certificate-in-memory-only]
                [--intercept none|iptables|ebpf|auto] [--intercept-cgroup DIR]
        sidecar --bootstrap FILE [flags overriding the file]
        sidecar --version | --help
@@ -39,11 +39,13 @@ injection) is the application's HTTP probes served under /app-health/ on the
 ready address.
 Identity: --token-file FILE (bootstrap token, at most 4096 bytes) gets a workload
 certificate spiffe://TD/ns/NS/sa/SA from pilot (key made in the process, never
-written; renewed at 50-60% of its lifetime) and dials pilot over mTLS: --pilot is
+sent nowhere; renewed at 50-60% of its lifetime) and dials pilot over mTLS: --pilot is
 then pilot's TLS address (:15012) and --ca-root FILE (pilot's <data-dir>/ca/root.pem)
 verifies it as spiffe://TD/weft/pilot. Without --token-file: plaintext xDS, no mTLS.
 --ca-root also trusts manifests from publishers the mesh CA certifies (then
---publisher-key, a pin, is optional).
+--publisher-key, a pin, is optional). The certificate and key are also kept in
+--state-dir (mode 0600), so a restart with pilot away keeps mTLS until NotAfter;
+--certificate-in-memory-only keeps the key in memory only, as Istio and Linkerd do.
 Interception (--intercept, default none: applications address the sidecar): iptables
 (the init step's 'sidecar intercept' rules redirect); ebpf (cgroup eBPF outbound and
 DNS redirect attached to --intercept-cgroup, default the sidecar's own cgroup, after a

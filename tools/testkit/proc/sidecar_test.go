@@ -1,12 +1,16 @@
 package proc
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weft-mesh/weft/sidecar/certclient"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -63,5 +67,48 @@ func TestStartSidecarWrongToken(t *testing.T) {
 	}
 	if got, _ := s.Metric("weft_sidecar_xds_connected"); got != "weft_sidecar_xds_connected 0" {
 		t.Fatalf("xDS connected without a certificate: %s", got)
+	}
+}
+
+// With --certificate-in-memory-only the workload key never reaches the state
+// directory, and one an earlier run persisted there is removed at start.
+// (Without the flag each of the three checks fails: the sidecar persists.)
+func TestStartSidecarCertificateInMemoryOnly(t *testing.T) {
+	p := StartPilot(t, "127.81.2.254", filepath.Join(t.TempDir(), "pilot"), Secure())
+	state := t.TempDir()
+	earlier := filepath.Join(state, certclient.FileName)
+	if err := os.WriteFile(earlier, []byte("an earlier run's certificate and key"), certclient.FileMode); err != nil {
+		t.Fatal(err)
+	}
+	s := StartSidecar(t, SidecarConfig{NodeID: "reviews-m", Namespace: "shop", ServiceAccount: "reviews",
+		Labels: map[string]string{"app": "reviews"}, IP: "127.81.2.2", Pilot: p, TokenTTL: 10 * time.Minute,
+		StateDir: state, Extra: []string{"--certificate-in-memory-only"}})
+	const want = `weft_sidecar_certificate_requests_total{credential="token",result="ok"} 1`
+	testkit.Wait(t, 30*time.Second, func() error {
+		select {
+		case <-s.Exited():
+			t.Fatalf("sidecar exited: %v", s.Err())
+		default:
+		}
+		got, err := s.Metric(want[:strings.LastIndexByte(want, ' ')])
+		if err != nil || got != want {
+			return fmt.Errorf("%s (%v), want %s", got, err, want)
+		}
+		return nil
+	})
+	if _, err := os.Stat(earlier); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s after start: %v, want it removed", earlier, err)
+	}
+	if !strings.Contains(s.Logs.String(), "removed the workload certificate an earlier run persisted") {
+		t.Errorf("the removal is not in the sidecar's log:\n%s", s.Logs.String())
+	}
+	entries, err := os.ReadDir(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if b, err := os.ReadFile(filepath.Join(state, e.Name())); err == nil && strings.Contains(string(b), "PRIVATE KEY") {
+			t.Errorf("state directory file %s holds a private key", e.Name())
+		}
 	}
 }
