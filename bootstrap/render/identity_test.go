@@ -84,7 +84,11 @@ func TestParseIdentity(t *testing.T) {
 		{"token missing", with("--token-file", "nope", "--ca-root", "root.pem"), nil,
 			"sidecar settings: token-file: open nope: file does not exist"},
 		{"key in memory only", with("--token-file", "tok", "--ca-root", "root.pem", "--certificate-in-memory-only"),
-			func() *Settings { s := ident("tok", "root.pem", "cluster.local"); s.CertificateInMemoryOnly = true; return s }(), ""},
+			func() *Settings {
+				s := ident("tok", "root.pem", "cluster.local")
+				s.CertificateInMemoryOnly = true
+				return s
+			}(), ""},
 		{"key in memory only without a token", with("--certificate-in-memory-only"), nil,
 			"sidecar settings: certificate-in-memory-only: only with token-file (without it the sidecar has no workload certificate)"},
 		{"token without ca-root", with("--token-file", "tok"), nil, "sidecar settings: ca-root: required with token-file (it verifies pilot)"},
