@@ -120,6 +120,9 @@ type Config struct {
 	// AdminTokenFile, whose bearer token is then required on every request.
 	AdminAllowRemote bool
 	AdminTokenFile   string
+	// AdminPprof serves Go's runtime profiles on the admin API under
+	// PprofPath (pilot --admin-pprof), behind the admin API's authorisation.
+	AdminPprof bool
 
 	Logger hclog.Logger
 	XDS    XDSFunc
@@ -374,6 +377,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	if authority != nil {
 		handler.Handle("/apis/ca/v1/", authority.Handler())
+	}
+	if cfg.AdminPprof {
+		handler.Handle(PprofPath, pprofHandler())
 	}
 
 	adminLis, err := net.Listen("tcp", cfg.AdminAddr)

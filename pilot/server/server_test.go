@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -149,5 +150,44 @@ func TestXDSFailureStopsPilot(t *testing.T) {
 	})
 	if !errors.Is(err, boom) || err.Error() != "xDS: boom" {
 		t.Errorf("Run error %v, want xDS: boom", err)
+	}
+}
+
+// TestAdminPprof: Go's profiles are on the admin API only with AdminPprof.
+func TestAdminPprof(t *testing.T) {
+	for _, tt := range []struct {
+		on   bool
+		want int
+	}{{false, http.StatusNotFound}, {true, http.StatusOK}} {
+		t.Run(fmt.Sprint(tt.on), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ready := make(chan net.Addr, 1)
+			done := make(chan error, 1)
+			go func() {
+				done <- server.Run(ctx, server.Config{DataDir: t.TempDir(), AdminAddr: "127.0.0.1:0", Logger: hclog.NewNullLogger(),
+					AdminPprof: tt.on, OnReady: func(a net.Addr) { ready <- a }})
+			}()
+			var addr net.Addr
+			select {
+			case addr = <-ready:
+			case err := <-done:
+				t.Fatalf("Run returned early: %v", err)
+			}
+			tr := &http.Transport{}
+			defer tr.CloseIdleConnections()
+			resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://" + addr.String() + server.PprofPath + "cmdline")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Errorf("GET %scmdline with AdminPprof=%v: %d, want %d", server.PprofPath, tt.on, resp.StatusCode, tt.want)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run after cancel: %v", err)
+			}
+		})
 	}
 }

@@ -66,6 +66,7 @@ func run() int {
 	fs.StringVar(&cfg.AdminAdvertiseURL, "admin-advertise-url", "",
 		"--store etcd: the URL other pilot replicas reach this one's admin API at, for status across replicas (default http://<--admin-addr>)")
 	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the bearer token every admin request must carry")
+	fs.BoolVar(&cfg.AdminPprof, "admin-pprof", false, "serve Go's runtime profiles (net/http/pprof) on the admin API under "+server.PprofPath)
 	lim := server.DefaultXDSLimits()
 	fs.DurationVar(&lim.Debounce, "xds-debounce", lim.Debounce, "quiet period after a store change before pushing")
 	fs.DurationVar(&lim.MaxDelay, "xds-max-delay", lim.MaxDelay, "a burst of store changes is pushed at most this late")

@@ -75,7 +75,11 @@ type binConfig struct {
 	// noLEDS: the sidecars do not advertise node.FeatureLEDS and get the
 	// big Service's whole assignment on every change (the form before LEDS).
 	noLEDS bool
-	log    io.Writer
+	// profile: a directory to write each replica's CPU profile over the
+	// measured rounds and its allocations before and after them into
+	// (pilot runs with --admin-pprof; the pilot binary must have the flag).
+	profile string
+	log     io.Writer
 }
 
 type binResult struct {
@@ -105,28 +109,87 @@ type roundResult struct {
 	// (go_gc_duration_seconds_count on their /metrics): with ~1 GB of heap at 10,000 sidecars, a cycle costs
 	// pilot most of a second of CPU and shows as the slow round.
 	pilotGCs int64
+	// pushes is what pilot sent meanwhile, by type, all replicas together.
+	pushes pushSample
 }
 
-// gcCycles is go_gc_duration_seconds_count from pilot's /metrics (-1 when
-// it cannot be read).
-func (p *pilotProc) gcCycles() int64 {
+// metrics reads pilot's /metrics samples: "name{labels}" -> value (nil
+// when it cannot be read).
+func (p *pilotProc) metrics() map[string]float64 {
 	resp, err := p.hc.Get(p.admin + "/metrics")
 	if err != nil {
-		return -1
+		return nil
 	}
 	defer resp.Body.Close()
+	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_gc_duration_seconds_count "); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return -1
-			}
-			return n
+		l := sc.Text()
+		i := strings.LastIndexByte(l, ' ')
+		if strings.HasPrefix(l, "#") || i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
+			out[l[:i]] = v
 		}
 	}
-	return -1
+	return out
+}
+
+// pushSample is what pilot counted of its responses by xDS type
+// (weft_pilot_xds_pushes_total, weft_pilot_xds_push_bytes_total).
+type pushSample map[string]struct{ n, bytes float64 }
+
+func pushesOf(m map[string]float64) pushSample {
+	out := pushSample{}
+	for k, v := range m {
+		for _, f := range []struct {
+			prefix string
+			bytes  bool
+		}{{`weft_pilot_xds_pushes_total{type="`, false}, {`weft_pilot_xds_push_bytes_total{type="`, true}} {
+			if typ, ok := strings.CutPrefix(k, f.prefix); ok {
+				typ = strings.TrimSuffix(typ, `"}`)
+				e := out[typ]
+				if f.bytes {
+					e.bytes += v
+				} else {
+					e.n += v
+				}
+				out[typ] = e
+			}
+		}
+	}
+	return out
+}
+
+// minus is s - base, per type, dropping types with nothing sent.
+func (s pushSample) minus(base pushSample) pushSample {
+	out := pushSample{}
+	for typ, e := range s {
+		e.n -= base[typ].n
+		e.bytes -= base[typ].bytes
+		if e.n > 0 {
+			out[typ] = e
+		}
+	}
+	return out
+}
+
+func (s pushSample) String() string {
+	typs := make([]string, 0, len(s))
+	for t := range s {
+		typs = append(typs, t)
+	}
+	sort.Strings(typs)
+	var b strings.Builder
+	for i, t := range typs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %.0f (%.0f B each)", t, s[t].n, s[t].bytes/s[t].n)
+	}
+	return b.String()
 }
 
 // cpuSeconds is utime+stime of pid ("self" for this process) from /proc.
@@ -748,6 +811,9 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 	}
 	replicas := max(cfg.replicas, 1)
 	extra := cfg.pilotArgs
+	if cfg.profile != "" {
+		extra = append([]string{"--admin-pprof"}, extra...)
+	}
 	if replicas > 1 {
 		etcdURL, stopEtcd, err := startEtcd(ctx, cfg.etcdBin, filepath.Join(dir, "etcd"))
 		if err != nil {
@@ -879,6 +945,12 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 	}
 	res.rssJoined = rssAll()
 
+	stopProfiles := func() error { return nil }
+	if cfg.profile != "" {
+		if stopProfiles, err = startProfiles(ps, cfg.profile); err != nil {
+			return nil, err
+		}
+	}
 	var bytesTotal int64
 	for r := range cfg.rounds {
 		addr := fmt.Sprintf("10.250.0.%d", r+1)
@@ -895,13 +967,21 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 			}
 			return s
 		}
-		pilotsGC := func() (n int64) {
+		pilotsMetrics := func() (gcs int64, pushes pushSample) {
+			pushes = pushSample{}
 			for _, p := range ps {
-				n += p.gcCycles()
+				m := p.metrics()
+				gcs += int64(m["go_gc_duration_seconds_count"])
+				for typ, e := range pushesOf(m) {
+					t := pushes[typ]
+					t.n, t.bytes = t.n+e.n, t.bytes+e.bytes
+					pushes[typ] = t
+				}
 			}
-			return n
+			return gcs, pushes
 		}
-		pilotCPU0, benchCPU0, load, gc0 := pilotsCPU(), cpuSeconds("self"), loadAvg(), pilotsGC()
+		pilotCPU0, benchCPU0, load := pilotsCPU(), cpuSeconds("self"), loadAvg()
+		gc0, pushes0 := pilotsMetrics()
 		rev, err := p.apply(staticYAML(addr))
 		if err != nil {
 			return nil, fmt.Errorf("round %d: %w", r+1, err)
@@ -938,14 +1018,16 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 		}); err != nil {
 			return nil, err
 		}
-		pilotCPU, benchCPU, gcs := pilotsCPU()-pilotCPU0, cpuSeconds("self")-benchCPU0, pilotsGC()-gc0
+		pilotCPU, benchCPU := pilotsCPU()-pilotCPU0, cpuSeconds("self")-benchCPU0
+		gcs, pushes := pilotsMetrics()
+		gcs -= gc0
 		lat := make([]time.Duration, len(f.clients))
 		for i, c := range f.clients {
 			lat[i] = time.Duration(c.ackAt.Load() - written.UnixNano())
 			bytesTotal += c.bytes.Load()
 		}
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		rr := roundResult{p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], max: lat[len(lat)-1], pilotCPU: pilotCPU, benchCPU: benchCPU, load: load, pilotGCs: gcs}
+		rr := roundResult{p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], max: lat[len(lat)-1], pilotCPU: pilotCPU, benchCPU: benchCPU, load: load, pilotGCs: gcs, pushes: pushes.minus(pushes0)}
 		res.rounds = append(res.rounds, rr)
 		logf("round %d: change at revision %d reached all %d sidecars: p50=%v p99=%v max=%v", r+1, rev, len(f.clients),
 			rr.p50.Round(time.Millisecond), rr.p99.Round(time.Millisecond), rr.max.Round(time.Millisecond))
@@ -960,6 +1042,9 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 				return nil, err
 			}
 		}
+	}
+	if err := stopProfiles(); err != nil {
+		return nil, err
 	}
 	light := 0
 	for _, c := range f.clients {
@@ -1034,6 +1119,7 @@ func (r *binResult) print(w io.Writer) {
 	for i, rr := range r.rounds {
 		fmt.Fprintf(w, "  round %d: one endpoint change -> every sidecar's ACK (manifest included): p50=%v p99=%v max=%v; CPU until then: pilot %.2fs, bench clients %.2fs; pilot GC cycles %d; load average %s\n", i+1,
 			rr.p50.Round(time.Millisecond), rr.p99.Round(time.Millisecond), rr.max.Round(time.Millisecond), rr.pilotCPU, rr.benchCPU, rr.pilotGCs, rr.load)
+		fmt.Fprintf(w, "    pilot sent meanwhile: %v\n", rr.pushes)
 		p50s, p99s, maxs = append(p50s, rr.p50), append(p99s, rr.p99), append(maxs, rr.max)
 	}
 	if len(r.rounds) > 0 {

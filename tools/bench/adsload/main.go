@@ -57,6 +57,7 @@ func main() {
 	replicas := flag.Int("replicas", 1, "-stack=binary: pilot replicas; above 1 they share one etcd (started by the bench) and the sidecars are split between them")
 	noLEDS := flag.Bool("no-leds", false, "-stack=binary: the sidecars do not advertise weft.leds.v1 and get the big Service's whole assignment on every change (the form before LEDS)")
 	etcdBin := flag.String("etcd-bin", "etcd", "-stack=binary with -replicas > 1: the etcd server binary (apt etcd-server)")
+	profile := flag.String("profile", "", "-stack=binary: write pilot's CPU profile over the measured rounds and its allocations before and after them into this directory (cpu-<replica>.pprof, allocs-{before,after}-<replica>.pprof; needs a pilot with --admin-pprof)")
 	flag.Parse()
 	if *stack == "binary" {
 		for _, s := range strings.Split(*proxies, ",") {
@@ -67,7 +68,7 @@ func main() {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 			r, err := runBinary(ctx, binConfig{pilotBin: *pilotBin, proxies: n, endpoints: *endpoints, services: *services, rounds: *rounds,
-				conc: *conc, verify: *verify, pilotArgs: strings.Fields(*pilotArgs), replicas: *replicas, etcdBin: *etcdBin, noLEDS: *noLEDS, log: os.Stderr})
+				conc: *conc, verify: *verify, pilotArgs: strings.Fields(*pilotArgs), replicas: *replicas, etcdBin: *etcdBin, noLEDS: *noLEDS, profile: *profile, log: os.Stderr})
 			cancel()
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "run with %d sidecars: %v\n", n, err)
