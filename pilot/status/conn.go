@@ -39,7 +39,8 @@ type typeRec struct {
 	versionRejected string
 	nonceRejected   string
 	rejectErr       string
-	pendingSince    time.Time // zero when nothing is pending
+	pendingSince    time.Time    // zero when nothing is pending
+	m               *typeMetrics // the type's push counters, resolved at its first push
 	sent            *snapshot.Snapshot
 	only            map[string]struct{} // names the proxy holds from sent; nil = all of that type
 	// held: nothing was sent on this stream because the proxy already holds the
@@ -101,33 +102,53 @@ func (c *Conn) Subscribed(typ string, now time.Time) {
 }
 
 // Sent records a response.
-func (c *Conn) Sent(s Sent, now time.Time) {
-	c.mu.Lock()
-	r := c.rec(s.Type)
-	r.versionSent, r.nonce, r.revisionSent = s.Version, s.Nonce, s.Revision
-	r.sent, r.only = s.Snapshot, s.Only
-	if r.pendingSince.IsZero() {
-		r.pendingSince = now
-	}
-	c.mu.Unlock()
-	name := TypeName(s.Type)
-	c.t.m.pushes.WithLabelValues(name).Inc()
-	c.t.m.pushBytes.WithLabelValues(name).Add(float64(s.Bytes))
-}
+func (c *Conn) Sent(s Sent, now time.Time) { c.Pushed(s.Revision, s.Snapshot, nil, []Sent{s}, now) }
 
 // Unchanged records that revision rev needed no response for typ: what the proxy
 // holds (or was last sent) is already rev's content.
 func (c *Conn) Unchanged(typ string, rev int64, snap *snapshot.Snapshot, only map[string]struct{}, now time.Time) {
+	c.Pushed(rev, snap, []Held{{Type: typ, Only: only}}, nil, now)
+}
+
+// Held is a type one push left unchanged: what the proxy holds (or was last
+// sent) of it is already the push's content. Only is as in Sent.
+type Held struct {
+	Type string
+	Only map[string]struct{}
+}
+
+// Pushed records one push of revision rev's snapshot snap at once: the types
+// it left unchanged and the responses it sends (recorded before they are
+// sent: once the proxy can hold a response, the status must already say it is
+// pending). It takes the connection's lock once, and the effective revision
+// is recomputed once, for the whole push: a fleet-wide change costs every
+// stream one update, not one per type.
+func (c *Conn) Pushed(rev int64, snap *snapshot.Snapshot, held []Held, sent []Sent, now time.Time) {
 	c.update(now, func() {
-		r := c.rec(typ)
-		r.revisionSent = rev
-		r.sent, r.only = snap, only
-		if r.nonce == "" {
-			r.held = true
-			r.versionAcked = snap.Version(typ)
+		for _, h := range held {
+			r := c.rec(h.Type)
+			r.revisionSent = rev
+			r.sent, r.only = snap, h.Only
+			if r.nonce == "" {
+				r.held = true
+				r.versionAcked = snap.Version(h.Type)
+			}
+			if st := r.status(); st == Synced {
+				r.revisionAcked = rev
+			}
 		}
-		if st := r.status(); st == Synced {
-			r.revisionAcked = rev
+		for _, s := range sent {
+			r := c.rec(s.Type)
+			r.versionSent, r.nonce, r.revisionSent = s.Version, s.Nonce, s.Revision
+			r.sent, r.only = s.Snapshot, s.Only
+			if r.pendingSince.IsZero() {
+				r.pendingSince = now
+			}
+			if r.m == nil {
+				r.m = c.t.m.forType(s.Type)
+			}
+			r.m.pushes.Inc()
+			r.m.pushBytes.Add(float64(s.Bytes))
 		}
 	})
 }
@@ -149,7 +170,7 @@ func (c *Conn) Acked(typ, nonce string, now time.Time) {
 // Nacked records a NACK of nonce with the client's error text. The proxy stays at
 // its last acknowledged version and revision.
 func (c *Conn) Nacked(typ, nonce, detail string, now time.Time) {
-	c.t.m.nacks.WithLabelValues(TypeName(typ)).Inc()
+	c.t.m.nacks.WithLabelValues(TypeName(typ)).Inc() // rare: not curried, so the series exists only once a NACK came
 	c.update(now, func() {
 		r := c.rec(typ)
 		if nonce != r.nonce {

@@ -2,6 +2,7 @@ package status
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -15,10 +16,33 @@ type metrics struct {
 
 	outlierReports *prometheus.CounterVec
 	outlierEntries prometheus.Gauge
+
+	mu     sync.Mutex              // guards byType
+	byType map[string]*typeMetrics // TypeName -> its counters
+}
+
+// typeMetrics are one type's counters, curried once: a push then costs two
+// atomic adds, not two label lookups.
+type typeMetrics struct {
+	pushes, pushBytes prometheus.Counter
+}
+
+// forType returns typ's counters (by TypeName, so unknown types share "other").
+func (m *metrics) forType(typ string) *typeMetrics {
+	name := TypeName(typ)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	tm, ok := m.byType[name]
+	if !ok {
+		tm = &typeMetrics{pushes: m.pushes.WithLabelValues(name), pushBytes: m.pushBytes.WithLabelValues(name)}
+		m.byType[name] = tm
+	}
+	return tm
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
+		byType: map[string]*typeMetrics{},
 		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_pilot_xds_pushes_total", Help: "xDS responses sent, by type.",
 		}, []string{"type"}),

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -73,11 +74,14 @@ type Tracker struct {
 	log hclog.Logger
 	m   *metrics
 
-	mu        sync.Mutex       // guards the fields below; never held while taking a Conn's mu
-	proxies   map[string]*Conn // node id -> latest connection of that node
-	gone      []goneEntry      // disconnected conns, oldest first (may hold replaced entries)
-	revisions []*revisionRec   // sorted by revision, at most cfg.MaxRevisions
-	serial    uint64           // last Conn.serial handed out
+	mu      sync.Mutex       // guards the fields below; never held while taking a Conn's mu
+	proxies map[string]*Conn // node id -> latest connection of that node
+	gone    []goneEntry      // disconnected conns, oldest first (may hold replaced entries)
+	serial  uint64           // last Conn.serial handed out
+	// revisions is sorted by revision, at most cfg.MaxRevisions, and never
+	// modified once stored (RevisionWritten stores a new slice, under mu):
+	// every stream's ACK reads it (advance) without a lock.
+	revisions atomic.Pointer[[]*revisionRec]
 
 	// omu guards outliers. Taken before t.mu or a Conn's mu, never while
 	// holding either.
@@ -93,7 +97,17 @@ type goneEntry struct {
 type revisionRec struct {
 	rev       int64
 	writtenAt time.Time
-	lastAck   time.Time // last time a proxy connected before writtenAt became effective at >= rev
+	// lastAck is the last time (Unix nanoseconds; 0 none) a proxy connected
+	// before writtenAt became effective at >= rev.
+	lastAck atomic.Int64
+}
+
+// revs is the current revision records (sorted, read-only).
+func (t *Tracker) revs() []*revisionRec {
+	if p := t.revisions.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // New checks cfg and registers the metrics.
@@ -123,16 +137,17 @@ func New(cfg Config) (*Tracker, error) {
 func (t *Tracker) RevisionWritten(rev int64, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	i := sort.Search(len(t.revisions), func(i int) bool { return t.revisions[i].rev >= rev })
-	if i < len(t.revisions) && t.revisions[i].rev == rev {
+	cur := t.revs()
+	i := sort.Search(len(cur), func(i int) bool { return cur[i].rev >= rev })
+	if i < len(cur) && cur[i].rev == rev {
 		return
 	}
-	t.revisions = append(t.revisions, nil)
-	copy(t.revisions[i+1:], t.revisions[i:])
-	t.revisions[i] = &revisionRec{rev: rev, writtenAt: at}
-	if n := len(t.revisions) - t.cfg.MaxRevisions; n > 0 {
-		t.revisions = append(t.revisions[:0:0], t.revisions[n:]...)
+	next := make([]*revisionRec, 0, len(cur)+1)
+	next = append(append(append(next, cur[:i]...), &revisionRec{rev: rev, writtenAt: at}), cur[i:]...)
+	if n := len(next) - t.cfg.MaxRevisions; n > 0 {
+		next = next[n:]
 	}
+	t.revisions.Store(&next)
 }
 
 // Connect starts tracking a new stream of n. A newer connection of the same node
@@ -173,16 +188,22 @@ func (t *Tracker) pruneLocked(now time.Time) {
 }
 
 // advance records that a connection moved from effective revision old to cur.
+// Every stream's ACK of a change comes here: it takes no lock, and looks only
+// at the revisions in (old, cur].
 func (t *Tracker) advance(c *Conn, old, cur int64, now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	revs := t.revs()
 	var observe *revisionRec
-	for _, r := range t.revisions {
-		if r.rev <= old || r.rev > cur || !c.connectedAt.Before(r.writtenAt) {
+	at := now.UnixNano()
+	for i := sort.Search(len(revs), func(i int) bool { return revs[i].rev > old }); i < len(revs) && revs[i].rev <= cur; i++ {
+		r := revs[i]
+		if !c.connectedAt.Before(r.writtenAt) {
 			continue
 		}
-		if now.After(r.lastAck) {
-			r.lastAck = now
+		for {
+			last := r.lastAck.Load()
+			if at <= last || r.lastAck.CompareAndSwap(last, at) {
+				break
+			}
 		}
 		observe = r
 	}
@@ -264,30 +285,27 @@ type RevisionStatus struct {
 // LatestRevision is the newest revision recorded with RevisionWritten, or
 // ErrNotFound when none was.
 func (t *Tracker) LatestRevision() (int64, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.revisions) == 0 {
+	revs := t.revs()
+	if len(revs) == 0 {
 		return 0, fmt.Errorf("latest revision: %w", ErrNotFound)
 	}
-	return t.revisions[len(t.revisions)-1].rev, nil
+	return revs[len(revs)-1].rev, nil
 }
 
 // Revision reports the rollout of rev. Revisions older than the retained window
 // are still answered but without write time or convergence time.
 func (t *Tracker) Revision(rev int64) RevisionStatus {
 	rs := RevisionStatus{Revision: rev}
-	t.mu.Lock()
-	for _, r := range t.revisions {
+	for _, r := range t.revs() {
 		if r.rev == rev {
 			w := r.writtenAt
 			rs.WrittenAt = &w
-			if !r.lastAck.IsZero() {
-				a := r.lastAck
+			if ns := r.lastAck.Load(); ns != 0 {
+				a := time.Unix(0, ns)
 				rs.LastAckAt = &a
 			}
 		}
 	}
-	t.mu.Unlock()
 	for _, c := range t.conns() {
 		// rollup is allocation-free: this runs over every proxy on each poll.
 		gone, effective, rejected := c.rollup()

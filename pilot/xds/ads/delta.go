@@ -28,14 +28,14 @@ type deltaType struct {
 
 type deltaStream struct {
 	*stream
-	types map[string]*deltaType
+	types [numTypes]*deltaType // by typeIndex; nil until the type is first requested
 }
 
 // DeltaAggregatedResources serves an incremental ADS stream.
 func (s *Server) DeltaAggregatedResources(gs discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
 	send := func(m proto.Message) error { return gs.Send(m.(*discoveryv3.DeltaDiscoveryResponse)) }
 	return serve(s, gs.Context(), "delta", gs.Recv, send, func(base *stream) owner[*discoveryv3.DeltaDiscoveryRequest] {
-		return &deltaStream{stream: base, types: map[string]*deltaType{}}
+		return &deltaStream{stream: base}
 	})
 }
 
@@ -62,10 +62,11 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) error {
 			return err
 		}
 	}
-	t, ok := st.types[typ]
-	if !ok {
+	ti := typeIndex(typ) // admit let only served types through
+	t := st.types[ti]
+	if t == nil {
 		t = &deltaType{initial: true}
-		st.types[typ] = t
+		st.types[ti] = t
 	}
 	r := acktrack.ClassifyDelta(t.ack, req, now)
 	if err := st.subscribed(typ, len(r.State.Subscribed)); err != nil {
@@ -128,18 +129,28 @@ func (t *deltaType) addForce(n string) {
 // first in CDS, EDS, LDS, RDS order, then removals in the reverse order, so a
 // proxy never holds a reference to something it does not have. LEDS's
 // removals are not references' targets and go with its additions.
+//
+// The whole push is built first and recorded in the stream's status at once
+// (the types it leaves unchanged, and every response as pending before any is
+// sent), then sent.
 func (st *deltaStream) pushAll() error {
 	latest := st.watch.Snapshot()
 	if latest == nil {
 		return nil
 	}
-	var rms []*discoveryv3.DeltaDiscoveryResponse
-	for _, typ := range snapshot.PushOrder {
-		t, ok := st.types[typ]
-		if !ok {
+	var adds, rms [numTypes]*discoveryv3.DeltaDiscoveryResponse
+	var heldBuf [numTypes]status.Held
+	held := heldBuf[:0]
+	for i, typ := range snapshot.PushOrder {
+		t := st.types[i]
+		if t == nil {
 			continue
 		}
-		add, rm := st.build(typ, t, latest)
+		add, rm, unchanged := st.build(typ, t, latest)
+		if unchanged {
+			held = append(held, status.Held{Type: typ, Only: selectFor(latest, typ, t.ack).only})
+			continue
+		}
 		if typ == snapshot.LbEndpointType && rm != nil {
 			// Nothing names one LbEndpoint (an assignment names its
 			// collection), so its removals need not wait for the other
@@ -151,29 +162,74 @@ func (st *deltaStream) pushAll() error {
 			}
 			rm = nil
 		}
-		if err := st.sendResp(typ, t, latest, add); err != nil {
-			return err
+		adds[i], rms[i] = add, rm
+	}
+	// In send order: the additions in push order, then the removals reversed.
+	var order [2 * numTypes]outgoing
+	n := 0
+	for i, r := range adds {
+		if r != nil {
+			order[n] = outgoing{ti: i, resp: r}
+			n++
 		}
-		rms = append(rms, rm)
 	}
 	for i := len(rms) - 1; i >= 0; i-- {
-		if rms[i] == nil {
-			continue
+		if rms[i] != nil {
+			order[n] = outgoing{ti: i, resp: rms[i]}
+			n++
 		}
-		if err := st.sendResp(rms[i].TypeUrl, st.types[rms[i].TypeUrl], latest, rms[i]); err != nil {
+	}
+	var sentBuf [2 * numTypes]status.Sent
+	sent := sentBuf[:0]
+	for k := range order[:n] {
+		o := &order[k]
+		typ := snapshot.PushOrder[o.ti]
+		nonce, err := st.nextNonce(typ)
+		if err != nil {
 			return err
+		}
+		sel := selectFor(latest, typ, st.types[o.ti].ack)
+		o.resp.Nonce, o.resp.SystemVersionInfo = nonce, sel.version
+		o.size = proto.Size(o.resp)
+		sent = append(sent, status.Sent{Type: typ, Version: sel.version, Nonce: nonce, Revision: latest.Revision, Bytes: o.size,
+			Snapshot: latest, Only: sel.only})
+	}
+	// Recorded before the sends: once the proxy can hold a response, the
+	// status must already say it is pending, or a reader could see the
+	// previous ACK as current for a response already delivered. A failed
+	// send ends the stream, which marks the proxy disconnected.
+	if len(held) > 0 || len(sent) > 0 {
+		st.conn.Pushed(latest.Revision, latest, held, sent, st.s.cfg.Clock())
+	}
+	for _, o := range order[:n] {
+		typ := snapshot.PushOrder[o.ti]
+		if err := st.sendMsg(typ, o.resp, o.size); err != nil {
+			return err
+		}
+		t := st.types[o.ti]
+		t.ack = t.ack.Sent(o.resp.Nonce)
+		if st.log.IsTrace() {
+			st.log.Trace("sent", "type", typ, "version", o.resp.SystemVersionInfo, "nonce", o.resp.Nonce, "resources", len(o.resp.Resources), "removed", len(o.resp.RemovedResources))
 		}
 	}
 	return nil
 }
 
+// outgoing is one response of a push, by typeIndex, with its size.
+type outgoing struct {
+	ti   int
+	resp *discoveryv3.DeltaDiscoveryResponse
+	size int
+}
+
 // build computes the responses that bring the client from what it holds to
 // latest: one with resources to add or update, one with names to remove (either
-// may be nil). It records that the client will hold latest, and if nothing is to
-// be sent reports the type unchanged at latest's revision.
-func (st *deltaStream) build(typ string, t *deltaType, latest *snapshot.Snapshot) (add, rm *discoveryv3.DeltaDiscoveryResponse) {
+// may be nil). It records that the client will hold latest; unchanged says
+// nothing is to be sent, which the caller reports as the type unchanged at
+// latest's revision (not when latest is what the type was already synced to).
+func (st *deltaStream) build(typ string, t *deltaType, latest *snapshot.Snapshot) (add, rm *discoveryv3.DeltaDiscoveryResponse, unchanged bool) {
 	if !t.initial && t.synced == latest && len(t.force) == 0 && !t.wild {
-		return nil, nil
+		return nil, nil, false
 	}
 	cur := latest.Resources[typ]
 	// candidates: the names whose state may differ, as one sorted list; the
@@ -232,37 +288,7 @@ func (st *deltaStream) build(typ string, t *deltaType, latest *snapshot.Snapshot
 	if len(removed) > 0 {
 		rm = &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typ, RemovedResources: removed}
 	}
-	if add == nil && rm == nil {
-		sel := selectFor(latest, typ, t.ack)
-		st.conn.Unchanged(typ, latest.Revision, latest, sel.only, st.s.cfg.Clock())
-	}
-	return add, rm
-}
-
-func (st *deltaStream) sendResp(typ string, t *deltaType, latest *snapshot.Snapshot, resp *discoveryv3.DeltaDiscoveryResponse) error {
-	if resp == nil {
-		return nil
-	}
-	nonce, err := st.nextNonce(typ)
-	if err != nil {
-		return err
-	}
-	sel := selectFor(latest, typ, t.ack)
-	resp.Nonce, resp.SystemVersionInfo = nonce, sel.version
-	// Recorded before the send: once the proxy can hold this response, the status
-	// must already say it is pending, or a reader could see the previous ACK as
-	// current for a response already delivered. A failed send ends the stream,
-	// which marks the proxy disconnected.
-	st.conn.Sent(status.Sent{Type: typ, Version: sel.version, Nonce: nonce, Revision: latest.Revision, Bytes: proto.Size(resp),
-		Snapshot: latest, Only: sel.only}, st.s.cfg.Clock())
-	if err := st.sendMsg(resp); err != nil {
-		return err
-	}
-	t.ack = t.ack.Sent(nonce)
-	if st.log.IsTrace() {
-		st.log.Trace("sent", "type", typ, "version", sel.version, "nonce", nonce, "resources", len(resp.Resources), "removed", len(resp.RemovedResources))
-	}
-	return nil
+	return add, rm, add == nil && rm == nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -3,6 +3,7 @@ package ads
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
@@ -15,16 +16,22 @@ import (
 // type's set versions (a hash of every name and content hash), not by snapshot
 // pointer: Weft sidecars each hold their own snapshot (their signed manifest is
 // per node) over the same shared sets, and must share the diff too.
+//
+// Every stream of a push looks its diffs up here, so reads take no lock: the
+// entries live in a sync.Map, replaced whole by a new one when max is reached.
 type diffCache struct {
 	max int
+	cur atomic.Pointer[diffMap]
+}
 
-	mu sync.Mutex // guards m
-	m  map[diffKey]*diffEntry
+type diffMap struct {
+	m sync.Map     // diffKey -> *diffEntry
+	n atomic.Int64 // entries stored
 }
 
 type diffKey struct {
-	from, to string // set versions of typ
-	typ      string
+	from, to string // set versions of the type
+	typ      int    // typeIndex
 }
 
 type diffEntry struct {
@@ -32,27 +39,34 @@ type diffEntry struct {
 	names []string // sorted names added, changed or removed
 }
 
-func newDiffCache(max int) *diffCache { return &diffCache{max: max, m: map[diffKey]*diffEntry{}} }
+func newDiffCache(max int) *diffCache {
+	c := &diffCache{max: max}
+	c.cur.Store(&diffMap{})
+	return c
+}
 
 // names returns the sorted names of typ whose version differs between from and
 // to (present in only one counts). The result is shared: do not modify it.
 func (c *diffCache) names(from, to *snapshot.Snapshot, typ string) []string {
-	k := diffKey{from.Version(typ), to.Version(typ), typ}
+	k := diffKey{from.Version(typ), to.Version(typ), typeIndex(typ)}
 	if k.from == k.to {
 		return nil // same set: nothing differs
 	}
-	c.mu.Lock()
-	e, ok := c.m[k]
+	d := c.cur.Load()
+	v, ok := d.m.Load(k)
 	if !ok {
-		if len(c.m) >= c.max {
-			// Drop everything: entries pin old snapshots, and the working set of
-			// one push is rebuilt immediately.
-			c.m = map[diffKey]*diffEntry{}
+		if d.n.Load() >= int64(c.max) {
+			// Drop everything: entries pin old snapshots, and the working set
+			// of one push is rebuilt immediately.
+			c.cur.CompareAndSwap(d, &diffMap{})
+			d = c.cur.Load()
 		}
-		e = &diffEntry{}
-		c.m[k] = e
+		var loaded bool
+		if v, loaded = d.m.LoadOrStore(k, &diffEntry{}); !loaded {
+			d.n.Add(1)
+		}
 	}
-	c.mu.Unlock()
+	e := v.(*diffEntry)
 	e.once.Do(func() { e.names = diffNames(from, to, typ) })
 	return e.names
 }
@@ -81,14 +95,17 @@ func sortStrings(s []string) { sort.Strings(s) }
 // marshalling), so a fleet-wide full sync does not allocate them per proxy.
 type wrapCache struct {
 	max int
+	cur atomic.Pointer[wrapMap] // read without a lock, as diffCache
+}
 
-	mu sync.Mutex // guards m
-	m  map[wrapKey]*wrapped
+type wrapMap struct {
+	m sync.Map // wrapKey -> *wrapped
+	n atomic.Int64
 }
 
 type wrapKey struct {
 	version string // set version of typ: equal sets share wrappers whatever snapshot holds them
-	typ     string
+	typ     int    // typeIndex
 }
 
 type wrapped struct {
@@ -98,20 +115,27 @@ type wrapped struct {
 	byName map[string]*discoveryv3.Resource
 }
 
-func newWrapCache(max int) *wrapCache { return &wrapCache{max: max, m: map[wrapKey]*wrapped{}} }
+func newWrapCache(max int) *wrapCache {
+	c := &wrapCache{max: max}
+	c.cur.Store(&wrapMap{})
+	return c
+}
 
 func (c *wrapCache) get(s *snapshot.Snapshot, typ string) *wrapped {
-	k := wrapKey{s.Version(typ), typ}
-	c.mu.Lock()
-	w, ok := c.m[k]
+	k := wrapKey{s.Version(typ), typeIndex(typ)}
+	d := c.cur.Load()
+	v, ok := d.m.Load(k)
 	if !ok {
-		if len(c.m) >= c.max {
-			c.m = map[wrapKey]*wrapped{} // as in diffCache: entries pin snapshots
+		if d.n.Load() >= int64(c.max) {
+			c.cur.CompareAndSwap(d, &wrapMap{}) // as in diffCache: entries pin snapshots
+			d = c.cur.Load()
 		}
-		w = &wrapped{}
-		c.m[k] = w
+		var loaded bool
+		if v, loaded = d.m.LoadOrStore(k, &wrapped{}); !loaded {
+			d.n.Add(1)
+		}
 	}
-	c.mu.Unlock()
+	w := v.(*wrapped)
 	w.once.Do(func() {
 		names := s.Names(typ)
 		w.names = names

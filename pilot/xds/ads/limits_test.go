@@ -14,6 +14,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/weft-mesh/weft/pilot/status"
+	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -97,11 +98,21 @@ func TestAckingClientIsNotCut(t *testing.T) {
 	e.waitStatus(t, "ok", "synced at 11", func(ps status.ProxyStatus) bool { return ps.EffectiveRevision == 11 })
 }
 
-// A proxy that stops reading is cut after SendTimeout instead of holding pilot.
+// A proxy that stops reading is cut after SendTimeout instead of holding pilot:
+// with responses each over the quota gRPC holds per stream (the first Send past
+// it blocks), and with small ones, which go out without the guard while
+// under DirectSendBytes are outstanding and then pile up until a guarded Send
+// blocks.
 func TestSendTimeoutCutsStream(t *testing.T) {
+	for _, size := range []int{256 << 10, 1 << 10} {
+		t.Run(fmt.Sprintf("%dKiB", size>>10), func(t *testing.T) { sendTimeoutCuts(t, size) })
+	}
+}
+
+func sendTimeoutCuts(t *testing.T, size int) {
 	e := start(t, func(c *Config) { c.SendTimeout = 200 * time.Millisecond; c.MaxUnacked = 1000 },
 		grpc.WithInitialWindowSize(64*1024), grpc.WithInitialConnWindowSize(64*1024))
-	big := strings.Repeat("x", 256*1024)
+	big := strings.Repeat("x", size)
 	e.src.publish(mkSnap(t, 1, res{cds: {"a": big + "0"}}))
 	// A raw stream nobody reads from.
 	ctx, cancel := contextWithCancel()
@@ -130,6 +141,21 @@ func TestSendTimeoutCutsStream(t *testing.T) {
 		if _, err := s.Recv(); err != nil {
 			break
 		}
+	}
+}
+
+// typeIndex numbers snapshot.PushOrder, which numTypes counts.
+func TestTypeIndex(t *testing.T) {
+	if len(snapshot.PushOrder) != numTypes {
+		t.Fatalf("numTypes %d, PushOrder has %d types", numTypes, len(snapshot.PushOrder))
+	}
+	for i, typ := range snapshot.PushOrder {
+		if got := typeIndex(typ); got != i {
+			t.Errorf("typeIndex(%s) = %d, want %d", typ, got, i)
+		}
+	}
+	if got := typeIndex("type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"); got != -1 {
+		t.Errorf("typeIndex of a type pilot does not serve = %d, want -1", got)
 	}
 }
 

@@ -78,7 +78,7 @@ func newModelStream(t *testing.T, src *fakeSource) (*stream, *capture) {
 	w, _ := src.Connect(n)
 	c := &capture{}
 	return &stream{s: s, ctx: context.Background(), log: hclog.NewNullLogger(), nodeID: n.ID, watch: w, send: c.send, peer: authn.Peer{MayRegister: true},
-		conn: tr.Connect(n, time.Now()), outstanding: map[string][]uint64{}}, c
+		conn: tr.Connect(n, time.Now())}, c
 }
 
 func FuzzDeltaModel(f *testing.F) {
@@ -92,7 +92,7 @@ func FuzzDeltaModel(f *testing.F) {
 		typ := cds
 		src := newFakeSource()
 		base, capt := newModelStream(t, src)
-		st := &deltaStream{stream: base, types: map[string]*deltaType{}}
+		st := &deltaStream{stream: base}
 		cache := map[string]string{}
 		wildcard, subs := false, map[string]bool{}
 		started := false

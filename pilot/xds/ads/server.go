@@ -301,15 +301,37 @@ func (s *Server) Register(g *grpc.Server) {
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, s)
 }
 
-// served reports whether typ is a type pilot serves.
-func served(typ string) bool {
-	for _, t := range snapshot.PushOrder {
-		if t == typ {
-			return true
-		}
+// numTypes is how many types pilot serves (snapshot.PushOrder).
+const numTypes = 8
+
+// typeIndex is typ's place in snapshot.PushOrder, -1 for a type pilot does not
+// serve. Streams keep per-type state in arrays indexed by it: a long type URL
+// hashed for a map lookup on every request and every type of every push costs
+// more than the state itself.
+func typeIndex(typ string) int {
+	switch typ {
+	case snapshot.ClusterType:
+		return 0
+	case snapshot.EndpointType:
+		return 1
+	case snapshot.LbEndpointType:
+		return 2
+	case snapshot.ListenerType:
+		return 3
+	case snapshot.RouteType:
+		return 4
+	case snapshot.SecretType:
+		return 5
+	case snapshot.StalenessType:
+		return 6
+	case snapshot.ManifestType:
+		return 7
 	}
-	return false
+	return -1
 }
+
+// served reports whether typ is a type pilot serves.
+func served(typ string) bool { return typeIndex(typ) >= 0 }
 
 // stream is the part of a stream's state shared by SotW and delta. Owned by the
 // stream's handler goroutine.
@@ -323,14 +345,23 @@ type stream struct {
 	watch  Watch
 	conn   *status.Conn
 	send   func(proto.Message) error // the raw gRPC Send
-	subs   map[string]int            // type -> explicitly subscribed names (MaxSubscriptions counts their sum)
+	subs   [numTypes]int             // by typeIndex: explicitly subscribed names (MaxSubscriptions counts their sum)
 	// revoked is signalled when the CRL changes (nil: never, for a stream
 	// without a certificate or a server without Revocations).
 	revoked <-chan struct{}
 
 	nonce       uint64              // last nonce issued on this stream
-	outstanding map[string][]uint64 // type -> nonces sent and not answered, ascending
+	outstanding [numTypes][]pending // by typeIndex: responses sent and not answered, ascending nonces
 	unacked     int                 // total of outstanding
+	// unackedBytes is what outstanding's responses weigh on the wire: an
+	// upper bound of what gRPC still holds of them (see sendMsg).
+	unackedBytes int
+}
+
+// pending is one response sent and not answered yet.
+type pending struct {
+	nonce uint64
+	bytes int // on the wire, with gRPC's message prefix
 }
 
 // request is what the shared stream code reads of either request type.
@@ -485,7 +516,7 @@ func (s *Server) open(ctx context.Context, closeStream context.CancelCauseFunc, 
 		return nil, grpcstatus.Errorf(codes.Unavailable, "ads: connect %s: %v", n.ID, err)
 	}
 	st := &stream{s: s, ctx: ctx, log: s.log.With("node", n.ID, "stream", kind), nodeID: n.ID, peer: p, claim: c, watch: w, send: send,
-		conn: s.cfg.Status.ConnectFrom(n, reporter(p), s.cfg.Clock()), outstanding: map[string][]uint64{}, subs: map[string]int{}}
+		conn: s.cfg.Status.ConnectFrom(n, reporter(p), s.cfg.Clock())}
 	st.log.Debug("stream opened", "peer", p.String())
 	if err := st.checkRevoked(); err != nil {
 		st.close(err)
@@ -565,15 +596,16 @@ func (st *stream) admit(req request, now time.Time) (typ string, ok bool, err er
 	return typ, true, nil
 }
 
-// nextNonce issues a nonce and counts it outstanding; past MaxUnacked the stream
-// is cut.
+// nextNonce issues a nonce for a response of typ (a served type) and counts it
+// outstanding; past MaxUnacked the stream is cut.
 func (st *stream) nextNonce(typ string) (string, error) {
 	if st.unacked >= st.s.cfg.MaxUnacked {
 		return "", grpcstatus.Errorf(codes.ResourceExhausted,
 			"ads: node %s has %d responses unanswered (limit %d); closing the stream so it resyncs", st.nodeID, st.unacked, st.s.cfg.MaxUnacked)
 	}
 	st.nonce++
-	st.outstanding[typ] = append(st.outstanding[typ], st.nonce)
+	i := typeIndex(typ)
+	st.outstanding[i] = append(st.outstanding[i], pending{nonce: st.nonce})
 	st.unacked++
 	return strconv.FormatUint(st.nonce, 10), nil
 }
@@ -582,22 +614,56 @@ func (st *stream) nextNonce(typ string) (string, error) {
 // clients may answer only the latest of several responses.
 func (st *stream) answered(typ, nonce string) {
 	n, err := strconv.ParseUint(nonce, 10, 64)
-	if err != nil {
+	ti := typeIndex(typ)
+	if err != nil || ti < 0 {
 		return
 	}
-	q := st.outstanding[typ]
+	q := st.outstanding[ti]
 	i := 0
-	for i < len(q) && q[i] <= n {
+	for i < len(q) && q[i].nonce <= n {
+		st.unackedBytes -= q[i].bytes
 		i++
 	}
 	st.unacked -= i
-	st.outstanding[typ] = q[i:]
+	st.outstanding[ti] = q[i:]
 }
 
-// sendMsg sends with SendTimeout. gRPC's Send cannot be interrupted, so it runs in
-// its own goroutine; on timeout the handler returns, which closes the stream and
-// unblocks that goroutine.
-func (st *stream) sendMsg(m proto.Message) error {
+// grpcMsgPrefix is the length prefix gRPC writes before each message.
+const grpcMsgPrefix = 5
+
+// DirectSendBytes bounds the bytes of responses outstanding on a stream (sent,
+// not answered) under which a response is sent without the SendTimeout
+// guard. grpc-go's Send blocks only for its per-stream write quota (64 KiB,
+// internal/transport's defaultWriteQuota), which it takes back as its writer
+// hands the bytes to the connection: every byte it still holds belongs to a
+// response the proxy has not answered, as a proxy answers only what it has
+// received. So below the quota Send cannot block, and needs neither a
+// goroutine nor a timer; half of it leaves a margin. Past it, sendMsg guards
+// the Send as before, and a proxy that stops reading is still cut after
+// SendTimeout.
+const DirectSendBytes = 32 << 10
+
+// sendMsg sends m, a response of typ (a served type) of size bytes whose nonce
+// nextNonce just issued. When the stream's outstanding bytes are under
+// DirectSendBytes it sends directly; else with SendTimeout: gRPC's Send cannot
+// be interrupted, so it runs in its own goroutine, and on timeout the handler
+// returns, which closes the stream and unblocks that goroutine.
+func (st *stream) sendMsg(typ string, m proto.Message, size int) error {
+	direct := st.unackedBytes < DirectSendBytes
+	if q := st.outstanding[typeIndex(typ)]; len(q) > 0 && q[len(q)-1].nonce == st.nonce {
+		q[len(q)-1].bytes = size + grpcMsgPrefix
+		st.unackedBytes += size + grpcMsgPrefix
+	}
+	if !direct {
+		return st.guardedSend(m)
+	}
+	if err := st.send(m); err != nil {
+		return fmt.Errorf("ads: send to %s: %w", st.nodeID, err)
+	}
+	return nil
+}
+
+func (st *stream) guardedSend(m proto.Message) error {
 	done := make(chan error, 1)
 	go func() { done <- st.send(m) }()
 	t := time.NewTimer(st.s.cfg.SendTimeout)
@@ -648,9 +714,10 @@ func (st *stream) checkNames(typ string, lists ...[]string) error {
 // MaxSubscriptions over the stream's types. The caller checks before it keeps
 // the new subscription.
 func (st *stream) subscribed(typ string, n int) error {
+	ti := typeIndex(typ) // admit let only served types through
 	total := n
 	for t, c := range st.subs {
-		if t != typ {
+		if t != ti {
 			total += c
 		}
 	}
@@ -658,10 +725,7 @@ func (st *stream) subscribed(typ string, n int) error {
 		return grpcstatus.Errorf(codes.ResourceExhausted, "ads: node %s: %s subscription would bring the stream to %d resource names, limit %d over all types%s",
 			st.nodeID, status.TypeName(typ), total, lim, st.readOnlyNote())
 	}
-	if st.subs == nil {
-		st.subs = map[string]int{}
-	}
-	st.subs[typ] = n
+	st.subs[ti] = n
 	return nil
 }
 

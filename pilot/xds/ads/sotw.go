@@ -240,9 +240,10 @@ func (st *sotwStream) sendSel(typ string, t *sotwType, from *snapshot.Snapshot, 
 	// must already say it is pending, or a reader could see the previous ACK as
 	// current for a response already delivered. A failed send ends the stream,
 	// which marks the proxy disconnected.
-	st.conn.Sent(status.Sent{Type: typ, Version: sel.version, Nonce: nonce, Revision: from.Revision, Bytes: proto.Size(resp),
+	size := proto.Size(resp)
+	st.conn.Sent(status.Sent{Type: typ, Version: sel.version, Nonce: nonce, Revision: from.Revision, Bytes: size,
 		Snapshot: from, Only: sel.only}, st.s.cfg.Clock())
-	if err := st.sendMsg(resp); err != nil {
+	if err := st.sendMsg(typ, resp, size); err != nil {
 		return err
 	}
 	t.ack = t.ack.Sent(nonce)

@@ -18,6 +18,7 @@ package adscodec
 
 import (
 	"fmt"
+	"unicode/utf8"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
@@ -105,6 +106,59 @@ func deltaHead(m *discoveryv3.DeltaDiscoveryResponse) proto.Message {
 		ControlPlane:         m.ControlPlane,
 		ResourceErrors:       m.ResourceErrors,
 	}
+}
+
+// simpleHead reports whether m's fields other than resources are only those
+// pilot sets (system_version_info, type_url, nonce, removed_resources), all
+// valid UTF-8 as protobuf requires of strings: appendSimpleHead then writes
+// them as protobuf does, without a message copy or reflection.
+func simpleHead(m *discoveryv3.DeltaDiscoveryResponse) bool {
+	if m.ControlPlane != nil || len(m.RemovedResourceNames) > 0 || len(m.ResourceErrors) > 0 || len(m.ProtoReflect().GetUnknown()) > 0 {
+		return false
+	}
+	if !utf8.ValidString(m.SystemVersionInfo) || !utf8.ValidString(m.TypeUrl) || !utf8.ValidString(m.Nonce) {
+		return false
+	}
+	for _, r := range m.RemovedResources {
+		if !utf8.ValidString(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// simpleHeadSize is the encoded size of a simple head.
+func simpleHeadSize(m *discoveryv3.DeltaDiscoveryResponse) int {
+	n := 0
+	for _, f := range [...]string{m.SystemVersionInfo, m.TypeUrl, m.Nonce} {
+		if f != "" {
+			n += protowire.SizeTag(1) + protowire.SizeBytes(len(f))
+		}
+	}
+	for _, r := range m.RemovedResources {
+		n += protowire.SizeTag(6) + protowire.SizeBytes(len(r))
+	}
+	return n
+}
+
+// appendSimpleHead writes a simple head in field number order, as protobuf's
+// deterministic encoding does (proto3: empty strings are not written; the
+// elements of a repeated string are, empty or not).
+func appendSimpleHead(b []byte, m *discoveryv3.DeltaDiscoveryResponse) []byte {
+	for _, f := range [...]struct {
+		num protowire.Number
+		v   string
+	}{{1, m.SystemVersionInfo}, {4, m.TypeUrl}, {5, m.Nonce}} {
+		if f.v != "" {
+			b = protowire.AppendTag(b, f.num, protowire.BytesType)
+			b = protowire.AppendString(b, f.v)
+		}
+	}
+	for _, r := range m.RemovedResources {
+		b = protowire.AppendTag(b, 6, protowire.BytesType)
+		b = protowire.AppendString(b, r)
+	}
+	return b
 }
 
 // deltaHeadFields are the DeltaDiscoveryResponse fields deltaHead copies.
@@ -203,20 +257,33 @@ func anyOwn(a *anypb.Any) (own, size int) {
 }
 
 func marshalDelta(m *discoveryv3.DeltaDiscoveryResponse) (mem.BufferSlice, error) {
-	head, err := opts.Marshal(deltaHead(m))
-	if err != nil {
-		return nil, fmt.Errorf("adscodec: marshal DeltaDiscoveryResponse: %w", err)
+	// The head (every field but resources) first: written directly when it
+	// holds only what pilot sets, else encoded by protobuf.
+	var head []byte
+	simple := simpleHead(m)
+	headSize := 0
+	if simple {
+		headSize = simpleHeadSize(m)
+	} else {
+		var err error
+		if head, err = opts.Marshal(deltaHead(m)); err != nil {
+			return nil, fmt.Errorf("adscodec: marshal DeltaDiscoveryResponse: %w", err)
+		}
+		headSize = len(head)
 	}
 	// First the sizes, so the stream's own bytes are allocated once, exactly.
-	shells := make([]proto.Message, len(m.Resources))
+	var shells []proto.Message // nil while every resource is plain
 	sizes := make([]int, len(m.Resources))
-	own := len(head)
+	own := headSize
 	for i, r := range m.Resources {
 		size := 0
 		if r != nil {
 			if plain(r) {
 				size = plainSize(r)
 			} else {
+				if shells == nil {
+					shells = make([]proto.Message, len(m.Resources))
+				}
 				shells[i] = without(r.ProtoReflect(), resourceAny)
 				size = proto.Size(shells[i])
 			}
@@ -231,7 +298,11 @@ func marshalDelta(m *discoveryv3.DeltaDiscoveryResponse) (mem.BufferSlice, error
 		own += protowire.SizeTag(2) + protowire.SizeVarint(uint64(size))
 	}
 	b := builder{buf: make([]byte, 0, own)}
-	b.buf = append(b.buf, head...)
+	if simple {
+		b.buf = appendSimpleHead(b.buf, m)
+	} else {
+		b.buf = append(b.buf, head...)
+	}
 	num := protowire.Number(deltaResources.Number())
 	for i, r := range m.Resources {
 		b.buf = protowire.AppendTag(b.buf, num, protowire.BytesType)
@@ -239,7 +310,8 @@ func marshalDelta(m *discoveryv3.DeltaDiscoveryResponse) (mem.BufferSlice, error
 		if r == nil {
 			continue // protobuf encodes a nil element as an empty message
 		}
-		if shells[i] == nil {
+		var err error
+		if shells == nil || shells[i] == nil {
 			b.buf = appendPlain(b.buf, r)
 		} else if b.buf, err = sized.MarshalAppend(b.buf, shells[i]); err != nil {
 			return nil, fmt.Errorf("adscodec: marshal resource %d (%q): %w", i, r.Name, err)

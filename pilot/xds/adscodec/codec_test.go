@@ -1,9 +1,11 @@
 package adscodec
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -326,4 +328,48 @@ func FuzzRoundTrip(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSimpleHead: the head written without protobuf is protobuf's encoding,
+// byte for byte, for what pilot sets; anything else (or a string protobuf
+// refuses) goes through protobuf.
+func TestSimpleHead(t *testing.T) {
+	for _, m := range []*discoveryv3.DeltaDiscoveryResponse{
+		{},
+		{Nonce: "1"},
+		{SystemVersionInfo: "v", TypeUrl: snapshot.LbEndpointType, Nonce: "18446744073709551615", RemovedResources: []string{"a", "", "ü"}},
+		{TypeUrl: snapshot.ManifestType, RemovedResources: []string{strings.Repeat("n", 300)}},
+	} {
+		if !simpleHead(m) {
+			t.Fatalf("%v: not simple", m)
+		}
+		want, err := opts.Marshal(deltaHead(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := appendSimpleHead(nil, m)
+		if !bytes.Equal(got, want) || simpleHeadSize(m) != len(want) {
+			t.Errorf("%v: head %x (size %d), protobuf's %x", m, got, simpleHeadSize(m), want)
+		}
+	}
+	for name, m := range map[string]*discoveryv3.DeltaDiscoveryResponse{
+		"control plane":   {ControlPlane: &corev3.ControlPlane{Identifier: "p"}},
+		"removed names":   {RemovedResourceNames: []*discoveryv3.ResourceName{{Name: "x"}}},
+		"resource errors": {ResourceErrors: []*discoveryv3.ResourceError{{}}},
+		"unknown field": func() *discoveryv3.DeltaDiscoveryResponse {
+			m := &discoveryv3.DeltaDiscoveryResponse{}
+			m.ProtoReflect().SetUnknown(unknown())
+			return m
+		}(),
+		"bad UTF-8 nonce":   {Nonce: "\xff"},
+		"bad UTF-8 removed": {RemovedResources: []string{"ok", "\xc3"}},
+	} {
+		if simpleHead(m) {
+			t.Errorf("%s: taken as simple", name)
+		}
+	}
+	// protobuf refuses a string that is not UTF-8, and so does the codec.
+	if _, err := (Codec{}).Marshal(&discoveryv3.DeltaDiscoveryResponse{RemovedResources: []string{"\xc3"}}); err == nil {
+		t.Error("a removed name that is not UTF-8 was encoded")
+	}
 }

@@ -21,8 +21,12 @@ type contentCache struct {
 	validity time.Duration
 	epoch    uint64 // Config.RollbackEpoch, signed into every content
 
-	mu     sync.Mutex // guards scopes and every scopeContent
+	mu     sync.Mutex // guards scopes, every scopeContent, and the key id memo
 	scopes map[string]*scopeContent
+	// The key id of the last key get was given: every stream of a push asks
+	// with the same key, and its id is a hash of the public key.
+	lastKey   *byte
+	lastKeyID string
 }
 
 type scopeContent struct {
@@ -79,9 +83,9 @@ func (c *contentCache) release(scope string) {
 // reused from an entry with the same content, or newly signed.
 func (c *contentCache) get(scope string, base *snapshot.Snapshot, now time.Time, priv ed25519.PrivateKey) (*contentEntry, error) {
 	half := c.validity / 2
-	keyID := manifest.KeyID(priv.Public().(ed25519.PublicKey))
-	fresh := func(e *contentEntry) bool { return e.keyID == keyID && now.Before(e.issued.Add(half)) }
 	c.mu.Lock()
+	keyID := c.keyIDLocked(priv)
+	fresh := func(e *contentEntry) bool { return e.keyID == keyID && now.Before(e.issued.Add(half)) }
 	sc := c.scopes[scope]
 	if sc == nil { // not acquired (a test calling get directly): not kept
 		sc = &scopeContent{}
@@ -113,6 +117,19 @@ func (c *contentCache) get(scope string, base *snapshot.Snapshot, now time.Time,
 	c.mu.Unlock()
 	c.resolve(e)
 	return e, e.err
+}
+
+// keyIDLocked is manifest.KeyID of priv's public key, computed once per key:
+// a key is immutable, so the same backing array means the same key.
+func (c *contentCache) keyIDLocked(priv ed25519.PrivateKey) string {
+	if len(priv) == ed25519.PrivateKeySize && &priv[0] == c.lastKey {
+		return c.lastKeyID
+	}
+	id := manifest.KeyID(priv.Public().(ed25519.PublicKey))
+	if len(priv) == ed25519.PrivateKeySize {
+		c.lastKey, c.lastKeyID = &priv[0], id
+	}
+	return id
 }
 
 func (c *contentCache) resolve(e *contentEntry) {

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -89,6 +90,9 @@ type Source struct {
 	mu     sync.Mutex                     // guards scopes and errs
 	scopes map[string]map[*watch]struct{} // scope key -> open watches
 	errs   map[string]scopeErr            // scope key -> latest generation outcome, when it failed
+	// failing is len(errs), stored under mu: a stream with nothing reported
+	// skips the lookup (and the lock) while no scope fails.
+	failing atomic.Int64
 }
 
 type scopeErr struct {
@@ -199,6 +203,7 @@ func (s *Source) recordGen(key string, rev int64, err error) {
 	} else {
 		delete(s.errs, key)
 	}
+	s.failing.Store(int64(len(s.errs)))
 	if err != nil || had {
 		for w := range s.scopes[key] {
 			ws = append(ws, w)
@@ -261,21 +266,24 @@ type watch struct {
 	stop    chan struct{}
 	done    chan struct{}
 
-	mu       sync.Mutex // guards the fields below (Snapshot runs on the stream's owner goroutine, timers elsewhere)
-	base     *snapshot.Snapshot
-	content  *manifest.Signed   // content part in signed
-	binding  *manifest.Signed   // this node's binding, signed at the stream's first snapshot, at half its validity and when current turns true
-	bindAt   time.Time          // binding's issue time
-	bindCur  bool               // what binding says of the snapshot's currency
-	chain    string             // chainID of the publisher chain in signed
-	rawBase  *snapshot.Snapshot // meshcache's offer aug was built from
-	rootCA   *rootCA            // the ROOTCA aug carries
-	aug      *snapshot.Snapshot // rawBase with rootCA
-	signed   *snapshot.Snapshot
-	timer    *time.Timer
-	reported string // generation error last reported to status
-	offered  int    // currency last reported: 0 none, 1 not current, 2 current
-	closed   bool
+	mu        sync.Mutex // guards the fields below (Snapshot runs on the stream's owner goroutine, timers elsewhere)
+	base      *snapshot.Snapshot
+	content   *manifest.Signed   // content part in signed
+	binding   *manifest.Signed   // this node's binding, signed at the stream's first snapshot, at half its validity and when current turns true
+	bindAt    time.Time          // binding's issue time
+	bindCur   bool               // what binding says of the snapshot's currency
+	chain     string             // chainID of the publisher chain in signed
+	rawBase   *snapshot.Snapshot // meshcache's offer aug was built from
+	rootCA    *rootCA            // the ROOTCA aug carries
+	aug       *snapshot.Snapshot // rawBase with rootCA
+	signed    *snapshot.Snapshot
+	timer     *time.Timer
+	due       time.Time         // when timer fires (zero: not armed)
+	lastLeaf  *x509.Certificate // the chain leaf lastChain names
+	lastChain string            // chainID of lastLeaf's chain
+	reported  string            // generation error last reported to status
+	offered   int               // currency last reported: 0 none, 1 not current, 2 current
+	closed    bool
 }
 
 func (w *watch) forward() {
@@ -343,7 +351,7 @@ func (w *watch) Snapshot() *snapshot.Snapshot {
 		w.s.cfg.Logger.Error("signing manifest content failed; proxy keeps its snapshot", "node", w.n.ID, "revision", base.Revision, "error", err)
 		return w.signed
 	}
-	chain := chainID(pub.Chain)
+	chain := w.chainIDLocked(pub.Chain)
 	if w.binding == nil || !now.Before(w.bindAt.Add(half)) || current != w.bindCur || w.binding.KeyID != ce.signed.KeyID {
 		stream := sign.Stream{Current: current, Revision: w.p.StoreRevision()}
 		b, err := sign.Binding(pub.Key, w.n.ID, w.scope, stream, now, w.s.cfg.Validity)
@@ -375,6 +383,18 @@ func (w *watch) Snapshot() *snapshot.Snapshot {
 		snapshot.ManifestType: snapshot.NewSet(map[string]snapshot.Resource{r.Name: r})}))
 	w.armLocked(now, ce.issued, pub.Chain)
 	return w.signed
+}
+
+// chainIDLocked is chainID(chain), computed once per leaf certificate (a
+// serial's hex form costs an allocation per push otherwise).
+func (w *watch) chainIDLocked(chain []*x509.Certificate) string {
+	if len(chain) == 0 || chain[0] == nil {
+		return chainID(chain)
+	}
+	if chain[0] != w.lastLeaf {
+		w.lastLeaf, w.lastChain = chain[0], chainID(chain)
+	}
+	return w.lastChain
 }
 
 // withRootCA adds the current ROOTCA to meshcache's offer raw: the same
@@ -441,12 +461,30 @@ func (w *watch) armLocked(now, contentIssued time.Time, chain []*x509.Certificat
 			due = at
 		}
 	}
-	if w.timer != nil {
-		w.timer.Stop()
+	if w.closed {
+		return
 	}
-	if !w.closed {
-		w.timer = time.AfterFunc(max(due.Sub(now), 0), w.poke)
+	// A timer that fires before due only pokes the stream, whose Snapshot
+	// arms it again: so a due later than the armed one (every push moves it
+	// later) leaves the timer as it is instead of re-arming 10,000 of them.
+	if w.timer != nil && !w.due.IsZero() && !due.Before(w.due) {
+		return
 	}
+	w.due = due
+	if w.timer == nil {
+		w.timer = time.AfterFunc(max(due.Sub(now), 0), w.fire)
+		return
+	}
+	w.timer.Reset(max(due.Sub(now), 0))
+}
+
+// fire is the timer's: the armed due has passed, so the next Snapshot arms it
+// afresh, then the stream is woken to re-sign what is due.
+func (w *watch) fire() {
+	w.mu.Lock()
+	w.due = time.Time{}
+	w.mu.Unlock()
+	w.poke()
 }
 
 // reportCurrency shows in status whether what the stream is offered is current,
@@ -468,6 +506,14 @@ func (w *watch) reportCurrency(current bool) {
 // reportGenError shows (or clears) a failed generation of this proxy's scope in
 // its status.
 func (w *watch) reportGenError() {
+	if w.s.failing.Load() == 0 {
+		w.mu.Lock()
+		none := w.reported == ""
+		w.mu.Unlock()
+		if none {
+			return
+		}
+	}
 	e := w.s.scopeError(w.key)
 	w.mu.Lock()
 	changed := e.msg != w.reported
