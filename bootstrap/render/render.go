@@ -112,6 +112,10 @@ type Settings struct {
 	// prior-knowledge HTTP/2 connections (the peer hop, gRPC clients), "weft"
 	// (sidecar/h2server) or "std" (net/http's); "" the sidecar's default.
 	H2Server string
+	// H2Client is --h2-client: the HTTP/2 client of the pooled peer hop and
+	// HTTP/2 upstreams, "weft" (sidecar/h2client) or "std" (net/http's); ""
+	// the sidecar's default.
+	H2Client string
 	// Pprof serves Go's profiler (runtime/pprof) under /debug/pprof/ on the admin
 	// address, which must then be a loopback address: profiles reveal memory.
 	Pprof bool
@@ -183,6 +187,7 @@ type File struct {
 	Concurrency int    `json:"concurrency,omitempty"`
 	Pprof       bool   `json:"pprof,omitempty"`
 	H2Server    string `json:"h2-server,omitempty"`
+	H2Client    string `json:"h2-client,omitempty"`
 	// Intercept and InterceptCgroup: see Settings.
 	Intercept       string `json:"intercept,omitempty"`
 	InterceptCgroup string `json:"intercept-cgroup,omitempty"`
@@ -224,6 +229,7 @@ func Parse(args []string, readFile func(string) ([]byte, error)) (*Settings, err
 	dnsFlags(fs, &f.FileDNS)
 	fs.IntVar(&f.Concurrency, "concurrency", 0, fmt.Sprintf("worker threads (GOMAXPROCS), 1..%d (default %d)", MaxConcurrency, DefaultConcurrency))
 	fs.StringVar(&f.H2Server, "h2-server", "", "weft|std: the HTTP/2 server of prior-knowledge HTTP/2 connections (default weft: sidecar/h2server; std: net/http's)")
+	fs.StringVar(&f.H2Client, "h2-client", "", "weft|std: the HTTP/2 client of the pooled peer hop and HTTP/2 upstreams (default weft: sidecar/h2client; std: net/http's)")
 	fs.BoolVar(&f.Pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ on the admin address (loopback only; a sidecar built with -tags weftpprof)")
 	fs.StringVar(&f.Intercept, "intercept", "", "none|iptables|ebpf|auto: how traffic reaches the sidecar (default none: applications address it)")
 	fs.StringVar(&f.InterceptCgroup, "intercept-cgroup", "", "ebpf, auto: the pod's cgroup v2 directory to attach to (default the sidecar's own)")
@@ -311,6 +317,9 @@ func (f File) overriddenBy(cmd File, set map[string]bool) File {
 	if set["h2-server"] {
 		f.H2Server = cmd.H2Server
 	}
+	if set["h2-client"] {
+		f.H2Client = cmd.H2Client
+	}
 	return f
 }
 
@@ -353,9 +362,12 @@ func (f File) Settings() (*Settings, error) {
 	s := &Settings{PublisherKey: f.PublisherKey, StateDir: f.StateDir, XDSMode: f.XDSMode,
 		TokenFile: f.TokenFile, CARoot: f.CARoot, TrustDomain: f.TrustDomain, CertificateInMemoryOnly: f.CertificateInMemoryOnly,
 		InsecureSkipManifest: f.InsecureSkipManifest, Staleness: append([]string(nil), f.Staleness...), Pprof: f.Pprof,
-		Concurrency: f.Concurrency, H2Server: f.H2Server}
+		Concurrency: f.Concurrency, H2Server: f.H2Server, H2Client: f.H2Client}
 	if s.H2Server != "" && s.H2Server != "weft" && s.H2Server != "std" {
 		return nil, fmt.Errorf("h2-server: %q is neither weft nor std", s.H2Server)
+	}
+	if s.H2Client != "" && s.H2Client != "weft" && s.H2Client != "std" {
+		return nil, fmt.Errorf("h2-client: %q is neither weft nor std", s.H2Client)
 	}
 	switch {
 	case s.Concurrency == 0:

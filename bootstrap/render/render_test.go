@@ -144,6 +144,9 @@ func TestParse(t *testing.T) {
 		{"h2-server weft", with("--h2-server", "weft"), want(func(s *Settings) { s.H2Server = "weft" }), ""},
 		{"h2-server std", with("--h2-server", "std"), want(func(s *Settings) { s.H2Server = "std" }), ""},
 		{"h2-server unknown", with("--h2-server", "nghttp2"), nil, `sidecar settings: h2-server: "nghttp2" is neither weft nor std`},
+		{"h2-client weft", with("--h2-client", "weft"), want(func(s *Settings) { s.H2Client = "weft" }), ""},
+		{"h2-client std", with("--h2-client", "std"), want(func(s *Settings) { s.H2Client = "std" }), ""},
+		{"h2-client unknown", with("--h2-client", "nghttp2"), nil, `sidecar settings: h2-client: "nghttp2" is neither weft nor std`},
 		{"pprof on the loopback admin address", with("--pprof"), want(func(s *Settings) { s.Pprof = true }), ""},
 		{"empty labels", without("--labels", "--labels", ""), want(func(s *Settings) { s.Node.Labels = map[string]string{} }), ""},
 

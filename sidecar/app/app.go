@@ -366,7 +366,7 @@ func Run(ctx context.Context, s *render.Settings, o Options) error {
 		BufferSize: lim.BufferSize, MaxHeaderBytes: lim.MaxHeaderBytes, MaxHeaderFields: lim.MaxHeaderFields,
 		IdleTimeout: lim.IdleTimeout, ReadHeaderTimeout: lim.ReadHeaderTimeout, MaxConcurrentStreams: lim.MaxConcurrentStreams,
 		H2StreamBuffer: lim.H2StreamBuffer, H2ConnBuffer: lim.H2ConnBuffer, H2MaxFrameSize: lim.H2MaxFrameSize, Memory: mem,
-		MaxRetryBodyBytes: lim.MaxRetryBody, MTLS: mt, Dial: dial, Passthrough: passthrough, H2Server: s.H2Server})
+		MaxRetryBodyBytes: lim.MaxRetryBody, MTLS: mt, Dial: dial, Passthrough: passthrough, H2Server: s.H2Server, H2Client: s.H2Client})
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}

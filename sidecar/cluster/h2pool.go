@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
+	"github.com/weft-mesh/weft/sidecar/h2client"
 	"github.com/weft-mesh/weft/sidecar/mtls"
 )
 
@@ -33,6 +34,28 @@ type H2Config struct {
 	// DialEndpoint): HTTP/2 then runs inside the verified TLS connection (ALPN
 	// h2 negotiated). nil: this sidecar has no identity and such endpoints fail.
 	MTLS *mtls.Manager
+	// Client picks the HTTP/2 client: H2ClientWeft (sidecar/h2client) or
+	// H2ClientStd (net/http's). "": DefaultH2Client.
+	Client string
+}
+
+// Values of H2Config.Client.
+const (
+	H2ClientStd  = "std"
+	H2ClientWeft = "weft"
+	// DefaultH2Client is the one the sidecar-pair benchmark favours.
+	DefaultH2Client = H2ClientWeft
+)
+
+// H2Conn is one pooled HTTP/2 client connection, net/http's
+// (*http.ClientConn) or sidecar/h2client's (*h2client.Conn).
+type H2Conn interface {
+	Reserve() error
+	Release()
+	RoundTrip(*http.Request) (*http.Response, error)
+	InFlight() int
+	Err() error
+	Close() error
 }
 
 // H2Pool multiplexes HTTP/2 (prior-knowledge h2c until mTLS) requests on a few
@@ -52,8 +75,10 @@ type H2Config struct {
 // concurrent streams; a peer allowing fewer makes the excess of a first burst
 // wait on that connection rather than open another. Our sidecars allow 250.
 type H2Pool struct {
-	tr   *http.Transport // only its NewClientConn is used: dialling and the h2 client
-	mtls *mtls.Manager   // H2Config.MTLS: its own certificate generation retires connections (retire.go)
+	tr     *http.Transport  // H2ClientStd: only its NewClientConn is used, dialling and the h2 client
+	weft   *h2client.Config // H2ClientWeft: the connections' configuration
+	dialer DialFunc         // H2ClientWeft: dials a connection (mTLS added by DialEndpoint)
+	mtls   *mtls.Manager    // H2Config.MTLS: its own certificate generation retires connections (retire.go)
 
 	mu     sync.Mutex         // guards the fields below
 	hosts  map[string]*h2host // by "ip:port"
@@ -77,7 +102,7 @@ type h2host struct {
 }
 
 type h2conn struct {
-	cc      *http.ClientConn
+	cc      H2Conn
 	addr    string
 	breaker *circuitbreak.Breaker // the breaker this connection's slot is held in
 	gone    bool                  // removed and its slot released; guarded by H2Pool.mu
@@ -107,6 +132,12 @@ func NewH2Pool(cfg H2Config) (*H2Pool, error) {
 	if cfg.MaxReadFrameSize < 16<<10 || cfg.MaxReadFrameSize > 16<<20-1 {
 		return nil, fmt.Errorf("cluster h2 pool: MaxReadFrameSize %d outside 16KiB..16MiB-1", cfg.MaxReadFrameSize)
 	}
+	if cfg.Client == "" {
+		cfg.Client = DefaultH2Client
+	}
+	if cfg.Client != H2ClientStd && cfg.Client != H2ClientWeft {
+		return nil, fmt.Errorf("cluster h2 pool: Client %q is neither %q nor %q", cfg.Client, H2ClientStd, H2ClientWeft)
+	}
 	dial := cfg.Dial
 	if dial == nil {
 		d := &net.Dialer{}
@@ -134,13 +165,19 @@ func NewH2Pool(cfg H2Config) (*H2Pool, error) {
 			PingTimeout:      cfg.PingTimeout,
 		},
 	}
-	return &H2Pool{tr: tr, mtls: cfg.MTLS, hosts: make(map[string]*h2host)}, nil
+	p := &H2Pool{dialer: dial, mtls: cfg.MTLS, hosts: make(map[string]*h2host)}
+	if cfg.Client == H2ClientStd {
+		p.tr = tr
+	} else {
+		p.weft = &h2client.Config{MaxReadFrameSize: cfg.MaxReadFrameSize, IdleTimeout: cfg.IdleTimeout, PingTimeout: cfg.PingTimeout}
+	}
+	return p, nil
 }
 
 // Get returns a connection to e with one stream reserved for the caller, who must
 // call RoundTrip or Release on it exactly once. See H2Pool for when it dials,
 // waits or refuses (ErrOverflow).
-func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (*http.ClientConn, error) {
+func (p *H2Pool) Get(ctx context.Context, c *Cluster, e *Endpoint) (H2Conn, error) {
 	addr := e.PoolKey()
 	var pending bool
 	defer func() {
@@ -346,7 +383,7 @@ func wakeLocked(h *h2host) {
 
 // dial opens a connection holding one of c's connection slots (already acquired)
 // and adds it to the pool.
-func (p *H2Pool) dial(ctx context.Context, c *Cluster, e *Endpoint) (*http.ClientConn, error) {
+func (p *H2Pool) dial(ctx context.Context, c *Cluster, e *Endpoint) (H2Conn, error) {
 	addr := e.PoolKey()
 	// The connection outlives this request: only the connect timeout and the
 	// request's cancellation bound the dial itself.
@@ -354,9 +391,17 @@ func (p *H2Pool) dial(ctx context.Context, c *Cluster, e *Endpoint) (*http.Clien
 	var d *h2dial
 	if e.tls != nil {
 		d = &h2dial{e: e}
-		dctx = context.WithValue(dctx, endpointKey{}, d)
 	}
-	cc, err := p.tr.NewClientConn(dctx, "http", e.Address())
+	var cc H2Conn
+	var err error
+	if p.tr != nil {
+		if d != nil {
+			dctx = context.WithValue(dctx, endpointKey{}, d)
+		}
+		cc, err = p.tr.NewClientConn(dctx, "http", e.Address())
+	} else {
+		cc, err = p.dialWeft(dctx, e, d)
+	}
 	cancel()
 	p.mu.Lock()
 	h := p.hostLocked(addr)
@@ -381,7 +426,29 @@ func (p *H2Pool) dial(ctx context.Context, c *Cluster, e *Endpoint) (*http.Clien
 	h.conns = append(h.conns, hc)
 	p.mu.Unlock()
 	// Called when streams free up or the connection dies; never under p.mu.
-	cc.SetStateHook(func(*http.ClientConn) { p.stateChanged(hc) })
+	switch cc := cc.(type) {
+	case *http.ClientConn:
+		cc.SetStateHook(func(*http.ClientConn) { p.stateChanged(hc) })
+	case *h2client.Conn:
+		cc.SetStateHook(func() { p.stateChanged(hc) })
+	}
+	return cc, nil
+}
+
+// dialWeft opens an sidecar/h2client connection to e (inside mTLS when e
+// needs it; d then brings the mTLS connection back).
+func (p *H2Pool) dialWeft(ctx context.Context, e *Endpoint, d *h2dial) (H2Conn, error) {
+	nc, err := DialEndpoint(ctx, p.dialer, p.mtls, e)
+	if d != nil {
+		d.conn = nc
+	}
+	if err != nil {
+		return nil, err
+	}
+	cc, err := h2client.New(nc, *p.weft)
+	if err != nil {
+		return nil, err // New closed nc
+	}
 	return cc, nil
 }
 
@@ -459,6 +526,9 @@ const (
 func Unprocessed(err error) bool {
 	if err == nil {
 		return false
+	}
+	if errors.Is(err, h2client.ErrGoAway) || errors.Is(err, h2client.ErrUnusable) {
+		return true
 	}
 	var se http2.StreamError
 	if errors.As(err, &se) {

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/weft-mesh/weft/sidecar/circuitbreak"
 	"github.com/weft-mesh/weft/sidecar/cluster"
+	"github.com/weft-mesh/weft/sidecar/h2client"
 	"github.com/weft-mesh/weft/tools/testkit"
 )
 
@@ -79,9 +81,13 @@ func h2Cluster(t *testing.T, s *h2Server, l circuitbreak.Limits, connect time.Du
 	return c, e
 }
 
+// h2clientFlag picks the pools' HTTP/2 client (H2Config.Client; "" the
+// default): go test ./sidecar/cluster -args -h2client=std.
+var h2clientFlag = flag.String("h2client", "", "HTTP/2 client of the tests' pools: std or weft (default: cluster.DefaultH2Client)")
+
 func newH2Pool(t *testing.T, idle time.Duration) *cluster.H2Pool {
 	t.Helper()
-	p, err := cluster.NewH2Pool(cluster.H2Config{IdleTimeout: idle})
+	p, err := cluster.NewH2Pool(cluster.H2Config{IdleTimeout: idle, Client: *h2clientFlag})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,6 +258,7 @@ func TestNewH2PoolRejects(t *testing.T) {
 		{IdleTimeout: time.Second, PingTimeout: -1},
 		{IdleTimeout: time.Second, MaxReadFrameSize: 1024},
 		{IdleTimeout: time.Second, MaxReadFrameSize: 1 << 24},
+		{IdleTimeout: time.Second, Client: "nghttp2"},
 	} {
 		if _, err := cluster.NewH2Pool(cfg); err == nil {
 			t.Errorf("NewH2Pool(%+v) accepted", cfg)
@@ -268,6 +275,8 @@ func TestUnprocessed(t *testing.T) {
 		{http2.StreamError{StreamID: 3, Code: http2.ErrCodeRefusedStream}, true},
 		{fmt.Errorf("round trip: %w", http2.StreamError{StreamID: 3, Code: http2.ErrCodeRefusedStream}), true},
 		{http2.StreamError{StreamID: 3, Code: http2.ErrCodeCancel}, false},
+		{h2client.ErrGoAway, true},
+		{fmt.Errorf("round trip: %w", h2client.ErrUnusable), true},
 		{errors.New("http2: Transport received Server's graceful shutdown GOAWAY"), true},
 		{fmt.Errorf("x: %w", errors.New("http2: client conn not usable")), true},
 		{errors.New("http2: client connection lost"), false},

@@ -216,7 +216,7 @@ func (l mtlsListener) Accept() (net.Conn, error) {
 // mtlsH2Pool is an HTTP/2 pool dialling mTLS with m, closed when the test ends.
 func mtlsH2Pool(t *testing.T, m *mtls.Manager) *cluster.H2Pool {
 	t.Helper()
-	p, err := cluster.NewH2Pool(cluster.H2Config{IdleTimeout: time.Minute, MTLS: m})
+	p, err := cluster.NewH2Pool(cluster.H2Config{IdleTimeout: time.Minute, MTLS: m, Client: *h2clientFlag})
 	if err != nil {
 		t.Fatal(err)
 	}

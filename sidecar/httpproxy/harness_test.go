@@ -67,6 +67,10 @@ func validationPool(t *testing.T) *cluster.Pool {
 // run against either: go test ./sidecar/httpproxy -args -h2server=std.
 var h2serverFlag = flag.String("h2server", "", "HTTP/2 server of the tests' sidecars: std or weft (default: httpproxy.DefaultH2Server)")
 
+// h2clientFlag picks their HTTP/2 client likewise (Config.H2Client):
+// go test ./sidecar/httpproxy -args -h2client=std.
+var h2clientFlag = flag.String("h2client", "", "HTTP/2 client of the tests' sidecars: std or weft (default: cluster.DefaultH2Client)")
+
 // listen reserves a loopback port so configs can name it before the sidecar starts.
 func listen(t testing.TB) net.Listener {
 	t.Helper()
@@ -109,7 +113,8 @@ func startSidecarTB(t testing.TB, ln net.Listener, res dt.Resources, o sidecarOp
 		t.Fatal(err)
 	}
 	pcfg := httpproxy.Config{Logger: log, Pool: pool, Degraded: o.degraded, Observer: o.observer, Memory: o.memory,
-		ExpectContinueTimeout: o.expectTimeout, UpgradeIdleTimeout: o.upgradeIdle, H2Server: *h2serverFlag}
+		ExpectContinueTimeout: o.expectTimeout, UpgradeIdleTimeout: o.upgradeIdle, H2Server: *h2serverFlag,
+		H2Client: *h2clientFlag}
 	if o.proxy != nil {
 		o.proxy(&pcfg)
 	}

@@ -149,6 +149,10 @@ type Config struct {
 	// H2ServerWeft (sidecar/h2server) or H2ServerStd (net/http's). "" means
 	// DefaultH2Server.
 	H2Server string
+	// H2Client picks the HTTP/2 client of the pooled peer hop and HTTP/2
+	// upstreams: cluster.H2ClientWeft (sidecar/h2client) or
+	// cluster.H2ClientStd (net/http's). "" means cluster.DefaultH2Client.
+	H2Client string
 }
 
 // Values of Config.H2Server.
@@ -361,7 +365,8 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	var h2c http.Protocols
 	h2c.SetUnencryptedHTTP2(true) // prior knowledge: to peers inside mTLS (the pool's TLS), h2c otherwise
-	h2, err := cluster.NewH2Pool(cluster.H2Config{IdleTimeout: h2IdleTimeout, PingTimeout: h2PingTimeout, MTLS: cfg.MTLS, Dial: cfg.Dial})
+	h2, err := cluster.NewH2Pool(cluster.H2Config{IdleTimeout: h2IdleTimeout, PingTimeout: h2PingTimeout, MTLS: cfg.MTLS, Dial: cfg.Dial,
+		Client: cfg.H2Client})
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("httpproxy: %w", err)

@@ -25,7 +25,7 @@ const usage = `usage: sidecar --node-id ID --namespace NS --service-account SA -
                [--admin-addr IP:PORT] [--outbound-addr IP:PORT] [--inbound-addr IP:PORT]
                [--ready-addr IP:PORT] [--app-address IP] [--locality R/Z/S] [--xds-mode delta|sotw]
                [--staleness CLASS=WARN/EXPIRE[/ONEXPIRE]]... [--insecure-skip-manifest] [--concurrency N]
-               [--pprof (built with -tags weftpprof)] [--h2-server weft|std]
+               [--pprof (built with -tags weftpprof)] [--h2-server weft|std] [--h2-client weft|std]
                [--token-file FILE] [--ca-root FILE] [--trust-domain TD] [--certificate-in-memory-only]
                [--intercept none|iptables|ebpf|auto] [--intercept-cgroup DIR]
        sidecar --bootstrap FILE [flags overriding the file]
