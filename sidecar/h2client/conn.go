@@ -97,6 +97,7 @@ var (
 
 var (
 	errClosed          = errors.New("h2client: connection closed")
+	errAtLimit         = errors.New("h2client: connection at the server's SETTINGS_MAX_CONCURRENT_STREAMS")
 	errLostPing        = errors.New("h2client: connection lost: PING unanswered")
 	errIdle            = errors.New("h2client: connection closed after its idle timeout")
 	errBodyClosed      = errors.New("h2client: response body closed")
@@ -298,7 +299,7 @@ func (c *Conn) Reserve() error {
 		return ErrUnusable
 	}
 	if len(c.streams)+c.reserved >= c.maxStreams {
-		return errors.New("h2client: connection at the server's SETTINGS_MAX_CONCURRENT_STREAMS")
+		return errAtLimit
 	}
 	c.reserved++
 	return nil

@@ -62,6 +62,11 @@ import (
 //     stream with CANCEL and closes a moment later, from the request's
 //     goroutine. With a GOAWAY in the script, the client's PING ACKs and
 //     CANCEL resets are not compared (afterGoAway).
+//   - net/http writes a stream's RST_STREAM from the request's goroutine, a
+//     moment after its reader found the stream error; when the connection
+//     then ends (a connection error in a later frame) before the sync PING,
+//     that reset may never go out. Outcomes where the connection ended before
+//     the sync are compared without resets (unsynced).
 //   - Error values differ (types and text); RoundTrip's and the body's errors
 //     are compared by class (errClass).
 func FuzzH2ClientDiff(f *testing.F) {
@@ -99,7 +104,7 @@ func FuzzH2ClientDiff(f *testing.F) {
 		var refs []string
 		for range refereeRuns {
 			ref := runClientDiff(t, sc, clientStd)
-			if ref == ours || sc.goAway && afterGoAway(ref) == afterGoAway(ours) {
+			if ref == ours || sc.goAway && afterGoAway(ref) == afterGoAway(ours) || unsynced(ref) && unsynced(ours) && withoutResets(ref) == withoutResets(ours) {
 				return
 			}
 			refs = append(refs, ref)
@@ -326,6 +331,13 @@ func afterGoAway(outcome string) string {
 	outcome = cancelResetRE.ReplaceAllString(outcome, "")
 	return syncedRE.ReplaceAllString(outcome, "")
 }
+
+var resetsRE = regexp.MustCompile(`resets \[[^]]*\]`)
+
+// unsynced: the connection of outcome ended before the sync PING's answer.
+func unsynced(outcome string) bool { return strings.Contains(outcome, "synced false") }
+
+func withoutResets(outcome string) string { return resetsRE.ReplaceAllString(outcome, "") }
 
 func fieldsOf(what string, h http.Header) string {
 	var lines []string

@@ -27,8 +27,9 @@ type stream struct {
 	notify chan struct{} // capacity 1: the caller waiting on this stream looks again
 
 	resp        *http.Response // the final response's head, once read
-	buf         []byte         // response body bytes received, not yet read
-	readErr     error          // io.EOF after END_STREAM; the body's error once all of buf is read
+	buf         []byte         // response body bytes received; buf[off:] not yet read
+	off         int
+	readErr     error // io.EOF after END_STREAM; the body's error once all of buf is read
 	trailers    map[string][]string
 	readDone    bool // END_STREAM (or a reset) from the server
 	sentEnd     bool // this client's END_STREAM went out
@@ -140,6 +141,9 @@ func (c *Conn) RoundTrip(req *http.Request) (*http.Response, error) {
 	hdr, err := checkRequest(req, cl)
 	st := &stream{c: c, ctx: ctx, isHead: req.Method == http.MethodHead, notify: make(chan struct{}, 1), bytesRemain: -1}
 	hasBody := cl != 0
+	if hasBody {
+		st.reqBody = req.Body // before the stream is published: a >299 answer closes it
+	}
 	if err == nil {
 		err = c.writeHeaders(st, req, &hdr, !hasBody && hdr.trailers == "")
 	}
@@ -150,9 +154,6 @@ func (c *Conn) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	switch {
 	case hasBody:
-		c.mu.Lock()
-		st.reqBody = req.Body
-		c.mu.Unlock()
 		go st.writeBody(req.Body, req.Trailer, cl)
 	case hdr.trailers != "":
 		closeBody()
@@ -833,11 +834,11 @@ func (b *responseBody) Read(p []byte) (int, error) {
 	c := st.c
 	for {
 		c.mu.Lock()
-		if len(st.buf) > 0 {
-			n := copy(p, st.buf)
-			st.buf = st.buf[n:]
-			if len(st.buf) == 0 {
-				st.buf = st.buf[:0:0]
+		if st.off < len(st.buf) {
+			n := copy(p, st.buf[st.off:])
+			st.off += n
+			if st.off == len(st.buf) {
+				st.buf, st.off = st.buf[:0], 0 // reused by the next DATA
 			}
 			var err error
 			if st.bytesRemain >= 0 {
@@ -894,8 +895,8 @@ func (b *responseBody) Close() error {
 		return nil
 	}
 	st.bodyClosed = true
-	unread := len(st.buf)
-	st.buf = nil
+	unread := len(st.buf) - st.off
+	st.buf, st.off = nil, 0
 	connUpd := int32(0)
 	if unread > 0 {
 		connUpd = c.inflow.add(unread)

@@ -90,7 +90,7 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request, t *Target) {
 		a.code = p.rateLimitedH2(w, r, c, wait)
 		return
 	}
-	p.forward(w, r, t, route, c, nil, 0, &a)
+	p.forward(r.Context(), w, r, t, route, c, nil, 0, &a)
 }
 
 // answer is what a request was answered with, for the Observer.
@@ -99,15 +99,16 @@ type answer struct {
 	code    int
 }
 
-// forward sends r to c (then retries and fallbacks) and streams the response back.
+// forward sends r to c (then retries and fallbacks) and streams the response back;
+// reqCtx is r's context (the request's lifetime; r's own is not read).
 // pin, when set, is the endpoint of c the first attempt goes to (already picked by
 // the HTTP/1.1 path); later attempts pick again. prio is c's priority (0: one of
 // the route's destinations, n: route.Fallback[n-1]); lower ones were tried. The
 // caller took c's rate-limit token; forward takes each later fallback's.
 // a receives the cluster tried last and the status sent.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route *dataplane.Route, c *cluster.Cluster,
+func (p *Proxy) forward(reqCtx context.Context, w http.ResponseWriter, r *http.Request, t *Target, route *dataplane.Route, c *cluster.Cluster,
 	pin *cluster.Endpoint, prio int, a *answer) {
-	ctx := r.Context()
+	ctx := reqCtx
 	stripHopByHop(r.Header, isGRPC(r))
 	var cancel context.CancelFunc
 	timeout := route.Timeout
@@ -143,6 +144,17 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 	var tm *time.Timer
 	var last attemptResult
 	limited, limitWait := false, time.Duration(0) // the last fallback's rate limit refused
+	// A retry that answered holds its token to the end of its answer
+	// (copyResponse panics when the stream is cut mid-body): one deferred
+	// release, not one per attempt in the loop (that made tr and the defer
+	// heap allocations on every request).
+	var tr tries
+	var answered *cluster.Cluster
+	defer func() {
+		if answered != nil {
+			tr.release(answered)
+		}
+	}()
 	for first := true; prio <= len(route.Fallback); prio, first = prio+1, false {
 		if !first {
 			c = route.Fallback[prio-1]
@@ -158,7 +170,6 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 			}
 		}
 		a.cluster = c.Name
-		var tr tries
 		tr.reset(retries, prio < len(route.Fallback))
 		next := stepNone
 		for {
@@ -184,15 +195,13 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 					}
 					p.countFallback(prio)
 					a.code = resp.StatusCode
-					// A retry that answered holds its token to the end of its answer
-					// (copyResponse panics when the stream is cut mid-body).
-					defer tr.release(c)
+					answered = c
 					p.copyResponse(w, resp, r.Method == http.MethodHead, shown)
 					return
 				}
 				drain(resp)
 			} else {
-				if r.Context().Err() != nil || deadlinePassed(ctx) {
+				if reqCtx.Err() != nil || deadlinePassed(ctx) {
 					tr.release(c)
 					next = stepNone
 					break
@@ -224,7 +233,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *Target, route
 		return
 	}
 	switch {
-	case deadlinePassed(ctx) && r.Context().Err() == nil:
+	case deadlinePassed(ctx) && reqCtx.Err() == nil:
 		if grpcTimeout {
 			w.Header().Set(TimeoutHeader, "grpc-timeout="+timeout.String())
 		} else {
@@ -388,8 +397,7 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, rb *replayBuf, t
 		}
 		return res
 	}
-	rbody := &releaseBody{ReadCloser: resp.Body, c: c, e: e, ctx: ctx,
-		release: func() { cancel(); e.End(); c.Breaker.Release(circuitbreak.Requests) }}
+	rbody := &releaseBody{ReadCloser: resp.Body, c: c, e: e, ctx: ctx, cancel: cancel}
 	if gs := resp.Header["Grpc-Status"]; len(gs) > 0 {
 		if o, ok := grpcOutcome(gs[0]); ok {
 			c.Observe(e, o)
@@ -438,7 +446,7 @@ func (p *Proxy) roundTripH2(ctx context.Context, out *http.Request, c *cluster.C
 type releaseBody struct {
 	io.ReadCloser
 	once     sync.Once
-	release  func()
+	cancel   context.CancelFunc // the attempt's context
 	c        *cluster.Cluster
 	e        *cluster.Endpoint
 	ctx      context.Context
@@ -466,7 +474,9 @@ func (b *releaseBody) Close() error {
 				}
 			}
 		}
-		b.release()
+		b.cancel()
+		b.e.End()
+		b.c.Breaker.Release(circuitbreak.Requests)
 	})
 	return err
 }
@@ -627,27 +637,47 @@ func parseGRPCTimeout(s string) (time.Duration, bool) {
 func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Writer, st *h1state, t *Target,
 	route *dataplane.Route, c *cluster.Cluster, pin *cluster.Endpoint, prio int) bool {
 	req := &st.req
-	// A copy, not a view of req.buf: the URL outlives this request inside the
-	// HTTP/2 client (HPACK's dynamic table keeps :path), and req.buf is overwritten
-	// by the next request on this connection. A view there once made the encoder
-	// index a later, equally long path as the earlier one's table entry.
-	u, err := url.ParseRequestURI(strings.Clone(req.path()))
+	// One copy of the head, not views of req.buf: its strings outlive this
+	// request inside the HTTP/2 client (HPACK's dynamic table keeps :path),
+	// and req.buf is overwritten by the next request on this connection. A
+	// view there once made the encoder index a later, equally long path as
+	// the earlier one's table entry. Every string below is a substring of the
+	// one copy (an allocation per field was a tenth of the bridged request's).
+	head := string(req.buf)
+	path := "/" // "http://host" means "/" (RFC 9112 §3.2.2)
+	if !req.abs || req.u0 != req.u1 {
+		path = head[req.u0:req.u1]
+	}
+	u, err := url.ParseRequestURI(path)
 	if err != nil {
 		return p.discardAndReply(br, bw, st, http.StatusBadRequest, LocalParser, "bad request target")
 	}
+	// RemoteAddr is left empty: a client request's is unused (the client
+	// address travels as t.Source).
 	hr := &http.Request{
-		Method: string(req.buf[req.m0:req.m1]), URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: make(http.Header, len(req.fields)), ContentLength: req.contentLength, RemoteAddr: t.Source.String(),
+		Method: head[req.m0:req.m1], URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: make(http.Header, len(req.fields)), ContentLength: req.contentLength,
 	}
-	if host, ok := req.authority(); ok {
-		hr.Host = strings.Clone(host)
+	switch {
+	case req.abs:
+		hr.Host = head[req.a0:req.a1]
+	case req.hostIdx >= 0:
+		f := req.fields[req.hostIdx]
+		hr.Host = head[f.vs:f.ve]
 	}
-	for i := range req.fields {
+	strs := make([]string, len(req.fields)) // the values' slices, one allocation
+	for i, f := range req.fields {
 		if req.isHopByHop(i) || i == req.hostIdx {
 			continue
 		}
-		k := http.CanonicalHeaderKey(string(req.name(i)))
-		hr.Header[k] = append(hr.Header[k], string(req.value(i)))
+		k := http.CanonicalHeaderKey(head[f.ns:f.ne]) // no copy when canonical or common
+		v := head[f.vs:f.ve]
+		if vv, ok := hr.Header[k]; ok {
+			hr.Header[k] = append(vv, v)
+		} else {
+			strs[i] = v
+			hr.Header[k] = strs[i : i+1 : i+1]
+		}
 	}
 	if req.teIdx >= 0 {
 		hr.Header.Set("Te", "trailers")
@@ -666,7 +696,6 @@ func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Wr
 		hr.ContentLength = 0
 		hr.Body = http.NoBody
 	}
-	hr = hr.WithContext(ctx)
 	w := &h1Writer{bw: bw, header: make(http.Header), head: req.m1-req.m0 == 4 && string(req.buf[req.m0:req.m1]) == "HEAD"}
 	var a answer
 	defer func() { st.cluster, st.code = a.cluster, a.code }()
@@ -679,7 +708,7 @@ func (p *Proxy) bridgeH1toH2(ctx context.Context, br *bufio.Reader, bw *bufio.Wr
 				ok = false
 			}
 		}()
-		p.forward(w, hr, t, route, c, pin, prio, &a)
+		p.forward(ctx, w, hr, t, route, c, pin, prio, &a) // ctx, not hr's: WithContext was a copy of hr per request
 		return w.finish()
 	}()
 	if !st.kept && (req.chunked || req.contentLength > 0) {
