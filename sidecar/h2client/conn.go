@@ -394,10 +394,28 @@ func (c *Conn) readLoop() {
 			c.writeControl(true, func(fr *http2.Framer) error { return fr.WriteGoAway(0, http2.ErrCode(ce), nil) })
 			c.closeWith(fmt.Errorf("h2client: connection error %v from the server's frames: %w", http2.ErrCode(ce), err))
 		default:
-			c.closeWith(fmt.Errorf("h2client: read: %w", err))
+			c.closeWith(c.readError(err))
 		}
 		return
 	}
+}
+
+// readError is what the streams cut by a failed read fail with: after a
+// GOAWAY the server's reason (as net/http's GoAwayError), an unexpected EOF
+// for a connection that ended without one.
+func (c *Conn) readError(err error) error {
+	c.mu.Lock()
+	goAway, last := c.goAway, c.goAwayLast
+	c.mu.Unlock()
+	eof := errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)
+	switch {
+	case goAway && eof:
+		// Not wrapped: no unexpected EOF, the server said it was going.
+		return fmt.Errorf("h2client: connection closed after the server's GOAWAY (last stream %d): %v", last, err)
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("h2client: read: %w", io.ErrUnexpectedEOF)
+	}
+	return fmt.Errorf("h2client: read: %w", err)
 }
 
 // flushPending flushes frames written without a flush.
