@@ -78,6 +78,9 @@ func Decode(typeURL string, a *anypb.Any) (string, any, error) {
 		}
 		return m.GetName(), v, nil
 	case RouteType:
+		if rc, ok := fastRouteConfig(a.GetValue()); ok {
+			return rc.Name, rc, nil
+		}
 		m := &xdswire.RouteConfiguration{}
 		if err := unmarshal(a, m, "route"); err != nil {
 			return "", nil, err
