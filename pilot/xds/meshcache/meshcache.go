@@ -318,8 +318,14 @@ func (p *Proxy) Snapshot() *snapshot.Snapshot {
 // StoreRevision is the store revision read when the proxy connected.
 func (p *Proxy) StoreRevision() int64 { return p.storeRev }
 
-// Changed is signalled (coalesced) whenever Snapshot may have changed.
+// Changed is signalled (coalesced) whenever Snapshot may have changed, or
+// Wake was called.
 func (p *Proxy) Changed() <-chan struct{} { return p.changed }
+
+// Wake signals Changed as a change of the snapshot would: a layer over the
+// cache that adds to its snapshots (pilot/xds/publish) wakes the stream
+// through it, so the stream waits on one channel and nothing forwards.
+func (p *Proxy) Wake() { p.wake() }
 
 // Close unregisters the proxy; a registered workload leaves the mesh.
 func (p *Proxy) Close() {

@@ -87,9 +87,16 @@ type Source struct {
 	rootCAs  rootCACache
 	augs     augCache
 
-	mu     sync.Mutex                     // guards scopes and errs
+	mu     sync.Mutex                     // guards scopes, errs and the trust follower
 	scopes map[string]map[*watch]struct{} // scope key -> open watches
 	errs   map[string]scopeErr            // scope key -> latest generation outcome, when it failed
+	// With a TrustSource, one goroutine wakes every stream that gets a
+	// manifest when the trust bundle or CRL changes (followTrust), while any
+	// is open: trusting counts them, stopTrust ends the follower, trustDone
+	// is closed when it has.
+	trusting  int
+	stopTrust chan struct{}
+	trustDone chan struct{}
 	// failing is len(errs), stored under mu: a stream with nothing reported
 	// skips the lookup (and the lock) while no scope fails.
 	failing atomic.Int64
@@ -230,7 +237,7 @@ func (s *Source) Connect(n *node.Node) (ads.Watch, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &watch{s: s, p: p, n: n, key: s.scopeKey(n), changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	w := &watch{s: s, p: p, n: n, key: s.scopeKey(n)}
 	if n.Registers() {
 		w.scope = manifestScope(n)
 		s.contents.acquire(w.scope)
@@ -240,10 +247,45 @@ func (s *Source) Connect(n *node.Node) (ads.Watch, error) {
 		s.scopes[w.key] = map[*watch]struct{}{}
 	}
 	s.scopes[w.key][w] = struct{}{}
+	if s.cfg.Trust != nil && w.scope != "" {
+		if s.trusting++; s.trusting == 1 {
+			s.stopTrust, s.trustDone = make(chan struct{}), make(chan struct{})
+			go s.followTrust(s.stopTrust, s.trustDone)
+		}
+	}
 	s.mu.Unlock()
-	go w.forward()
 	w.poke() // the first Snapshot call reports a generation error that predates the stream
 	return w, nil
+}
+
+// followTrust wakes every stream that gets a manifest whenever the trust
+// bundle or CRL changes, so every sidecar gets the new ROOTCA at once, until
+// stop is closed. The next change's channel is taken before the streams are
+// woken: a change while they are is not missed.
+func (s *Source) followTrust(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	changed := s.cfg.Trust.TrustChanged()
+	for {
+		select {
+		case <-changed:
+			changed = s.cfg.Trust.TrustChanged()
+			s.mu.Lock()
+			var ws []*watch
+			for _, scope := range s.scopes {
+				for w := range scope {
+					if w.scope != "" {
+						ws = append(ws, w)
+					}
+				}
+			}
+			s.mu.Unlock()
+			for _, w := range ws {
+				w.poke()
+			}
+		case <-stop:
+			return
+		}
+	}
 }
 
 // manifestScope names the group of sidecars that get identical snapshots
@@ -256,15 +298,14 @@ func manifestScope(n *node.Node) string {
 }
 
 // watch is one stream's view: meshcache's snapshot, plus the sidecar's manifest.
+// It wakes its stream through meshcache's channel (meshcache.Proxy.Wake) when a
+// re-sign is due, a generation failed, or the trust bundle changed.
 type watch struct {
-	s       *Source
-	p       *meshcache.Proxy
-	n       *node.Node
-	key     string
-	scope   string        // manifest scope; "" for a node that gets no manifest
-	changed chan struct{} // 1-buffered: meshcache changed, a re-sign is due, or a generation failed
-	stop    chan struct{}
-	done    chan struct{}
+	s     *Source
+	p     *meshcache.Proxy
+	n     *node.Node
+	key   string
+	scope string // manifest scope; "" for a node that gets no manifest
 
 	mu        sync.Mutex // guards the fields below (Snapshot runs on the stream's owner goroutine, timers elsewhere)
 	base      *snapshot.Snapshot
@@ -286,35 +327,10 @@ type watch struct {
 	closed    bool
 }
 
-func (w *watch) forward() {
-	defer close(w.done)
-	var trust <-chan struct{} // nil (never ready) without a TrustSource
-	if w.s.cfg.Trust != nil && w.scope != "" {
-		trust = w.s.cfg.Trust.TrustChanged()
-	}
-	for {
-		select {
-		case <-w.p.Changed():
-			w.poke()
-		case <-trust:
-			// A new bundle or CRL: every sidecar gets it now.
-			trust = w.s.cfg.Trust.TrustChanged()
-			w.poke()
-		case <-w.stop:
-			return
-		}
-	}
-}
-
-func (w *watch) poke() {
-	select {
-	case w.changed <- struct{}{}:
-	default:
-	}
-}
+func (w *watch) poke() { w.p.Wake() }
 
 // Changed implements ads.Watch.
-func (w *watch) Changed() <-chan struct{} { return w.changed }
+func (w *watch) Changed() <-chan struct{} { return w.p.Changed() }
 
 // Snapshot implements ads.Watch: the snapshot meshcache offers the stream (nil
 // while it waits for one current for the stream), with this node's signed
@@ -531,7 +547,17 @@ func (w *watch) Close() {
 	if len(w.s.scopes[w.key]) == 0 {
 		delete(w.s.scopes, w.key)
 	}
+	var stopTrust, trustDone chan struct{}
+	if w.s.cfg.Trust != nil && w.scope != "" {
+		if w.s.trusting--; w.s.trusting == 0 {
+			stopTrust, trustDone = w.s.stopTrust, w.s.trustDone
+		}
+	}
 	w.s.mu.Unlock()
+	if stopTrust != nil {
+		close(stopTrust)
+		<-trustDone // it takes s.mu, which is not held here
+	}
 	if w.scope != "" {
 		w.s.contents.release(w.scope)
 	}
@@ -541,8 +567,6 @@ func (w *watch) Close() {
 		w.timer.Stop()
 	}
 	w.mu.Unlock()
-	close(w.stop)
-	<-w.done
 	w.p.Close()
 }
 

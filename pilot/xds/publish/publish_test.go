@@ -17,6 +17,7 @@ import (
 	"github.com/weft-mesh/weft/certs/manifest"
 	"github.com/weft-mesh/weft/certs/manifest/manifestpb"
 	"github.com/weft-mesh/weft/pilot/ir"
+	"github.com/weft-mesh/weft/pilot/store/boltstore"
 	"github.com/weft-mesh/weft/pilot/xds/meshcache"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
@@ -151,11 +152,28 @@ func TestGenErrorReported(t *testing.T) {
 	s := newSource(Config{Logger: hclog.NewNullLogger(), Key: testKey(t), Validity: time.Hour,
 		ReportGenError: func(id string, rev int64, msg string) { got = append(got, report{id, rev, msg}) }})
 	key := meshcache.DefaultScopeKey(sidecar)
-	w := &watch{s: s, n: sidecar, key: key, changed: make(chan struct{}, 1)}
+	// A watch wakes its stream through meshcache's channel: a real proxy of a
+	// cache that does not run (so only the watch signals it).
+	st, err := boltstore.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cache, err := meshcache.New(meshcache.Config{Store: st, Logger: hclog.NewNullLogger(), Debounce: time.Millisecond, MaxDelay: 10 * time.Millisecond, GenWorkers: 1,
+		Generate: func(*ir.Mesh, *node.Node) (*snapshot.Snapshot, error) { return nil, errors.New("not run") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := cache.Connect(sidecar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	w := &watch{s: s, p: p, n: sidecar, key: key}
 	s.scopes[key] = map[*watch]struct{}{w: {}}
 	woken := func() bool {
 		select {
-		case <-w.changed:
+		case <-w.Changed():
 			return true
 		default:
 			return false

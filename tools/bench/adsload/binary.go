@@ -89,12 +89,15 @@ type binResult struct {
 	rounds                    []roundResult
 	rssIdle, rssConnected     int64
 	rssJoined, rssEnd, hwm    int64 // over all replicas
-	maxSampledRSS             int64
-	replicaHWM                []int64
-	bytesPerChange            float64
-	restarts                  int64 // streams restarted over all sidecars
-	notCurrent                int   // pilot's "no snapshot current ... within the wait" warnings
-	lastRestartErr            string
+	// Go heap and stacks in use and goroutines once all joined, over all
+	// replicas (go_memstats_*, go_goroutines on their /metrics).
+	heapJoined, stackJoined, goroutinesJoined int64
+	maxSampledRSS                             int64
+	replicaHWM                                []int64
+	bytesPerChange                            float64
+	restarts                                  int64 // streams restarted over all sidecars
+	notCurrent                                int   // pilot's "no snapshot current ... within the wait" warnings
+	lastRestartErr                            string
 }
 
 type roundResult struct {
@@ -944,6 +947,12 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 		res.joinPushes = append(res.joinPushes, c.pushes.Load()-before[i])
 	}
 	res.rssJoined = rssAll()
+	for _, p := range ps {
+		m := p.metrics()
+		res.heapJoined += int64(m["go_memstats_heap_inuse_bytes"])
+		res.stackJoined += int64(m["go_memstats_stack_inuse_bytes"])
+		res.goroutinesJoined += int64(m["go_goroutines"])
+	}
 
 	stopProfiles := func() error { return nil }
 	if cfg.profile != "" {
@@ -986,19 +995,6 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 		if err != nil {
 			return nil, fmt.Errorf("round %d: %w", r+1, err)
 		}
-		var written time.Time
-		if err := waitFor(ctx, time.Minute, "write time of the change", cfg.log, func() error {
-			ri, err := p.revision(strconv.FormatInt(rev, 10))
-			if err == nil && ri.WrittenAt == nil {
-				err = errors.New("no writtenAt yet")
-			}
-			if err == nil {
-				written = *ri.WrittenAt
-			}
-			return err
-		}); err != nil {
-			return nil, err
-		}
 		if err := waitFor(ctx, 10*time.Minute, fmt.Sprintf("round %d reaching every sidecar", r+1), cfg.log, func() error {
 			for i, c := range f.clients {
 				if *c.bigVer.Load() == prev[i] || c.ackAt.Load() == 0 {
@@ -1021,6 +1017,21 @@ func runBinary(ctx context.Context, cfg binConfig) (*binResult, error) {
 		pilotCPU, benchCPU := pilotsCPU()-pilotCPU0, cpuSeconds("self")-benchCPU0
 		gcs, pushes := pilotsMetrics()
 		gcs -= gc0
+		// Asked once the change is everywhere: each answer walks every proxy's
+		// status in pilot, which would compete with the push it measures.
+		var written time.Time
+		if err := waitFor(ctx, time.Minute, "write time of the change", cfg.log, func() error {
+			ri, err := p.revision(strconv.FormatInt(rev, 10))
+			if err == nil && ri.WrittenAt == nil {
+				err = errors.New("no writtenAt yet")
+			}
+			if err == nil {
+				written = *ri.WrittenAt
+			}
+			return err
+		}); err != nil {
+			return nil, err
+		}
 		lat := make([]time.Duration, len(f.clients))
 		for i, c := range f.clients {
 			lat[i] = time.Duration(c.ackAt.Load() - written.UnixNano())
@@ -1128,6 +1139,7 @@ func (r *binResult) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  pilot RSS: idle %.1f MiB, %d connected %.1f MiB, all joined %.1f MiB, end %.1f MiB\n",
 		mib(r.rssIdle), c.proxies-c.endpoints, mib(r.rssConnected), mib(r.rssJoined), mib(r.rssEnd))
+	fmt.Fprintf(w, "  pilot once all joined: Go heap in use %.1f MiB, stacks %.1f MiB, %d goroutines\n", mib(r.heapJoined), mib(r.stackJoined), r.goroutinesJoined)
 	fmt.Fprintf(w, "  pilot peak RSS: VmHWM %.1f MiB (sampled max %.1f MiB): %.1f KiB per sidecar (goal <= 256 KiB)\n",
 		mib(r.hwm), mib(r.maxSampledRSS), float64(r.hwm)/float64(c.proxies)/1024)
 	if len(r.replicaHWM) > 1 {
