@@ -50,6 +50,7 @@ type contentEntry struct {
 	from   *contentEntry // same content signed before: its signature is reused
 	once   sync.Once
 	signed *manifest.Signed
+	part   sign.ContentPart // signed, encoded as its part of every manifest of the scope
 	err    error
 }
 
@@ -136,9 +137,12 @@ func (c *contentCache) resolve(e *contentEntry) {
 	e.once.Do(func() {
 		if e.from != nil {
 			c.resolve(e.from)
-			e.signed, e.err, e.from = e.from.signed, e.from.err, nil
+			e.signed, e.part, e.err, e.from = e.from.signed, e.from.part, e.from.err, nil
 			return
 		}
 		e.signed, e.err = sign.ContentAtEpoch(e.priv, e.scope, e.base, e.issued, c.validity, c.epoch)
+		if e.err == nil {
+			e.part, e.err = sign.EncodeContent(e.signed)
+		}
 	})
 }

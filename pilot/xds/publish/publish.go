@@ -307,24 +307,30 @@ type watch struct {
 	key   string
 	scope string // manifest scope; "" for a node that gets no manifest
 
-	mu        sync.Mutex // guards the fields below (Snapshot runs on the stream's owner goroutine, timers elsewhere)
-	base      *snapshot.Snapshot
-	content   *manifest.Signed   // content part in signed
-	binding   *manifest.Signed   // this node's binding, signed at the stream's first snapshot, at half its validity and when current turns true
-	bindAt    time.Time          // binding's issue time
-	bindCur   bool               // what binding says of the snapshot's currency
-	chain     string             // chainID of the publisher chain in signed
-	rawBase   *snapshot.Snapshot // meshcache's offer aug was built from
-	rootCA    *rootCA            // the ROOTCA aug carries
-	aug       *snapshot.Snapshot // rawBase with rootCA
-	signed    *snapshot.Snapshot
-	timer     *time.Timer
-	due       time.Time         // when timer fires (zero: not armed)
-	lastLeaf  *x509.Certificate // the chain leaf lastChain names
-	lastChain string            // chainID of lastLeaf's chain
-	reported  string            // generation error last reported to status
-	offered   int               // currency last reported: 0 none, 1 not current, 2 current
-	closed    bool
+	mu       sync.Mutex // guards the fields below (Snapshot runs on the stream's owner goroutine, timers elsewhere)
+	base     *snapshot.Snapshot
+	content  *manifest.Signed   // content part in signed
+	binding  *manifest.Signed   // this node's binding, signed at the stream's first snapshot, at half its validity and when current turns true
+	bindAt   time.Time          // binding's issue time
+	bindCur  bool               // what binding says of the snapshot's currency
+	chain    string             // chainID of the publisher chain in signed
+	rawBase  *snapshot.Snapshot // meshcache's offer aug was built from
+	rootCA   *rootCA            // the ROOTCA aug carries
+	aug      *snapshot.Snapshot // rawBase with rootCA
+	signed   *snapshot.Snapshot
+	timer    *time.Timer
+	due      time.Time        // when timer fires (zero: not armed)
+	bindPart sign.BindingPart // binding, encoded
+	// The chain of the last push, by its leaf and length: its chainID and
+	// manifest part (chainSet once computed).
+	lastLeaf      *x509.Certificate
+	lastChainLen  int
+	lastChain     string
+	lastChainPart sign.ChainPart
+	chainSet      bool
+	reported      string // generation error last reported to status
+	offered       int    // currency last reported: 0 none, 1 not current, 2 current
+	closed        bool
 }
 
 func (w *watch) poke() { w.p.Wake() }
@@ -367,14 +373,23 @@ func (w *watch) Snapshot() *snapshot.Snapshot {
 		w.s.cfg.Logger.Error("signing manifest content failed; proxy keeps its snapshot", "node", w.n.ID, "revision", base.Revision, "error", err)
 		return w.signed
 	}
-	chain := w.chainIDLocked(pub.Chain)
+	chain, err := w.chainLocked(pub.Chain)
+	if err != nil {
+		w.s.cfg.Logger.Error("assembling manifest failed; proxy keeps its snapshot", "node", w.n.ID, "revision", base.Revision, "error", err)
+		return w.signed
+	}
 	if w.binding == nil || !now.Before(w.bindAt.Add(half)) || current != w.bindCur || w.binding.KeyID != ce.signed.KeyID {
 		stream := sign.Stream{Current: current, Revision: w.p.StoreRevision()}
 		b, err := sign.Binding(pub.Key, w.n.ID, w.scope, stream, now, w.s.cfg.Validity)
+		var bp sign.BindingPart
+		if err == nil {
+			bp, err = sign.EncodeBinding(b)
+		}
 		if err != nil {
 			w.s.cfg.Logger.Error("signing manifest binding failed; proxy keeps its snapshot", "node", w.n.ID, "error", err)
 			return w.signed
 		}
+		w.bindPart = bp
 		if !current {
 			w.s.cfg.Logger.Warn("sending a snapshot not current for the stream, marked so in its manifest",
 				"node", w.n.ID, "revision", base.Revision, "store_revision", stream.Revision)
@@ -384,33 +399,40 @@ func (w *watch) Snapshot() *snapshot.Snapshot {
 		if base != w.base {
 			// A new revision (or a recompile) with the same content: the
 			// signature still covers it, so it is not signed and sent again.
-			w.base, w.signed = base, withSet(base, snapshot.ManifestType, w.signed)
+			w.base, w.signed = base, withSet(base, snapshot.ManifestType, snapshot.Set{Resources: w.signed.Resources[snapshot.ManifestType], Version: w.signed.Version(snapshot.ManifestType)})
 		}
 		w.armLocked(now, ce.issued, pub.Chain)
 		return w.signed
 	}
-	r, err := sign.Resource(ce.signed, w.binding, pub.Chain...)
+	// The content and chain parts are encoded once for every sidecar of the
+	// scope, the binding once per signature: a manifest per sidecar is one
+	// concatenation (sign.Join).
+	r, err := sign.Join(ce.part, w.bindPart, w.lastChainPart)
 	if err != nil {
 		w.s.cfg.Logger.Error("assembling manifest failed; proxy keeps its snapshot", "node", w.n.ID, "revision", base.Revision, "error", err)
 		return w.signed
 	}
 	w.base, w.content, w.chain = base, ce.signed, chain
-	w.signed = withSet(base, snapshot.ManifestType, snapshot.FromSets(base.Revision, map[string]snapshot.Set{
-		snapshot.ManifestType: snapshot.NewSet(map[string]snapshot.Resource{r.Name: r})}))
+	w.signed = withSet(base, snapshot.ManifestType, snapshot.NewSet(map[string]snapshot.Resource{r.Name: r}))
 	w.armLocked(now, ce.issued, pub.Chain)
 	return w.signed
 }
 
-// chainIDLocked is chainID(chain), computed once per leaf certificate (a
-// serial's hex form costs an allocation per push otherwise).
-func (w *watch) chainIDLocked(chain []*x509.Certificate) string {
-	if len(chain) == 0 || chain[0] == nil {
-		return chainID(chain)
+// chainLocked is chainID(chain), with chain's manifest part in
+// lastChainPart, computed once per leaf certificate (not per push).
+func (w *watch) chainLocked(chain []*x509.Certificate) (string, error) {
+	var leaf *x509.Certificate
+	if len(chain) > 0 {
+		leaf = chain[0]
 	}
-	if chain[0] != w.lastLeaf {
-		w.lastLeaf, w.lastChain = chain[0], chainID(chain)
+	if !w.chainSet || leaf != w.lastLeaf || len(chain) != w.lastChainLen {
+		p, err := sign.EncodeChain(chain...)
+		if err != nil {
+			return "", err
+		}
+		w.lastLeaf, w.lastChainLen, w.lastChain, w.lastChainPart, w.chainSet = leaf, len(chain), chainID(chain), p, true
 	}
-	return w.lastChain
+	return w.lastChain, nil
 }
 
 // withRootCA adds the current ROOTCA to meshcache's offer raw: the same
@@ -584,12 +606,12 @@ func sameContent(a, b *snapshot.Snapshot) bool {
 	return true
 }
 
-// withSet returns base (its revision and sets) plus type typ taken from from.
-func withSet(base *snapshot.Snapshot, typ string, from *snapshot.Snapshot) *snapshot.Snapshot {
+// withSet returns base (its revision and sets) plus set as type typ.
+func withSet(base *snapshot.Snapshot, typ string, set snapshot.Set) *snapshot.Snapshot {
 	sets := make(map[string]snapshot.Set, len(base.Resources)+1)
 	for t, byName := range base.Resources {
 		sets[t] = snapshot.Set{Resources: byName, Version: base.Version(t)}
 	}
-	sets[typ] = snapshot.Set{Resources: from.Resources[typ], Version: from.Version(typ)}
+	sets[typ] = set
 	return snapshot.FromSets(base.Revision, sets)
 }

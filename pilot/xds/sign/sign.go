@@ -131,15 +131,19 @@ func check(what string, priv ed25519.PrivateKey, issued time.Time, validity time
 // certificate chain (none for a key without one), into the manifest resource,
 // named manifest.Name with type manifest.TypeURL.
 func Resource(content, binding *manifest.Signed, chain ...*x509.Certificate) (snapshot.Resource, error) {
-	sm, err := manifest.Assemble(content, binding, chain...)
+	cp, err := EncodeContent(content)
 	if err != nil {
 		return snapshot.Resource{}, err
 	}
-	r, err := snapshot.NewResource(manifest.TypeURL, manifest.Name, sm)
+	bp, err := EncodeBinding(binding)
 	if err != nil {
-		return snapshot.Resource{}, fmt.Errorf("assemble manifest: %w", err)
+		return snapshot.Resource{}, err
 	}
-	return r, nil
+	ch, err := EncodeChain(chain...)
+	if err != nil {
+		return snapshot.Resource{}, err
+	}
+	return Join(cp, bp, ch)
 }
 
 // Manifest signs both parts for one node in one go, with the node's own scope
