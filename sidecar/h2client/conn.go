@@ -740,6 +740,10 @@ func (c *Conn) processData(f *http2.DataFrame) error {
 		if st.bodyClosed {
 			refund += len(data) // nobody will read it
 		} else if len(data) > 0 {
+			if st.buf == nil && len(data) <= respBufSize {
+				st.pooled = respBufs.Get().(*[]byte)
+				st.buf = (*st.pooled)[:0]
+			}
 			st.buf = append(st.buf, data...)
 		}
 		if refund > 0 {

@@ -29,6 +29,7 @@ type stream struct {
 	resp        *http.Response // the final response's head, once read
 	buf         []byte         // response body bytes received; buf[off:] not yet read
 	off         int
+	pooled      *[]byte // buf's first backing array, from respBufs: back there at Close
 	readErr     error // io.EOF after END_STREAM; the body's error once all of buf is read
 	trailers    map[string][]string
 	readDone    bool // END_STREAM (or a reset) from the server
@@ -512,6 +513,12 @@ func (c *Conn) canonical(name string) string {
 	return v
 }
 
+// respBufSize is the capacity of the pooled response buffers: a response
+// whose first DATA fits starts in one (more grows it past the pool).
+const respBufSize = 4 << 10
+
+var respBufs = sync.Pool{New: func() any { b := make([]byte, 0, respBufSize); return &b }}
+
 var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
 // writeBody sends the request body (and trailers) on st, within flow control,
@@ -897,6 +904,12 @@ func (b *responseBody) Close() error {
 	st.bodyClosed = true
 	unread := len(st.buf) - st.off
 	st.buf, st.off = nil, 0
+	if st.pooled != nil {
+		// Nothing reads buf after Close, and the reader no longer finds the
+		// stream (removed, or its body closed) to append to it.
+		respBufs.Put(st.pooled)
+		st.pooled = nil
+	}
 	connUpd := int32(0)
 	if unread > 0 {
 		connUpd = c.inflow.add(unread)
