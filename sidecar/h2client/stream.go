@@ -30,7 +30,7 @@ type stream struct {
 	buf         []byte         // response body bytes received; buf[off:] not yet read
 	off         int
 	pooled      *[]byte // buf's first backing array, from respBufs: back there at Close
-	readErr     error // io.EOF after END_STREAM; the body's error once all of buf is read
+	readErr     error   // io.EOF after END_STREAM; the body's error once all of buf is read
 	trailers    map[string][]string
 	readDone    bool // END_STREAM (or a reset) from the server
 	sentEnd     bool // this client's END_STREAM went out
