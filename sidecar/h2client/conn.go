@@ -40,6 +40,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/weft-mesh/weft/sidecar/h2flow"
 )
 
 // Defaults and bounds of Config.
@@ -75,9 +77,6 @@ const (
 	defaultMaxStreams = 1000
 	initialWindow     = 65535
 	maxWindow         = 1<<31 - 1
-	// windowRefresh: receive credit is returned once this much is owed, or
-	// once it is at least what the server has left (net/http's rule).
-	windowRefresh = 4 << 10
 	// maxLowerCache bounds the per-connection cache of lower-cased field names.
 	maxLowerCache = 256
 	// writeBufferSize is the connection's write buffer: a frame of the
@@ -188,7 +187,7 @@ type Conn struct {
 	peerMaxHeader uint64
 	initSendWin   int64
 	sendWin       int64
-	inflow        inflow
+	inflow        h2flow.Inflow
 	goAway        bool
 	goAwayLast    uint32
 	closed        bool
@@ -220,7 +219,7 @@ func New(nc net.Conn, cfg Config) (*Conn, error) {
 	c.fr.MaxHeaderListSize = uint32(cfg.MaxHeaderListSize)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.henc = hpack.NewEncoder(&c.hbuf)
-	c.inflow.init(int32(cfg.ConnWindow))
+	c.inflow.Init(int32(cfg.ConnWindow))
 	c.bw.WriteString(clientPreface)
 	_ = c.fr.WriteSettings(
 		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
@@ -694,10 +693,10 @@ func (c *Conn) processWindowUpdate(f *http2.WindowUpdateFrame) error {
 // discardData takes a dropped DATA frame's length from the connection window
 // and owes it back at once.
 func (c *Conn) discardDataLocked(n uint32) (int32, bool) {
-	if !c.inflow.take(n) {
+	if !c.inflow.Take(n) {
 		return 0, false
 	}
-	return c.inflow.add(int(n)), true
+	return c.inflow.Add(int(n)), true
 }
 
 func (c *Conn) processData(f *http2.DataFrame) error {
@@ -729,12 +728,12 @@ func (c *Conn) processData(f *http2.DataFrame) error {
 			c.mu.Unlock()
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol, Cause: errors.New("h2client: DATA on a HEAD request")}
 		}
-		if f.Length > uint32(c.inflow.avail) || f.Length > uint32(st.inflow.avail) {
+		if f.Length > uint32(c.inflow.Avail) || f.Length > uint32(st.inflow.Avail) {
 			c.mu.Unlock()
 			return http2.ConnectionError(http2.ErrCodeFlowControl)
 		}
-		c.inflow.avail -= int32(f.Length)
-		st.inflow.avail -= int32(f.Length)
+		c.inflow.Avail -= int32(f.Length)
+		st.inflow.Avail -= int32(f.Length)
 		var connUpd, streamUpd int32
 		refund := int(f.Length) - len(data) // padding is never read
 		if st.bodyClosed {
@@ -747,9 +746,9 @@ func (c *Conn) processData(f *http2.DataFrame) error {
 			st.buf = append(st.buf, data...)
 		}
 		if refund > 0 {
-			connUpd = c.inflow.add(refund)
+			connUpd = c.inflow.Add(refund)
 			if !st.bodyClosed {
-				streamUpd = st.inflow.add(refund)
+				streamUpd = st.inflow.Add(refund)
 			}
 		}
 		st.wakeLocked()
@@ -817,31 +816,4 @@ func (c *Conn) sendWindowUpdates(id uint32, streamUpd, connUpd int32, flush bool
 		}
 		return nil
 	})
-}
-
-// inflow is one receive window: avail is what the server may still send,
-// unsent the credit taken but not yet returned.
-type inflow struct{ avail, unsent int32 }
-
-func (f *inflow) init(n int32) { f.avail = n }
-
-func (f *inflow) take(n uint32) bool {
-	if n > uint32(f.avail) {
-		return false
-	}
-	f.avail -= int32(n)
-	return true
-}
-
-// add owes n more bytes of credit; it returns what to send now (0: wait until
-// more is owed).
-func (f *inflow) add(n int) int32 {
-	f.unsent += int32(n)
-	if f.unsent < windowRefresh && f.unsent < f.avail {
-		return 0
-	}
-	u := f.unsent
-	f.avail += u
-	f.unsent = 0
-	return u
 }

@@ -15,6 +15,8 @@ import (
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/weft-mesh/weft/sidecar/h2flow"
 )
 
 // stream is one request and its response. Fields after the first group are
@@ -43,7 +45,7 @@ type stream struct {
 	bytesRemain int64     // of the response's declared content-length, -1 unknown
 	headerBytes int64     // 1xx header bytes so far
 	sendWin     int64
-	inflow      inflow
+	inflow      h2flow.Inflow
 }
 
 // wakeLocked lets the caller waiting on st look again.
@@ -420,7 +422,7 @@ func (c *Conn) writeHeaders(st *stream, req *http.Request, h *reqHeader, endStre
 	c.nextID += 2
 	c.reserved--
 	st.sendWin = c.initSendWin
-	st.inflow.init(int32(c.cfg.StreamWindow))
+	st.inflow.Init(int32(c.cfg.StreamWindow))
 	st.sentEnd = endStream
 	c.streams[st.id] = st
 	c.opened++
@@ -856,10 +858,10 @@ func (b *responseBody) Read(p []byte) (int, error) {
 					st.bytesRemain -= int64(n)
 				}
 			}
-			connUpd := c.inflow.add(n)
+			connUpd := c.inflow.Add(n)
 			var streamUpd int32
 			if !st.readDone {
-				streamUpd = st.inflow.add(n)
+				streamUpd = st.inflow.Add(n)
 			}
 			c.mu.Unlock()
 			if connUpd > 0 || streamUpd > 0 {
@@ -912,7 +914,7 @@ func (b *responseBody) Close() error {
 	}
 	connUpd := int32(0)
 	if unread > 0 {
-		connUpd = c.inflow.add(unread)
+		connUpd = c.inflow.Add(unread)
 	}
 	open := c.streams[st.id] == st
 	if open {

@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/weft-mesh/weft/sidecar/h2flow"
 )
 
 // clientPreface is what a client sends first (RFC 9113 §3.4).
@@ -52,13 +54,13 @@ type conn struct {
 	mu              sync.Mutex // guards the fields below and every stream's shared fields
 	winCond         sync.Cond  // on mu: a send window grew, or a stream or the connection ended
 	streams         map[uint32]*stream
-	maxID           uint32 // highest client stream id seen
-	sendWin         int64  // connection send window
-	initSendWin     int64  // the client's SETTINGS_INITIAL_WINDOW_SIZE
-	peerMaxFrame    int    // the client's SETTINGS_MAX_FRAME_SIZE
-	inflow          inflow // connection receive window
-	streamCommitted int64  // Σ stream.committed
-	committed       int64  // this connection's share of Server.committed
+	maxID           uint32        // highest client stream id seen
+	sendWin         int64         // connection send window
+	initSendWin     int64         // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	peerMaxFrame    int           // the client's SETTINGS_MAX_FRAME_SIZE
+	inflow          h2flow.Inflow // connection receive window
+	streamCommitted int64         // Σ stream.committed
+	committed       int64         // this connection's share of Server.committed
 	unackedSettings int
 	goAway          bool // a GOAWAY went out: no new streams
 	closing         bool // the connection is ending: writes fail
@@ -87,7 +89,7 @@ func newConn(s *Server, ctx context.Context, nc net.Conn, br *bufio.Reader) *con
 	c.fr.MaxHeaderListSize = uint32(s.cfg.MaxHeaderListSize)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.henc = hpack.NewEncoder(&c.hbuf)
-	c.inflow.init(int32(s.cfg.ConnWindow))
+	c.inflow.Init(int32(s.cfg.ConnWindow))
 	return c
 }
 
@@ -498,11 +500,11 @@ func (c *conn) processWindowUpdate(f *http2.WindowUpdateFrame) error {
 // and gives it back at once.
 func (c *conn) discardData(f *http2.DataFrame) error {
 	c.mu.Lock()
-	if !c.inflow.take(f.Length) {
+	if !c.inflow.Take(f.Length) {
 		c.mu.Unlock()
 		return http2.StreamError{StreamID: f.StreamID, Code: http2.ErrCodeFlowControl}
 	}
-	upd := c.inflow.add(int(f.Length))
+	upd := c.inflow.Add(int(f.Length))
 	c.mu.Unlock()
 	c.sendWindowUpdates(0, 0, upd, false)
 	return nil
@@ -537,24 +539,24 @@ func (c *conn) processData(f *http2.DataFrame) error {
 	}
 	var connUpd, streamUpd int32
 	if f.Length > 0 {
-		if f.Length > uint32(c.inflow.avail) || f.Length > uint32(st.inflow.avail) {
+		if f.Length > uint32(c.inflow.Avail) || f.Length > uint32(st.inflow.Avail) {
 			c.mu.Unlock()
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeFlowControl}
 		}
-		c.inflow.avail -= int32(f.Length)
-		st.inflow.avail -= int32(f.Length)
+		c.inflow.Avail -= int32(f.Length)
+		st.inflow.Avail -= int32(f.Length)
 		st.gotLen += int64(len(data))
 		if st.bodyClosed {
 			// The handler stopped reading: the connection's credit comes back now.
-			connUpd = c.inflow.add(len(data))
+			connUpd = c.inflow.Add(len(data))
 		} else if len(data) > 0 {
 			st.body = append(st.body, data...)
 			st.bodyCond.Signal()
 		}
 		// Padding is never read: its credit comes back now.
 		if pad := int(f.Length) - len(data); pad > 0 {
-			connUpd += c.inflow.add(pad)
-			streamUpd = st.inflow.add(pad)
+			connUpd += c.inflow.Add(pad)
+			streamUpd = st.inflow.Add(pad)
 		}
 	}
 	if f.StreamEnded() {
@@ -719,7 +721,7 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		return nil
 	}
 	st.sendWin = c.initSendWin
-	st.inflow.init(int32(c.srv.cfg.StreamWindow))
+	st.inflow.Init(int32(c.srv.cfg.StreamWindow))
 	st.bodyCond.L = &c.mu
 	c.streams[id] = st
 	c.opened++
@@ -782,31 +784,4 @@ func (c *conn) syncCommittedLocked() {
 		}
 		c.committed = n
 	}
-}
-
-// inflow is one receive window: avail is what the client may still send,
-// unsent the credit read but not yet returned.
-type inflow struct{ avail, unsent int32 }
-
-func (f *inflow) init(n int32) { f.avail = n }
-
-func (f *inflow) take(n uint32) bool {
-	if n > uint32(f.avail) {
-		return false
-	}
-	f.avail -= int32(n)
-	return true
-}
-
-// add owes n more bytes of credit; it returns what to send now (0: wait until
-// more is owed).
-func (f *inflow) add(n int) int32 {
-	f.unsent += int32(n)
-	if f.unsent < windowRefresh && f.unsent < f.avail {
-		return 0
-	}
-	u := f.unsent
-	f.avail += u
-	f.unsent = 0
-	return u
 }

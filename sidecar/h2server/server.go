@@ -87,11 +87,8 @@ const (
 	// MaxRecentResets is how many of the streams it reset last a connection
 	// remembers, to ignore the frames the client had in flight for them.
 	MaxRecentResets = 16
-	// windowRefresh: receive credit is returned once this much is owed, or
-	// once it is at least what the peer has left (x/net/http2's rule).
-	windowRefresh = 4 << 10
-	initialWindow = 65535
-	maxWindow     = 1<<31 - 1
+	initialWindow   = 65535
+	maxWindow       = 1<<31 - 1
 )
 
 // Config configures a Server.

@@ -13,6 +13,8 @@ import (
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/weft-mesh/weft/sidecar/h2flow"
 )
 
 // stream is one request. Fields under "c.mu" are shared between the reader
@@ -32,7 +34,7 @@ type stream struct {
 
 	// Under c.mu.
 	sendWin     int64
-	inflow      inflow
+	inflow      h2flow.Inflow
 	remoteDone  bool  // END_STREAM received
 	localDone   bool  // the response's END_STREAM went out (or the handler is done)
 	resetSent   bool  // RST_STREAM went out
@@ -55,7 +57,7 @@ type stream struct {
 func (st *stream) commitmentLocked() int64 {
 	n := int64(len(st.body) - st.boff)
 	if !st.remoteDone && !st.bodyClosed && !st.ended {
-		more := int64(st.inflow.avail)
+		more := int64(st.inflow.Avail)
 		if st.declLen >= 0 {
 			more = min(more, st.declLen-st.gotLen)
 		}
@@ -169,9 +171,9 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	}
 	var su int32
 	if !st.remoteDone {
-		su = st.inflow.add(n)
+		su = st.inflow.Add(n)
 	}
-	cu := c.inflow.add(n)
+	cu := c.inflow.Add(n)
 	c.recommitLocked(st)
 	c.mu.Unlock()
 	if su > 0 || cu > 0 {
@@ -198,7 +200,7 @@ func (b *requestBody) Close() error {
 	}
 	var cu int32
 	if n > 0 {
-		cu = c.inflow.add(n)
+		cu = c.inflow.Add(n)
 	}
 	c.recommitLocked(st)
 	c.mu.Unlock()
