@@ -758,20 +758,22 @@ func (c *Conn) processData(f *http2.DataFrame) error {
 			c.mu.Lock()
 		}
 	}
+	var reset, removed bool
 	if f.StreamEnded() {
-		c.endRemoteLocked(st, nil)
+		reset, removed = c.endRemoteLocked(st, nil)
 	}
 	c.mu.Unlock()
-	if f.StreamEnded() {
-		c.afterEnd(st)
-	}
+	c.afterEnd(st, reset, removed)
 	return nil
 }
 
-// endRemoteLocked is END_STREAM from the server (trailers: its trailers).
-func (c *Conn) endRemoteLocked(st *stream, trailers map[string][]string) {
+// endRemoteLocked is END_STREAM from the server (trailers: its trailers). The
+// stream is removed at once, in the same critical section that wakes its
+// caller (its slot is free before the caller returns); reset says a
+// RST_STREAM is owed (afterEnd), as the request side had not ended.
+func (c *Conn) endRemoteLocked(st *stream, trailers map[string][]string) (reset, removed bool) {
 	if st.readDone {
-		return
+		return false, false
 	}
 	st.readDone = true
 	st.trailers = trailers
@@ -779,27 +781,25 @@ func (c *Conn) endRemoteLocked(st *stream, trailers map[string][]string) {
 	st.wakeLocked()
 	if !st.sentEnd {
 		// A complete response before the whole request (RFC 9113 §8.1): the
-		// rest of the body is not sent; the stream is reset below.
+		// rest of the body is not sent.
 		st.stopBodyLocked()
 	}
+	if c.streams[st.id] != st {
+		return false, false
+	}
+	c.removeLocked(st)
+	return !st.sentEnd, true
 }
 
-// afterEnd finishes a stream whose response ended: removed once the request
-// side is done too, else reset (CANCEL) as the rest of its body will not go.
-func (c *Conn) afterEnd(st *stream) {
-	c.mu.Lock()
-	if c.streams[st.id] != st {
-		c.mu.Unlock()
-		return
-	}
-	reset := !st.sentEnd
-	c.removeLocked(st)
-	c.mu.Unlock()
+// afterEnd finishes, without locks, a stream endRemoteLocked ended.
+func (c *Conn) afterEnd(st *stream, reset, removed bool) {
 	if reset {
 		// NO_ERROR: the response is complete and stays good (net/http's code).
 		c.writeControl(false, func(fr *http2.Framer) error { return fr.WriteRSTStream(st.id, http2.ErrCodeNo) })
 	}
-	c.afterRemove()
+	if removed {
+		c.afterRemove()
+	}
 }
 
 // sendWindowUpdates returns credit for stream id (when streamUpd > 0) and the

@@ -593,11 +593,27 @@ func (st *stream) sendData(p []byte, end bool) bool {
 		for !st.stopBody && !c.closed && len(p) > 0 && (st.sendWin <= 0 || c.sendWin <= 0) {
 			c.cond.Wait()
 		}
+		stop := st.stopBody || c.closed
+		c.mu.Unlock()
+		if stop {
+			return false
+		}
+		// The window is taken and the stream checked again under wmu: a
+		// RST_STREAM written meanwhile (the response ended, a cancel) is
+		// never followed by this stream's DATA.
+		c.wmu.Lock()
+		c.mu.Lock()
 		if st.stopBody || c.closed {
 			c.mu.Unlock()
+			c.wmu.Unlock()
 			return false
 		}
 		n := min(int64(len(p)), st.sendWin, c.sendWin, int64(c.peerMaxFrame))
+		if n <= 0 && len(p) > 0 {
+			c.mu.Unlock()
+			c.wmu.Unlock()
+			continue // the window shrank (SETTINGS) since the wait
+		}
 		st.sendWin -= n
 		c.sendWin -= n
 		last := end && int(n) == len(p)
@@ -605,7 +621,6 @@ func (st *stream) sendData(p []byte, end bool) bool {
 			st.sentEnd = true
 		}
 		c.mu.Unlock()
-		c.wmu.Lock()
 		if c.wErr == nil {
 			c.wErr = c.fr.WriteData(st.id, last, p[:n])
 		}
@@ -703,9 +718,9 @@ func (c *Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 			tr[k] = append(tr[k], hf.Value)
 		}
 		c.mu.Lock()
-		c.endRemoteLocked(st, tr)
+		reset, removed := c.endRemoteLocked(st, tr)
 		c.mu.Unlock()
-		c.afterEnd(st)
+		c.afterEnd(st, reset, removed)
 		return nil
 	}
 	c.mu.Unlock()
@@ -729,13 +744,12 @@ func (c *Conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		st.stopBodyLocked()
 	}
 	st.wakeLocked()
+	var reset, removed bool
 	if f.StreamEnded() {
-		c.endRemoteLocked(st, nil)
+		reset, removed = c.endRemoteLocked(st, nil)
 	}
 	c.mu.Unlock()
-	if f.StreamEnded() {
-		c.afterEnd(st)
-	}
+	c.afterEnd(st, reset, removed)
 	return nil
 }
 
