@@ -267,18 +267,7 @@ func (c *child) profile(path string, secs int) error {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("profile: %s", resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return saveBody(resp, path)
 }
 
 func (c *child) memstats(free bool) (heap int64, goroutines int) {
