@@ -104,7 +104,7 @@ func TestAckingClientIsNotCut(t *testing.T) {
 // under DirectSendBytes are outstanding and then pile up until a guarded Send
 // blocks.
 func TestSendTimeoutCutsStream(t *testing.T) {
-	for _, size := range []int{256 << 10, 1 << 10} {
+	for _, size := range []int{256 << 10, 8 << 10} {
 		t.Run(fmt.Sprintf("%dKiB", size>>10), func(t *testing.T) { sendTimeoutCuts(t, size) })
 	}
 }
