@@ -10,6 +10,7 @@ import (
 
 	"github.com/weft-mesh/weft/pilot/status"
 	"github.com/weft-mesh/weft/pilot/xds/ads/acktrack"
+	"github.com/weft-mesh/weft/pilot/xds/adscodec"
 	"github.com/weft-mesh/weft/pilot/xds/snapshot"
 )
 
@@ -190,7 +191,7 @@ func (st *deltaStream) pushAll() error {
 		}
 		sel := selectFor(latest, typ, st.types[o.ti].ack)
 		o.resp.Nonce, o.resp.SystemVersionInfo = nonce, sel.version
-		o.size = proto.Size(o.resp)
+		o.size = adscodec.DeltaSize(o.resp) // proto.Size, without its reflection for what pilot sends
 		sent = append(sent, status.Sent{Type: typ, Version: sel.version, Nonce: nonce, Revision: latest.Revision, Bytes: o.size,
 			Snapshot: latest, Only: sel.only})
 	}

@@ -323,6 +323,28 @@ func marshalDelta(m *discoveryv3.DeltaDiscoveryResponse) (mem.BufferSlice, error
 	return b.finish(), nil
 }
 
+// DeltaSize is proto.Size(m), computed without protobuf's reflection when m
+// holds only what pilot sets (a simple head, plain resources whose Anys have no
+// unknown fields): pilot sizes every response it sends, and a full sync or a
+// fleet joining sends hundreds of resources per response to every stream.
+func DeltaSize(m *discoveryv3.DeltaDiscoveryResponse) int {
+	if !simpleHead(m) {
+		return proto.Size(m)
+	}
+	n := simpleHeadSize(m)
+	for _, r := range m.Resources {
+		if r == nil || !plain(r) || r.Resource != nil && len(r.Resource.ProtoReflect().GetUnknown()) > 0 {
+			return proto.Size(m)
+		}
+		size := plainSize(r)
+		if r.Resource != nil {
+			size += protowire.SizeTag(2) + protowire.SizeBytes(anySize(r.Resource))
+		}
+		n += protowire.SizeTag(2) + protowire.SizeBytes(size)
+	}
+	return n
+}
+
 // resourceFields are the fields of discoveryv3.Resource plain knows of; a test
 // fails when go-control-plane adds one, so plain never drops a new field.
 var resourceFields = []protoreflect.Name{"name", "version", "resource", "aliases", "ttl", "cache_control", "metadata", "resource_name"}

@@ -373,3 +373,21 @@ func TestSimpleHead(t *testing.T) {
 		t.Error("a removed name that is not UTF-8 was encoded")
 	}
 }
+
+// TestDeltaSize: DeltaSize is proto.Size, on the fast path and off it.
+func TestDeltaSize(t *testing.T) {
+	withUnknownAny := &anypb.Any{TypeUrl: snapshot.ListenerType, Value: value(40)}
+	withUnknownAny.ProtoReflect().SetUnknown(unknown())
+	for name, m := range map[string]*discoveryv3.DeltaDiscoveryResponse{
+		"empty":  {},
+		"plain":  {Nonce: "12", SystemVersionInfo: "v", TypeUrl: snapshot.LbEndpointType, RemovedResources: []string{"x", ""}, Resources: []*discoveryv3.Resource{{Name: "a", Version: "1", Resource: &anypb.Any{TypeUrl: snapshot.LbEndpointType, Value: value(300)}}, {Name: "b", Resource: &anypb.Any{}}, {Version: "no any"}}},
+		"big":    {Resources: []*discoveryv3.Resource{{Name: "a", Resource: &anypb.Any{TypeUrl: snapshot.EndpointType, Value: value(200_000)}}}},
+		"every":  fullDelta(),
+		"nil":    {Resources: []*discoveryv3.Resource{nil}},
+		"unkAny": {Resources: []*discoveryv3.Resource{{Name: "u", Resource: withUnknownAny}}},
+	} {
+		if got, want := DeltaSize(m), proto.Size(m); got != want {
+			t.Errorf("%s: DeltaSize %d, proto.Size %d", name, got, want)
+		}
+	}
+}
