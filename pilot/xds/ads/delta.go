@@ -251,12 +251,21 @@ func (st *deltaStream) build(typ string, t *deltaType, latest *snapshot.Snapshot
 		if t.wild {
 			all = st.s.wraps.get(latest, typ).names
 		}
+		if t.ack.Wildcard && len(t.force) == 0 && !t.wild {
+			break // shared below
+		}
 		candidates = mergeSorted(st.s.diffs.names(t.synced, latest, typ), sortedKeys(t.force), all)
 		prev := t.synced.Resources[typ]
 		have = func(n string) (string, bool) { r, ok := prev[n]; return r.Version, ok }
 	}
 	var resources []*discoveryv3.Resource
 	var removed []string
+	if !t.initial && t.synced != nil && t.ack.Wildcard && len(t.force) == 0 && !t.wild {
+		// A plain update of a wildcard subscription (every stream of a
+		// fleet-wide change): what it is sent depends only on the two sets,
+		// so it is computed once and shared.
+		resources, removed = st.s.diffs.wildcard(t.synced, latest, typ, st.s.wraps)
+	}
 	var wraps *wrapped // fetched on first use: most pushes send nothing for most types
 	for _, n := range candidates {
 		if !t.ack.IsSubscribed(n) {

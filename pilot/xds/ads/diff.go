@@ -37,6 +37,10 @@ type diffKey struct {
 type diffEntry struct {
 	once  sync.Once
 	names []string // sorted names added, changed or removed
+	// What a wildcard subscription is sent for the diff (diffCache.wildcard).
+	wildOnce sync.Once
+	adds     []*discoveryv3.Resource
+	removed  []string
 }
 
 func newDiffCache(max int) *diffCache {
@@ -48,6 +52,44 @@ func newDiffCache(max int) *diffCache {
 // names returns the sorted names of typ whose version differs between from and
 // to (present in only one counts). The result is shared: do not modify it.
 func (c *diffCache) names(from, to *snapshot.Snapshot, typ string) []string {
+	if e := c.entry(from, to, typ); e != nil {
+		return e.names
+	}
+	return nil
+}
+
+// wildcard is what a wildcard subscription holding from's set of typ, with
+// nothing forced, is sent to hold to's: the added or changed resources (to's
+// wrappers, in name order) and the removed names. Every such stream gets the
+// same, so it is computed once per diff; the slices are shared, read-only.
+func (c *diffCache) wildcard(from, to *snapshot.Snapshot, typ string, wraps *wrapCache) ([]*discoveryv3.Resource, []string) {
+	e := c.entry(from, to, typ)
+	if e == nil {
+		return nil, nil
+	}
+	e.wildOnce.Do(func() {
+		cur := to.Resources[typ]
+		var w *wrapped
+		for _, n := range e.names {
+			if _, ok := cur[n]; !ok {
+				e.removed = append(e.removed, n)
+				continue
+			}
+			if w == nil {
+				w = wraps.get(to, typ)
+			}
+			e.adds = append(e.adds, w.byName[n])
+		}
+		if w != nil && len(e.adds) == len(w.all) {
+			e.adds = w.all // everything, in the same (name) order: the one slice
+		}
+	})
+	return e.adds, e.removed
+}
+
+// entry is the diff of typ between from and to, computed once; nil when the
+// sets are the same.
+func (c *diffCache) entry(from, to *snapshot.Snapshot, typ string) *diffEntry {
 	k := diffKey{from.Version(typ), to.Version(typ), typeIndex(typ)}
 	if k.from == k.to {
 		return nil // same set: nothing differs
@@ -68,7 +110,7 @@ func (c *diffCache) names(from, to *snapshot.Snapshot, typ string) []string {
 	}
 	e := v.(*diffEntry)
 	e.once.Do(func() { e.names = diffNames(from, to, typ) })
-	return e.names
+	return e
 }
 
 func diffNames(from, to *snapshot.Snapshot, typ string) []string {
