@@ -25,7 +25,7 @@
 # closed-loop (max rps, CPU/req). CPU from /proc/<pid>/stat utime+stime deltas over
 # the proxy's processes. The idle RSS of the real sidecar is read after it
 # activated the bench config (before any load), and by idlerss.sh with examples/.
-# Usage: tools/bench/proxy/run.sh [rounds]   (env: DURATION=10s CONNS=32 WRK_CONNS=64
+# Usage: tools/bench/proxy/run.sh [rounds]   (env: RUNS=1 DURATION=10s CONNS=32 WRK_CONNS=64
 # QPS=2000 TARGETS="direct sidecar nginx benchproxy benchproxy2 benchproxy2h2";
 # STEADY=S adds the idle sidecar's highest RSS over S more seconds of scrapes;
 # PPROF=FILE profiles the real sidecar (then built with -tags weftpprof, the
@@ -55,7 +55,8 @@
 # TARGETS="sidecar sidecar-policy" tools/bench/proxy/run.sh 3;
 # AB_CONCURRENT=1 runs the fixed-rate load of each X-alt at the same time as X's
 # (both at QPS) so the shared machine's noise falls on both alike, for A/B
-# ratios; wrk still runs one target at a time;
+# ratios; wrk still runs one target at a time; PAIRS="A:B ..." does so for the pairs
+# it names (e.g. PAIRS="sidecar:nginx": their CPU/req at QPS under the same noise);
 # SYSCALLS=DIR counts each target's syscalls and context switches per request with
 # perf stat (before the rounds; ROUNDS=0 for that alone): TARGETS="sidecar nginx"
 # SYSCALLS=/tmp/sc run.sh 0; PERF=DIR records each target's kernel and user stacks
@@ -69,6 +70,25 @@ QPS=${QPS:-2000}
 TARGETS=${TARGETS:-direct sidecar sidecar-policy sidecar-pair sidecar-pair-mtls nginx benchproxy benchproxy2 benchproxy2h2 benchproxy2mtls}
 PPROF_SECONDS=${PPROF_SECONDS:-8}
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+if [ "${RUNS:-1}" -gt 1 ]; then
+	# RUNS=N: N whole runs of ROUNDS rounds each, every process started afresh per
+	# run, reported together (rounds numbered on). A process keeps a bias of its
+	# own for its life (identical sidecars in one run measured up to ~10% apart,
+	# the sign changing between runs), which more rounds of one run do not
+	# average out; fresh processes do.
+	all=$(mktemp /tmp/weft-bench-runs.XXXXXX)
+	for i in $(seq "$RUNS"); do
+		RUNS=1 KEEP_RESULTS="$all.$i" KEEP_ARGS="$all.args" bash "$0" "$ROUNDS" >&2
+		awk -F'\t' -v OFS='\t' -v off=$(((i - 1) * ROUNDS)) '{$1 += off; print}' "$all.$i" >>"$all"
+		rm -f "$all.$i"
+	done
+	mapfile -d '' args <"$all.args"
+	echo "=== all $RUNS runs of $ROUNDS rounds (fresh processes per run; idle RSS: the last run's)"
+	python3 "$ROOT/tools/bench/proxy/report.py" "$all" "${args[@]}"
+	[ -z "${KEEP_RESULTS:-}" ] || cp "$all" "$KEEP_RESULTS"
+	rm -f "$all" "$all.args"
+	exit 0
+fi
 RUN=$(mktemp -d /tmp/weft-bench.XXXXXX)
 NAME=bench
 # shellcheck source=tools/bench/proxy/lib.sh
@@ -580,7 +600,17 @@ in_order() { [[ " ${ORDER[*]} " == *" $1 "* ]]; }
 # noise from other work lands on both alike; wrk still runs one at a time.
 # partner NAME: the other of NAME and NAME-alt (or of X-alt and X) when both are in
 # TARGETS, else nothing.
+# PAIRS="A:B C:D" names the pairs instead (any targets, e.g. "sidecar:nginx
+# sidecar-alt:sidecar-alt2"), and implies AB_CONCURRENT.
 partner() {
+	local pr
+	if [ -n "${PAIRS:-}" ]; then
+		for pr in $PAIRS; do
+			if [ "${pr%%:*}" = "$1" ] && in_order "${pr#*:}"; then echo "${pr#*:}"; return; fi
+			if [ "${pr#*:}" = "$1" ] && in_order "${pr%%:*}"; then echo "${pr%%:*}"; return; fi
+		done
+		return
+	fi
 	if [[ $1 == *-alt ]] && in_order "${1%-alt}"; then echo "${1%-alt}"; elif in_order "$1-alt"; then echo "$1-alt"; fi
 }
 # The order alternates by round (odd rounds as TARGETS, even rounds reversed), so
@@ -598,7 +628,7 @@ for r in $(seq "$ROUNDS"); do
 		procs=${PROCS[$name]}
 		load=$(cut -d' ' -f1 /proc/loadavg)
 		echo "round $r $name: load $load" >&2
-		other=$( [ -n "${AB_CONCURRENT:-}" ] && partner "$name" || true)
+		other=$( [ -n "${AB_CONCURRENT:-}${PAIRS:-}" ] && partner "$name" || true)
 		if [ -n "$other" ] && [ -n "${FIXED[$r $name]:-}" ]; then
 			read -r n errs p50 p90 p99 cpu_fixed <<<"${FIXED[$r $name]}" # measured with $other
 		elif [ -n "$other" ]; then
@@ -632,7 +662,9 @@ done
 [ "$ROUNDS" != 0 ] || exit 0 # profiles only
 if [ -n "${KEEP_RESULTS:-}" ]; then cp "$RES" "$KEEP_RESULTS"; fi
 
-python3 tools/bench/proxy/report.py "$RES" --qps "$QPS" --conns "$CONNS" --wrk-conns "$WRK_CONNS" --duration "$DURATION" \
-	--host "$HOST" --godebug "$SIDECAR_GODEBUG" --idle-sidecar-kb "$IDLE_RSS_SCR" --idle-benchproxy-kb "$IDLE_RSS_BP" \
-	--idle-nginx-kb "$IDLE_RSS_NGX" --idlerss "$IDLE_REAL" --alt "${ALT_BIN:+bin $ALT_BIN }${ALT_ENV:-} ${ALT_FLAGS:-}" \
-	--alt2 "${ALT2_BIN:+bin $ALT2_BIN }${ALT2_ENV:-} ${ALT2_FLAGS:-}"
+report_args=(--qps "$QPS" --conns "$CONNS" --wrk-conns "$WRK_CONNS" --duration "$DURATION"
+	--host "$HOST" --godebug "$SIDECAR_GODEBUG" --idle-sidecar-kb "$IDLE_RSS_SCR" --idle-benchproxy-kb "$IDLE_RSS_BP"
+	--idle-nginx-kb "$IDLE_RSS_NGX" --idlerss "$IDLE_REAL" --alt "${ALT_BIN:+bin $ALT_BIN }${ALT_ENV:-} ${ALT_FLAGS:-}"
+	--alt2 "${ALT2_BIN:+bin $ALT2_BIN }${ALT2_ENV:-} ${ALT2_FLAGS:-}")
+[ -z "${KEEP_ARGS:-}" ] || printf '%s\0' "${report_args[@]}" >"$KEEP_ARGS"
+python3 tools/bench/proxy/report.py "$RES" "${report_args[@]}"
