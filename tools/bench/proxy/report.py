@@ -96,8 +96,11 @@ def main():
         P = per.get(n)
         if P and P["cpux"]:
             c, cm, rp = med(P["cpux"]), med(P["cpumaxx"]), med(P["rpsx"])
+            # The spread of the same-round ratios says how far one round is to be trusted.
+            sp = lambda k: f"{min(P[k]):.2f}-{max(P[k]):.2f}"
             print(f"goals, {n} vs nginx (medians): CPU/req at {a.qps} rps {c:.2f}x (<= 1.0x: {g(c <= 1.0)}); "
-                  f"at saturation {cm:.2f}x (<= 1.0x: {g(cm <= 1.0)}); max rps {rp:.2f}x (>= 0.9x: {g(rp >= 0.9)})")
+                  f"at saturation {cm:.2f}x (<= 1.0x: {g(cm <= 1.0)}); max rps {rp:.2f}x (>= 0.9x: {g(rp >= 0.9)}); "
+                  f"rounds' range {sp('cpux')}, {sp('cpumaxx')}, {sp('rpsx')}")
     # Same-round ratios of any two rows: a over b, medians and each round's.
     def same_round(a_, b_, k):
         return [get(by[(rd, a_)], k) / get(by[(rd, b_)], k) for rd in rounds
