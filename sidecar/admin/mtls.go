@@ -16,7 +16,7 @@ type MTLSCollector struct {
 	m   *mtls.Manager
 	now func() time.Time
 
-	expiry, certState, crlAge, crlNext, crlState, handshakes, plainAccepted, plainRefused, closed, live *prometheus.Desc
+	expiry, certState, crlAge, crlNext, crlState, handshakes, plainAccepted, plainRefused, closed, retired, live *prometheus.Desc
 }
 
 // NewMTLSCollector reads m at every scrape (now nil: time.Now).
@@ -38,13 +38,14 @@ func NewMTLSCollector(m *mtls.Manager, now func() time.Time) (*MTLSCollector, er
 		plainAccepted: d("weft_sidecar_mtls_plaintext_accepted_total", "Plaintext connections a PERMISSIVE port accepted.", nil, nil),
 		plainRefused:  d("weft_sidecar_mtls_plaintext_refused_total", "Plaintext connections closed because their port takes only mTLS (STRICT).", nil, nil),
 		closed:        d("weft_sidecar_mtls_connections_closed_total", "Live mTLS connections closed by the sidecar, by reason (revoked: a new CRL lists the peer; untrusted: a new trust bundle no longer holds the root the peer's chain verified against; expired: a certificate's NotAfter passed).", []string{"reason"}, nil),
+		retired:       d("weft_sidecar_mtls_connections_retired_total", "Live mTLS connections the sidecar asked to drain (HTTP/2 GOAWAY) because a certificate of their handshake got old: this sidecar renewed since, or the peer's is past its retire point; the client reconnects before either NotAfter cuts them.", nil, nil),
 		live:          d("weft_sidecar_mtls_connections", "Open mTLS connections (both sides).", nil, nil),
 	}, nil
 }
 
 // Describe implements prometheus.Collector.
 func (c *MTLSCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.expiry, c.certState, c.crlAge, c.crlNext, c.crlState, c.handshakes, c.plainAccepted, c.plainRefused, c.closed, c.live} {
+	for _, d := range []*prometheus.Desc{c.expiry, c.certState, c.crlAge, c.crlNext, c.crlState, c.handshakes, c.plainAccepted, c.plainRefused, c.closed, c.retired, c.live} {
 		ch <- d
 	}
 }
@@ -78,6 +79,7 @@ func (c *MTLSCollector) Collect(ch chan<- prometheus.Metric) {
 	k(c.closed, n.ClosedRevoked, "revoked")
 	k(c.closed, n.ClosedUntrusted, "untrusted")
 	k(c.closed, n.ClosedExpired, "expired")
+	k(c.retired, n.Retired)
 	g(c.live, float64(n.Live))
 }
 

@@ -1,8 +1,10 @@
 package h2server
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -98,5 +100,69 @@ func post(rc *rawClient, id uint32, end bool, path string, kv ...string) {
 	}
 	if err := rc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: rc.hbuf.Bytes(), EndStream: end, EndHeaders: true}); err != nil {
 		rc.t.Fatal(err)
+	}
+}
+
+// retireConn is a connection that hands its server a drain (a Retirer).
+type retireConn struct {
+	net.Conn
+	drain chan func()
+}
+
+func (c retireConn) OnRetire(drain func()) { c.drain <- drain }
+
+// A Retirer's drain is a graceful GOAWAY: the request in flight finishes, the
+// connection takes no new stream, and it closes once idle.
+func TestRetirerDrainIsGracefulGoAway(t *testing.T) {
+	release, started := make(chan struct{}), make(chan struct{})
+	s, err := New(Config{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(started)
+			<-release
+		}
+		io.WriteString(w, "done "+r.URL.Path)
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	drains := make(chan func(), 1)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s.ServeConn(context.Background(), retireConn{Conn: nc, drain: drains}, nil)
+	}()
+	t.Cleanup(func() { ln.Close(); s.Close(); <-served })
+	rc := dial(t, ln.Addr().String())
+	var drain func()
+	select {
+	case drain = <-drains:
+	case <-time.After(5 * time.Second):
+		t.Fatal("ServeConn registered no drain with a Retirer")
+	}
+	rc.headersPath(1, true, "/slow")
+	<-started
+	drain()
+	ga := rc.next(isGoAway).(*http2.GoAwayFrame)
+	if ga.ErrCode != http2.ErrCodeNo || ga.LastStreamID != 1 {
+		t.Errorf("GOAWAY %v last stream %d, want NO_ERROR after stream 1", ga.ErrCode, ga.LastStreamID)
+	}
+	// The request in flight still finishes.
+	close(release)
+	rc.next(isHeadersOf(1))
+	d := rc.next(func(f http2.Frame) bool { d, ok := f.(*http2.DataFrame); return ok && d.StreamID == 1 }).(*http2.DataFrame)
+	if string(d.Data()) != "done /slow" {
+		t.Errorf("stream 1 body %q, want %q", d.Data(), "done /slow")
+	}
+	// Then the connection closes.
+	if _, err := rc.until(func(http2.Frame) bool { return false }); err == nil {
+		t.Error("the drained connection did not close")
 	}
 }

@@ -189,6 +189,14 @@ func New(cfg Config) (*Server, error) {
 	return &Server{cfg: cfg, conns: map[*conn]struct{}{}, work: make(chan *stream), quit: make(chan struct{})}, nil
 }
 
+// Retirer is a connection that can tell its server it got old (an mTLS
+// connection whose certificates are due for renewal, sidecar/mtls
+// Conn.OnRetire): ServeConn registers a graceful GOAWAY, after which the
+// client's requests in flight finish and new ones go to a new connection.
+type Retirer interface {
+	OnRetire(drain func())
+}
+
 // ServeConn serves c, whose client preface has not been read yet, until it
 // closes; it closes c and returns when every handler of c has returned. br,
 // when not nil, is c's buffered reader (holding bytes already read from c).
@@ -199,6 +207,9 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn, br *bufio.Reader) {
 		br = bufio.NewReaderSize(c, 16<<10)
 	}
 	cc := newConn(s, ctx, c, br)
+	if r, ok := c.(Retirer); ok {
+		r.OnRetire(cc.startGracefulShutdown)
+	}
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()

@@ -590,9 +590,25 @@ func (p *Proxy) serveWeftH2(ctx context.Context, conn net.Conn, br *bufio.Reader
 		conn.Close()
 		return
 	}
+	if tc := mtls.Of(conn); tc != nil && tc != conn {
+		conn = retirable{conn, tc} // the listener's wrapper stays outermost
+	}
 	s.weft.ServeConn(context.WithValue(ctx, targetKey{}, &t), conn, br)
 	p.putReader(br) // ServeConn returned: nothing reads br any more
 }
+
+// retirable is a wrapped mTLS connection that passes on its OnRetire
+// (h2server.Retirer): an HTTP/2 connection is drained with a GOAWAY before its
+// certificates' NotAfter cuts it.
+type retirable struct {
+	net.Conn
+	tc *mtls.Conn
+}
+
+func (r retirable) OnRetire(drain func()) { r.tc.OnRetire(drain) }
+
+// NetConn is the connection retirable wraps (mtls.PeerID looks through it).
+func (r retirable) NetConn() net.Conn { return r.Conn }
 
 // bufConn replays bytes already buffered by the sniffing reader, joins the
 // server's writes (writeBehind) and reports when the HTTP/2 server closes it.

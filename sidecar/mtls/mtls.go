@@ -112,6 +112,7 @@ type Manager struct {
 	closedRevoked   atomic.Uint64 // live connections closed by SetTrust: peer revoked
 	closedUntrusted atomic.Uint64 // live connections closed by SetTrust: peer's root left the bundle
 	closedExpired   atomic.Uint64 // live connections closed by Sweep
+	retired         atomic.Uint64 // live server connections Sweep asked to drain (OnRetire)
 
 	mu   sync.Mutex                    // guards live; never held across I/O (Close runs outside)
 	live map[string]map[*Conn]struct{} // by peer serial (hex)
@@ -277,19 +278,30 @@ func (m *Manager) Trust() *Trust {
 
 // Sweep closes live connections that must not go on at now: every one once this
 // sidecar's own certificate has expired (mTLS to and from it stops), and those
-// whose peer's certificate has. The owner calls it on its staleness tick.
+// whose peer's certificate has; and it runs the OnRetire drain of those that got
+// old. The owner calls it on its staleness tick.
 func (m *Manager) Sweep(now time.Time) {
 	ownErr := checkOwn(m.cfg.SVID.Load(), now)
-	var close []*Conn
+	gen := m.OwnGeneration()
+	var close, retire []*Conn
 	m.mu.Lock()
 	for _, conns := range m.live {
 		for c := range conns {
-			if ownErr != nil || now.After(c.peer.NotAfter) {
+			switch {
+			case ownErr != nil || now.After(c.peer.NotAfter):
 				close = append(close, c)
+			case c.onRetire.Load() != nil && !c.retireFired.Load() && (c.ownGen != gen || !now.Before(c.retireAt)):
+				retire = append(retire, c)
 			}
 		}
 	}
 	m.mu.Unlock()
+	for _, c := range retire {
+		if c.retireFired.CompareAndSwap(false, true) {
+			m.retired.Add(1)
+			go (*c.onRetire.Load())()
+		}
+	}
 	for _, c := range close {
 		why := "peer certificate expired"
 		if ownErr != nil {
@@ -349,7 +361,7 @@ func (m *Manager) Server(ctx context.Context, raw net.Conn) (*Conn, error) {
 		return nil, err
 	}
 	tc := tls.Server(raw, m.server)
-	return m.handshake(ctx, SideServer, tc, nil, 0)
+	return m.handshake(ctx, SideServer, tc, nil, m.OwnGeneration())
 }
 
 // Upstream is what a client needs to know of its destination: the SNI to send,
@@ -457,9 +469,7 @@ func (m *Manager) handshake(ctx context.Context, side string, tc *tls.Conn, expe
 	m.count(side, nil, cs.DidResume)
 	c := &Conn{Conn: tc, peer: p, m: m, key: p.Serial.Text(16), alpn: cs.NegotiatedProtocol, resumed: cs.DidResume,
 		chain: cs.PeerCertificates, at: m.cfg.Now()}
-	if side == SideClient {
-		c.ownGen, c.retireAt = gen, RetireAt(p.NotBefore, p.NotAfter, c.at)
-	}
+	c.ownGen, c.retireAt = gen, RetireAt(p.NotBefore, p.NotAfter, c.at)
 	m.mu.Lock()
 	set := m.live[c.key]
 	if set == nil {
@@ -637,22 +647,39 @@ type Conn struct {
 	alpn    string
 	resumed bool
 	once    sync.Once
-	// Client side only: the own certificate generation it was made with, and
-	// when its peer's certificate gets old (RetireAt).
+	// The own certificate generation it was made with, and when its peer's
+	// certificate gets old (RetireAt).
 	ownGen   uint64
 	retireAt time.Time
+	// onRetire, set by OnRetire, is run once by Sweep when the connection got
+	// old (retireFired says it ran).
+	onRetire    atomic.Pointer[func()]
+	retireFired atomic.Bool
 }
 
+// OnRetire asks Sweep to run drain once, in a goroutine of its own, when the
+// connection gets old: this sidecar renewed its certificate since the handshake
+// (the peer cuts the connection at the old one's NotAfter), or the peer's
+// certificate is past its retire point (Sweep cuts it at its NotAfter). The
+// HTTP/2 server registers a graceful GOAWAY, so a client that does not retire
+// connections itself (a proxyless grpc-go client; Weft's pools do,
+// cluster/retire.go) moves to a fresh handshake, with both sides' current
+// certificates, before either cut, with no request lost. drain must be safe to
+// run while the connection serves.
+func (c *Conn) OnRetire(drain func()) { c.onRetire.Store(&drain) }
+
 // OwnGeneration is the generation (svid.Holder.Generation) of this sidecar's
-// certificate when the connection was made (client side; 0 on the server
-// side). A pool compares it with Manager.OwnGeneration: a connection of an
-// older one carries a certificate that a renewal replaced, which the peer will
-// cut at its NotAfter, so it takes no new request.
+// certificate when the connection was made. A pool compares it with
+// Manager.OwnGeneration: a connection of an older one carries a certificate
+// that a renewal replaced, which the peer will cut at its NotAfter, so it takes
+// no new request. (On the server side it is the generation when the handshake
+// began, which a renewal during the handshake makes one too old: that
+// connection is drained early, never late.)
 func (c *Conn) OwnGeneration() uint64 { return c.ownGen }
 
-// RetireAt is when a pooled client connection should take no new request
-// because its peer's certificate gets old (see RetireAt); zero on the server
-// side.
+// RetireAt is when the connection should take no new request because its
+// peer's certificate gets old (see RetireAt): a pool stops using it, and an
+// OnRetire drain runs.
 func (c *Conn) RetireAt() time.Time { return c.retireAt }
 
 // Peer is the verified peer.
@@ -675,15 +702,24 @@ func (c *Conn) Close() error {
 // connection made or accepted by a Manager (false for plaintext): the principal
 // authorization uses.
 func PeerID(c net.Conn) (spiffeid.ID, bool) {
-	for range 4 { // a few wrappers deep at most
+	if tc := Of(c); tc != nil {
+		return tc.peer.ID, true
+	}
+	return spiffeid.ID{}, false
+}
+
+// Of returns the *Conn under c's wrappers (those with a NetConn method, a few
+// deep at most), or nil for a plaintext connection.
+func Of(c net.Conn) *Conn {
+	for range 4 {
 		switch x := c.(type) {
 		case *Conn:
-			return x.peer.ID, true
+			return x
 		case interface{ NetConn() net.Conn }:
 			c = x.NetConn()
 		default:
-			return spiffeid.ID{}, false
+			return nil
 		}
 	}
-	return spiffeid.ID{}, false
+	return nil
 }

@@ -124,13 +124,15 @@ type Counts struct {
 	ClosedRevoked     uint64 // live connections closed because a new CRL revoked the peer
 	ClosedUntrusted   uint64 // live connections closed because a new bundle does not anchor the peer's chain
 	ClosedExpired     uint64 // live connections closed because a certificate expired
+	Retired           uint64 // live connections asked to drain because a certificate got old (Conn.OnRetire)
 	Live              int
 }
 
 // Counts reads the counters.
 func (m *Manager) Counts() Counts {
 	c := Counts{Handshakes: map[string]map[string]uint64{}, PlaintextAccepted: m.plainAccepted.Load(),
-		PlaintextRefused: m.plainRefused.Load(), ClosedRevoked: m.closedRevoked.Load(), ClosedUntrusted: m.closedUntrusted.Load(), ClosedExpired: m.closedExpired.Load(), Live: m.Live()}
+		PlaintextRefused: m.plainRefused.Load(), ClosedRevoked: m.closedRevoked.Load(), ClosedUntrusted: m.closedUntrusted.Load(), ClosedExpired: m.closedExpired.Load(),
+		Retired: m.retired.Load(), Live: m.Live()}
 	for s, side := range []string{SideServer, SideClient} {
 		byResult := map[string]uint64{}
 		for i, r := range results {

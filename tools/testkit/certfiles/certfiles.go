@@ -17,6 +17,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/weft-mesh/weft/certs/ca"
 	"github.com/weft-mesh/weft/certs/spiffe"
+	"github.com/weft-mesh/weft/internal/atomicfile"
 )
 
 // DefaultTTL is the lifetime of a certificate Issue makes.
@@ -64,11 +65,19 @@ func (c *CA) Workload(t testing.TB, ns, sa string) spiffeid.ID {
 // writes them as <name>.pem (leaf, then intermediates) and <name>-key.pem.
 func (c *CA) Issue(t testing.TB, id spiffeid.ID, name string) (certFile, keyFile string) {
 	t.Helper()
+	return c.IssueTTL(t, id, name, DefaultTTL)
+}
+
+// IssueTTL is Issue with the certificate valid until ttl from now. Each file is
+// replaced atomically, so a reader watching them (grpc-go's file_watcher)
+// sees a rotation as old or new files, never half of one.
+func (c *CA) IssueTTL(t testing.TB, id spiffeid.ID, name string, ttl time.Duration) (certFile, keyFile string) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	chain, err := c.SignKey(&key.PublicKey, id, nil, nil, DefaultTTL)
+	chain, err := c.SignKey(&key.PublicKey, id, nil, nil, ttl)
 	if err != nil {
 		t.Fatalf("certfiles: sign %s: %v", id, err)
 	}
@@ -81,10 +90,10 @@ func (c *CA) Issue(t testing.TB, id spiffeid.ID, name string) (certFile, keyFile
 		t.Fatal(err)
 	}
 	certFile, keyFile = filepath.Join(c.Dir, name+".pem"), filepath.Join(c.Dir, name+"-key.pem")
-	if err := os.WriteFile(certFile, certPEM, 0o644); err != nil {
+	if err := atomicfile.Write(certFile, certPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+	if err := atomicfile.Write(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return certFile, keyFile
