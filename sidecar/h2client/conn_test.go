@@ -540,3 +540,62 @@ func TestPeerHeaderListBound(t *testing.T) {
 		t.Fatalf("after a refused request: Err %v InFlight %d", c.Err(), c.InFlight())
 	}
 }
+
+// endlessBody is a request body that never ends; it reports its Close.
+type endlessBody struct{ closed chan struct{} }
+
+func (b *endlessBody) Read(p []byte) (int, error) {
+	select {
+	case <-b.closed:
+		return 0, errors.New("read after close")
+	default:
+	}
+	for i := range p {
+		p[i] = 'e'
+	}
+	return len(p), nil
+}
+
+func (b *endlessBody) Close() error {
+	select {
+	case <-b.closed:
+	default:
+		close(b.closed)
+	}
+	return nil
+}
+
+// TestEarlyAnswerStopsBody: a server answering 403 without reading an endless
+// request body ends the exchange: the response arrives, the body is closed
+// (its writer stops), and the connection goes on.
+func TestEarlyAnswerStopsBody(t *testing.T) {
+	addr := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/deny" {
+			http.Error(w, "no", http.StatusForbidden)
+		}
+	}), 0)
+	c := dial(t, addr, h2client.Config{})
+	body := &endlessBody{closed: make(chan struct{})}
+	r := request(t, context.Background(), "POST", addr, "/deny", body)
+	r.ContentLength = -1
+	resp, err := c.RoundTrip(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || strings.TrimSpace(string(b)) != "no" {
+		t.Fatalf("got %d %q, want 403 no", resp.StatusCode, b)
+	}
+	select {
+	case <-body.closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request body was not closed after the early answer")
+	}
+	testkit.Eventually(t, 5*time.Second, "the stream's slot free", func() bool { return c.InFlight() == 0 })
+	resp, err = c.RoundTrip(request(t, context.Background(), "GET", addr, "/", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+}
