@@ -65,6 +65,8 @@ func TestDecodeErrors(t *testing.T) {
 		Clusters: []*routev3.WeightedCluster_ClusterWeight{{Name: "a", Weight: wrapperspb.UInt32(1)}, {Name: "", Weight: wrapperspb.UInt32(1)}}}}
 	badFallback := dt.PrefixRoute("/", "c", 0)
 	badFallback.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"weft.fallback": {Fields: map[string]*structpb.Value{"clusters": structpb.NewStringValue("x")}}}}
+	missingEmpty := dt.PrefixRoute("/", "c", 0)
+	missingEmpty.Match.Headers = []*routev3.HeaderMatcher{{Name: "x-a", TreatMissingHeaderAsEmpty: true}}
 	twoFilters := dt.Listener("in", dt.MustAddr("127.0.0.1:15006"), dt.HTTPChain(0, "r"))
 	twoFilters.FilterChains[0].Filters = append(twoFilters.FilterChains[0].Filters, twoFilters.FilterChains[0].Filters[0])
 
@@ -98,6 +100,8 @@ func TestDecodeErrors(t *testing.T) {
 			`route "r": virtual_hosts[1].routes[1].match.headers[2].name: must not be empty`},
 		{"header regex", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, badHeaderRegex)),
 			`route "r": virtual_hosts[0].routes[0].match.headers[0].string_match.safe_regex: invalid RE2: missing closing )`},
+		{"treat missing header as empty", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, missingEmpty)),
+			`route "r": virtual_hosts[0].routes[0].match.headers[0].treat_missing_header_as_empty: not supported`},
 		{"weighted cluster without name", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, noWeightedName)),
 			`route "r": virtual_hosts[0].routes[0].route.weighted_clusters.clusters[1].name: must not be empty`},
 		{"fallback not list", xdsresource.RouteType, dt.RouteConfig("r", dt.VirtualHost("v", []string{"a"}, badFallback)),

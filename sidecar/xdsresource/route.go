@@ -225,6 +225,10 @@ func decodeHeader(e errs, f string, h *xdswire.HeaderMatcher) (HeaderMatch, erro
 	if hm.Name == "" {
 		return hm, e.at(f+".name", "must not be empty")
 	}
+	if h.GetTreatMissingHeaderAsEmpty() {
+		// The request path has no "missing is empty": refused, not ignored.
+		return hm, e.at(f+".treat_missing_header_as_empty", "not supported")
+	}
 	// Legacy specifiers are rewritten as the StringMatcher they mean.
 	var sm *xdswire.StringMatcher
 	field := f + ".string_match"
